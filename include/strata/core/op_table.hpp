@@ -1,0 +1,34 @@
+// Every built-in op that runs a kernel, declared once: X(name, inputs, differentiable).
+// Adding an op is a fixed checklist: a row here, its CPU kernel, its CUDA kernel, its
+// backward beside its forward, and a row in its family's test table.
+#pragma once
+
+#define STRATA_OP_TABLE(X)                                                          \
+  /* creation and copies */                                                         \
+  X(fill, 0, false) X(copy, 1, true) X(uniform, 0, false) X(normal, 0, false)       \
+  X(randint, 0, false) X(arange, 0, false)                                          \
+  /* unary */                                                                       \
+  X(neg, 1, true) X(abs, 1, true) X(sign, 1, false) X(exp, 1, true) X(log, 1, true) \
+  X(sqrt, 1, true) X(rsqrt, 1, true) X(sin, 1, true) X(cos, 1, true)                \
+  X(tanh, 1, true) X(sigmoid, 1, true) X(relu, 1, true) X(gelu, 1, true)            \
+  X(gelu_tanh, 1, true) X(silu, 1, true) X(square, 1, true) X(reciprocal, 1, true)  \
+  X(logical_not, 1, false) X(pow_scalar, 1, true) X(clamp, 1, true)                 \
+  X(leaky_relu, 1, true)                                                            \
+  /* binary */                                                                      \
+  X(add, 2, true) X(sub, 2, true) X(mul, 2, true) X(div, 2, true)                   \
+  X(maximum, 2, true) X(minimum, 2, true) X(pow, 2, true) X(eq, 2, false)           \
+  X(ne, 2, false) X(lt, 2, false) X(le, 2, false) X(gt, 2, false) X(ge, 2, false)   \
+  X(logical_and, 2, false) X(logical_or, 2, false) X(where, 3, true)                \
+  /* reductions */                                                                  \
+  X(sum, 1, true) X(prod, 1, true) X(amax, 1, true) X(amin, 1, true)                \
+  X(argmax, 1, false) X(argmin, 1, false) X(var, 1, true) X(logsumexp, 1, true)     \
+  X(norm, 1, true) X(softmax, 1, true) X(log_softmax, 1, true) X(cumsum, 1, true)   \
+  /* linear algebra */                                                              \
+  X(matmul, 2, true)                                                                \
+  /* indexing and ordering */                                                       \
+  X(index_select, 2, true) X(gather, 2, true) X(scatter, 3, true)                   \
+  X(scatter_add, 3, true) X(index_add, 3, true) X(tril, 1, true) X(triu, 1, true)   \
+  X(sort, 1, false) X(topk, 1, false)
+
+// Bump this when adding a row, so the count is a conscious change.
+#define STRATA_NUM_BUILTIN_OPS 65

@@ -1,0 +1,50 @@
+// A number that is not a tensor: what `t + 2.0` and `full({2}, 7)` take. It remembers whether
+// it was written as a bool, an integer or a floating value, for type promotion.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <strata/core/dtype.hpp>
+
+namespace strata {
+
+class Scalar {
+ public:
+  enum class Kind : uint8_t { Bool, Int, Float };
+
+  Scalar() : kind_(Kind::Int), i_(0) {}
+  template <class T, std::enable_if_t<std::is_same_v<T, bool>, int> = 0>
+  Scalar(T v) : kind_(Kind::Bool), i_(v ? 1 : 0) {}
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)) {}
+  template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+  Scalar(T v) : kind_(Kind::Float), d_(static_cast<double>(v)) {}
+  Scalar(Half v) : kind_(Kind::Float), d_(static_cast<float>(v)) {}
+  Scalar(BFloat16 v) : kind_(Kind::Float), d_(static_cast<float>(v)) {}
+
+  Kind kind() const { return kind_; }
+  bool is_floating() const { return kind_ == Kind::Float; }
+  double to_double() const { return kind_ == Kind::Float ? d_ : static_cast<double>(i_); }
+  int64_t to_int() const { return kind_ == Kind::Float ? static_cast<int64_t>(d_) : i_; }
+  template <class T> T to() const {
+    if constexpr (std::is_same_v<T, bool>) return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>(to_int());
+    else return static_cast<T>(static_cast<float>(to_double()));
+  }
+  /// The dtype a lone tensor made from this scalar gets: bool, int64 or float32.
+  DType default_dtype() const {
+    return kind_ == Kind::Bool ? kBool : kind_ == Kind::Int ? kInt64 : kFloat32;
+  }
+
+ private:
+  Kind kind_;
+  union {
+    int64_t i_;
+    double d_;
+  };
+};
+
+template <> inline double Scalar::to<double>() const { return to_double(); }
+
+}  // namespace strata

@@ -1,0 +1,174 @@
+// strata::Tensor: a strided view (shape, strides, offset, dtype) of a shared Storage. Copying
+// a Tensor copies a handle; views share storage. Methods that compute are thin forwards to
+// the free functions of include/strata/ops/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <strata/core/device.hpp>
+#include <strata/core/dtype.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/export.hpp>
+#include <strata/core/scalar.hpp>
+#include <strata/core/shape.hpp>
+#include <strata/core/storage.hpp>
+
+namespace strata {
+
+namespace autograd {
+struct AutogradMeta;  // defined by the autograd layer
+}
+
+/// Memory layout of a 4-D tensor: NCHW (contiguous) or NHWC (channels last).
+enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast };
+
+/// dtype and device of a new tensor. Converts from a DType or a Device alone.
+struct TensorOptions {
+  DType dtype_ = kFloat32;
+  Device device_ = kCPU;
+  bool requires_grad_ = false;
+
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype_(d) {}
+  TensorOptions(Device d) : device_(d) {}
+  TensorOptions(DType t, Device d) : dtype_(t), device_(d) {}
+  TensorOptions dtype(DType t) const { auto o = *this; o.dtype_ = t; return o; }
+  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions requires_grad(bool r = true) const { auto o = *this; o.requires_grad_ = r; return o; }
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = kFloat32;
+  std::shared_ptr<autograd::AutogradMeta> autograd;  // null until autograd needs it
+};
+
+class STRATA_API Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- what it is -----------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  const Shape& sizes() const { return impl().shape; }
+  int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
+  int64_t size(int64_t d) const;
+  const Strides& strides() const { return impl().strides; }
+  int64_t stride(int64_t d) const;
+  int64_t numel() const;
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  int64_t storage_offset() const { return impl().offset; }
+  size_t itemsize() const { return strata::itemsize(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
+  bool is_contiguous() const;
+  bool is_contiguous(MemoryFormat format) const;
+  bool is_pinned() const { return impl().storage->is_pinned(); }
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  TensorImpl& impl() const {
+    STRATA_CHECK(impl_ != nullptr, "[tensor] use of an undefined tensor");
+    return *impl_;
+  }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  /// True when both handles are the same tensor object (not merely equal values).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  /// Address of element 0 (storage data plus offset).
+  void* data() const;
+  /// Typed address of element 0; raises Error when T does not match dtype().
+  template <class T> T* data_ptr() const {
+    STRATA_CHECK(dtype_of_v<T> == dtype(), "[data_ptr] requested {} but the tensor is {}", dtype_of_v<T>, dtype());
+    return static_cast<T*>(data());
+  }
+  /// The value of a one-element tensor, converted to T (copies from the GPU if needed).
+  template <class T> T item() const { return item_scalar().to<T>(); }
+  Scalar item_scalar() const;
+
+  // ---- conversions ------------------------------------------------------------------------
+  Tensor to(DType dtype) const;
+  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor to(Device device, DType dtype, bool non_blocking = false) const;
+  Tensor to(MemoryFormat format) const;
+  Tensor cpu() const { return to(kCPU); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  /// This tensor when already contiguous, else a contiguous copy.
+  Tensor contiguous() const;
+  Tensor clone() const;
+  /// A copy in page-locked host memory (plain memory without CUDA).
+  Tensor pin_memory() const;
+
+  // ---- views (no copy) -------------------------------------------------------------------
+  Tensor view(const Shape& shape) const;
+  /// A view when the strides allow it, else a copy.
+  Tensor reshape(const Shape& shape) const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor unflatten(int64_t dim, const Shape& sizes) const;
+  Tensor as_strided(const Shape& shape, const Strides& strides, std::optional<int64_t> offset = std::nullopt) const;
+  Tensor detach() const;
+
+  // ---- in place --------------------------------------------------------------------------
+  Tensor& fill_(Scalar value);
+  Tensor& zero_() { return fill_(0); }
+  /// Copies `src` into this tensor, broadcasting and converting dtype and device.
+  Tensor& copy_(const Tensor& src, bool non_blocking = false);
+  Tensor& add_(const Tensor& other, Scalar alpha = 1);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other, Scalar alpha = 1);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
+  Tensor& relu_();
+  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+
+  // ---- reductions (include/strata/ops/reduce.hpp) ----------------------------------------
+  Tensor sum() const;
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+
+  // ---- elementwise (include/strata/ops/unary.hpp, binary.hpp) ----------------------------
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor neg() const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor pow(Scalar exponent) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  Tensor matmul(const Tensor& other) const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+// Elementwise ops of two tensors (or a tensor and a scalar) with NumPy broadcasting and
+// PyTorch type promotion, and `where`.
+#pragma once
+
+#include <strata/core/tensor.hpp>
+
+namespace strata {
+
+/// The dtype PyTorch gives `a op b`: tensors promote by category and width; a scalar only
+/// lifts the category (an int tensor times 2.5 is float32, a float16 tensor times 2.5 stays
+/// float16).
+STRATA_API DType result_type(const Tensor& a, const Tensor& b);
+STRATA_API DType result_type(const Tensor& a, Scalar b);
+
+STRATA_API Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+STRATA_API Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+STRATA_API Tensor mul(const Tensor& a, const Tensor& b);
+/// True division: integer inputs give float32.
+STRATA_API Tensor div(const Tensor& a, const Tensor& b);
+STRATA_API Tensor maximum(const Tensor& a, const Tensor& b);
+STRATA_API Tensor minimum(const Tensor& a, const Tensor& b);
+STRATA_API Tensor pow(const Tensor& a, const Tensor& b);
+STRATA_API Tensor eq(const Tensor& a, const Tensor& b);
+STRATA_API Tensor ne(const Tensor& a, const Tensor& b);
+STRATA_API Tensor lt(const Tensor& a, const Tensor& b);
+STRATA_API Tensor le(const Tensor& a, const Tensor& b);
+STRATA_API Tensor gt(const Tensor& a, const Tensor& b);
+STRATA_API Tensor ge(const Tensor& a, const Tensor& b);
+STRATA_API Tensor logical_and(const Tensor& a, const Tensor& b);
+STRATA_API Tensor logical_or(const Tensor& a, const Tensor& b);
+/// Elementwise cond ? a : b, broadcasting all three.
+STRATA_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+STRATA_API Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+STRATA_API Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+
+/// The scalar forms make a 0-d tensor of the promoted dtype and broadcast it.
+STRATA_API Tensor add(const Tensor& a, Scalar b);
+STRATA_API Tensor sub(const Tensor& a, Scalar b);
+STRATA_API Tensor mul(const Tensor& a, Scalar b);
+STRATA_API Tensor div(const Tensor& a, Scalar b);
+STRATA_API Tensor maximum(const Tensor& a, Scalar b);
+STRATA_API Tensor minimum(const Tensor& a, Scalar b);
+STRATA_API Tensor eq(const Tensor& a, Scalar b);
+STRATA_API Tensor ne(const Tensor& a, Scalar b);
+STRATA_API Tensor lt(const Tensor& a, Scalar b);
+STRATA_API Tensor le(const Tensor& a, Scalar b);
+STRATA_API Tensor gt(const Tensor& a, Scalar b);
+STRATA_API Tensor ge(const Tensor& a, Scalar b);
+
+/// Fills the elements where mask is true (mask broadcasts to x).
+STRATA_API Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+
+STRATA_API Tensor operator+(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator-(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator*(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator/(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator+(const Tensor& a, Scalar b);
+STRATA_API Tensor operator-(const Tensor& a, Scalar b);
+STRATA_API Tensor operator*(const Tensor& a, Scalar b);
+STRATA_API Tensor operator/(const Tensor& a, Scalar b);
+STRATA_API Tensor operator+(Scalar a, const Tensor& b);
+STRATA_API Tensor operator-(Scalar a, const Tensor& b);
+STRATA_API Tensor operator*(Scalar a, const Tensor& b);
+STRATA_API Tensor operator/(Scalar a, const Tensor& b);
+STRATA_API Tensor operator==(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator!=(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator<(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator<=(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator>(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator>=(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator<(const Tensor& a, Scalar b);
+STRATA_API Tensor operator<=(const Tensor& a, Scalar b);
+STRATA_API Tensor operator>(const Tensor& a, Scalar b);
+STRATA_API Tensor operator>=(const Tensor& a, Scalar b);
+
+}  // namespace strata

@@ -1,0 +1,44 @@
+// Elementwise ops of one tensor. Float ops on integer or bool tensors compute in float32,
+// as PyTorch does.
+#pragma once
+
+#include <optional>
+
+#include <strata/core/tensor.hpp>
+
+namespace strata {
+
+/// Parameters of pow_scalar (a = exponent), clamp (a = min, b = max) and leaky_relu (a).
+struct UnaryScalarParams {
+  double a = 0;
+  double b = 0;
+};
+
+STRATA_API Tensor neg(const Tensor& x);
+STRATA_API Tensor abs(const Tensor& x);
+STRATA_API Tensor sign(const Tensor& x);
+STRATA_API Tensor exp(const Tensor& x);
+STRATA_API Tensor log(const Tensor& x);
+STRATA_API Tensor sqrt(const Tensor& x);
+STRATA_API Tensor rsqrt(const Tensor& x);
+STRATA_API Tensor sin(const Tensor& x);
+STRATA_API Tensor cos(const Tensor& x);
+STRATA_API Tensor tanh(const Tensor& x);
+STRATA_API Tensor sigmoid(const Tensor& x);
+STRATA_API Tensor relu(const Tensor& x);
+/// GELU; approximate = "none" (erf, exact) or "tanh".
+STRATA_API Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+STRATA_API Tensor silu(const Tensor& x);
+STRATA_API Tensor square(const Tensor& x);
+STRATA_API Tensor reciprocal(const Tensor& x);
+STRATA_API Tensor logical_not(const Tensor& x);
+STRATA_API Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+STRATA_API Tensor pow(const Tensor& x, Scalar exponent);
+/// Clamps to [min, max]; either bound may be absent.
+STRATA_API Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+/// A copy converted to `dtype` (the same tensor when it already has it).
+STRATA_API Tensor cast(const Tensor& x, DType dtype);
+
+STRATA_API Tensor operator-(const Tensor& x);
+
+}  // namespace strata

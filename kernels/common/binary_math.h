@@ -1,0 +1,57 @@
+// Per-element math of the binary ops, shared by the CPU and CUDA kernels.
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "host_device.h"
+
+namespace strata::math {
+
+struct Add { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return a + b; } };
+struct Sub { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return a - b; } };
+struct Mul { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return a * b; } };
+struct Div { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return a / b; } };
+// max/min propagate NaN, as torch.maximum does.
+struct Maximum {
+  template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (!std::is_integral_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a > b ? a : b;
+  }
+};
+struct Minimum {
+  template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (!std::is_integral_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a < b ? a : b;
+  }
+};
+struct Pow {
+  template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      T result = 1, base = a;
+      for (T e = b; e > 0; e >>= 1) {
+        if (e & 1) result *= base;
+        base *= base;
+      }
+      return result;
+    } else {
+      return std::pow(a, b);
+    }
+  }
+};
+struct Eq { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a == b; } };
+struct Ne { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a != b; } };
+struct Lt { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a < b; } };
+struct Le { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a <= b; } };
+struct Gt { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a > b; } };
+struct Ge { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a >= b; } };
+struct LogicalAnd { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a && b; } };
+struct LogicalOr { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a || b; } };
+
+}  // namespace strata::math

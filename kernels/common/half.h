@@ -1,0 +1,119 @@
+// IEEE binary16 (Half) and bfloat16 (BFloat16) storage types with round-to-nearest-even
+// conversions. Arithmetic is done in float: both types convert implicitly to and from it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "host_device.h"
+
+namespace strata {
+
+namespace halfbits {
+
+STRATA_HOST_DEVICE uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+STRATA_HOST_DEVICE float bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// float -> binary16, round to nearest even; overflow gives inf, NaN stays a quiet NaN.
+STRATA_HOST_DEVICE uint16_t f32_to_f16(float f) {
+  uint32_t x = f32_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mag = x & 0x7fffffffu;
+  if (mag >= 0x7f800000u) {  // inf or NaN
+    // NaN keeps its top payload bits and is made quiet, as hardware conversions do
+    return static_cast<uint16_t>(sign | (mag > 0x7f800000u ? 0x7e00u | ((mag >> 13) & 0x3ffu) : 0x7c00u));
+  }
+  if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (mag < 0x38800000u) {  // result is subnormal or zero (|f| < 2^-14)
+    if (mag < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to zero
+    uint32_t exp = mag >> 23;
+    uint32_t mant = (mag & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - exp;  // value / 2^-24 = mant * 2^(exp - 126)
+    uint32_t halfm = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1u);
+    uint32_t halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (halfm & 1u))) ++halfm;
+    return static_cast<uint16_t>(sign | halfm);
+  }
+  // normal: rebias exponent (127 -> 15) and round the 13 dropped mantissa bits
+  uint32_t r = mag - 0x38000000u;
+  uint32_t lsb = (r >> 13) & 1u;
+  r += 0x0fffu + lsb;
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+STRATA_HOST_DEVICE float f16_to_f32(uint16_t h) {
+  uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1fu) return bits_f32(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  if (exp == 0) {
+    if (mant == 0) return bits_f32(sign);
+    // subnormal: value = mant * 2^-24, exact in float
+    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+// float -> bfloat16, round to nearest even; NaN stays a quiet NaN.
+STRATA_HOST_DEVICE uint16_t f32_to_bf16(float f) {
+  uint32_t x = f32_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  uint32_t lsb = (x >> 16) & 1u;
+  x += 0x7fffu + lsb;
+  return static_cast<uint16_t>(x >> 16);
+}
+
+STRATA_HOST_DEVICE float bf16_to_f32(uint16_t b) { return bits_f32(static_cast<uint32_t>(b) << 16); }
+
+}  // namespace halfbits
+
+struct Half {
+  uint16_t bits = 0;
+  Half() = default;
+  STRATA_HOST_DEVICE Half(float f) : bits(halfbits::f32_to_f16(f)) {}
+  STRATA_HOST_DEVICE operator float() const { return halfbits::f16_to_f32(bits); }
+  STRATA_HOST_DEVICE static Half from_bits(uint16_t b) {
+    Half h;
+    h.bits = b;
+    return h;
+  }
+};
+
+struct BFloat16 {
+  uint16_t bits = 0;
+  BFloat16() = default;
+  STRATA_HOST_DEVICE BFloat16(float f) : bits(halfbits::f32_to_bf16(f)) {}
+  STRATA_HOST_DEVICE operator float() const { return halfbits::bf16_to_f32(bits); }
+  STRATA_HOST_DEVICE static BFloat16 from_bits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
+};
+
+// The type arithmetic on T is carried out in: float for the 16-bit floats, T otherwise.
+template <class T> struct compute_type { using type = T; };
+template <> struct compute_type<Half> { using type = float; };
+template <> struct compute_type<BFloat16> { using type = float; };
+template <class T> using compute_t = typename compute_type<T>::type;
+
+}  // namespace strata

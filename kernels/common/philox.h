@@ -1,0 +1,79 @@
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): a
+// counter-based generator, so element i of a random tensor depends only on (seed, offset, i)
+// and the CPU and CUDA kernels produce the same stream for the same seed.
+//
+// Note [Random stream layout]: element i of a draw uses counter (offset + i / 4) and takes
+// lane i % 4 of the four 32-bit outputs. A draw of n elements advances the generator's
+// offset by ceil(n / 4). Normals use Box-Muller on lanes (0,1) and (2,3) of one block.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "host_device.h"
+
+namespace strata::philox {
+
+struct Block {
+  uint32_t v[4];
+};
+
+STRATA_HOST_DEVICE void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+  uint64_t p = static_cast<uint64_t>(a) * b;
+  hi = static_cast<uint32_t>(p >> 32);
+  lo = static_cast<uint32_t>(p);
+}
+
+// counter: 128 bits (we use the low 64 for the block index, the high 64 as zero); key: seed.
+STRATA_HOST_DEVICE Block philox4x32_10(uint64_t counter, uint64_t seed) {
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
+  uint32_t c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    uint32_t hi0, lo0, hi1, lo1;
+    mulhilo(0xD2511F53u, c0, hi0, lo0);
+    mulhilo(0xCD9E8D57u, c2, hi1, lo1);
+    uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return Block{{c0, c1, c2, c3}};
+}
+
+// Uniform in [0, 1) with 24 random bits.
+STRATA_HOST_DEVICE float to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * 5.9604644775390625e-8f; }
+
+// Uniform in [0, 1) with 53 random bits, from two lanes.
+STRATA_HOST_DEVICE double to_unit_double(uint32_t hi, uint32_t lo) {
+  uint64_t v = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
+  return static_cast<double>(v & ((1ull << 53) - 1)) * 1.1102230246251565e-16;
+}
+
+// The uniform value of element i of a draw that starts at `offset`.
+STRATA_HOST_DEVICE float uniform_at(uint64_t seed, uint64_t offset, uint64_t i) {
+  Block b = philox4x32_10(offset + i / 4, seed);
+  return to_unit_float(b.v[i % 4]);
+}
+
+// A standard normal value of element i (Box-Muller on a lane pair of the block).
+STRATA_HOST_DEVICE float normal_at(uint64_t seed, uint64_t offset, uint64_t i) {
+  Block b = philox4x32_10(offset + i / 4, seed);
+  unsigned lane = static_cast<unsigned>(i % 4);
+  unsigned pair = lane & ~1u;
+  // u1 in (0, 1]: never log(0)
+  float u1 = 1.0f - to_unit_float(b.v[pair]);
+  float u2 = to_unit_float(b.v[pair + 1]);
+  float radius = sqrtf(-2.0f * logf(u1));
+  float theta = 6.28318530717958647692f * u2;
+  return (lane & 1u) ? radius * sinf(theta) : radius * cosf(theta);
+}
+
+// A uniform 64-bit value of element i, for integer draws.
+STRATA_HOST_DEVICE uint64_t bits64_at(uint64_t seed, uint64_t offset, uint64_t i) {
+  Block b = philox4x32_10(offset + i / 2, seed);
+  unsigned pair = static_cast<unsigned>(i % 2) * 2;
+  return (static_cast<uint64_t>(b.v[pair]) << 32) | b.v[pair + 1];
+}
+
+}  // namespace strata::philox

@@ -1,0 +1,88 @@
+// Per-element math of the unary ops, shared by the CPU and CUDA kernels. Each functor maps
+// one value of compute type T (float, double or an integer type) to its result.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "host_device.h"
+
+namespace strata::math {
+
+struct Neg { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return -x; } };
+struct Abs {
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x; else return x < T(0) ? -x : x;
+  }
+};
+struct Sign {
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T((T(0) < x) - (x < T(0))); }
+};
+struct Exp { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::exp(x); } };
+struct Log { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::log(x); } };
+struct Sqrt { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::sqrt(x); } };
+struct Rsqrt { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / std::sqrt(x); } };
+struct Sin { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::sin(x); } };
+struct Cos { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::cos(x); } };
+struct Tanh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::tanh(x); } };
+struct Sigmoid {
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+};
+struct Relu { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : T(0); } };
+// GELU, exact: x * Phi(x) with the normal CDF written through erf.
+struct GeluErf {
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  }
+};
+// GELU, tanh approximation (Hendrycks & Gimpel): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct GeluTanh {
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
+    T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + std::tanh(inner));
+  }
+};
+struct Silu {
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x / (T(1) + std::exp(-x)); }
+};
+struct Square { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x * x; } };
+struct Reciprocal { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / x; } };
+struct LogicalNot { template <class T> STRATA_HOST_DEVICE bool operator()(T x) const { return !x; } };
+
+// Ops with one scalar parameter.
+struct PowScalar {
+  double exponent;
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) {
+      T result = 1, base = x;
+      for (int64_t e = static_cast<int64_t>(exponent); e > 0; e >>= 1) {
+        if (e & 1) result *= base;
+        base *= base;
+      }
+      return result;
+    } else {
+      if (exponent == 2.0) return x * x;
+      return std::pow(x, T(exponent));
+    }
+  }
+};
+struct Clamp {
+  double lo, hi;  // -inf / +inf when absent
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
+    // NaN propagates, as in PyTorch
+    if constexpr (!std::is_integral_v<T>) {
+      if (x != x) return x;
+    }
+    double v = static_cast<double>(x);
+    if (v < lo) return static_cast<T>(lo);
+    if (v > hi) return static_cast<T>(hi);
+    return x;
+  }
+};
+struct LeakyRelu {
+  double slope;
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : x * T(slope); }
+};
+
+}  // namespace strata::math

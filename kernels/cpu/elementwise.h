@@ -1,0 +1,80 @@
+// The one CPU driver for elementwise kernels: out[i] = f(in0[i], in1[i], ...) over a
+// StridedLoop. A contiguous loop runs as a flat loop the compiler vectorizes; otherwise the
+// innermost dim is a tight loop and the outer dims advance like an odometer.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "../common/strided_loop.h"
+#include "parallel.h"
+
+namespace strata::cpu {
+
+namespace detail {
+
+template <class Out, class F, class... In, size_t... I>
+inline void run_range(const StridedLoop<1 + sizeof...(In)>& loop, int64_t begin, int64_t end, Out* out,
+                      std::index_sequence<I...>, const F& f, const In*... in) {
+  constexpr int N = 1 + sizeof...(In);
+  int64_t idx[kMaxLoopDims];
+  std::array<int64_t, N> off{};
+  int64_t rem = begin;
+  for (int d = 0; d < loop.ndim; ++d) {
+    idx[d] = rem % loop.shape[d];
+    rem /= loop.shape[d];
+    for (int k = 0; k < N; ++k) off[k] += idx[d] * loop.strides[k][d];
+  }
+  const int64_t inner = loop.ndim > 0 ? loop.shape[0] : 1;
+  std::array<int64_t, N> s0{};
+  bool unit = true;
+  for (int k = 0; k < N; ++k) {
+    s0[k] = loop.ndim > 0 ? loop.strides[k][0] : 0;
+    if (s0[k] != 1) unit = false;
+  }
+  int64_t pos = begin;
+  while (pos < end) {
+    int64_t i0 = loop.ndim > 0 ? idx[0] : 0;
+    int64_t n = std::min(inner - i0, end - pos);
+    Out* o = out + off[0];
+    if (unit) {
+      for (int64_t j = 0; j < n; ++j) o[j] = f(in[off[I + 1] + j]...);
+    } else {
+      for (int64_t j = 0; j < n; ++j) o[j * s0[0]] = f(in[off[I + 1] + j * s0[I + 1]]...);
+    }
+    pos += n;
+    if (pos >= end) break;
+    // advance the odometer past the finished inner row
+    for (int k = 0; k < N; ++k) off[k] += n * s0[k];
+    if (loop.ndim > 0) idx[0] += n;
+    for (int d = 0; d < loop.ndim && idx[d] == loop.shape[d]; ++d) {
+      idx[d] = 0;
+      for (int k = 0; k < N; ++k) off[k] -= loop.shape[d] * loop.strides[k][d];
+      if (d + 1 < loop.ndim) {
+        ++idx[d + 1];
+        for (int k = 0; k < N; ++k) off[k] += loop.strides[k][d + 1];
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Applies f elementwise. `f` takes one value per input and returns the output value.
+template <class Out, class F, class... In>
+void elementwise(const StridedLoop<1 + sizeof...(In)>& loop, Out* out, const F& f, const In*... in) {
+  if (loop.numel == 0) return;
+  if (loop.is_contiguous()) {
+    parallel_for(0, loop.numel, kDefaultGrain, [&](int64_t b, int64_t e) {
+      Out* __restrict o = out;
+      for (int64_t i = b; i < e; ++i) o[i] = f(in[i]...);
+    });
+    return;
+  }
+  parallel_for(0, loop.numel, kDefaultGrain, [&](int64_t b, int64_t e) {
+    detail::run_range(loop, b, e, out, std::index_sequence_for<In...>{}, f, in...);
+  });
+}
+
+}  // namespace strata::cpu

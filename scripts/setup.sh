@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages strata needs to build, test and run its examples. Idempotent:
+# it installs only what is missing, so running it again is quick.
+#   scripts/setup.sh            build, test and example dependencies
+#   scripts/setup.sh --bench    also LibTorch (the benchmark peer) and OpenBLAS
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libdnnl-dev libeigen3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin libcli11-dev libturbojpeg0-dev libpng-dev zlib1g-dev libxxhash-dev
+  fortunes dataset-fashion-mnist python3 python3-pip
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(libtorch-dev libopenblas0-openmp)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all packages present"
+fi

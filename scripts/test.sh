@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds strata with its tests, and runs
+# the whole suite with CTest. CUDA tests are compiled and report "skipped" without a GPU.
+#   STRATA_BUILD_DIR   build folder (default: build)
+#   STRATA_SANITIZE=1  also build and run the core tests under ASan and UBSan (build-asan/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+build=${STRATA_BUILD_DIR:-build}
+jobs=$(nproc)
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_TESTS=ON
+cmake --build "$build" -j "$jobs"
+ctest --test-dir "$build" --output-on-failure -j "$jobs"
+
+if [[ "${STRATA_SANITIZE:-0}" == "1" ]]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON \
+    -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_BUILD_BENCHMARKS=OFF
+  cmake --build build-asan -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -L core
+fi

@@ -1,0 +1,119 @@
+// The caching CPU allocator. Requests are rounded up to a size class (four classes per power
+// of two, so at most 25% slack); freed blocks go to a free list per class and are reused by
+// the next request of that class. Cached bytes are capped (STRATA_CPU_CACHE_LIMIT_MB,
+// default 4096); past the cap, frees go straight back to the system.
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <strata/core/allocator.hpp>
+#include <strata/core/error.hpp>
+
+namespace strata {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+size_t size_class(size_t n) {
+  if (n <= 512) return (n + 63) & ~size_t(63);
+  // four classes per power of two: 2^k * {1, 1.25, 1.5, 1.75}
+  size_t p = size_t(1) << (63 - __builtin_clzll(n));
+  size_t step = p / 4;
+  return (n + step - 1) / step * step;
+}
+
+class CachingCpuAllocator final : public Allocator {
+ public:
+  CachingCpuAllocator() {
+    if (const char* env = std::getenv("STRATA_CPU_CACHE_LIMIT_MB")) cache_limit_ = size_t(std::atoll(env)) << 20;
+  }
+  ~CachingCpuAllocator() override { empty_cache(); }
+
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    size_t cls = size_class(nbytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    void* p = nullptr;
+    auto it = free_.find(cls);
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= cls;
+      ++stats_.num_cache_hits;
+    } else {
+      p = std::aligned_alloc(kAlignment, cls);
+      if (!p) {
+        // give the cache back and try once more before failing
+        release_cache_locked();
+        p = std::aligned_alloc(kAlignment, cls);
+      }
+      STRATA_CHECK(p != nullptr, "[cpu allocator] out of memory allocating {} bytes ({} in use, {} reserved)", nbytes,
+                   stats_.bytes_in_use, stats_.bytes_reserved);
+      stats_.bytes_reserved += static_cast<int64_t>(cls);
+      ++stats_.num_system_allocs;
+    }
+    stats_.bytes_in_use += static_cast<int64_t>(cls);
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    ++stats_.num_allocs;
+    return p;
+  }
+
+  void deallocate(void* ptr, size_t nbytes) override {
+    if (!ptr) return;
+    size_t cls = size_class(nbytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.bytes_in_use -= static_cast<int64_t>(cls);
+    ++stats_.num_frees;
+    if (cached_bytes_ + cls <= cache_limit_) {
+      free_[cls].push_back(ptr);
+      cached_bytes_ += cls;
+    } else {
+      std::free(ptr);
+      stats_.bytes_reserved -= static_cast<int64_t>(cls);
+    }
+  }
+
+  MemoryStats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cache_locked();
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+  Device device() const override { return kCPU; }
+
+ private:
+  void release_cache_locked() {
+    for (auto& [cls, blocks] : free_) {
+      for (void* p : blocks) std::free(p);
+      stats_.bytes_reserved -= static_cast<int64_t>(cls * blocks.size());
+      blocks.clear();
+    }
+    cached_bytes_ = 0;
+  }
+
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_bytes_ = 0;
+  size_t cache_limit_ = size_t(4096) << 20;
+  MemoryStats stats_;
+};
+
+}  // namespace
+
+Allocator& cpu_allocator() {
+  // Leaked on purpose: tensors held in static storage may be freed after main returns.
+  static auto* a = new CachingCpuAllocator();
+  return *a;
+}
+
+MemoryStats cpu_memory_stats() { return cpu_allocator().stats(); }
+
+}  // namespace strata

@@ -1,0 +1,248 @@
+// Binary elementwise ops with broadcasting and type promotion, where, and masked_fill.
+// Both inputs are converted to the promoted dtype before the kernel runs, so every kernel
+// sees one dtype; comparisons write bool.
+#include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
+#include <strata/ops/unary.hpp>
+
+#include "core/registry_internal.h"
+#include "core/tensor_internal.h"
+#include "kernels/common/binary_math.h"
+#include "kernels/common/convert.h"
+#include "kernels/cpu/elementwise.h"
+#include "ops/dispatch.h"
+#include "ops/loop.h"
+
+namespace strata {
+
+namespace {
+
+template <class F, DTypeSet Set, bool BoolOut>
+void cpu_binary(const KernelCall& call) {
+  const Tensor& a = call.inputs[0];
+  const Tensor& b = call.inputs[1];
+  Tensor& out = call.outputs[0];
+  auto loop = make_loop<3>(out, {&a, &b}, "binary");
+  dispatch<Set>(a.dtype(), "binary", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    using Out = std::conditional_t<BoolOut, bool, T>;
+    cpu::elementwise(loop, static_cast<Out*>(out.data()),
+                     [](T x, T y) { return static_cast<Out>(F{}(static_cast<C>(x), static_cast<C>(y))); },
+                     static_cast<const T*>(a.data()), static_cast<const T*>(b.data()));
+  });
+}
+
+void cpu_where(const KernelCall& call) {
+  const Tensor& cond = call.inputs[0];
+  const Tensor& a = call.inputs[1];
+  const Tensor& b = call.inputs[2];
+  Tensor& out = call.outputs[0];
+  auto loop = make_loop<4>(out, {&cond, &a, &b}, "where");
+  dispatch(a.dtype(), "where", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::elementwise(loop, static_cast<T*>(out.data()), [](bool c, T x, T y) { return c ? x : y; },
+                     static_cast<const bool*>(cond.data()), static_cast<const T*>(a.data()),
+                     static_cast<const T*>(b.data()));
+  });
+}
+
+int category(DType t) { return t == kBool ? 0 : is_integral(t) ? 1 : 2; }
+
+enum class Kind { Arith, TrueDiv, Compare, Logical };
+
+void check_pair(const Tensor& a, const Tensor& b, OpId op) {
+  STRATA_CHECK(a.defined() && b.defined(), "[{}] input tensor is undefined", op_name(op));
+  STRATA_CHECK(a.device() == b.device(), "[{}] inputs are on different devices: {} and {}", op_name(op), a.device(),
+               b.device());
+}
+
+Tensor binary_op(OpId op, const Tensor& a, const Tensor& b, Kind kind) {
+  check_pair(a, b, op);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
+  DType t = kind == Kind::Logical ? kBool : result_type(a, b);
+  if (kind == Kind::TrueDiv && !is_floating(t)) t = kFloat32;
+  Tensor ca = a.to(t), cb = b.to(t);
+  DType out_t = kind == Kind::Compare || kind == Kind::Logical ? kBool : t;
+  Tensor out = detail::make_tensor(shape, out_t, a.device());
+  const Tensor ins[2] = {ca, cb};
+  run_kernel(op, t, KernelCall{ins, {&out, 1}});
+  return out;
+}
+
+Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div = false) {
+  check_pair(self, other, op);
+  Shape shape = broadcast_shapes(self.shape(), other.shape(), op_name(op));
+  STRATA_CHECK(shape == self.shape(), "[{}_] result of shape {} does not fit the destination of shape {}",
+               op_name(op), shape, self.shape());
+  DType t = result_type(self, other);
+  if (true_div && !is_floating(t)) t = kFloat32;
+  STRATA_CHECK(category(t) <= category(self.dtype()), "[{}_] result dtype {} cannot be written in place to a {} tensor",
+               op_name(op), t, self.dtype());
+  Tensor cother = other.to(self.dtype());
+  const Tensor ins[2] = {self, cother};
+  Tensor out = self;
+  run_kernel(op, self.dtype(), KernelCall{ins, {&out, 1}});
+  self.storage()->bump_version();
+  return self;
+}
+
+Tensor scalar_like(Scalar s, const Tensor& like) {
+  return full({}, s, TensorOptions(result_type(like, s), like.device()));
+}
+
+}  // namespace
+
+namespace detail {
+void register_binary_kernels(KernelTable& table) {
+  constexpr auto CPU = DeviceType::CPU;
+  table.set(OpId::add, CPU, kNumericDTypes, cpu_binary<math::Add, DTypeSet::Numeric, false>);
+  table.set(OpId::add, CPU, kBool, cpu_binary<math::LogicalOr, DTypeSet::All, true>);  // bool + bool = or
+  table.set(OpId::sub, CPU, kNumericDTypes, cpu_binary<math::Sub, DTypeSet::Numeric, false>);
+  table.set(OpId::mul, CPU, kNumericDTypes, cpu_binary<math::Mul, DTypeSet::Numeric, false>);
+  table.set(OpId::mul, CPU, kBool, cpu_binary<math::LogicalAnd, DTypeSet::All, true>);  // bool * bool = and
+  table.set(OpId::div, CPU, kFloatDTypes, cpu_binary<math::Div, DTypeSet::Floating, false>);
+  table.set(OpId::maximum, CPU, kNumericDTypes, cpu_binary<math::Maximum, DTypeSet::Numeric, false>);
+  table.set(OpId::minimum, CPU, kNumericDTypes, cpu_binary<math::Minimum, DTypeSet::Numeric, false>);
+  table.set(OpId::pow, CPU, kNumericDTypes, cpu_binary<math::Pow, DTypeSet::Numeric, false>);
+  table.set(OpId::eq, CPU, kAllDTypes, cpu_binary<math::Eq, DTypeSet::All, true>);
+  table.set(OpId::ne, CPU, kAllDTypes, cpu_binary<math::Ne, DTypeSet::All, true>);
+  table.set(OpId::lt, CPU, kAllDTypes, cpu_binary<math::Lt, DTypeSet::All, true>);
+  table.set(OpId::le, CPU, kAllDTypes, cpu_binary<math::Le, DTypeSet::All, true>);
+  table.set(OpId::gt, CPU, kAllDTypes, cpu_binary<math::Gt, DTypeSet::All, true>);
+  table.set(OpId::ge, CPU, kAllDTypes, cpu_binary<math::Ge, DTypeSet::All, true>);
+  table.set(OpId::logical_and, CPU, kBool, cpu_binary<math::LogicalAnd, DTypeSet::All, true>);
+  table.set(OpId::logical_or, CPU, kBool, cpu_binary<math::LogicalOr, DTypeSet::All, true>);
+  table.set(OpId::where, CPU, kAllDTypes, cpu_where);
+}
+}  // namespace detail
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  // PyTorch: a 0-d tensor takes part like a scalar unless it lifts the category.
+  bool a0 = a.dim() == 0, b0 = b.dim() == 0;
+  if (a0 == b0) return promote_types(a.dtype(), b.dtype());
+  const Tensor& dimmed = a0 ? b : a;
+  const Tensor& zero = a0 ? a : b;
+  if (category(zero.dtype()) > category(dimmed.dtype())) return zero.dtype();
+  return dimmed.dtype();
+}
+
+DType result_type(const Tensor& a, Scalar b) {
+  DType s = b.default_dtype();
+  return category(s) > category(a.dtype()) ? s : a.dtype();
+}
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  if (alpha.to_double() == 1.0) return binary_op(OpId::add, a, b, Kind::Arith);
+  return binary_op(OpId::add, a, mul(b, alpha), Kind::Arith);
+}
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  STRATA_CHECK(a.dtype() != kBool || b.dtype() != kBool, "[sub] subtraction of bool tensors is not supported; use "
+               "logical_xor or logical_not");
+  if (alpha.to_double() == 1.0) return binary_op(OpId::sub, a, b, Kind::Arith);
+  return binary_op(OpId::sub, a, mul(b, alpha), Kind::Arith);
+}
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpId::mul, a, b, Kind::Arith); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpId::div, a, b, Kind::TrueDiv); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(OpId::maximum, a, b, Kind::Arith); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(OpId::minimum, a, b, Kind::Arith); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(OpId::pow, a, b, Kind::Arith); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(OpId::eq, a, b, Kind::Compare); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_op(OpId::ne, a, b, Kind::Compare); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_op(OpId::lt, a, b, Kind::Compare); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_op(OpId::le, a, b, Kind::Compare); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_op(OpId::gt, a, b, Kind::Compare); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_op(OpId::ge, a, b, Kind::Compare); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_op(OpId::logical_and, a, b, Kind::Logical); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op(OpId::logical_or, a, b, Kind::Logical); }
+
+Tensor add(const Tensor& a, Scalar b) { return add(a, scalar_like(b, a)); }
+Tensor sub(const Tensor& a, Scalar b) { return sub(a, scalar_like(b, a)); }
+Tensor mul(const Tensor& a, Scalar b) { return mul(a, scalar_like(b, a)); }
+Tensor div(const Tensor& a, Scalar b) { return div(a, scalar_like(b, a)); }
+Tensor maximum(const Tensor& a, Scalar b) { return maximum(a, scalar_like(b, a)); }
+Tensor minimum(const Tensor& a, Scalar b) { return minimum(a, scalar_like(b, a)); }
+Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a)); }
+Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a)); }
+Tensor lt(const Tensor& a, Scalar b) { return lt(a, scalar_like(b, a)); }
+Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a)); }
+Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a)); }
+Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a)); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(cond.defined() && a.defined() && b.defined(), "[where] input tensor is undefined");
+  STRATA_CHECK(cond.dtype() == kBool, "[where] condition must be bool, got {}", cond.dtype());
+  STRATA_CHECK(cond.device() == a.device() && a.device() == b.device(),
+               "[where] inputs are on different devices: {}, {} and {}", cond.device(), a.device(), b.device());
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  DType t = result_type(a, b);
+  Tensor ca = a.to(t), cb = b.to(t);
+  Tensor out = detail::make_tensor(shape, t, a.device());
+  const Tensor ins[3] = {cond, ca, cb};
+  run_kernel(OpId::where, t, KernelCall{ins, {&out, 1}});
+  return out;
+}
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, scalar_like(b, a)); }
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where(cond, scalar_like(a, b), b); }
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  Tensor out = x.clone();
+  out.masked_fill_(mask, value);
+  return out;
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
+  STRATA_CHECK(mask.defined() && mask.dtype() == kBool, "[masked_fill] mask must be a bool tensor, got {}",
+               mask.defined() ? fmt::format("{}", mask.dtype()) : std::string("undefined"));
+  STRATA_CHECK(mask.device() == device(), "[masked_fill] mask is on {} but the tensor is on {}", mask.device(),
+               device());
+  Shape b = broadcast_shapes(shape(), mask.shape(), "masked_fill");
+  STRATA_CHECK(b == shape(), "[masked_fill] mask of shape {} does not broadcast to the tensor's shape {}",
+               mask.shape(), shape());
+  Tensor v = full({}, value, TensorOptions(dtype(), device()));
+  const Tensor ins[3] = {mask, v, *this};
+  Tensor out = *this;
+  run_kernel(OpId::where, dtype(), KernelCall{ins, {&out, 1}});
+  storage()->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
+  return binary_inplace(OpId::add, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
+}
+Tensor& Tensor::add_(Scalar other) { return add_(scalar_like(other, *this)); }
+Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
+  return binary_inplace(OpId::sub, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
+}
+Tensor& Tensor::sub_(Scalar other) { return sub_(scalar_like(other, *this)); }
+Tensor& Tensor::mul_(const Tensor& other) { return binary_inplace(OpId::mul, *this, other); }
+Tensor& Tensor::mul_(Scalar other) { return mul_(scalar_like(other, *this)); }
+Tensor& Tensor::div_(const Tensor& other) { return binary_inplace(OpId::div, *this, other, true); }
+Tensor& Tensor::div_(Scalar other) { return div_(scalar_like(other, *this)); }
+
+Tensor Tensor::pow(const Tensor& exponent) const { return strata::pow(*this, exponent); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+Tensor operator+(Scalar a, const Tensor& b) { return add(scalar_like(a, b), b); }
+Tensor operator-(Scalar a, const Tensor& b) { return sub(scalar_like(a, b), b); }
+Tensor operator*(Scalar a, const Tensor& b) { return mul(scalar_like(a, b), b); }
+Tensor operator/(Scalar a, const Tensor& b) { return div(scalar_like(a, b), b); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator<(const Tensor& a, Scalar b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, Scalar b) { return le(a, b); }
+Tensor operator>(const Tensor& a, Scalar b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, Scalar b) { return ge(a, b); }
+
+}  // namespace strata

@@ -1,0 +1,166 @@
+// copy_ (with broadcast, dtype conversion and device transfer), fill_, and the conversions
+// built on them: to(), contiguous(), clone(), item(), pin_memory().
+#include <cstring>
+
+#include <strata/ops/creation.hpp>
+#include <strata/ops/unary.hpp>
+
+#include "core/backend.h"
+#include "core/registry_internal.h"
+#include "core/tensor_internal.h"
+#include "kernels/common/convert.h"
+#include "kernels/cpu/elementwise.h"
+#include "ops/dispatch.h"
+#include "ops/loop.h"
+
+namespace strata {
+
+namespace {
+
+// inputs[0] -> outputs[0]; same shape after broadcast, any two dtypes.
+void cpu_copy(const KernelCall& call) {
+  const Tensor& src = call.inputs[0];
+  Tensor& dst = call.outputs[0];
+  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() && src.shape() == dst.shape()) {
+    char* d = static_cast<char*>(dst.data());
+    const char* s = static_cast<const char*>(src.data());
+    cpu::parallel_for(0, static_cast<int64_t>(dst.nbytes()), int64_t(1) << 20,
+                      [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, static_cast<size_t>(e - b)); });
+    return;
+  }
+  auto loop = make_loop<2>(dst, {&src}, "copy");
+  dispatch(src.dtype(), "copy", [&](auto in_tag) {
+    using In = typename decltype(in_tag)::type;
+    dispatch(dst.dtype(), "copy", [&](auto out_tag) {
+      using Out = typename decltype(out_tag)::type;
+      cpu::elementwise(loop, static_cast<Out*>(dst.data()), [](In x) { return convert<Out>(x); },
+                       static_cast<const In*>(src.data()));
+    });
+  });
+}
+
+void cpu_fill(const KernelCall& call) {
+  Tensor& dst = call.outputs[0];
+  const Scalar& value = call.param<FillParams>().value;
+  auto loop = make_loop<1>(dst, {}, "fill");
+  dispatch(dst.dtype(), "fill", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T v = value.kind() == Scalar::Kind::Float ? convert<T>(value.to_double()) : convert<T>(value.to_int());
+    cpu::elementwise(loop, static_cast<T*>(dst.data()), [v]() { return v; });
+  });
+}
+
+// Writes src (already of dst's dtype and shape, contiguous, maybe on another device) into dst.
+void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
+  if (dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype() && dst.shape() == src.shape()) {
+    backend::copy_bytes(dst.data(), dst.device(), src.data(), src.device(), dst.nbytes(), non_blocking);
+    return;
+  }
+  // stage through a contiguous tensor on the destination device, then copy locally
+  Tensor staged = detail::make_tensor(src.shape(), src.dtype(), dst.device());
+  Tensor csrc = src.contiguous();
+  backend::copy_bytes(staged.data(), staged.device(), csrc.data(), csrc.device(), staged.nbytes(), false);
+  dst.copy_(staged);
+}
+
+}  // namespace
+
+namespace detail {
+void register_copy_kernels(KernelTable& table) {
+  table.set(OpId::copy, DeviceType::CPU, kAllDTypes, cpu_copy);
+  table.set(OpId::fill, DeviceType::CPU, kAllDTypes, cpu_fill);
+}
+}  // namespace detail
+
+Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
+  STRATA_CHECK(src.defined(), "[copy_] source tensor is undefined");
+  Shape b = broadcast_shapes(shape(), src.shape(), "copy_");
+  STRATA_CHECK(b == shape(), "[copy_] source of shape {} does not broadcast to destination shape {}", src.shape(),
+               shape());
+  if (numel() == 0) return *this;
+  if (src.device() != device()) {
+    Tensor s = src.expand(shape()).contiguous();
+    copy_across_devices(*this, s, non_blocking);
+  } else {
+    Tensor out = *this;
+    run_kernel(OpId::copy, src.dtype(), KernelCall{{&src, 1}, {&out, 1}});
+  }
+  storage()->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(Scalar value) {
+  FillParams p{value};
+  Tensor out = *this;
+  if (numel() > 0) run_kernel(OpId::fill, dtype(), KernelCall{{}, {&out, 1}, &p});
+  storage()->bump_version();
+  return *this;
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = detail::make_tensor(shape(), dtype(), device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(DType t) const {
+  if (t == dtype()) return *this;
+  Tensor out = detail::make_tensor(shape(), t, device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(Device d, bool non_blocking) const { return to(d, dtype(), non_blocking); }
+
+Tensor Tensor::to(Device d, DType t, bool non_blocking) const {
+  if (d == device() && t == dtype()) return *this;
+  backend::check_device(d, "to");
+  Tensor out = detail::make_tensor(shape(), t, d);
+  if (d != device() && t != dtype()) {
+    // convert on the source side, then move the bytes
+    out.copy_(to(t), non_blocking);
+  } else {
+    out.copy_(*this, non_blocking);
+  }
+  return out;
+}
+
+Tensor Tensor::to(MemoryFormat format) const {
+  if (format == MemoryFormat::Contiguous) return contiguous();
+  if (is_contiguous(format)) return *this;
+  STRATA_CHECK(dim() == 4, "[to] channels-last needs a 4-d tensor, got shape {}", shape());
+  // allocate NHWC storage and view it as NCHW
+  const Shape& s = shape();
+  Tensor nhwc = detail::make_tensor({s[0], s[2], s[3], s[1]}, dtype(), device());
+  Tensor out = nhwc.permute({0, 3, 1, 2});
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  STRATA_CHECK(device().is_cpu(), "[pin_memory] expects a CPU tensor, got one on {}", device());
+  Tensor out = detail::make_tensor(shape(), dtype(), kCPU, &pinned_allocator());
+  out.copy_(*this);
+  return out;
+}
+
+Scalar Tensor::item_scalar() const {
+  STRATA_CHECK(numel() == 1, "[item] expects a tensor of one element, got shape {}", shape());
+  Tensor t = device().is_cpu() ? *this : to(kCPU);
+  return dispatch(t.dtype(), "item", [&](auto tag) -> Scalar {
+    using T = typename decltype(tag)::type;
+    T v = *static_cast<const T*>(t.data());
+    if constexpr (std::is_same_v<T, bool>) return Scalar(v);
+    else if constexpr (std::is_integral_v<T>) return Scalar(static_cast<int64_t>(v));
+    else return Scalar(static_cast<double>(static_cast<compute_t<T>>(v)));
+  });
+}
+
+Tensor cast(const Tensor& x, DType dtype) { return x.to(dtype); }
+
+}  // namespace strata

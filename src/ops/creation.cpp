@@ -1,0 +1,224 @@
+// Factories: constants, ranges, Philox random draws and tensors over user memory.
+#include <cmath>
+#include <cstring>
+
+#include <strata/ops/creation.hpp>
+
+#include "core/backend.h"
+#include "core/registry_internal.h"
+#include "core/tensor_internal.h"
+#include "kernels/common/convert.h"
+#include "kernels/common/philox.h"
+#include "kernels/cpu/parallel.h"
+#include "ops/dispatch.h"
+
+namespace strata {
+
+namespace {
+
+// Kernels below write a contiguous output; callers pass one.
+template <class Gen>
+void fill_contiguous(Tensor& out, std::string_view op, Gen gen) {
+  int64_t n = out.numel();
+  dispatch<DTypeSet::Numeric>(out.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(out.data());
+    cpu::parallel_for(0, n, 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = convert<T>(gen(i));
+    });
+  });
+}
+
+void cpu_uniform(const KernelCall& call) {
+  const auto& p = call.param<RandomParams>();
+  double scale = p.b - p.a;
+  fill_contiguous(call.outputs[0], "uniform", [&](int64_t i) {
+    return p.a + scale * static_cast<double>(philox::uniform_at(p.seed, p.offset, static_cast<uint64_t>(i)));
+  });
+}
+
+void cpu_normal(const KernelCall& call) {
+  const auto& p = call.param<RandomParams>();
+  fill_contiguous(call.outputs[0], "normal", [&](int64_t i) {
+    return p.a + p.b * static_cast<double>(philox::normal_at(p.seed, p.offset, static_cast<uint64_t>(i)));
+  });
+}
+
+void cpu_randint(const KernelCall& call) {
+  const auto& p = call.param<RandomParams>();
+  uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(p.b) - static_cast<int64_t>(p.a));
+  int64_t low = static_cast<int64_t>(p.a);
+  fill_contiguous(call.outputs[0], "randint", [&](int64_t i) {
+    return static_cast<int64_t>(low + static_cast<int64_t>(philox::bits64_at(p.seed, p.offset, i) % range));
+  });
+}
+
+void cpu_arange(const KernelCall& call) {
+  const auto& p = call.param<RangeParams>();
+  fill_contiguous(call.outputs[0], "arange", [&](int64_t i) {
+    if (p.is_linspace && i == p.count - 1) return p.end;
+    return p.start + static_cast<double>(i) * p.step;
+  });
+}
+
+Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
+
+// Draws into t (any layout): generates contiguous values, then copies if t is strided.
+void draw(OpId op, Tensor& t, RandomParams p) {
+  if (t.numel() == 0) return;
+  Tensor out = t.is_contiguous() ? t : detail::make_tensor(t.shape(), t.dtype(), t.device());
+  run_kernel(op, out.dtype(), KernelCall{{}, {&out, 1}, &p});
+  if (!out.is_same(t)) t.copy_(out);
+  t.storage()->bump_version();
+}
+
+RandomParams reserve_params(Generator& g, int64_t numel, uint64_t per_block, double a, double b) {
+  RandomParams p;
+  p.seed = g.seed();
+  p.offset = g.reserve((static_cast<uint64_t>(numel) + per_block - 1) / per_block);
+  p.a = a;
+  p.b = b;
+  return p;
+}
+
+}  // namespace
+
+namespace detail {
+void register_creation_kernels(KernelTable& table) {
+  constexpr auto CPU = DeviceType::CPU;
+  table.set(OpId::uniform, CPU, kFloatDTypes, cpu_uniform);
+  table.set(OpId::normal, CPU, kFloatDTypes, cpu_normal);
+  table.set(OpId::randint, CPU, kNumericDTypes, cpu_randint);
+  table.set(OpId::arange, CPU, kNumericDTypes, cpu_arange);
+}
+
+Tensor from_host_bytes(const void* data, size_t count, DType dtype, const Shape& shape) {
+  int64_t n = checked_numel(shape, "from_vector");
+  STRATA_CHECK(static_cast<size_t>(n) == count, "[from_vector] {} values do not fill shape {} ({} elements)", count,
+               shape, n);
+  Tensor t = make_tensor(shape, dtype, kCPU);
+  if (count) std::memcpy(t.data(), data, count * itemsize(dtype));
+  return t;
+}
+}  // namespace detail
+
+Tensor empty(const Shape& shape, TensorOptions o) {
+  backend::check_device(o.device_, "empty");
+  return detail::make_tensor(shape, o.dtype_, o.device_);
+}
+
+Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
+  Tensor t = empty(shape, o);
+  t.fill_(value);
+  return t;
+}
+Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0, o); }
+Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1, o); }
+Tensor scalar_tensor(Scalar value, TensorOptions o) { return full({}, value, o); }
+
+Tensor arange(Scalar end, std::optional<TensorOptions> o) { return arange(0, end, 1, o); }
+
+Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<TensorOptions> o) {
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  STRATA_CHECK(st != 0 && std::isfinite(st), "[arange] step must be finite and non-zero, got {}", st);
+  STRATA_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] start {} and end {} must be finite", s, e);
+  STRATA_CHECK((e - s) / st >= 0 || s == e, "[arange] step {} does not move from {} toward {}", st, s, e);
+  bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  TensorOptions opts = o.value_or(TensorOptions(all_int ? kInt64 : kFloat32));
+  double count_d = std::ceil((e - s) / st);
+  STRATA_CHECK(count_d < 9.2e18, "[arange] range of {} elements is too large", count_d);
+  RangeParams p{s, st, static_cast<int64_t>(count_d), e, false};
+  Tensor t = empty({p.count}, opts);
+  if (p.count) run_kernel(OpId::arange, t.dtype(), KernelCall{{}, {&t, 1}, &p});
+  return t;
+}
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
+  STRATA_CHECK(steps >= 0, "[linspace] number of steps must be non-negative, got {}", steps);
+  RangeParams p{start, steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0, steps, end, true};
+  Tensor t = empty({steps}, o);
+  if (steps) run_kernel(OpId::arange, t.dtype(), KernelCall{{}, {&t, 1}, &p});
+  return t;
+}
+
+Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
+  int64_t cols = m.value_or(n);
+  STRATA_CHECK(n >= 0 && cols >= 0, "[eye] sizes must be non-negative, got {} x {}", n, cols);
+  Tensor t = zeros({n, cols}, o);
+  int64_t k = std::min(n, cols);
+  if (k > 0) t.as_strided({k}, {cols + 1}, 0).fill_(1);
+  return t;
+}
+
+Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
+  STRATA_CHECK(low <= high, "[uniform_] low {} is greater than high {}", low, high);
+  STRATA_CHECK(is_floating(t.dtype()), "[uniform_] expects a floating tensor, got {}", t.dtype());
+  draw(OpId::uniform, t, reserve_params(gen_or_default(gen), t.numel(), 4, low, high));
+  return t;
+}
+
+Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
+  STRATA_CHECK(std >= 0, "[normal_] std must be non-negative, got {}", std);
+  STRATA_CHECK(is_floating(t.dtype()), "[normal_] expects a floating tensor, got {}", t.dtype());
+  draw(OpId::normal, t, reserve_params(gen_or_default(gen), t.numel(), 4, mean, std));
+  return t;
+}
+
+Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
+  Tensor t = empty(shape, o);
+  return uniform_(t, 0, 1, gen);
+}
+
+Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
+  Tensor t = empty(shape, o);
+  return normal_(t, 0, 1, gen);
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, std::optional<TensorOptions> o, Generator* gen) {
+  STRATA_CHECK(low < high, "[randint] low {} must be less than high {}", low, high);
+  Tensor t = empty(shape, o.value_or(TensorOptions(kInt64)));
+  STRATA_CHECK(t.dtype() != kBool, "[randint] bool output is not supported");
+  draw(OpId::randint, t, reserve_params(gen_or_default(gen), t.numel(), 2, double(low), double(high)));
+  return t;
+}
+
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) {
+  return empty(t.shape(), o.value_or(TensorOptions(t.dtype(), t.device())));
+}
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> o) {
+  return zeros(t.shape(), o.value_or(TensorOptions(t.dtype(), t.device())));
+}
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> o) {
+  return ones(t.shape(), o.value_or(TensorOptions(t.dtype(), t.device())));
+}
+Tensor full_like(const Tensor& t, Scalar value, std::optional<TensorOptions> o) {
+  return full(t.shape(), value, o.value_or(TensorOptions(t.dtype(), t.device())));
+}
+Tensor rand_like(const Tensor& t, Generator* gen) { return rand(t.shape(), {t.dtype(), t.device()}, gen); }
+Tensor randn_like(const Tensor& t, Generator* gen) { return randn(t.shape(), {t.dtype(), t.device()}, gen); }
+
+Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void(void*)> deleter,
+                 std::optional<Strides> strides, Device device) {
+  STRATA_CHECK(data != nullptr || checked_numel(shape, "from_blob") == 0, "[from_blob] null data for shape {}", shape);
+  backend::check_device(device, "from_blob");
+  Strides st = strides.value_or(contiguous_strides(shape));
+  STRATA_CHECK(st.size() == shape.size(), "[from_blob] shape {} and strides {} differ in length", shape, st);
+  int64_t numel = checked_numel(shape, "from_blob");
+  int64_t span = 0;  // elements reachable from data
+  if (numel > 0) {
+    span = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      STRATA_CHECK(st[d] >= 0, "[from_blob] negative stride in {}", st);
+      span += (shape[d] - 1) * st[d];
+    }
+  }
+  auto storage = Storage::wrap(data, static_cast<size_t>(span) * itemsize(dtype), device, std::move(deleter));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = shape;
+  impl->strides = st;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace strata

@@ -1,0 +1,18 @@
+// The list of op families whose built-in kernels the registry loads at first use.
+#include "core/registry_internal.h"
+
+namespace strata::detail {
+
+void register_copy_kernels(KernelTable&);
+void register_creation_kernels(KernelTable&);
+void register_unary_kernels(KernelTable&);
+void register_binary_kernels(KernelTable&);
+
+void register_builtin_kernels(KernelTable& table) {
+  register_copy_kernels(table);
+  register_creation_kernels(table);
+  register_unary_kernels(table);
+  register_binary_kernels(table);
+}
+
+}  // namespace strata::detail
