@@ -14,6 +14,7 @@
 #include <strata/core/shape.hpp>
 #include <strata/core/storage.hpp>
 #include <strata/core/tensor.hpp>
+#include <strata/core/threads.hpp>
 
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>

@@ -24,11 +24,9 @@ STRATA_HOST_DEVICE void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& 
   lo = static_cast<uint32_t>(p);
 }
 
-// counter: 128 bits (we use the low 64 for the block index, the high 64 as zero); key: seed.
-STRATA_HOST_DEVICE Block philox4x32_10(uint64_t counter, uint64_t seed) {
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
-  uint32_t c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+// The Philox4x32 bijection with 10 rounds on a 128-bit counter and 64-bit key.
+STRATA_HOST_DEVICE Block philox4x32_10(Block ctr, uint32_t k0, uint32_t k1) {
+  uint32_t c0 = ctr.v[0], c1 = ctr.v[1], c2 = ctr.v[2], c3 = ctr.v[3];
   for (int r = 0; r < 10; ++r) {
     uint32_t hi0, lo0, hi1, lo1;
     mulhilo(0xD2511F53u, c0, hi0, lo0);
@@ -39,6 +37,12 @@ STRATA_HOST_DEVICE Block philox4x32_10(uint64_t counter, uint64_t seed) {
     k1 += 0xBB67AE85u;
   }
   return Block{{c0, c1, c2, c3}};
+}
+
+// strata's use: block index in the low 64 counter bits, the seed as the key.
+STRATA_HOST_DEVICE Block philox4x32_10(uint64_t counter, uint64_t seed) {
+  Block ctr{{static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u}};
+  return philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 // Uniform in [0, 1) with 24 random bits.

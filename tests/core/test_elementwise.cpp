@@ -1,9 +1,263 @@
+// Unary and binary elementwise ops: one table row per op, each checked against a float64
+// reference over dtypes, layouts, broadcasting and empty inputs; in-place forms; bad input.
+#include <cmath>
+#include <functional>
+
 #include "testing.h"
+
 using namespace strata;
-TEST(Elementwise, Smoke) {
-  Tensor a = arange(6, kFloat32).view({2, 3});
-  Tensor b = a.t() * 2.0 + 1;
-  EXPECT_EQ(b.shape(), (Shape{3, 2}));
-  EXPECT_TRUE(strata::testing::all_close(b, {1, 7, 3, 9, 5, 11}, 0, 0));
-  fmt::print("{}\n{}\n", a, exp(a));
+using strata::testing::all_close;
+using strata::testing::Layout;
+using strata::testing::values;
+
+namespace {
+
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> ref;
+  bool float_only;    // integer inputs compute in float32
+  double lo, hi;      // input range
+};
+
+double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+const std::vector<UnaryCase>& unary_cases() {
+  static const std::vector<UnaryCase> cases = {
+      {"neg", [](const Tensor& x) { return -x; }, [](double x) { return -x; }, false, -5, 5},
+      {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::fabs(x); }, false, -5, 5},
+      {"sign", [](const Tensor& x) { return sign(x); }, [](double x) { return double((x > 0) - (x < 0)); }, false, -5, 5},
+      {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, true, -5, 5},
+      {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, true, 0.1, 10},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, true, 0, 10},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, true, 0.1, 10},
+      {"sin", [](const Tensor& x) { return sin(x); }, [](double x) { return std::sin(x); }, true, -4, 4},
+      {"cos", [](const Tensor& x) { return cos(x); }, [](double x) { return std::cos(x); }, true, -4, 4},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, true, -4, 4},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, true, -8, 8},
+      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }, false, -5, 5},
+      {"gelu", [](const Tensor& x) { return gelu(x); }, gelu_ref, true, -5, 5},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, gelu_tanh_ref, true, -5, 5},
+      {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }, true, -8, 8},
+      {"square", [](const Tensor& x) { return square(x); }, [](double x) { return x * x; }, false, -5, 5},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, [](double x) { return 1 / x; }, true, 0.5, 5},
+      {"pow3", [](const Tensor& x) { return pow(x, 3); }, [](double x) { return x * x * x; }, false, -3, 3},
+      {"pow1.5", [](const Tensor& x) { return pow(x, 1.5); }, [](double x) { return std::pow(x, 1.5); }, true, 0, 4},
+      {"clamp", [](const Tensor& x) { return clamp(x, -1, 2); }, [](double x) { return std::min(std::max(x, -1.0), 2.0); }, false, -5, 5},
+      {"clamp_min", [](const Tensor& x) { return clamp(x, 0.5, std::nullopt); }, [](double x) { return std::max(x, 0.5); }, true, -5, 5},
+      {"leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); }, [](double x) { return x > 0 ? x : 0.1 * x; }, true, -5, 5},
+  };
+  return cases;
+}
+
+Tensor random_input(const Shape& shape, DType dtype, double lo, double hi, Generator& g) {
+  if (is_integral(dtype)) {
+    int64_t l = static_cast<int64_t>(std::ceil(lo)), h = static_cast<int64_t>(std::floor(hi)) + 1;
+    if (dtype == kUInt8) l = std::max<int64_t>(l, 0);
+    return randint(l, std::max(h, l + 1), shape, TensorOptions(dtype), &g);
+  }
+  Tensor t = empty(shape, kFloat64);
+  uniform_(t, lo, hi, &g);
+  return t.to(dtype);
+}
+
+const std::vector<Shape> kShapes = {{}, {1}, {7}, {3, 5}, {2, 3, 4}, {0, 3}, {40000}};
+const std::vector<DType> kFloatTypes = {kFloat32, kFloat64, kFloat16, kBFloat16};
+const std::vector<DType> kIntTypes = {kInt32, kInt64, kInt8, kUInt8};
+
+}  // namespace
+
+TEST(Unary, MatchesFloat64Reference) {
+  Generator g(1);
+  for (const auto& c : unary_cases()) {
+    std::vector<DType> types = kFloatTypes;
+    types.insert(types.end(), kIntTypes.begin(), kIntTypes.end());
+    for (DType t : types) {
+      if (t == kUInt8 && c.lo < 0 && std::string(c.name) != "relu") continue;
+      if (is_integral(t) && c.hi - c.lo < 1) continue;
+      for (const Shape& s : kShapes) {
+        for (Layout l : {Layout::Contiguous, Layout::Transposed, Layout::Sliced}) {
+          Tensor x = strata::testing::with_layout(random_input(s, t, c.lo, c.hi, g), l);
+          Tensor y = c.op(x);
+          SCOPED_TRACE(fmt::format("{} {} {} {}", c.name, t, s, strata::testing::layout_name(l)));
+          ASSERT_EQ(y.shape(), s);
+          DType want_t = c.float_only && !is_floating(t) ? kFloat32 : t;
+          ASSERT_EQ(y.dtype(), want_t);
+          std::vector<double> in = values(x), want(in.size());
+          for (size_t i = 0; i < in.size(); ++i) want[i] = c.ref(in[i]);
+          double rtol = is_integral(want_t) ? 0 : strata::testing::rtol_for(want_t) * 2;
+          double atol = is_integral(want_t) ? 0 : rtol;
+          ASSERT_TRUE(all_close(y, want, rtol, atol));
+        }
+      }
+    }
+  }
+}
+
+TEST(Unary, SpecialValues) {
+  Tensor x = from_vector<float>({NAN, INFINITY, -INFINITY, 0.0f, -0.0f});
+  std::vector<double> e = values(exp(x));
+  EXPECT_TRUE(std::isnan(e[0]));
+  EXPECT_EQ(e[1], INFINITY);
+  EXPECT_EQ(e[2], 0);
+  EXPECT_TRUE(std::isnan(values(clamp(x, -1, 1))[0]));  // NaN passes through clamp
+  EXPECT_EQ(values(sigmoid(from_vector<float>({-100, 100}))), (std::vector<double>{0, 1}));
+  EXPECT_EQ(values(log(from_vector<float>({0})))[0], -INFINITY);
+}
+
+TEST(Unary, InPlaceAndBadInput) {
+  Tensor x = from_vector<float>({-2, -1, 0, 1, 2}, Shape{5});
+  Tensor view = x.slice(0, 0, 5, 2);
+  view.relu_();
+  EXPECT_TRUE(all_close(x, {0, -1, 0, 1, 2}, 0, 0));
+  x.clamp_(-0.5, 1.5);
+  EXPECT_TRUE(all_close(x, {0, -0.5, 0, 1, 1.5}, 0, 0));
+  EXPECT_EQ(exp(ones({2}, kBool)).dtype(), kFloat32);  // bool promotes to float, as in PyTorch
+  EXPECT_THROW(neg(ones({2}, kBool)), Error);
+  EXPECT_THROW(gelu(ones({2}), "fast"), Error);
+  EXPECT_THROW(clamp(ones({2}), std::nullopt, std::nullopt), Error);
+  EXPECT_THROW(pow(ones({2}, kInt32), -1), Error);
+  EXPECT_THROW(exp(Tensor()), Error);
+  EXPECT_EQ(logical_not(from_vector<float>({0, 2})).dtype(), kBool);
+  EXPECT_TRUE(all_close(logical_not(from_vector<float>({0, 2})), {1, 0}, 0, 0));
+}
+
+namespace {
+
+struct BinaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> op;
+  std::function<double(double, double)> ref;
+  enum { Arith, TrueDiv, Compare } kind;
+  bool positive_b = false;
+};
+
+const std::vector<BinaryCase>& binary_cases() {
+  static const std::vector<BinaryCase> cases = {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }, [](double a, double b) { return a + b; }, BinaryCase::Arith},
+      {"add_alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, 2); }, [](double a, double b) { return a + 2 * b; }, BinaryCase::Arith},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](double a, double b) { return a - b; }, BinaryCase::Arith},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double a, double b) { return a * b; }, BinaryCase::Arith},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }, [](double a, double b) { return a / b; }, BinaryCase::TrueDiv, true},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }, [](double a, double b) { return std::max(a, b); }, BinaryCase::Arith},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }, [](double a, double b) { return std::min(a, b); }, BinaryCase::Arith},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(abs(a), b); }, [](double a, double b) { return std::pow(std::fabs(a), b); }, BinaryCase::Arith, true},
+      {"eq", [](const Tensor& a, const Tensor& b) { return a == b; }, [](double a, double b) { return double(a == b); }, BinaryCase::Compare},
+      {"ne", [](const Tensor& a, const Tensor& b) { return a != b; }, [](double a, double b) { return double(a != b); }, BinaryCase::Compare},
+      {"lt", [](const Tensor& a, const Tensor& b) { return a < b; }, [](double a, double b) { return double(a < b); }, BinaryCase::Compare},
+      {"le", [](const Tensor& a, const Tensor& b) { return a <= b; }, [](double a, double b) { return double(a <= b); }, BinaryCase::Compare},
+      {"gt", [](const Tensor& a, const Tensor& b) { return a > b; }, [](double a, double b) { return double(a > b); }, BinaryCase::Compare},
+      {"ge", [](const Tensor& a, const Tensor& b) { return a >= b; }, [](double a, double b) { return double(a >= b); }, BinaryCase::Compare},
+  };
+  return cases;
+}
+
+// pairs of shapes that broadcast, and the result
+const std::vector<std::array<Shape, 3>> kBroadcasts = {
+    {Shape{3, 4}, Shape{3, 4}, Shape{3, 4}}, {Shape{3, 4}, Shape{4}, Shape{3, 4}},
+    {Shape{3, 1}, Shape{1, 4}, Shape{3, 4}}, {Shape{2, 3, 4}, Shape{3, 1}, Shape{2, 3, 4}},
+    {Shape{}, Shape{5}, Shape{5}},           {Shape{4, 1, 3}, Shape{2, 1}, Shape{4, 2, 3}},
+    {Shape{0, 3}, Shape{3}, Shape{0, 3}},    {Shape{33, 257}, Shape{257}, Shape{33, 257}},
+};
+
+}  // namespace
+
+TEST(Binary, MatchesFloat64ReferenceWithBroadcasting) {
+  Generator g(2);
+  for (const auto& c : binary_cases()) {
+    for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64}) {
+      if (std::string(c.name) == "pow" && is_integral(t)) continue;
+      for (const auto& [sa, sb, so] : kBroadcasts) {
+        for (Layout l : {Layout::Contiguous, Layout::Transposed, Layout::Sliced}) {
+          Tensor a = strata::testing::with_layout(random_input(sa, t, -4, 4, g), l);
+          Tensor b = random_input(sb, t, c.positive_b ? 0.5 : -4, 4, g);
+          if (!c.positive_b && is_integral(t)) b = b.to(t);
+          if (c.kind == BinaryCase::Compare) b = where(rand(sb, {}, &g) < 0.3, b, b);  // keep dtype
+          SCOPED_TRACE(fmt::format("{} {} {}x{} {}", c.name, t, sa, sb, strata::testing::layout_name(l)));
+          Tensor y = c.op(a, b);
+          ASSERT_EQ(y.shape(), so);
+          DType want_t = c.kind == BinaryCase::Compare ? kBool
+                         : c.kind == BinaryCase::TrueDiv && is_integral(t) ? kFloat32 : t;
+          ASSERT_EQ(y.dtype(), want_t);
+          std::vector<double> va = values(a), vb = values(b), want(static_cast<size_t>(y.numel()));
+          for (int64_t i = 0; i < y.numel(); ++i) {
+            auto idx = strata::testing::unravel(i, so);
+            want[i] = c.ref(va[strata::testing::broadcast_index(idx, sa)], vb[strata::testing::broadcast_index(idx, sb)]);
+          }
+          double rtol = c.kind == BinaryCase::Compare || is_integral(want_t) ? 0 : strata::testing::rtol_for(want_t) * 2;
+          ASSERT_TRUE(all_close(y, want, rtol, rtol));
+        }
+      }
+    }
+  }
+}
+
+TEST(Binary, ScalarsAndInPlace) {
+  Tensor x = from_vector<float>({1, 2, 3});
+  EXPECT_TRUE(all_close(x + 1, {2, 3, 4}, 0, 0));
+  EXPECT_TRUE(all_close(1 - x, {0, -1, -2}, 0, 0));
+  EXPECT_TRUE(all_close(2 * x, {2, 4, 6}, 0, 0));
+  EXPECT_TRUE(all_close(6 / x, {6, 3, 2}, 0, 0));
+  EXPECT_TRUE(all_close(maximum(x, 2), {2, 2, 3}, 0, 0));
+  Tensor m = zeros({2, 3});
+  m.add_(x);
+  m.mul_(2);
+  m.sub_(from_vector<float>({1, 1}).view({2, 1}));
+  m.div_(2);
+  EXPECT_TRUE(all_close(m, {0.5, 1.5, 2.5, 0.5, 1.5, 2.5}, 0, 0));
+  m.add_(x, -1);
+  EXPECT_TRUE(all_close(m, {-0.5, -0.5, -0.5, -0.5, -0.5, -0.5}, 0, 0));
+  Tensor i = ones({3}, kInt32);
+  EXPECT_THROW(i.add_(x), Error);  // float result into an int tensor
+  EXPECT_THROW(i.div_(2), Error);
+  EXPECT_THROW(ones({3}).add_(ones({2, 3})), Error);  // result larger than destination
+  // in-place on a strided view writes only the view
+  Tensor base = zeros({4});
+  base.slice(0, 1, 4, 2).add_(5);
+  EXPECT_TRUE(all_close(base, {0, 5, 0, 5}, 0, 0));
+  EXPECT_THROW(sub(ones({2}, kBool), ones({2}, kBool)), Error);
+  EXPECT_TRUE(all_close(ones({2}, kBool) + zeros({2}, kBool), {1, 1}, 0, 0));
+}
+
+TEST(Binary, WhereAndMaskedFill) {
+  Tensor c = from_vector<bool>({true, false, true});
+  Tensor a = from_vector<float>({1, 2, 3});
+  Tensor b = from_vector<int32_t>({10, 20, 30}, Shape{3, 1});
+  Tensor w = where(c, a, b);
+  EXPECT_EQ(w.shape(), (Shape{3, 3}));
+  EXPECT_EQ(w.dtype(), kFloat32);
+  EXPECT_TRUE(all_close(w, {1, 10, 3, 1, 20, 3, 1, 30, 3}, 0, 0));
+  EXPECT_TRUE(all_close(where(c, a, 0.5), {1, 0.5, 3}, 0, 0));
+  EXPECT_TRUE(all_close(masked_fill(a, c, -1), {-1, 2, -1}, 0, 0));
+  EXPECT_TRUE(all_close(a, {1, 2, 3}, 0, 0));  // functional form leaves its input alone
+  Tensor m = zeros({2, 3});
+  m.masked_fill_(c, 7);
+  EXPECT_TRUE(all_close(m, {7, 0, 7, 7, 0, 7}, 0, 0));
+  EXPECT_THROW(where(a, a, a), Error);                      // non-bool condition
+  EXPECT_THROW(m.masked_fill_(from_vector<bool>({true, false}), 1), Error);
+  EXPECT_THROW(m.masked_fill_(ones({3}), 1), Error);
+}
+
+TEST(Binary, BadInput) {
+  EXPECT_THROW(ones({2, 3}) + ones({3, 2}), Error);
+  EXPECT_THROW(ones({2}) * ones({3}), Error);
+  EXPECT_THROW(ones({2}) + Tensor(), Error);
+  try {
+    ones({2, 3}) + ones({4});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[add]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Elementwise, ThreadCountDoesNotChangeResults) {
+  Tensor x = randn({1 << 18});
+  set_num_threads(1);
+  std::vector<double> one = values(gelu(x) * x + 1);
+  set_num_threads(2);
+  EXPECT_EQ(values(gelu(x) * x + 1), one);
 }

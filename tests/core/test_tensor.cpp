@@ -1,11 +1,246 @@
-// Tensor basics: factories, views and their bounds, dtype conversion, printing, the registry.
+// Tensor basics: factories, views and the bounds they are held to, dtype promotion and
+// conversion, the caching allocator, from_blob, printing.
 #include <limits>
 
 #include "testing.h"
 
 using namespace strata;
+using strata::testing::all_close;
 using strata::testing::values;
 
-TEST(Tensor, ConsumerExpression) {
-  EXPECT_EQ(strata::matmul(strata::ones({64, 32}), strata::ones({32, 16})).sum().item<float>(), 32768.0f);
+TEST(Tensor, Factories) {
+  EXPECT_TRUE(all_close(zeros({2, 3}), std::vector<double>(6, 0), 0, 0));
+  EXPECT_TRUE(all_close(ones({4}), std::vector<double>(4, 1), 0, 0));
+  EXPECT_TRUE(all_close(full({2, 2}, 7.5), {7.5, 7.5, 7.5, 7.5}, 0, 0));
+  EXPECT_EQ(full({2}, 3).dtype(), kFloat32);
+  EXPECT_EQ(arange(5).dtype(), kInt64);
+  EXPECT_EQ(arange(0.0, 1.0, 0.25).dtype(), kFloat32);
+  EXPECT_TRUE(all_close(arange(0.0, 1.0, 0.25), {0, 0.25, 0.5, 0.75}, 0, 0));
+  EXPECT_TRUE(all_close(arange(10, 0, -3), {10, 7, 4, 1}, 0, 0));
+  EXPECT_TRUE(all_close(linspace(0, 1, 5, kFloat64), {0, 0.25, 0.5, 0.75, 1}, 0, 0));
+  EXPECT_EQ(linspace(-1, 3, 7).numel(), 7);
+  EXPECT_EQ(values(linspace(-1, 3, 7)).back(), 3.0);
+  EXPECT_TRUE(all_close(eye(2, 3), {1, 0, 0, 0, 1, 0}, 0, 0));
+  Tensor v = from_vector<int32_t>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  EXPECT_EQ(v.dtype(), kInt32);
+  EXPECT_EQ(v.shape(), (Shape{2, 3}));
+  EXPECT_TRUE(all_close(v, {1, 2, 3, 4, 5, 6}, 0, 0));
+  EXPECT_EQ(from_vector<bool>({true, false}).dtype(), kBool);
+  EXPECT_EQ(scalar_tensor(3).dim(), 0);
+  EXPECT_EQ(scalar_tensor(3).item<int>(), 3);
 }
+
+TEST(Tensor, FactoriesRejectBadInput) {
+  EXPECT_THROW(zeros({2, -1}), Error);
+  EXPECT_THROW(arange(0, 10, 0), Error);
+  EXPECT_THROW(arange(0, 10, -1), Error);
+  EXPECT_THROW(linspace(0, 1, -2), Error);
+  EXPECT_THROW(eye(-1), Error);
+  EXPECT_THROW(from_vector<float>({1, 2, 3}, Shape{2, 2}), Error);
+  EXPECT_THROW(randint(5, 5, {3}), Error);
+  // element counts whose product overflows int64
+  EXPECT_THROW(empty({int64_t(1) << 40, int64_t(1) << 40}), Error);
+  EXPECT_THROW(empty({std::numeric_limits<int64_t>::max(), 2}), Error);
+  EXPECT_THROW(empty({2}, Device::cuda(0)), Error);
+}
+
+TEST(Tensor, ZeroSize) {
+  Tensor z = zeros({3, 0, 2});
+  EXPECT_EQ(z.numel(), 0);
+  EXPECT_EQ((z + 1).shape(), (Shape{3, 0, 2}));
+  EXPECT_EQ(z.reshape({0, 5}).shape(), (Shape{0, 5}));
+  EXPECT_EQ(z.transpose(0, 2).contiguous().shape(), (Shape{2, 0, 3}));
+  EXPECT_THROW(z.reshape({-1}).view({0, -1}), Error);  // -1 cannot be inferred for 0 elements
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor a = arange(12, kFloat32);
+  Tensor m = a.view({3, 4});
+  Tensor t = m.t();
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.shape(), (Shape{4, 3}));
+  EXPECT_EQ(t.strides(), (Strides{1, 4}));
+  t.select(0, 1).fill_(-1);  // column 1 of m
+  EXPECT_TRUE(all_close(m.select(1, 1), {-1, -1, -1}, 0, 0));
+  EXPECT_EQ(a.storage().get(), t.storage().get());
+  // a view equals its copy
+  EXPECT_TRUE(all_close(t.contiguous(), values(t), 0, 0));
+  EXPECT_TRUE(all_close(m.slice(1, 1, 4, 2), {-1, 3, -1, 7, -1, 11}, 0, 0));
+  EXPECT_TRUE(all_close(m.narrow(0, 1, 2), {4, -1, 6, 7, 8, -1, 10, 11}, 0, 0));
+  EXPECT_TRUE(all_close(m[2], {8, -1, 10, 11}, 0, 0));
+  EXPECT_EQ(m.unsqueeze(1).shape(), (Shape{3, 1, 4}));
+  EXPECT_EQ(m.unsqueeze(-1).shape(), (Shape{3, 4, 1}));
+  EXPECT_EQ(m.unsqueeze(1).squeeze().shape(), (Shape{3, 4}));
+  EXPECT_EQ(m.unsqueeze(0).squeeze(0).shape(), (Shape{3, 4}));
+  EXPECT_EQ(m.view({2, 2, 3}).flatten(1).shape(), (Shape{2, 6}));
+  EXPECT_EQ(m.unflatten(1, {2, -1}).shape(), (Shape{3, 2, 2}));
+  Tensor e = arange(3, kFloat32).view({3, 1}).expand({3, 4});
+  EXPECT_EQ(e.strides(), (Strides{1, 0}));
+  EXPECT_TRUE(all_close(e, {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, 0, 0));
+  Tensor p = arange(24, kFloat32).view({2, 3, 4}).permute({2, 0, 1});
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  EXPECT_EQ(values(p)[1], 4.0);
+}
+
+TEST(Tensor, ReshapeCopiesOnlyWhenItMust) {
+  Tensor m = arange(12, kFloat32).view({3, 4});
+  EXPECT_EQ(m.reshape({4, 3}).storage().get(), m.storage().get());
+  Tensor t = m.t();
+  EXPECT_THROW(t.view({12}), Error);
+  Tensor r = t.reshape({12});
+  EXPECT_NE(r.storage().get(), m.storage().get());
+  EXPECT_TRUE(all_close(r, {0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}, 0, 0));
+  // a permuted tensor whose merged dims stay contiguous can still be viewed
+  Tensor q = arange(48, kFloat32).view({8, 6}).slice(0, 0, 8, 2);  // (4, 6), strides (12, 1)
+  EXPECT_EQ(q.view({4, 2, 3}).storage().get(), q.storage().get());
+  EXPECT_THROW(q.view({24}), Error);
+  // round trip
+  Tensor x = randn({2, 3, 5});
+  EXPECT_TRUE(all_close(x.reshape({5, 6}).reshape({2, 3, 5}), values(x), 0, 0));
+}
+
+TEST(Tensor, ViewsRejectBadInput) {
+  Tensor m = zeros({3, 4});
+  EXPECT_THROW(m.view({5, 3}), Error);
+  EXPECT_THROW(m.view({-1, -1}), Error);
+  EXPECT_THROW(m.permute({0, 0}), Error);
+  EXPECT_THROW(m.permute({0}), Error);
+  EXPECT_THROW(m.transpose(0, 2), Error);
+  EXPECT_THROW(m.select(0, 3), Error);
+  EXPECT_THROW(m.select(1, -5), Error);
+  EXPECT_THROW(m.narrow(1, 2, 3), Error);
+  EXPECT_THROW(m.narrow(1, 0, -1), Error);
+  EXPECT_THROW(m.slice(0, 0, 3, 0), Error);
+  EXPECT_THROW(m.expand({3, 5}), Error);
+  EXPECT_THROW(m.expand({4}), Error);
+  EXPECT_THROW(m.unsqueeze(4), Error);
+  EXPECT_THROW(m.size(2), Error);
+  EXPECT_THROW(m.flatten(1, 0), Error);
+  EXPECT_THROW(Tensor().shape(), Error);
+  // views past the end of storage, negative offsets and strides
+  EXPECT_THROW(m.as_strided({3, 4}, {4, 2}), Error);
+  EXPECT_THROW(m.as_strided({2}, {1}, 11), Error);
+  EXPECT_THROW(m.as_strided({2}, {1}, -1), Error);
+  EXPECT_THROW(m.as_strided({2}, {-1}, 5), Error);
+  EXPECT_THROW(m.as_strided({2, 2}, {1}), Error);
+  EXPECT_THROW(m.as_strided({int64_t(1) << 62, 4}, {int64_t(1) << 62, 1}), Error);
+  EXPECT_NO_THROW(m.as_strided({4}, {3}, 0));
+  EXPECT_NO_THROW(m.as_strided({4}, {0}, 11));  // stride-0 reads one element
+}
+
+TEST(Tensor, TypePromotion) {
+  EXPECT_EQ(promote_types(kInt32, kFloat16), kFloat16);
+  EXPECT_EQ(promote_types(kUInt8, kInt8), kInt32);
+  EXPECT_EQ(promote_types(kFloat16, kBFloat16), kFloat32);
+  EXPECT_EQ(promote_types(kBool, kUInt8), kUInt8);
+  EXPECT_EQ(promote_types(kInt64, kFloat32), kFloat32);
+  EXPECT_EQ(promote_types(kFloat32, kFloat64), kFloat64);
+  Tensor i = ones({2}, kInt32), h = ones({2}, kFloat16), d = ones({2}, kFloat64);
+  EXPECT_EQ((i + h).dtype(), kFloat16);
+  EXPECT_EQ((i * 2.5).dtype(), kFloat32);
+  EXPECT_EQ((h * 2.5).dtype(), kFloat16);
+  EXPECT_EQ((i + 2).dtype(), kInt32);
+  EXPECT_EQ((i / 2).dtype(), kFloat32);
+  EXPECT_EQ((h + d).dtype(), kFloat64);
+  EXPECT_EQ((i + scalar_tensor(2.0, kFloat64)).dtype(), kFloat64);  // 0-d lifts the category
+  EXPECT_EQ((d + scalar_tensor(2, kInt64)).dtype(), kFloat64);
+  EXPECT_EQ((h + scalar_tensor(2.0, kFloat64)).dtype(), kFloat16);  // same category: no lift
+  EXPECT_EQ((ones({2}, kBool) + true).dtype(), kBool);
+  EXPECT_EQ((ones({2}, kUInt8) < 3).dtype(), kBool);
+}
+
+TEST(Tensor, Conversions) {
+  Tensor x = from_vector<float>({-1.75f, -0.5f, 0.f, 2.5f, 3.99f, 300.f});
+  EXPECT_TRUE(all_close(x.to(kInt32), {-1, 0, 0, 2, 3, 300}, 0, 0));
+  EXPECT_TRUE(all_close(x.to(kBool), {1, 1, 0, 1, 1, 1}, 0, 0));
+  EXPECT_TRUE(all_close(x.to(kFloat16), {-1.75, -0.5, 0, 2.5, 3.990234375, 300}, 0, 0));
+  EXPECT_TRUE(all_close(x.to(kBFloat16), {-1.75, -0.5, 0, 2.5, 3.984375, 300}, 0, 0));
+  EXPECT_EQ(x.to(kFloat32).storage().get(), x.storage().get());  // no-op conversion is free
+  EXPECT_EQ(from_vector<int64_t>({int64_t(1) << 40}).to(kFloat64).item<double>(), double(int64_t(1) << 40));
+  Tensor b = from_vector<bool>({true, false, true});
+  EXPECT_TRUE(all_close(b.to(kFloat32), {1, 0, 1}, 0, 0));
+  EXPECT_EQ(scalar_tensor(2.5).item<int>(), 2);
+  EXPECT_THROW(zeros({2}).item<float>(), Error);
+  EXPECT_THROW(zeros({2}).data_ptr<double>(), Error);
+  EXPECT_NE(zeros({2}).data_ptr<float>(), nullptr);
+  // copy_ broadcasts and converts
+  Tensor dst = zeros({2, 3}, kFloat64);
+  dst.copy_(from_vector<int32_t>({1, 2, 3}));
+  EXPECT_TRUE(all_close(dst, {1, 2, 3, 1, 2, 3}, 0, 0));
+  EXPECT_THROW(dst.copy_(zeros({3, 3})), Error);
+}
+
+TEST(Tensor, ChannelsLast) {
+  Tensor x = randn({2, 3, 4, 5});
+  Tensor cl = x.to(MemoryFormat::ChannelsLast);
+  EXPECT_EQ(cl.shape(), x.shape());
+  EXPECT_TRUE(cl.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(cl.is_contiguous());
+  EXPECT_EQ(cl.strides(), (Strides{60, 1, 15, 3}));
+  EXPECT_TRUE(all_close(cl, values(x), 0, 0));
+  EXPECT_TRUE(cl.to(MemoryFormat::Contiguous).is_contiguous());
+  EXPECT_THROW(randn({2, 3}).to(MemoryFormat::ChannelsLast), Error);
+}
+
+TEST(Tensor, FromBlobDoesNotCopyAndRunsDeleter) {
+  float buf[6] = {1, 2, 3, 4, 5, 6};
+  int deleted = 0;
+  {
+    Tensor t = from_blob(buf, {2, 3}, kFloat32, [&](void* p) {
+      EXPECT_EQ(p, buf);
+      ++deleted;
+    });
+    Tensor view = t.t();
+    t = Tensor();
+    EXPECT_EQ(deleted, 0);  // the view keeps the storage alive
+    view.mul_(2);
+    EXPECT_EQ(buf[1], 4);
+  }
+  EXPECT_EQ(deleted, 1);
+  Tensor strided = from_blob(buf, {3}, kFloat32, {}, Strides{2});
+  EXPECT_TRUE(all_close(strided, {2, 6, 10}, 0, 0));
+  EXPECT_THROW(from_blob(nullptr, {2}, kFloat32), Error);
+  EXPECT_THROW(from_blob(buf, {2}, kFloat32, {}, Strides{-1}), Error);
+}
+
+TEST(Allocator, CachesAndCounts) {
+  Allocator& a = cpu_allocator();
+  a.empty_cache();
+  MemoryStats s0 = a.stats();
+  {
+    Tensor t = empty({1000}, kFloat32);
+    MemoryStats s1 = a.stats();
+    EXPECT_GE(s1.bytes_in_use - s0.bytes_in_use, 4000);
+    EXPECT_EQ(s1.num_allocs, s0.num_allocs + 1);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+  }
+  MemoryStats s2 = a.stats();
+  EXPECT_EQ(s2.bytes_in_use, s0.bytes_in_use);
+  EXPECT_GT(s2.bytes_reserved, s0.bytes_reserved);  // the block stays cached
+  Tensor again = empty({1000}, kFloat32);
+  EXPECT_EQ(a.stats().num_cache_hits, s2.num_cache_hits + 1);
+  EXPECT_GE(a.stats().peak_bytes_in_use, 4000);
+  again = Tensor();
+  a.empty_cache();
+  EXPECT_EQ(a.stats().bytes_reserved, a.stats().bytes_in_use);
+  EXPECT_EQ(&pinned_allocator(), &cpu_allocator());  // no GPU: pinned falls back to CPU memory
+  Tensor pinned = ones({3}).pin_memory();
+  EXPECT_TRUE(all_close(pinned, {1, 1, 1}, 0, 0));
+}
+
+TEST(Tensor, Printing) {
+  EXPECT_EQ(fmt::format("{}", from_vector<float>({1, 2, 3})), "tensor([1., 2., 3.])");
+  EXPECT_EQ(fmt::format("{}", from_vector<float>({1.5f, -2.25f})), "tensor([ 1.5000, -2.2500])");
+  EXPECT_EQ(fmt::format("{}", arange(4).view({2, 2})), "tensor([[0, 1],\n        [2, 3]])");
+  EXPECT_EQ(fmt::format("{}", ones({2}, kFloat64)), "tensor([1., 1.], dtype=float64)");
+  EXPECT_EQ(fmt::format("{}", from_vector<bool>({true, false})), "tensor([ True, False])");
+  EXPECT_EQ(fmt::format("{}", scalar_tensor(5)), "tensor(5.)");
+  EXPECT_EQ(fmt::format("{}", scalar_tensor(5, kInt64)), "tensor(5)");
+  EXPECT_EQ(fmt::format("{}", zeros({0, 3})), "tensor([], size=[0, 3])");
+  std::string big = fmt::format("{}", arange(2000));
+  EXPECT_NE(big.find("2, ..., 1997"), std::string::npos) << big;
+  EXPECT_LT(big.size(), 100u);
+  EXPECT_EQ(to_string(Tensor()), "tensor(undefined)");
+}
+
+TEST(Tensor, Version) { EXPECT_STREQ(strata::version(), STRATA_VERSION_STRING); }

@@ -1,0 +1,105 @@
+// Philox: known-answer vectors of the published generator, stream layout, determinism by
+// seed, and the statistics of each distribution.
+#include <cmath>
+
+#include "kernels/common/philox.h"
+#include "testing.h"
+
+using namespace strata;
+using strata::testing::values;
+
+TEST(Philox, KnownAnswers) {
+  // Known-answer tests of Philox4x32-10 from the Random123 distribution (kat_vectors).
+  philox::Block z = philox::philox4x32_10(philox::Block{{0, 0, 0, 0}}, 0, 0);
+  EXPECT_EQ(z.v[0], 0x6627e8d5u);
+  EXPECT_EQ(z.v[1], 0xe169c58du);
+  EXPECT_EQ(z.v[2], 0xbc57ac4cu);
+  EXPECT_EQ(z.v[3], 0x9b00dbd8u);
+  philox::Block f = philox::philox4x32_10(philox::Block{{~0u, ~0u, ~0u, ~0u}}, ~0u, ~0u);
+  EXPECT_EQ(f.v[0], 0x408f276du);
+  EXPECT_EQ(f.v[1], 0x41c83b0eu);
+  EXPECT_EQ(f.v[2], 0xa20bc7c6u);
+  EXPECT_EQ(f.v[3], 0x6d5451fdu);
+  philox::Block p = philox::philox4x32_10(philox::Block{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+                                          0xa4093822u, 0x299f31d0u);
+  EXPECT_EQ(p.v[0], 0xd16cfe09u);
+  EXPECT_EQ(p.v[1], 0x94fdccebu);
+  EXPECT_EQ(p.v[2], 0x5001e420u);
+  EXPECT_EQ(p.v[3], 0x24126ea1u);
+}
+
+TEST(Philox, StreamLayout) {
+  Generator g(1234);
+  Tensor a = rand({10}, {}, &g);
+  EXPECT_EQ(g.offset(), 3u);  // ceil(10 / 4) blocks
+  std::vector<double> v = values(a);
+  for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(v[i], static_cast<double>(philox::uniform_at(1234, 0, i)));
+  // the next draw continues from the reserved offset
+  Tensor b = rand({3}, {}, &g);
+  EXPECT_EQ(values(b)[0], static_cast<double>(philox::uniform_at(1234, 3, 0)));
+}
+
+TEST(Philox, DeterministicBySeed) {
+  manual_seed(7);
+  std::vector<double> a = values(randn({257}));
+  manual_seed(7);
+  std::vector<double> b = values(randn({257}));
+  EXPECT_EQ(a, b);
+  manual_seed(8);
+  EXPECT_NE(values(randn({257})), a);
+  // restoring a saved state replays the stream
+  Generator g(99);
+  rand({5}, {}, &g);
+  Generator saved = g;
+  std::vector<double> next = values(rand({6}, {}, &g));
+  EXPECT_EQ(values(rand({6}, {}, &saved)), next);
+  // same values whatever the number of threads (counter-based)
+  Generator g1(5), g2(5);
+  set_num_threads(1);
+  std::vector<double> one = values(randn({100000}, {}, &g1));
+  set_num_threads(2);
+  EXPECT_EQ(values(randn({100000}, {}, &g2)), one);
+}
+
+TEST(Philox, Distributions) {
+  Generator g(42);
+  const int64_t n = 200000;
+  auto moments = [](const std::vector<double>& v) {
+    double m = 0, s = 0;
+    for (double x : v) m += x;
+    m /= v.size();
+    for (double x : v) s += (x - m) * (x - m);
+    return std::pair<double, double>(m, std::sqrt(s / (v.size() - 1)));
+  };
+  std::vector<double> u = values(rand({n}, kFloat64, &g));
+  for (double x : u) ASSERT_TRUE(x >= 0 && x < 1);
+  auto [um, us] = moments(u);
+  EXPECT_NEAR(um, 0.5, 0.005);
+  EXPECT_NEAR(us, std::sqrt(1.0 / 12), 0.005);
+  auto [nm, ns] = moments(values(randn({n}, {}, &g)));
+  EXPECT_NEAR(nm, 0, 0.01);
+  EXPECT_NEAR(ns, 1, 0.01);
+  Tensor scaled = empty({n}, kFloat32);
+  normal_(scaled, 3, 2, &g);
+  auto [sm, ss] = moments(values(scaled));
+  EXPECT_NEAR(sm, 3, 0.02);
+  EXPECT_NEAR(ss, 2, 0.02);
+  std::vector<double> r = values(randint(-3, 4, {n}, std::nullopt, &g));
+  std::vector<int64_t> counts(7, 0);
+  for (double x : r) {
+    ASSERT_TRUE(x >= -3 && x < 4);
+    ++counts[static_cast<size_t>(x + 3)];
+  }
+  for (int64_t c : counts) EXPECT_NEAR(static_cast<double>(c) / n, 1.0 / 7, 0.01);
+  EXPECT_EQ(randint(0, 10, {4}, kInt32, &g).dtype(), kInt32);
+  // strided destinations are filled in C order of the view
+  Tensor base = zeros({4, 6});
+  Tensor view = base.slice(1, 0, 6, 2);
+  uniform_(view, -1, 1, &g);
+  for (double x : values(view)) EXPECT_TRUE(x >= -1 && x < 1);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(base[i][1].item<float>(), 0.0f);
+  EXPECT_THROW(uniform_(view, 1, 0), Error);
+  EXPECT_THROW(normal_(view, 0, -1), Error);
+  Tensor ints = zeros({3}, kInt32);
+  EXPECT_THROW(uniform_(ints), Error);
+}
