@@ -112,6 +112,14 @@ OpId find_op(std::string_view name) {
   detail::throw_error("[find_op] no op named {}", name);
 }
 
+KernelFn get_kernel(OpId op, DeviceType device, DType dtype) {
+  Registry& r = table();
+  std::shared_lock lock(r.mutex);
+  size_t i = static_cast<size_t>(op);
+  STRATA_CHECK(i < r.ops.size(), "[get_kernel] unknown op id {}", i);
+  return (*r.kernels[i])[Registry::slot(device, dtype)];
+}
+
 bool has_kernel(OpId op, DeviceType device, DType dtype) {
   Registry& r = table();
   std::shared_lock lock(r.mutex);

@@ -69,6 +69,8 @@ STRATA_API void register_kernel(OpId op, DeviceType device, DType dtype, KernelF
 STRATA_API OpId register_op(std::string name, int num_inputs, bool differentiable = false);
 /// Looks an op up by name (built-in or registered); raises Error when unknown.
 STRATA_API OpId find_op(std::string_view name);
+/// The kernel registered for (op, device, dtype), or an empty function.
+STRATA_API KernelFn get_kernel(OpId op, DeviceType device, DType dtype);
 /// True when a kernel is registered for (op, device, dtype).
 STRATA_API bool has_kernel(OpId op, DeviceType device, DType dtype);
 }  // namespace ext

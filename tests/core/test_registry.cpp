@@ -1,0 +1,77 @@
+// The kernel registry: overriding a built-in kernel at run time, adding a new op with its
+// own kernel, the observer hook, and the errors for missing kernels.
+#include "testing.h"
+
+using namespace strata;
+using strata::testing::all_close;
+
+TEST(Registry, OpTableNames) {
+  EXPECT_EQ(op_name(OpId::exp), "exp");
+  EXPECT_EQ(op_name(OpId::matmul), "matmul");
+  EXPECT_EQ(ext::find_op("gelu"), OpId::gelu);
+  EXPECT_THROW(ext::find_op("no_such_op"), Error);
+  EXPECT_EQ(op_info(OpId::where).num_inputs, 3);
+  EXPECT_TRUE(op_info(OpId::exp).differentiable);
+  EXPECT_FALSE(op_info(OpId::argmax).differentiable);
+}
+
+TEST(Registry, OverrideBuiltinKernel) {
+  KernelFn original = ext::get_kernel(OpId::exp, DeviceType::CPU, kFloat32);
+  ASSERT_TRUE(original);
+  int calls = 0;
+  ext::register_kernel(OpId::exp, DeviceType::CPU, kFloat32, [&](const KernelCall& call) {
+    ++calls;
+    call.outputs[0].fill_(42);
+  });
+  Tensor y = exp(zeros({3}));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(all_close(y, {42, 42, 42}, 0, 0));
+  EXPECT_TRUE(all_close(exp(zeros({2}, kFloat64)), {1, 1}, 0, 0));  // other dtypes untouched
+  ext::register_kernel(OpId::exp, DeviceType::CPU, kFloat32, original);
+  EXPECT_TRUE(all_close(exp(zeros({3})), {1, 1, 1}, 0, 0));
+  EXPECT_THROW(ext::register_kernel(OpId::exp, DeviceType::CPU, kFloat32, KernelFn{}), Error);
+}
+
+TEST(Registry, NewOpWithOwnKernel) {
+  OpId axpy = ext::register_op("test_axpy", 2, false);
+  EXPECT_EQ(ext::find_op("test_axpy"), axpy);
+  EXPECT_THROW(ext::register_op("test_axpy", 2), Error);
+  EXPECT_THROW(ext::register_op("exp", 1), Error);
+  struct Params { float alpha; };
+  ext::register_kernel(axpy, DeviceType::CPU, kFloat32, [](const KernelCall& call) {
+    const float* x = call.inputs[0].data_ptr<float>();
+    const float* y = call.inputs[1].data_ptr<float>();
+    float* out = call.outputs[0].data_ptr<float>();
+    float a = call.param<Params>().alpha;
+    for (int64_t i = 0; i < call.outputs[0].numel(); ++i) out[i] = a * x[i] + y[i];
+  });
+  Tensor x = arange(4, kFloat32), y = ones({4});
+  Tensor out = empty({4});
+  Params p{3};
+  const Tensor ins[2] = {x, y};
+  run_kernel(axpy, kFloat32, KernelCall{ins, {&out, 1}, &p});
+  EXPECT_TRUE(all_close(out, {1, 4, 7, 10}, 0, 0));
+  try {
+    Tensor d = empty({4}, kFloat64);
+    run_kernel(axpy, kFloat64, KernelCall{ins, {&d, 1}, &p});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("test_axpy"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos);
+  }
+}
+
+TEST(Registry, ObserverSeesEveryKernel) {
+  struct Counter : OpObserver {
+    std::vector<std::string> begun;
+    int ended = 0;
+    void on_begin(OpId op, const KernelCall&) override { begun.emplace_back(op_name(op)); }
+    void on_end(OpId, const KernelCall&) override { ++ended; }
+  } counter;
+  Tensor a = ones({4});
+  set_op_observer(&counter);
+  Tensor b = exp(a) + a;
+  set_op_observer(nullptr);
+  EXPECT_EQ(counter.begun, (std::vector<std::string>{"exp", "add"}));
+  EXPECT_EQ(counter.ended, 2);
+}
