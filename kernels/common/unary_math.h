@@ -29,6 +29,7 @@ struct Tanh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { re
 struct Sigmoid {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
 };
+struct Erf { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::erf(x); } };
 struct Relu { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : T(0); } };
 // GELU, exact: x * Phi(x) with the normal CDF written through erf.
 struct GeluErf {

@@ -1,6 +1,8 @@
-// Binary elementwise ops with broadcasting and type promotion, where, and masked_fill.
-// Both inputs are converted to the promoted dtype before the kernel runs, so every kernel
-// sees one dtype; comparisons write bool.
+// Binary elementwise ops with broadcasting and type promotion, where, and masked_fill, with
+// their backward. Both inputs are converted to the promoted dtype before the kernel runs, so
+// every kernel sees one dtype; comparisons write bool. Gradients may come back broadcast:
+// the autograd engine sums them down to each input's shape.
+#include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
@@ -70,8 +72,14 @@ Tensor binary_op(OpId op, const Tensor& a, const Tensor& b, Kind kind) {
   return out;
 }
 
+void check_inplace(const Tensor& self, const Tensor& other, OpId op) {
+  STRATA_CHECK(!autograd::any_requires_grad({&self, &other}), "[{}_] in-place op on a tensor that requires grad; use "
+               "the out-of-place op, or run it under NoGradGuard", op_name(op));
+}
+
 Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div = false) {
   check_pair(self, other, op);
+  check_inplace(self, other, op);
   Shape shape = broadcast_shapes(self.shape(), other.shape(), op_name(op));
   STRATA_CHECK(shape == self.shape(), "[{}_] result of shape {} does not fit the destination of shape {}",
                op_name(op), shape, self.shape());
@@ -132,21 +140,63 @@ DType result_type(const Tensor& a, Scalar b) {
   return category(s) > category(a.dtype()) ? s : a.dtype();
 }
 
+using autograd::Grads;
+using autograd::Saved;
+
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (alpha.to_double() == 1.0) return binary_op(OpId::add, a, b, Kind::Arith);
-  return binary_op(OpId::add, a, mul(b, alpha), Kind::Arith);
+  if (alpha.to_double() != 1.0) return add(a, mul(b, alpha));
+  Tensor out = binary_op(OpId::add, a, b, Kind::Arith);
+  autograd::record("add", {a, b}, {out}, {}, [](const Grads& g, const Saved&) { return Grads{g[0], g[0]}; });
+  return out;
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   STRATA_CHECK(a.dtype() != kBool || b.dtype() != kBool, "[sub] subtraction of bool tensors is not supported; use "
                "logical_xor or logical_not");
-  if (alpha.to_double() == 1.0) return binary_op(OpId::sub, a, b, Kind::Arith);
-  return binary_op(OpId::sub, a, mul(b, alpha), Kind::Arith);
+  if (alpha.to_double() != 1.0) return sub(a, mul(b, alpha));
+  Tensor out = binary_op(OpId::sub, a, b, Kind::Arith);
+  autograd::record("sub", {a, b}, {out}, {}, [](const Grads& g, const Saved&) { return Grads{g[0], -g[0]}; });
+  return out;
 }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpId::mul, a, b, Kind::Arith); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpId::div, a, b, Kind::TrueDiv); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(OpId::maximum, a, b, Kind::Arith); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(OpId::minimum, a, b, Kind::Arith); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(OpId::pow, a, b, Kind::Arith); }
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpId::mul, a, b, Kind::Arith);
+  autograd::record("mul", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
+    return Grads{g[0] * s[1], g[0] * s[0]};
+  });
+  return out;
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpId::div, a, b, Kind::TrueDiv);
+  autograd::record("div", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
+    return Grads{g[0] / s[1], -(g[0] * s[0]) / (s[1] * s[1])};
+  });
+  return out;
+}
+// Where a == b the gradient is split evenly, as PyTorch does.
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpId::maximum, a, b, Kind::Arith);
+  autograd::record("maximum", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
+    Tensor share = where(s[0] == s[1], g[0] * 0.5, g[0]);
+    return Grads{where(s[0] >= s[1], share, 0), where(s[1] >= s[0], share, 0)};
+  });
+  return out;
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpId::minimum, a, b, Kind::Arith);
+  autograd::record("minimum", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
+    Tensor share = where(s[0] == s[1], g[0] * 0.5, g[0]);
+    return Grads{where(s[0] <= s[1], share, 0), where(s[1] <= s[0], share, 0)};
+  });
+  return out;
+}
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpId::pow, a, b, Kind::Arith);
+  autograd::record("pow", {a, b}, {out}, {a, b, out}, [](const Grads& g, const Saved& s) {
+    const Tensor &x = s[0], &e = s[1], &y = s[2];
+    // d/dx = e x^(e-1); d/de = y log(x), taken as 0 where x == 0 (the limit for e > 0)
+    return Grads{g[0] * e * pow(x, e - 1), where(x == 0, 0, g[0] * y * log(x))};
+  });
+  return out;
+}
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(OpId::eq, a, b, Kind::Compare); }
 Tensor ne(const Tensor& a, const Tensor& b) { return binary_op(OpId::ne, a, b, Kind::Compare); }
 Tensor lt(const Tensor& a, const Tensor& b) { return binary_op(OpId::lt, a, b, Kind::Compare); }
@@ -180,15 +230,21 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor out = detail::make_tensor(shape, t, a.device());
   const Tensor ins[3] = {cond, ca, cb};
   run_kernel(OpId::where, t, KernelCall{ins, {&out, 1}});
+  autograd::record("where", {a, b}, {out}, {cond}, [](const Grads& g, const Saved& s) {
+    return Grads{where(s[0], g[0], 0), where(s[0], 0, g[0])};
+  });
   return out;
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, scalar_like(b, a)); }
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where(cond, scalar_like(a, b), b); }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  Tensor out = x.clone();
-  out.masked_fill_(mask, value);
-  return out;
+  STRATA_CHECK(x.defined(), "[masked_fill] input tensor is undefined");
+  STRATA_CHECK(mask.defined() && mask.dtype() == kBool, "[masked_fill] mask must be a bool tensor");
+  Shape b = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  STRATA_CHECK(b == x.shape(), "[masked_fill] mask of shape {} does not broadcast to the tensor's shape {}",
+               mask.shape(), x.shape());
+  return where(mask, full({}, value, TensorOptions(x.dtype(), x.device())), x);
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
@@ -199,6 +255,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   Shape b = broadcast_shapes(shape(), mask.shape(), "masked_fill");
   STRATA_CHECK(b == shape(), "[masked_fill] mask of shape {} does not broadcast to the tensor's shape {}",
                mask.shape(), shape());
+  check_inplace(*this, mask, OpId::where);
   Tensor v = full({}, value, TensorOptions(dtype(), device()));
   const Tensor ins[3] = {mask, v, *this};
   Tensor out = *this;
@@ -240,6 +297,8 @@ Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, Scalar b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, Scalar b) { return ne(a, b); }
 Tensor operator<(const Tensor& a, Scalar b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, Scalar b) { return le(a, b); }
 Tensor operator>(const Tensor& a, Scalar b) { return gt(a, b); }

@@ -2,6 +2,7 @@
 // built on them: to(), contiguous(), clone(), item(), pin_memory().
 #include <cstring>
 
+#include <strata/autograd/graph.hpp>
 #include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
 
@@ -72,8 +73,19 @@ void register_copy_kernels(KernelTable& table) {
 }
 }  // namespace detail
 
+// The copy functions below are differentiable as the identity: the engine converts the
+// gradient back to the source's dtype and device.
+Tensor recorded_copy(const char* name, const Tensor& src, Tensor out) {
+  autograd::record(name, {src}, {out}, {}, [](const autograd::Grads& g, const autograd::Saved&) {
+    return autograd::Grads{g[0]};
+  });
+  return out;
+}
+
 Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   STRATA_CHECK(src.defined(), "[copy_] source tensor is undefined");
+  STRATA_CHECK(!autograd::any_requires_grad({this, &src}), "[copy_] in-place copy involving a tensor that requires "
+               "grad; use clone() or to(), or run it under NoGradGuard");
   Shape b = broadcast_shapes(shape(), src.shape(), "copy_");
   STRATA_CHECK(b == shape(), "[copy_] source of shape {} does not broadcast to destination shape {}", src.shape(),
                shape());
@@ -90,6 +102,8 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
 }
 
 Tensor& Tensor::fill_(Scalar value) {
+  STRATA_CHECK(!autograd::any_requires_grad({this}), "[fill_] in-place fill of a tensor that requires grad; run it "
+               "under NoGradGuard");
   FillParams p{value};
   Tensor out = *this;
   if (numel() > 0) run_kernel(OpId::fill, dtype(), KernelCall{{}, {&out, 1}, &p});
@@ -104,15 +118,21 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   Tensor out = detail::make_tensor(shape(), dtype(), device());
-  out.copy_(*this);
-  return out;
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  return recorded_copy("clone", *this, out);
 }
 
 Tensor Tensor::to(DType t) const {
   if (t == dtype()) return *this;
   Tensor out = detail::make_tensor(shape(), t, device());
-  out.copy_(*this);
-  return out;
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  return recorded_copy("to", *this, out);
 }
 
 Tensor Tensor::to(Device d, bool non_blocking) const { return to(d, dtype(), non_blocking); }
@@ -121,13 +141,12 @@ Tensor Tensor::to(Device d, DType t, bool non_blocking) const {
   if (d == device() && t == dtype()) return *this;
   backend::check_device(d, "to");
   Tensor out = detail::make_tensor(shape(), t, d);
-  if (d != device() && t != dtype()) {
+  {
+    NoGradGuard no_grad;
     // convert on the source side, then move the bytes
-    out.copy_(to(t), non_blocking);
-  } else {
-    out.copy_(*this, non_blocking);
+    out.copy_(d != device() && t != dtype() ? to(t) : *this, non_blocking);
   }
-  return out;
+  return recorded_copy("to", *this, out);
 }
 
 Tensor Tensor::to(MemoryFormat format) const {
@@ -138,8 +157,11 @@ Tensor Tensor::to(MemoryFormat format) const {
   const Shape& s = shape();
   Tensor nhwc = detail::make_tensor({s[0], s[2], s[3], s[1]}, dtype(), device());
   Tensor out = nhwc.permute({0, 3, 1, 2});
-  out.copy_(*this);
-  return out;
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  return recorded_copy("to", *this, out);
 }
 
 Tensor Tensor::pin_memory() const {

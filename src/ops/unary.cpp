@@ -1,8 +1,14 @@
-// Unary elementwise ops. Float ops (exp, log, ...) on integer or bool inputs compute in
-// float32; the rest keep the input dtype. The math is in kernels/common/unary_math.h.
+// Unary elementwise ops and their backward. Float ops (exp, log, ...) on integer or bool
+// inputs compute in float32; the rest keep the input dtype. The per-element math is in
+// kernels/common/unary_math.h; each backward is written with strata ops (so it runs on
+// every device and can itself be differentiated).
 #include <limits>
 
+#include <strata/autograd/graph.hpp>
+#include <strata/ops/binary.hpp>
 #include <strata/ops/unary.hpp>
+
+#include <strata/ops/creation.hpp>
 
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"
@@ -62,6 +68,8 @@ Tensor unary_op(OpId op, const Tensor& x, Kind kind, const void* params = nullpt
 }
 
 Tensor& unary_inplace(OpId op, Tensor& x, const void* params = nullptr) {
+  STRATA_CHECK(!autograd::any_requires_grad({&x}), "[{}_] in-place op on a tensor that requires grad; use the "
+               "out-of-place op, or run it under NoGradGuard", op_name(op));
   STRATA_CHECK(x.dtype() != kBool, "[{}_] not supported for bool tensors", op_name(op));
   Tensor in = x, out = x;
   run_kernel(op, x.dtype(), KernelCall{{&in, 1}, {&out, 1}, params});
@@ -96,36 +104,128 @@ void register_unary_kernels(KernelTable& table) {
   table.set(OpId::square, CPU, kNumericDTypes, cpu_unary<math::Square, DTypeSet::Numeric>);
   table.set(OpId::pow_scalar, CPU, kNumericDTypes, cpu_unary<math::PowScalar, DTypeSet::Numeric>);
   table.set(OpId::clamp, CPU, kNumericDTypes, cpu_unary<math::Clamp, DTypeSet::Numeric>);
+  table.set(OpId::erf, CPU, kFloatDTypes, cpu_unary<math::Erf, DTypeSet::Floating>);
   table.set(OpId::logical_not, CPU, kAllDTypes, cpu_logical_not);
 }
 }  // namespace detail
 
-Tensor neg(const Tensor& x) { return unary_op(OpId::neg, x, Kind::Keep); }
-Tensor abs(const Tensor& x) { return unary_op(OpId::abs, x, Kind::Keep); }
-Tensor sign(const Tensor& x) { return unary_op(OpId::sign, x, Kind::Keep); }
-Tensor exp(const Tensor& x) { return unary_op(OpId::exp, x, Kind::Float); }
-Tensor log(const Tensor& x) { return unary_op(OpId::log, x, Kind::Float); }
-Tensor sqrt(const Tensor& x) { return unary_op(OpId::sqrt, x, Kind::Float); }
-Tensor rsqrt(const Tensor& x) { return unary_op(OpId::rsqrt, x, Kind::Float); }
-Tensor sin(const Tensor& x) { return unary_op(OpId::sin, x, Kind::Float); }
-Tensor cos(const Tensor& x) { return unary_op(OpId::cos, x, Kind::Float); }
-Tensor tanh(const Tensor& x) { return unary_op(OpId::tanh, x, Kind::Float); }
-Tensor sigmoid(const Tensor& x) { return unary_op(OpId::sigmoid, x, Kind::Float); }
-Tensor relu(const Tensor& x) { return unary_op(OpId::relu, x, Kind::Keep); }
-Tensor silu(const Tensor& x) { return unary_op(OpId::silu, x, Kind::Float); }
-Tensor square(const Tensor& x) { return unary_op(OpId::square, x, Kind::Keep); }
-Tensor reciprocal(const Tensor& x) { return unary_op(OpId::reciprocal, x, Kind::Float); }
+namespace {
+
+using autograd::Grads;
+using autograd::Saved;
+
+// Records y = f(x) with backward g -> g * df(x, y), df written with strata ops.
+template <class Df>
+Tensor with_grad(const char* name, const Tensor& x, Tensor y, bool save_x, bool save_y, Df df) {
+  if (!autograd::any_requires_grad({&x})) return y;
+  std::vector<Tensor> saved;
+  if (save_x) saved.push_back(x);
+  if (save_y) saved.push_back(y);
+  autograd::record(name, {x}, {y}, saved, [df, save_x](const Grads& g, const Saved& s) {
+    const Tensor& sx = save_x ? s[0] : Tensor();
+    const Tensor& sy = save_x ? (s.size() > 1 ? s[1] : Tensor()) : (s.empty() ? Tensor() : s[0]);
+    return Grads{df(g[0], sx, sy)};
+  });
+  return y;
+}
+
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+}  // namespace
+
+Tensor neg(const Tensor& x) {
+  return with_grad("neg", x, unary_op(OpId::neg, x, Kind::Keep), false, false,
+                   [](const Tensor& g, const Tensor&, const Tensor&) { return -g; });
+}
+Tensor abs(const Tensor& x) {
+  return with_grad("abs", x, unary_op(OpId::abs, x, Kind::Keep), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g * sign(x); });
+}
+Tensor sign(const Tensor& x) { return unary_op(OpId::sign, x, Kind::Keep); }  // gradient zero: not recorded
+Tensor exp(const Tensor& x) {
+  return with_grad("exp", x, unary_op(OpId::exp, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y; });
+}
+Tensor log(const Tensor& x) {
+  return with_grad("log", x, unary_op(OpId::log, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g / x; });
+}
+Tensor sqrt(const Tensor& x) {
+  return with_grad("sqrt", x, unary_op(OpId::sqrt, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g / (y * 2); });
+}
+Tensor rsqrt(const Tensor& x) {
+  return with_grad("rsqrt", x, unary_op(OpId::rsqrt, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * y * y * -0.5; });
+}
+Tensor sin(const Tensor& x) {
+  return with_grad("sin", x, unary_op(OpId::sin, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g * cos(x); });
+}
+Tensor cos(const Tensor& x) {
+  return with_grad("cos", x, unary_op(OpId::cos, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return -(g * sin(x)); });
+}
+Tensor tanh(const Tensor& x) {
+  return with_grad("tanh", x, unary_op(OpId::tanh, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1 - y * y); });
+}
+Tensor sigmoid(const Tensor& x) {
+  return with_grad("sigmoid", x, unary_op(OpId::sigmoid, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * (1 - y); });
+}
+Tensor relu(const Tensor& x) {
+  return with_grad("relu", x, unary_op(OpId::relu, x, Kind::Keep), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return where(y > 0, g, 0); });
+}
+Tensor silu(const Tensor& x) {
+  return with_grad("silu", x, unary_op(OpId::silu, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) {
+                     Tensor s = sigmoid(x);
+                     return g * s * (1 + x * (1 - s));
+                   });
+}
+Tensor erf(const Tensor& x) {
+  return with_grad("erf", x, unary_op(OpId::erf, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) {
+                     return g * exp(-(x * x)) * 1.12837916709551257390;  // 2 / sqrt(pi)
+                   });
+}
+Tensor square(const Tensor& x) {
+  return with_grad("square", x, unary_op(OpId::square, x, Kind::Keep), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x * 2; });
+}
+Tensor reciprocal(const Tensor& x) {
+  return with_grad("reciprocal", x, unary_op(OpId::reciprocal, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return -(g * y * y); });
+}
 Tensor operator-(const Tensor& x) { return neg(x); }
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   STRATA_CHECK(approximate == "none" || approximate == "tanh",
                "[gelu] approximate must be \"none\" or \"tanh\", got \"{}\"", approximate);
-  return unary_op(approximate == "tanh" ? OpId::gelu_tanh : OpId::gelu, x, Kind::Float);
+  if (approximate == "tanh") {
+    return with_grad("gelu_tanh", x, unary_op(OpId::gelu_tanh, x, Kind::Float), true, false,
+                     [](const Tensor& g, const Tensor& x, const Tensor&) {
+                       constexpr double k = 0.79788456080286535588, c = 0.044715;
+                       Tensor t = tanh((x + x * x * x * c) * k);
+                       return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x));
+                     });
+  }
+  return with_grad("gelu", x, unary_op(OpId::gelu, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) {
+                     Tensor cdf = 0.5 * (1 + erf(x * kSqrt1_2));
+                     return g * (cdf + x * exp(-0.5 * x * x) * kInvSqrt2Pi);
+                   });
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   UnaryScalarParams p{negative_slope, 0};
-  return unary_op(OpId::leaky_relu, x, Kind::Float, &p);
+  return with_grad("leaky_relu", x, unary_op(OpId::leaky_relu, x, Kind::Float, &p), true, false,
+                   [negative_slope](const Tensor& g, const Tensor& x, const Tensor&) {
+                     return where(x > 0, g, g * negative_slope);
+                   });
 }
 
 Tensor logical_not(const Tensor& x) {
@@ -138,7 +238,14 @@ Tensor logical_not(const Tensor& x) {
 Tensor pow(const Tensor& x, Scalar exponent) {
   STRATA_CHECK(x.defined(), "[pow] input tensor is undefined");
   UnaryScalarParams p{exponent.to_double(), 0};
-  if (is_floating(x.dtype()) || exponent.is_floating()) return unary_op(OpId::pow_scalar, x, Kind::Float, &p);
+  if (is_floating(x.dtype()) || exponent.is_floating()) {
+    double e = p.a;
+    return with_grad("pow", x, unary_op(OpId::pow_scalar, x, Kind::Float, &p), true, false,
+                     [e](const Tensor& g, const Tensor& x, const Tensor&) {
+                       if (e == 0) return zeros_like(g);
+                       return e == 2 ? g * x * 2 : g * pow(x, e - 1) * e;
+                     });
+  }
   STRATA_CHECK(exponent.to_int() >= 0, "[pow] integer tensors cannot be raised to the negative power {}",
                exponent.to_int());
   return unary_op(OpId::pow_scalar, x, Kind::Keep, &p);
@@ -149,7 +256,11 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   const double inf = std::numeric_limits<double>::infinity();
   UnaryScalarParams p{bound(min, -inf), bound(max, inf)};
   bool float_bound = (min && min->is_floating()) || (max && max->is_floating());
-  return unary_op(OpId::clamp, x, float_bound ? Kind::Float : Kind::Keep, &p);
+  // the gradient passes where lo <= x <= hi
+  return with_grad("clamp", x, unary_op(OpId::clamp, x, float_bound ? Kind::Float : Kind::Keep, &p), true, false,
+                   [p](const Tensor& g, const Tensor& x, const Tensor&) {
+                     return where(logical_and(x >= p.a, x <= p.b), g, 0);
+                   });
 }
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -19,7 +20,8 @@
 namespace strata {
 
 namespace autograd {
-struct AutogradMeta;  // defined by the autograd layer
+struct AutogradMeta;  // defined in include/strata/autograd/graph.hpp
+class Node;
 }
 
 /// Memory layout of a 4-D tensor: NCHW (contiguous) or NHWC (channels last).
@@ -166,6 +168,29 @@ class STRATA_API Tensor {
   Tensor pow(const Tensor& exponent) const;
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
   Tensor matmul(const Tensor& other) const;
+
+  // ---- autograd (include/strata/autograd/) ------------------------------------------------
+  bool requires_grad() const;
+  /// Marks a leaf as requiring grad (floating dtypes only).
+  Tensor& requires_grad_(bool requires_grad = true);
+  Tensor& set_requires_grad(bool requires_grad) { return requires_grad_(requires_grad); }
+  /// True for tensors not produced by a recorded op.
+  bool is_leaf() const;
+  /// The accumulated gradient; undefined until backward reaches this tensor.
+  const Tensor& grad() const;
+  /// Replaces the gradient (an undefined tensor clears it).
+  void set_grad(const Tensor& grad) const;
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  /// Backward from this tensor; `gradient` may be omitted for a one-element tensor.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
+  /// Keeps .grad for a non-leaf tensor too.
+  void retain_grad() const;
+  /// Runs `hook` on this tensor's gradient during backward; a defined return replaces it.
+  void register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  /// Runs `hook` on a leaf right after its .grad has been accumulated.
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  /// The storage's version counter (bumped by every in-place write).
+  int64_t version() const { return storage()->version(); }
 
  private:
   std::shared_ptr<TensorImpl> impl_;

@@ -68,6 +68,8 @@ STRATA_API Tensor operator<(const Tensor& a, const Tensor& b);
 STRATA_API Tensor operator<=(const Tensor& a, const Tensor& b);
 STRATA_API Tensor operator>(const Tensor& a, const Tensor& b);
 STRATA_API Tensor operator>=(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator==(const Tensor& a, Scalar b);
+STRATA_API Tensor operator!=(const Tensor& a, Scalar b);
 STRATA_API Tensor operator<(const Tensor& a, Scalar b);
 STRATA_API Tensor operator<=(const Tensor& a, Scalar b);
 STRATA_API Tensor operator>(const Tensor& a, Scalar b);

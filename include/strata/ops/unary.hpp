@@ -29,6 +29,7 @@ STRATA_API Tensor relu(const Tensor& x);
 /// GELU; approximate = "none" (erf, exact) or "tanh".
 STRATA_API Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 STRATA_API Tensor silu(const Tensor& x);
+STRATA_API Tensor erf(const Tensor& x);
 STRATA_API Tensor square(const Tensor& x);
 STRATA_API Tensor reciprocal(const Tensor& x);
 STRATA_API Tensor logical_not(const Tensor& x);

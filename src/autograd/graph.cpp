@@ -1,0 +1,173 @@
+// Graph building: grad mode, saved tensors (with version checks and pack/unpack hooks),
+// recording an op's node, and the leaf accumulator.
+#include <atomic>
+
+#include <strata/autograd/graph.hpp>
+#include <strata/autograd/function.hpp>
+#include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
+
+#include "autograd/function_node.h"
+
+namespace strata::autograd {
+
+namespace {
+
+thread_local bool t_grad_enabled = true;
+
+struct HookPair {
+  std::function<std::any(const Tensor&)> pack;
+  std::function<Tensor(const std::any&)> unpack;
+};
+thread_local std::vector<HookPair> t_saved_hooks;
+
+std::atomic<uint64_t> g_next_sequence_nr{0};
+
+AutogradMeta& meta_of(const Tensor& t) {
+  TensorImpl& impl = t.impl();
+  if (!impl.autograd) impl.autograd = std::make_shared<AutogradMeta>();
+  return *impl.autograd;
+}
+
+}  // namespace
+
+bool is_grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+SavedTensorHooksGuard::SavedTensorHooksGuard(std::function<std::any(const Tensor&)> pack,
+                                             std::function<Tensor(const std::any&)> unpack) {
+  STRATA_CHECK(pack && unpack, "[saved_tensors_hooks] both pack and unpack must be given");
+  t_saved_hooks.push_back({std::move(pack), std::move(unpack)});
+}
+SavedTensorHooksGuard::~SavedTensorHooksGuard() { t_saved_hooks.pop_back(); }
+
+SavedTensor::SavedTensor(const Tensor& t, bool is_output) : defined_(t.defined()), is_output_(is_output) {
+  if (!defined_) return;
+  requires_grad_ = t.requires_grad();
+  if (is_output_ && t.impl().autograd) output_nr_ = t.impl().autograd->output_nr;
+  if (!t_saved_hooks.empty()) {
+    // hooks see a plain tensor; what they return is all that is kept
+    packed_ = t_saved_hooks.back().pack(is_output_ ? t.detach() : t);
+    unpack_hook_ = t_saved_hooks.back().unpack;
+    return;
+  }
+  version_ = t.version();
+  version_source_ = t.storage();
+  // An output keeps no link to its own node (that would be a cycle); unpack() restores it.
+  data_ = is_output_ ? t.detach() : t;
+}
+
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
+  if (!defined_) return Tensor();
+  Tensor t;
+  if (unpack_hook_) {
+    t = unpack_hook_(packed_);
+    STRATA_CHECK(t.defined(), "[autograd] a saved-tensor unpack hook returned an undefined tensor");
+  } else {
+    STRATA_CHECK(version_source_ && version_source_->version() == version_,
+                 "[autograd] a tensor needed for the backward of {} was modified by an in-place operation: it is at "
+                 "version {}, expected version {}. Use an out-of-place op, or clone() before modifying it.",
+                 owner ? owner->name() : std::string("?"), version_source_ ? version_source_->version() : -1,
+                 version_);
+    t = data_;
+  }
+  if (is_output_ && requires_grad_ && owner) {
+    Tensor alias = t.detach();
+    set_history(alias, owner, output_nr_);
+    return alias;
+  }
+  return t;
+}
+
+void SavedTensor::reset() { *this = SavedTensor(); }
+
+Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(leaf) {
+  output_meta.push_back({leaf->shape, leaf->dtype, leaf->storage->device()});
+  output_hooks.resize(1);
+}
+
+Grads AccumulateGrad::apply(Grads&& grads) {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (!impl || grads.empty() || !grads[0].defined()) return {};
+  Tensor leaf(impl);
+  AutogradMeta& meta = *impl->autograd;
+  Tensor g = std::move(grads[0]);
+  for (auto& hook : meta.hooks) {
+    Tensor r = hook(g);
+    if (r.defined()) g = r;
+  }
+  if (!meta.grad.defined()) {
+    // Keep the incoming tensor only when nothing else can see it; otherwise a later in-place
+    // accumulation would write through to another tensor.
+    bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1;
+    meta.grad = is_grad_enabled() ? g : (exclusive ? g.detach() : g.detach().clone());
+  } else if (is_grad_enabled()) {
+    meta.grad = meta.grad + g;  // create_graph: the sum is part of the recorded graph
+  } else {
+    meta.grad.add_(g);
+  }
+  for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
+  return {};
+}
+
+bool any_requires_grad(std::initializer_list<const Tensor*> ts) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : ts)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& ts) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : ts)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  AutogradMeta& meta = meta_of(t);
+  if (meta.grad_fn) return Edge{meta.grad_fn, meta.output_nr};
+  std::shared_ptr<AccumulateGrad> acc = meta.accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    meta.accumulator = acc;
+  }
+  return Edge{acc, 0};
+}
+
+void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr) {
+  AutogradMeta& meta = meta_of(t);
+  meta.requires_grad = true;
+  meta.grad_fn = node;
+  meta.output_nr = output_nr;
+}
+
+void record(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+            const std::vector<Tensor>& saved, BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return;
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  for (const Tensor& in : inputs) {
+    bool needs = in.defined() && in.requires_grad();
+    node->next_edges.push_back(needs ? gradient_edge(in) : Edge{});
+    node->input_meta.push_back(in.defined() ? TensorMeta{in.shape(), in.dtype(), in.device()} : TensorMeta{});
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    node->output_meta.push_back({out.shape(), out.dtype(), out.device()});
+    set_history(out, node, static_cast<uint32_t>(i));
+  }
+  node->output_hooks.resize(outputs.size());
+  for (const Tensor& s : saved) {
+    bool is_output = false;
+    for (const Tensor& out : outputs) is_output = is_output || (s.defined() && s.is_same(out));
+    node->saved.emplace_back(s, is_output);
+  }
+}
+
+}  // namespace strata::autograd
+
+namespace strata::autograd::detail {
+Tensor zeros_for_meta(const TensorMeta& m) { return zeros(m.shape, TensorOptions(m.dtype, m.device)); }
+}  // namespace strata::autograd::detail

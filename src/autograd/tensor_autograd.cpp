@@ -1,0 +1,88 @@
+// The autograd methods of Tensor.
+#include <strata/autograd/autograd.hpp>
+#include <strata/ops/binary.hpp>
+
+namespace strata {
+
+namespace {
+autograd::AutogradMeta& meta(const Tensor& t) {
+  TensorImpl& impl = t.impl();
+  if (!impl.autograd) impl.autograd = std::make_shared<autograd::AutogradMeta>();
+  return *impl.autograd;
+}
+}  // namespace
+
+bool Tensor::requires_grad() const {
+  const auto& a = impl().autograd;
+  return a && a->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  STRATA_CHECK(is_leaf(), "[requires_grad_] can only be changed on leaf tensors; use detach() for a non-leaf");
+  STRATA_CHECK(!requires_grad || is_floating(dtype()), "[requires_grad_] only floating tensors can require grad, got {}",
+               dtype());
+  meta(*this).requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const {
+  const auto& a = impl().autograd;
+  return !a || !a->grad_fn;
+}
+
+const Tensor& Tensor::grad() const {
+  static const Tensor undefined;
+  const auto& a = impl().autograd;
+  return a ? a->grad : undefined;
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined()) {
+    STRATA_CHECK(g.shape() == shape(), "[set_grad] gradient of shape {} for a tensor of shape {}", g.shape(), shape());
+    STRATA_CHECK(g.device() == device(), "[set_grad] gradient on {} for a tensor on {}", g.device(), device());
+  }
+  meta(*this).grad = g;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  const auto& a = impl().autograd;
+  return a ? a->grad_fn : nullptr;
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward({*this}, gradient.defined() ? std::vector<Tensor>{gradient} : std::vector<Tensor>{}, retain_graph,
+                     create_graph);
+}
+
+void Tensor::retain_grad() const {
+  STRATA_CHECK(requires_grad(), "[retain_grad] the tensor does not require grad");
+  if (is_leaf()) return;  // leaves keep .grad anyway
+  auto& m = meta(*this);
+  if (m.retains_grad) return;
+  m.retains_grad = true;
+  std::weak_ptr<TensorImpl> weak = impl_ptr();
+  m.grad_fn->output_hooks[m.output_nr].push_back([weak](const Tensor& g) {
+    if (auto impl = weak.lock()) {
+      auto& a = *impl->autograd;
+      a.grad = a.grad.defined() ? a.grad + g : g.detach().clone();
+    }
+    return Tensor();
+  });
+}
+
+void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
+  STRATA_CHECK(requires_grad(), "[register_hook] the tensor does not require grad");
+  auto& m = meta(*this);
+  if (m.grad_fn) {
+    m.grad_fn->output_hooks[m.output_nr].push_back(std::move(hook));
+  } else {
+    m.hooks.push_back(std::move(hook));
+  }
+}
+
+void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  STRATA_CHECK(is_leaf() && requires_grad(), "[register_post_accumulate_grad_hook] expects a leaf that requires grad");
+  meta(*this).post_accumulate_hooks.push_back(std::move(hook));
+}
+
+}  // namespace strata

@@ -1,0 +1,209 @@
+// The backward engine: accumulation, retain_graph, create_graph, autograd::grad, hooks,
+// saved-tensor hooks, in-place detection, deep graphs and custom Functions.
+#include "gradcheck.h"
+
+using namespace strata;
+using strata::testing::all_close;
+using strata::testing::values;
+
+TEST(Engine, ChainAndAccumulation) {
+  Tensor x = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor y = x * x + x * 3;  // dy/dx = 2x + 3 (x used twice)
+  y.backward(ones({3}, kFloat64));
+  EXPECT_TRUE(all_close(x.grad(), {5, 7, 9}, 1e-12, 0));
+  // a second backward accumulates
+  Tensor z = x * 2;
+  z.backward(ones({3}, kFloat64));
+  EXPECT_TRUE(all_close(x.grad(), {7, 9, 11}, 1e-12, 0));
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_EQ(y.grad_fn()->name(), "add");
+  EXPECT_FALSE(y.grad().defined());  // non-leaves keep no grad unless asked
+}
+
+TEST(Engine, ScalarRootAndErrors) {
+  Tensor x = from_vector<double>({1, 2}).requires_grad_();
+  EXPECT_THROW((x * 2).backward(), Error);  // non-scalar needs a gradient
+  EXPECT_THROW(ones({2}).backward(), Error);  // nothing requires grad
+  EXPECT_THROW((x * 2).backward(ones({3}, kFloat64)), Error);
+  EXPECT_THROW(ones({2}, kInt32).requires_grad_(), Error);
+  Tensor y = x * 2;
+  EXPECT_THROW(y.requires_grad_(false), Error);
+}
+
+TEST(Engine, RetainGraph) {
+  Tensor x = from_vector<double>({2}).requires_grad_();
+  Tensor y = exp(x) * x;
+  y.backward(Tensor(), /*retain_graph=*/true);
+  double first = x.grad().item<double>();
+  EXPECT_NEAR(first, std::exp(2.0) * 3, 1e-12);
+  y.backward();
+  EXPECT_NEAR(x.grad().item<double>(), 2 * first, 1e-12);
+  EXPECT_THROW(y.backward(), Error);  // saved tensors freed by the second (non-retaining) pass
+}
+
+TEST(Engine, CreateGraphDoubleBackward) {
+  Tensor x = from_vector<double>({1.5}).requires_grad_();
+  Tensor y = x * x * x;
+  std::vector<Tensor> g = autograd::grad({y}, {x}, {}, std::nullopt, /*create_graph=*/true);
+  EXPECT_NEAR(g[0].item<double>(), 3 * 1.5 * 1.5, 1e-12);
+  EXPECT_TRUE(g[0].requires_grad());
+  std::vector<Tensor> gg = autograd::grad({g[0]}, {x});
+  EXPECT_NEAR(gg[0].item<double>(), 6 * 1.5, 1e-12);
+  EXPECT_FALSE(x.grad().defined());  // autograd::grad does not accumulate
+  // through an op that saves its output (exp)
+  Tensor z = exp(x * 2);
+  Tensor dz = autograd::grad({z}, {x}, {}, std::nullopt, true)[0];
+  EXPECT_NEAR(autograd::grad({dz}, {x})[0].item<double>(), 4 * std::exp(3.0), 1e-9);
+}
+
+TEST(Engine, GradWithUnusedInputs) {
+  Tensor a = from_vector<double>({1}).requires_grad_(), b = from_vector<double>({2}).requires_grad_();
+  Tensor y = a * 3;
+  EXPECT_THROW(autograd::grad({y}, {a, b}, {}, true), Error);
+  std::vector<Tensor> g = autograd::grad({y}, {a, b}, {}, true, false, /*allow_unused=*/true);
+  EXPECT_NEAR(g[0].item<double>(), 3, 0);
+  EXPECT_FALSE(g[1].defined());
+  // gradient with respect to an intermediate
+  Tensor h = a * 2;
+  Tensor out = h * h;
+  EXPECT_NEAR(autograd::grad({out}, {h})[0].item<double>(), 4, 1e-12);
+}
+
+TEST(Engine, NoGradGuard) {
+  Tensor x = from_vector<double>({1}).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    Tensor y = x * 2;
+    EXPECT_FALSE(y.requires_grad());
+    {
+      EnableGradGuard enable;
+      EXPECT_TRUE((x * 2).requires_grad());
+    }
+    x.mul_(3);  // in-place on a leaf is fine without grad mode
+  }
+  EXPECT_EQ(x.item<double>(), 3);
+  EXPECT_THROW(x.mul_(2), Error);  // ... but not with it
+  EXPECT_TRUE(autograd::is_grad_enabled());
+}
+
+TEST(Engine, HooksAndRetainGrad) {
+  Tensor x = from_vector<double>({1, 2}).requires_grad_();
+  Tensor h = x * 3;
+  h.retain_grad();
+  std::vector<double> seen;
+  h.register_hook([&](const Tensor& g) {
+    seen = values(g);
+    return g * 10;  // replaces the gradient flowing on
+  });
+  int post = 0;
+  x.register_post_accumulate_grad_hook([&](const Tensor& leaf) {
+    ++post;
+    EXPECT_TRUE(leaf.grad().defined());
+  });
+  x.register_hook([](const Tensor& g) { return g + 1; });
+  (h * h).backward(ones({2}, kFloat64));
+  EXPECT_EQ(seen, (std::vector<double>{6, 12}));
+  EXPECT_TRUE(all_close(x.grad(), {6 * 10 * 3 + 1, 12 * 10 * 3 + 1}, 1e-12, 0));
+  EXPECT_EQ(post, 1);
+  ASSERT_TRUE(h.grad().defined());
+}
+
+TEST(Engine, SavedTensorHooks) {
+  int packed = 0, unpacked = 0;
+  Tensor x = from_vector<double>({0.5, 1.5}).requires_grad_();
+  Tensor y;
+  {
+    autograd::SavedTensorHooksGuard hooks(
+        [&](const Tensor& t) -> std::any {
+          ++packed;
+          return t.to(kFloat32);  // store a compressed copy
+        },
+        [&](const std::any& a) {
+          ++unpacked;
+          return std::any_cast<Tensor>(a).to(kFloat64);
+        });
+    y = sin(x) * x;
+  }
+  EXPECT_EQ(packed, 3);  // sin saves x; mul saves both factors
+  y.backward(ones({2}, kFloat64));
+  EXPECT_EQ(unpacked, 3);
+  EXPECT_TRUE(all_close(x.grad(), {std::cos(0.5) * 0.5 + std::sin(0.5), std::cos(1.5) * 1.5 + std::sin(1.5)}, 1e-6, 0));
+}
+
+TEST(Engine, InPlaceModificationOfSavedTensorIsDetected) {
+  Tensor x = from_vector<double>({1, 2}).requires_grad_();
+  Tensor e = exp(x);  // saves its output
+  Tensor y = e * 2;
+  {
+    NoGradGuard no_grad;
+    e.add_(1);
+  }
+  try {
+    y.sum().backward();
+    FAIL() << "expected an error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("in-place"), std::string::npos) << err.what();
+  }
+  Tensor w = from_vector<double>({3}).requires_grad_();
+  Tensor v = w * 2;
+  EXPECT_THROW(v.add_(1), Error);  // in-place on a tensor that requires grad
+}
+
+TEST(Engine, DeepChainDoesNotOverflowTheStack) {
+  Tensor x = from_vector<double>({1}).requires_grad_();
+  Tensor y = x;
+  for (int i = 0; i < 100000; ++i) y = y * 1.0;
+  y.backward();
+  EXPECT_EQ(x.grad().item<double>(), 1.0);
+}
+
+TEST(Engine, SavedTensorsFreedAfterBackward) {
+  Tensor x = randn({1000}, kFloat64).requires_grad_();
+  int64_t before = cpu_memory_stats().bytes_in_use;
+  Tensor y = (exp(x) * x).sum();
+  y.backward();
+  // only y and x.grad remain alive beyond x: the saved exp(x) and friends are gone
+  EXPECT_LE(cpu_memory_stats().bytes_in_use - before, 2 * 8000 + 1024);
+}
+
+namespace {
+struct Cube : autograd::Function<Cube> {
+  static Tensor forward(AutogradContext& ctx, const Tensor& x, double scale) {
+    ctx.save_for_backward({x});
+    ctx.saved_data["scale"] = scale;
+    return x * x * x * scale;
+  }
+  static std::vector<Tensor> backward(AutogradContext& ctx, const std::vector<Tensor>& g) {
+    Tensor x = ctx.saved()[0];
+    double scale = std::any_cast<double>(ctx.saved_data["scale"]);
+    return {g[0] * x * x * (3 * scale)};
+  }
+};
+
+struct SortedWithIndex : autograd::Function<SortedWithIndex> {
+  static std::vector<Tensor> forward(AutogradContext& ctx, const Tensor& x) {
+    Tensor doubled = x * 2;
+    Tensor mask = x > 0;
+    ctx.mark_non_differentiable({mask});
+    return {doubled, mask};
+  }
+  static std::vector<Tensor> backward(AutogradContext&, const std::vector<Tensor>& g) { return {g[0] * 2}; }
+};
+}  // namespace
+
+TEST(Engine, CustomFunction) {
+  Tensor x = from_vector<double>({1, -2}).requires_grad_();
+  Tensor y = Cube::apply(x, 0.5);
+  EXPECT_TRUE(all_close(y, {0.5, -4}, 1e-12, 0));
+  EXPECT_FALSE(y.is_leaf());
+  y.backward(ones({2}, kFloat64));
+  EXPECT_TRUE(all_close(x.grad(), {1.5, 6}, 1e-12, 0));
+  EXPECT_TRUE(strata::testing::gradcheck([](const std::vector<Tensor>& in) { return Cube::apply(in[0], 2.0); },
+                                         {strata::testing::leaf(randn({4}))}));
+  std::vector<Tensor> outs = SortedWithIndex::apply(x);
+  EXPECT_TRUE(outs[0].requires_grad());
+  EXPECT_FALSE(outs[1].requires_grad());
+  // no input requires grad: nothing is recorded
+  EXPECT_FALSE(Cube::apply(ones({2}), 1.0).requires_grad());
+}
