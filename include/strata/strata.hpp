@@ -18,4 +18,5 @@
 
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/ops/matmul.hpp>
 #include <strata/ops/unary.hpp>

@@ -7,12 +7,14 @@ void register_copy_kernels(KernelTable&);
 void register_creation_kernels(KernelTable&);
 void register_unary_kernels(KernelTable&);
 void register_binary_kernels(KernelTable&);
+void register_matmul_kernels(KernelTable&);
 
 void register_builtin_kernels(KernelTable& table) {
   register_copy_kernels(table);
   register_creation_kernels(table);
   register_unary_kernels(table);
   register_binary_kernels(table);
+  register_matmul_kernels(table);
 }
 
 }  // namespace strata::detail

@@ -1,0 +1,222 @@
+// matmul, mm and bmm: argument checks, 1-d promotion, batch broadcasting and dtype promotion
+// here; the CPU kernel turns the (already broadcast) operands into pointer/stride GEMM
+// problems for kernels/cpu/gemm.h.
+//
+// Kernel contract: inputs (..., m, k) and (..., k, n) with identical batch dims (broadcast
+// dims have stride 0), output (..., m, n), all of the op's dtype.
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#include <strata/ops/matmul.hpp>
+
+#include "core/registry_internal.h"
+#include "core/tensor_internal.h"
+#include "kernels/cpu/gemm.h"
+
+namespace strata {
+
+namespace {
+
+cpu::GemmType gemm_type(DType t) {
+  switch (t) {
+    case kFloat32: return cpu::GemmType::F32;
+    case kFloat64: return cpu::GemmType::F64;
+    case kFloat16: return cpu::GemmType::F16;
+    case kBFloat16: return cpu::GemmType::BF16;
+    case kInt8: return cpu::GemmType::I8;
+    case kUInt8: return cpu::GemmType::U8;
+    case kInt32: return cpu::GemmType::I32;
+    case kInt64: return cpu::GemmType::I64;
+    case kBool: break;
+  }
+  detail::throw_error("[matmul] not supported for dtype {}", t);
+}
+
+// How a (rows, cols) matrix with strides (sr, sc) can be read in place: row-major with
+// leading dim sr, or stored transposed (column-major) with leading dim sc. Size-1 dims
+// have no meaningful stride, so either orientation accepts them.
+std::optional<cpu::GemmInput> in_place_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= std::max<int64_t>(cols, 1)))
+    return cpu::GemmInput{nullptr, rows <= 1 ? std::max<int64_t>(cols, 1) : sr, 0, false};
+  if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= std::max<int64_t>(rows, 1)))
+    return cpu::GemmInput{nullptr, cols <= 1 ? std::max<int64_t>(rows, 1) : sc, 0, true};
+  return std::nullopt;
+}
+
+// A contiguous copy of t's distinct values that keeps its broadcast (stride-0) batch dims
+// broadcast, so an irregular operand is never materialised once per batch.
+Tensor compact_copy(const Tensor& t) {
+  Shape s = t.shape();
+  for (int64_t d = 0; d + 2 < t.dim(); ++d)
+    if (t.strides()[d] == 0) s[d] = 1;
+  return t.as_strided(s, t.strides(), t.storage_offset()).contiguous().expand(t.shape());
+}
+
+cpu::GemmInput operand(Tensor& t, int64_t rows, int64_t cols) {
+  auto layout = in_place_layout(rows, cols, t.stride(-2), t.stride(-1));
+  if (!layout) {
+    t = compact_copy(t);
+    layout = in_place_layout(rows, cols, t.stride(-2), t.stride(-1));
+  }
+  layout->data = t.data();
+  return *layout;
+}
+
+struct BatchDim {
+  int64_t size, a, b, c;  // size and each operand's stride
+};
+
+// Batch dims, innermost first, with size-1 dims dropped and dims merged where every operand
+// steps through them evenly.
+std::vector<BatchDim> coalesce_batch(const Tensor& a, const Tensor& b, const Tensor& c) {
+  std::vector<BatchDim> dims;
+  for (int64_t d = c.dim() - 3; d >= 0; --d) {
+    BatchDim x{c.shape()[d], a.strides()[d], b.strides()[d], c.strides()[d]};
+    if (x.size == 1) continue;
+    if (!dims.empty()) {
+      BatchDim& in = dims.back();
+      if (x.a == in.a * in.size && x.b == in.b * in.size && x.c == in.c * in.size) {
+        in.size *= x.size;
+        continue;
+      }
+    }
+    dims.push_back(x);
+  }
+  return dims;
+}
+
+void cpu_matmul(const KernelCall& call) {
+  Tensor a = call.inputs[0], b = call.inputs[1];
+  Tensor& out = call.outputs[0];
+  STRATA_CHECK(a.dim() >= 2 && a.dim() == b.dim() && a.dim() == out.dim(),
+               "[matmul] kernel needs broadcast operands, got shapes {}, {} -> {}", a.shape(), b.shape(), out.shape());
+  if (out.numel() == 0) return;
+  Tensor c = out.is_contiguous() ? out : detail::make_tensor(out.shape(), out.dtype(), out.device());
+  const int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1);
+
+  cpu::GemmProblem p;
+  p.type = gemm_type(c.dtype());
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  if (k > 0) {
+    p.a = operand(a, m, k);
+    p.b = operand(b, k, n);
+  }
+  p.c = cpu::GemmOutput{c.data(), n, 0};
+
+  std::vector<BatchDim> dims = coalesce_batch(a, b, c);
+  BatchDim inner = dims.empty() ? BatchDim{1, 0, 0, 0} : dims.front();
+  p.batch = inner.size;
+  p.a.batch_stride = inner.a;
+  p.b.batch_stride = inner.b;
+  p.c.batch_stride = inner.c;
+  // (batch, m, k) x shared (k, n): one (batch * m, k) x (k, n) product
+  if (p.batch > 1 && inner.b == 0 && !p.a.trans && inner.a == m * p.a.ld && inner.c == m * n) {
+    p.m *= p.batch;
+    p.batch = 1;
+  }
+
+  // the remaining batch dims run as an odometer of separate calls
+  const size_t item = c.itemsize();
+  const char* a0 = static_cast<const char*>(p.a.data);
+  const char* b0 = static_cast<const char*>(p.b.data);
+  char* c0 = static_cast<char*>(p.c.data);
+  std::vector<int64_t> idx(dims.size(), 0);
+  int64_t oa = 0, ob = 0, oc = 0;
+  try {
+    while (true) {
+      cpu::GemmProblem q = p;
+      if (k > 0) {
+        q.a.data = a0 + oa * static_cast<int64_t>(item);
+        q.b.data = b0 + ob * static_cast<int64_t>(item);
+      }
+      q.c.data = c0 + oc * static_cast<int64_t>(item);
+      cpu::gemm(q);
+      size_t d = 1;
+      for (; d < dims.size(); ++d) {
+        oa += dims[d].a, ob += dims[d].b, oc += dims[d].c;
+        if (++idx[d] < dims[d].size) break;
+        oa -= dims[d].a * dims[d].size, ob -= dims[d].b * dims[d].size, oc -= dims[d].c * dims[d].size;
+        idx[d] = 0;
+      }
+      if (d >= dims.size()) break;
+    }
+  } catch (const std::runtime_error& e) {
+    if (dynamic_cast<const Error*>(&e)) throw;
+    detail::throw_error("{} (shapes {} and {})", e.what(), a.shape(), b.shape());
+  }
+  if (!c.is_same(out)) out.copy_(c);
+}
+
+Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
+  STRATA_CHECK(a.defined() && b.defined(), "[{}] input tensor is undefined", op);
+  STRATA_CHECK(a.device() == b.device(), "[{}] inputs are on different devices: {} and {}", op, a.device(), b.device());
+  STRATA_CHECK(a.dim() >= 1 && b.dim() >= 1, "[{}] both inputs need at least 1 dim, got shapes {} and {}", op,
+               a.shape(), b.shape());
+  const DType t = promote_types(a.dtype(), b.dtype());
+  STRATA_CHECK(t != kBool, "[{}] not supported for bool tensors (shapes {} and {})", op, a.shape(), b.shape());
+  const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
+  const Tensor a2 = a_vec ? a.unsqueeze(0) : a;  // (1, k)
+  const Tensor b2 = b_vec ? b.unsqueeze(1) : b;  // (k, 1)
+  const int64_t m = a2.size(-2), k = a2.size(-1), n = b2.size(-1);
+  STRATA_CHECK(k == b2.size(-2), "[{}] shapes {} and {} cannot be multiplied ({} columns against {} rows)", op,
+               a.shape(), b.shape(), k, b2.size(-2));
+
+  // broadcast the batch dims, aligned from the right
+  const int64_t na = a2.dim() - 2, nb = b2.dim() - 2, nd = std::max(na, nb);
+  Shape batch(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; ++i) {
+    int64_t da = i - (nd - na), db = i - (nd - nb);
+    int64_t sa = da >= 0 ? a2.shape()[da] : 1, sb = db >= 0 ? b2.shape()[db] : 1;
+    STRATA_CHECK(sa == sb || sa == 1 || sb == 1, "[{}] batch dims of shapes {} and {} do not broadcast", op,
+                 a.shape(), b.shape());
+    batch[i] = sa == 1 ? sb : sa;
+  }
+  auto with = [&](int64_t r, int64_t c) {
+    Shape s = batch;
+    s.push_back(r);
+    s.push_back(c);
+    return s;
+  };
+  const Tensor ins[2] = {a2.to(t).expand(with(m, k)), b2.to(t).expand(with(k, n))};
+  Tensor out = detail::make_tensor(with(m, n), t, a.device());
+  run_kernel(OpId::matmul, t, KernelCall{ins, {&out, 1}});
+
+  Shape result = batch;
+  if (!a_vec) result.push_back(m);
+  if (!b_vec) result.push_back(n);
+  return out.view(result);
+}
+
+}  // namespace
+
+namespace detail {
+void register_matmul_kernels(KernelTable& table) {
+  table.set(OpId::matmul, DeviceType::CPU, kNumericDTypes, cpu_matmul);
+}
+}  // namespace detail
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return matmul_impl(a, b, "matmul"); }
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(a.defined() && b.defined(), "[mm] input tensor is undefined");
+  STRATA_CHECK(a.dim() == 2 && b.dim() == 2, "[mm] both inputs must be 2-d, got shapes {} and {}", a.shape(),
+               b.shape());
+  return matmul_impl(a, b, "mm");
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(a.defined() && b.defined(), "[bmm] input tensor is undefined");
+  STRATA_CHECK(a.dim() == 3 && b.dim() == 3, "[bmm] both inputs must be 3-d, got shapes {} and {}", a.shape(),
+               b.shape());
+  STRATA_CHECK(a.size(0) == b.size(0), "[bmm] batch sizes differ: shapes {} and {}", a.shape(), b.shape());
+  return matmul_impl(a, b, "bmm");
+}
+
+Tensor Tensor::matmul(const Tensor& other) const { return strata::matmul(*this, other); }
+
+}  // namespace strata
