@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include <strata/autograd/graph.hpp>
+#include <strata/ops/binary.hpp>
 #include <strata/ops/matmul.hpp>
 
 #include "core/registry_internal.h"
@@ -152,7 +154,7 @@ void cpu_matmul(const KernelCall& call) {
   if (!c.is_same(out)) out.copy_(c);
 }
 
-Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
+Tensor matmul_forward(const Tensor& a, const Tensor& b, std::string_view op) {
   STRATA_CHECK(a.defined() && b.defined(), "[{}] input tensor is undefined", op);
   STRATA_CHECK(a.device() == b.device(), "[{}] inputs are on different devices: {} and {}", op, a.device(), b.device());
   STRATA_CHECK(a.dim() >= 1 && b.dim() >= 1, "[{}] both inputs need at least 1 dim, got shapes {} and {}", op,
@@ -190,6 +192,33 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
   if (!a_vec) result.push_back(m);
   if (!b_vec) result.push_back(n);
   return out.view(result);
+}
+
+// The gradients of a @ b, written with matmul itself; broadcast batch dims come back
+// unsummed and the engine reduces them to each input's shape.
+autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
+  if (a.dim() == 1 && b.dim() == 1) return {g * b, g * a};
+  if (a.dim() == 1) {  // (k) @ (..., k, n) -> (..., n)
+    Tensor g2 = g.unsqueeze(-1).transpose(-1, -2);  // (..., 1, n)
+    return {matmul(g2, b.transpose(-1, -2)).squeeze(-2), matmul(a.unsqueeze(-1), g2)};
+  }
+  if (b.dim() == 1) {  // (..., m, k) @ (k) -> (..., m)
+    Tensor g2 = g.unsqueeze(-1);  // (..., m, 1)
+    return {matmul(g2, b.unsqueeze(0)), matmul(a.transpose(-1, -2), g2).squeeze(-1)};
+  }
+  return {matmul(g, b.transpose(-1, -2)), matmul(a.transpose(-1, -2), g)};
+}
+
+Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;  // the reshapes and casts inside are not part of the graph
+    out = matmul_forward(a, b, op);
+  }
+  autograd::record("matmul", {a, b}, {out}, {a, b}, [](const autograd::Grads& g, const autograd::Saved& s) {
+    return matmul_backward(g[0], s[0], s[1]);
+  });
+  return out;
 }
 
 }  // namespace
