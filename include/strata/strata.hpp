@@ -17,6 +17,10 @@
 #include <strata/core/threads.hpp>
 
 #include <strata/ops/binary.hpp>
+#include <strata/ops/compare.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/ops/index.hpp>
+#include <strata/ops/join.hpp>
 #include <strata/ops/matmul.hpp>
+#include <strata/ops/sort.hpp>
 #include <strata/ops/unary.hpp>

@@ -9,12 +9,21 @@ void register_unary_kernels(KernelTable&);
 void register_binary_kernels(KernelTable&);
 void register_matmul_kernels(KernelTable&);
 
+void register_index_kernels(KernelTable&);
+void register_triangular_kernels(KernelTable&);
+void register_sort_kernels(KernelTable&);
+void register_compare_kernels(KernelTable&);
+
 void register_builtin_kernels(KernelTable& table) {
   register_copy_kernels(table);
   register_creation_kernels(table);
   register_unary_kernels(table);
   register_binary_kernels(table);
   register_matmul_kernels(table);
+  register_index_kernels(table);
+  register_triangular_kernels(table);
+  register_sort_kernels(table);
+  register_compare_kernels(table);
 }
 
 }  // namespace strata::detail

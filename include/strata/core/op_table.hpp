@@ -28,7 +28,7 @@
   /* indexing and ordering */                                                       \
   X(index_select, 2, true) X(gather, 2, true) X(scatter, 3, true)                   \
   X(scatter_add, 3, true) X(index_add, 3, true) X(tril, 1, true) X(triu, 1, true)   \
-  X(sort, 1, false) X(topk, 1, false)
+  X(sort, 1, false) X(topk, 1, false) X(isclose, 2, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 65
+#define STRATA_NUM_BUILTIN_OPS 66

@@ -1,0 +1,121 @@
+// cat and stack (new tensors) and split / chunk (views of one tensor).
+#include <algorithm>
+#include <cstdint>
+
+#include <strata/ops/join.hpp>
+
+#include "core/tensor_internal.h"
+
+namespace strata {
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  STRATA_CHECK(!tensors.empty(), "[cat] expects a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) STRATA_CHECK(tensors[i].defined(), "[cat] tensor {} is undefined", i);
+  DType dtype = tensors[0].dtype();
+  const Device device = tensors[0].device();
+  // 1-d tensors of shape {0} take no part beyond type promotion, as in PyTorch
+  auto skipped = [](const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; };
+  int64_t ref = -1;  // the first tensor that takes part
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    dtype = promote_types(dtype, t.dtype());
+    STRATA_CHECK(t.device() == device, "[cat] tensor {} is on {} but tensor 0 is on {}", i, t.device(), device);
+    if (ref < 0 && !skipped(t)) ref = static_cast<int64_t>(i);
+  }
+  if (ref < 0) return detail::make_tensor({0}, dtype, device);
+  const Tensor& r = tensors[ref];
+  STRATA_CHECK(r.dim() > 0, "[cat] tensor {} is 0-d; 0-d tensors cannot be concatenated", ref);
+  const int64_t d = normalize_dim(dim, r.dim(), "cat");
+  Shape shape = r.shape();
+  shape[d] = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (skipped(t)) continue;
+    STRATA_CHECK(t.dim() == r.dim(), "[cat] tensor {} has {} dims (shape {}) but tensor {} has {} (shape {})", i,
+                 t.dim(), t.shape(), ref, r.dim(), r.shape());
+    for (int64_t k = 0; k < r.dim(); ++k)
+      STRATA_CHECK(k == d || t.size(k) == r.size(k),
+                   "[cat] shapes must match except in dim {}: tensor {} has shape {} but tensor {} has shape {}", d, i,
+                   t.shape(), ref, r.shape());
+    STRATA_CHECK(shape[d] <= INT64_MAX - t.size(d), "[cat] the concatenated size along dim {} overflows int64", d);
+    shape[d] += t.size(d);
+  }
+  Tensor out = detail::make_tensor(shape, dtype, device);
+  int64_t offset = 0;
+  for (const Tensor& t : tensors) {
+    if (skipped(t) || t.size(d) == 0) continue;
+    out.narrow(d, offset, t.size(d)).copy_(t);
+    offset += t.size(d);
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  STRATA_CHECK(!tensors.empty(), "[stack] expects a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    STRATA_CHECK(tensors[i].defined(), "[stack] tensor {} is undefined", i);
+    STRATA_CHECK(tensors[i].shape() == tensors[0].shape(), "[stack] tensor {} has shape {} but tensor 0 has shape {}",
+                 i, tensors[i].shape(), tensors[0].shape());
+  }
+  const int64_t d = normalize_dim(dim, tensors[0].dim() + 1, "stack");
+  std::vector<Tensor> parts;
+  parts.reserve(tensors.size());
+  for (const Tensor& t : tensors) parts.push_back(t.unsqueeze(d));
+  return cat(parts, d);
+}
+
+std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim) {
+  STRATA_CHECK(t.defined(), "[split] input tensor is undefined");
+  STRATA_CHECK(t.dim() > 0, "[split] cannot split a 0-d tensor");
+  const int64_t d = normalize_dim(dim, t.dim(), "split");
+  const int64_t n = t.size(d);
+  STRATA_CHECK(split_size >= 0, "[split] split_size must be non-negative, got {}", split_size);
+  STRATA_CHECK(split_size > 0 || n == 0, "[split] split_size can only be 0 when dim {} has size 0, but it has size {}",
+               d, n);
+  const int64_t count = split_size == 0 ? 1 : std::max<int64_t>(n / split_size + (n % split_size != 0), 1);
+  std::vector<Tensor> out;
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t start = i * split_size;
+    out.push_back(t.narrow(d, start, std::min(split_size, n - start)));
+  }
+  return out;
+}
+
+std::vector<Tensor> split_with_sizes(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim) {
+  STRATA_CHECK(t.defined(), "[split] input tensor is undefined");
+  STRATA_CHECK(t.dim() > 0, "[split] cannot split a 0-d tensor");
+  const int64_t d = normalize_dim(dim, t.dim(), "split");
+  const int64_t n = t.size(d);
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    STRATA_CHECK(s >= 0, "[split] split sizes must be non-negative, got {}", sizes);
+    STRATA_CHECK(total <= n - s, "[split] split sizes {} do not sum to the size {} of dim {}", sizes, n, d);
+    total += s;
+  }
+  STRATA_CHECK(total == n, "[split] split sizes {} do not sum to the size {} of dim {}", sizes, n, d);
+  std::vector<Tensor> out;
+  out.reserve(sizes.size());
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    out.push_back(t.narrow(d, start, s));
+    start += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim) {
+  return split_with_sizes(t, sizes, dim);
+}
+
+std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
+  STRATA_CHECK(t.defined(), "[chunk] input tensor is undefined");
+  STRATA_CHECK(chunks > 0, "[chunk] chunks must be positive, got {}", chunks);
+  STRATA_CHECK(t.dim() > 0, "[chunk] cannot chunk a 0-d tensor");
+  const int64_t d = normalize_dim(dim, t.dim(), "chunk");
+  const int64_t n = t.size(d);
+  if (n == 0) return split_with_sizes(t, std::vector<int64_t>(static_cast<size_t>(chunks), 0), d);
+  return split(t, n / chunks + (n % chunks != 0), d);
+}
+
+}  // namespace strata
