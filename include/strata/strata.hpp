@@ -22,5 +22,6 @@
 #include <strata/ops/index.hpp>
 #include <strata/ops/join.hpp>
 #include <strata/ops/matmul.hpp>
+#include <strata/ops/reduce.hpp>
 #include <strata/ops/sort.hpp>
 #include <strata/ops/unary.hpp>

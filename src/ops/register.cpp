@@ -7,6 +7,9 @@ void register_copy_kernels(KernelTable&);
 void register_creation_kernels(KernelTable&);
 void register_unary_kernels(KernelTable&);
 void register_binary_kernels(KernelTable&);
+void register_reduce_kernels(KernelTable&);
+void register_reduce_stats_kernels(KernelTable&);
+void register_softmax_kernels(KernelTable&);
 void register_matmul_kernels(KernelTable&);
 
 void register_index_kernels(KernelTable&);
@@ -19,6 +22,9 @@ void register_builtin_kernels(KernelTable& table) {
   register_creation_kernels(table);
   register_unary_kernels(table);
   register_binary_kernels(table);
+  register_reduce_kernels(table);
+  register_reduce_stats_kernels(table);
+  register_softmax_kernels(table);
   register_matmul_kernels(table);
   register_index_kernels(table);
   register_triangular_kernels(table);

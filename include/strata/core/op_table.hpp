@@ -23,6 +23,7 @@
   X(sum, 1, true) X(prod, 1, true) X(amax, 1, true) X(amin, 1, true)                \
   X(argmax, 1, false) X(argmin, 1, false) X(var, 1, true) X(logsumexp, 1, true)     \
   X(norm, 1, true) X(softmax, 1, true) X(log_softmax, 1, true) X(cumsum, 1, true)   \
+  X(mean, 1, true) X(cumprod, 1, true)                                              \
   /* linear algebra */                                                              \
   X(matmul, 2, true)                                                                \
   /* indexing and ordering */                                                       \
@@ -31,4 +32,4 @@
   X(sort, 1, false) X(topk, 1, false) X(isclose, 2, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 66
+#define STRATA_NUM_BUILTIN_OPS 68

@@ -1,0 +1,277 @@
+// The one CPU driver for reductions over any set of dims. The caller describes the input as
+// a ReducePlan: kept dims (one per output element) and reduced dims, each sorted innermost
+// first by input stride and coalesced. Two loop shapes cover every case (Note [Reduce loops]);
+// the result depends on the shape only, never on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "../common/reduce_ops.h"
+#include "../common/strided_loop.h"
+#include "parallel.h"
+
+namespace strata::cpu {
+
+// Note [Reduce loops]
+// Inner: the innermost memory dim is reduced (row sums, softmax denominators, full sums).
+// Each output walks its reduced elements with kReduceLanes independent accumulators, so the
+// contiguous case compiles to SIMD without reassociating floating point. A long reduction
+// is cut into fixed blocks of kReduceBlock elements whose partials are combined in order,
+// which lets one output use many threads and keeps the result thread-count independent.
+// Outer: the innermost memory dim is kept (sum over dim 0 of an (N, C) tensor, the bias
+// gradient). Whole rows of up to kReduceCols outputs are accumulated at once, vectorised
+// across outputs; when there are few such rows the reduced dims are cut into blocks too.
+inline constexpr int kReduceLanes = 16;
+inline constexpr int64_t kReduceBlock = 16384;
+inline constexpr int64_t kReduceCols = 256;
+
+struct ReducePlan {
+  int nkept = 0, nred = 0;
+  int64_t kept_size[kMaxLoopDims] = {}, kept_in[kMaxLoopDims] = {}, kept_out[kMaxLoopDims] = {};
+  int64_t red_size[kMaxLoopDims] = {}, red_in[kMaxLoopDims] = {};
+  int64_t num_out = 1;  // product of kept sizes
+  int64_t num_red = 1;  // product of reduced sizes
+  bool outer() const { return nkept > 0 && nred > 0 && kept_in[0] < red_in[0]; }
+};
+
+// Walks the multi-index of `n` dims (innermost first), tracking offsets in two stride sets.
+struct Odometer {
+  int n = 0;
+  const int64_t* size = nullptr;
+  const int64_t* sa = nullptr;
+  const int64_t* sb = nullptr;
+  int64_t idx[kMaxLoopDims] = {};
+  int64_t a = 0, b = 0;
+
+  Odometer(int n_, const int64_t* size_, const int64_t* sa_, const int64_t* sb_)
+      : n(n_), size(size_), sa(sa_), sb(sb_ ? sb_ : sa_) {}
+  void seek(int64_t i) {
+    a = b = 0;
+    for (int d = 0; d < n; ++d) {
+      idx[d] = i % size[d];
+      i /= size[d];
+      a += idx[d] * sa[d];
+      b += idx[d] * sb[d];
+    }
+  }
+  void next() {
+    for (int d = 0; d < n; ++d) {
+      a += sa[d];
+      b += sb[d];
+      if (++idx[d] < size[d]) return;
+      a -= size[d] * sa[d];
+      b -= size[d] * sb[d];
+      idx[d] = 0;
+    }
+  }
+};
+
+namespace detail {
+
+// Folds m elements p[0], p[s], ... (reduced indices r0, r0+1, ...) into the lanes.
+// Note [Lane loops]: `#pragma GCC unroll 1` keeps gcc from unrolling the 16-lane loop before
+// the vectoriser sees it; unrolled, only sums become SIMD (through SLP), while a kept loop
+// becomes one vector operation per step for max, min and the other selects too.
+template <class T, class Op, class Acc>
+inline void fold_row(Acc* lane, const T* p, int64_t m, int64_t s, const Op& op, int64_t o, int64_t r0) {
+  constexpr int L = kReduceLanes;
+  int64_t i = 0;
+  if (s == 1) {
+    for (; i + L <= m; i += L) {
+#pragma GCC unroll 1
+      for (int l = 0; l < L; ++l) lane[l] = math::fold_element(op, lane[l], p[i + l], o, r0 + i + l);
+    }
+  } else {
+    for (; i + L <= m; i += L) {
+#pragma GCC unroll 1
+      for (int l = 0; l < L; ++l) lane[l] = math::fold_element(op, lane[l], p[(i + l) * s], o, r0 + i + l);
+    }
+  }
+  for (int l = 0; l < L && i + l < m; ++l) lane[l] = math::fold_element(op, lane[l], p[(i + l) * s], o, r0 + i + l);
+}
+
+// The same for (value, index) lanes of argmax / argmin, split into a value array and an index
+// array for the duration of the row, which is the layout the vectoriser can handle.
+template <class T, class Op, class C>
+inline void fold_row(math::ValueIndex<C>* lane, const T* p, int64_t m, int64_t s, const Op& op, int64_t o,
+                     int64_t r0) {
+  constexpr int L = kReduceLanes;
+  C val[L];
+  int64_t idx[L];
+  for (int l = 0; l < L; ++l) {
+    val[l] = lane[l].value;
+    idx[l] = lane[l].index;
+  }
+  auto step = [&](int l, T x, int64_t r) {
+    math::ValueIndex<C> a = math::fold_element(op, math::ValueIndex<C>{val[l], idx[l]}, x, o, r);
+    val[l] = a.value;
+    idx[l] = a.index;
+  };
+  int64_t i = 0;
+  if (s == 1) {
+    for (; i + L <= m; i += L) {
+#pragma GCC unroll 1
+      for (int l = 0; l < L; ++l) step(l, p[i + l], r0 + i + l);
+    }
+  } else {
+    for (; i + L <= m; i += L) {
+#pragma GCC unroll 1
+      for (int l = 0; l < L; ++l) step(l, p[(i + l) * s], r0 + i + l);
+    }
+  }
+  for (int l = 0; l < L && i + l < m; ++l) step(l, p[(i + l) * s], r0 + i + l);
+  for (int l = 0; l < L; ++l) lane[l] = {val[l], idx[l]};
+}
+
+// The reduction of output `o` (whose elements start at `base`) over reduced indices [rb, re).
+// Rows shorter than the lane count fold into one accumulator: lanes would only add overhead.
+template <class T, class Op>
+typename Op::Acc reduce_span(const ReducePlan& p, const T* base, const Op& op, int64_t o, int64_t rb, int64_t re) {
+  using Acc = typename Op::Acc;
+  const int64_t n0 = p.nred ? p.red_size[0] : 1, s0 = p.nred ? p.red_in[0] : 0;
+  Odometer rows(p.nred > 1 ? p.nred - 1 : 0, p.red_size + 1, p.red_in + 1, nullptr);
+  rows.seek(rb / n0);
+  int64_t col = rb % n0;
+  if (n0 < kReduceLanes) {
+    Acc acc = op.identity();
+    for (int64_t r = rb; r < re; rows.next()) {
+      const T* row = base + rows.a;
+      for (; col < n0 && r < re; ++col, ++r) acc = math::fold_element(op, acc, row[col * s0], o, r);
+      col = 0;
+    }
+    return acc;
+  }
+  Acc lane[kReduceLanes];
+  for (auto& v : lane) v = op.identity();
+  for (int64_t r = rb; r < re; rows.next()) {
+    int64_t m = std::min(n0 - col, re - r);
+    fold_row(lane, base + rows.a + col * s0, m, s0, op, o, r);
+    r += m;
+    col = 0;
+  }
+  for (int w = kReduceLanes / 2; w > 0; w /= 2)  // a tree: short dependency chains
+    for (int l = 0; l < w; ++l) lane[l] = op.combine(lane[l], lane[l + w]);
+  return lane[0];
+}
+
+template <class T, class Op, class Store>
+void reduce_inner(const ReducePlan& p, const T* in, const Op& op, const Store& store) {
+  using Acc = typename Op::Acc;
+  const int64_t R = p.num_red;
+  const int64_t nblk = R > kReduceBlock ? (R + kReduceBlock - 1) / kReduceBlock : 1;
+  const int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(1, std::min(R, kReduceBlock)));
+  if (nblk == 1) {
+    parallel_for(0, p.num_out, grain, [&](int64_t ob, int64_t oe) {
+      Odometer out(p.nkept, p.kept_size, p.kept_in, p.kept_out);
+      out.seek(ob);
+      for (int64_t o = ob; o < oe; ++o, out.next()) store(out.b, o, reduce_span(p, in + out.a, op, o, 0, R));
+    });
+    return;
+  }
+  // a plain array: std::vector<bool> would pack bits that threads write concurrently
+  std::unique_ptr<Acc[]> partial(new Acc[static_cast<size_t>(p.num_out * nblk)]);
+  parallel_for(0, p.num_out * nblk, 1, [&](int64_t tb, int64_t te) {
+    Odometer out(p.nkept, p.kept_size, p.kept_in, p.kept_out);
+    for (int64_t t = tb; t < te; ++t) {
+      int64_t o = t / nblk, b = t % nblk;
+      out.seek(o);
+      partial[t] = reduce_span(p, in + out.a, op, o, b * kReduceBlock, std::min(R, (b + 1) * kReduceBlock));
+    }
+  });
+  parallel_for(0, p.num_out, std::max<int64_t>(1, kDefaultGrain / nblk), [&](int64_t ob, int64_t oe) {
+    Odometer out(p.nkept, p.kept_size, p.kept_in, p.kept_out);
+    out.seek(ob);
+    for (int64_t o = ob; o < oe; ++o, out.next()) {
+      Acc acc = partial[o * nblk];
+      for (int64_t b = 1; b < nblk; ++b) acc = op.combine(acc, partial[o * nblk + b]);
+      store(out.b, o, acc);
+    }
+  });
+}
+
+template <class T, class Op, class Store>
+void reduce_outer(const ReducePlan& p, const T* in, const Op& op, const Store& store) {
+  using Acc = typename Op::Acc;
+  const int64_t K = p.kept_size[0], ks = p.kept_in[0], kos = p.kept_out[0], R = p.num_red;
+  const int64_t Q = p.num_out / K, nchunk = (K + kReduceCols - 1) / kReduceCols, units = Q * nchunk;
+  const int64_t width = std::min(K, kReduceCols);
+  // Few row groups: split the reduced rows into blocks so that threads share the work.
+  int64_t nblk = 1;
+  if (units < 16 && R * width > 2 * kReduceBlock) nblk = std::min<int64_t>(64, R * width / kReduceBlock);
+  const int64_t rows_per_blk = (R + nblk - 1) / nblk;
+  nblk = R > 0 ? (R + rows_per_blk - 1) / rows_per_blk : 1;
+  std::unique_ptr<Acc[]> partial(nblk > 1 ? new Acc[static_cast<size_t>(units * nblk * kReduceCols)] : nullptr);
+
+  auto run = [&](int64_t t, Acc* acc) {  // acc: kReduceCols accumulators of task t
+    int64_t u = t / nblk, b = t % nblk, q = u / nchunk, j0 = (u % nchunk) * kReduceCols;
+    int64_t cw = std::min(kReduceCols, K - j0), o0 = q * K + j0;
+    Odometer group(p.nkept - 1, p.kept_size + 1, p.kept_in + 1, p.kept_out + 1);
+    group.seek(q);
+    Odometer rows(p.nred, p.red_size, p.red_in, nullptr);
+    int64_t rb = b * rows_per_blk, re = std::min(R, rb + rows_per_blk);
+    rows.seek(rb);
+    for (int64_t j = 0; j < cw; ++j) acc[j] = op.identity();
+    const T* base = in + group.a + j0 * ks;
+    for (int64_t r = rb; r < re; ++r, rows.next()) {
+      const T* row = base + rows.a;
+      if (ks == 1) {
+        for (int64_t j = 0; j < cw; ++j) acc[j] = math::fold_element(op, acc[j], row[j], o0 + j, r);
+      } else {
+        for (int64_t j = 0; j < cw; ++j) acc[j] = math::fold_element(op, acc[j], row[j * ks], o0 + j, r);
+      }
+    }
+    return std::pair<int64_t, int64_t>(group.b + j0 * kos, cw);
+  };
+
+  const int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(1, rows_per_blk * width));
+  parallel_for(0, units * nblk, grain, [&](int64_t tb, int64_t te) {
+    Acc acc[kReduceCols];
+    for (int64_t t = tb; t < te; ++t) {
+      if (nblk > 1) {
+        run(t, partial.get() + t * kReduceCols);
+        continue;
+      }
+      auto [out_off, cw] = run(t, acc);
+      int64_t o0 = (t / nchunk) * K + (t % nchunk) * kReduceCols;
+      for (int64_t j = 0; j < cw; ++j) store(out_off + j * kos, o0 + j, acc[j]);
+    }
+  });
+  if (nblk == 1) return;
+  parallel_for(0, units, 1, [&](int64_t ub, int64_t ue) {
+    for (int64_t u = ub; u < ue; ++u) {
+      int64_t q = u / nchunk, j0 = (u % nchunk) * kReduceCols, cw = std::min(kReduceCols, K - j0);
+      Odometer group(p.nkept - 1, p.kept_size + 1, p.kept_in + 1, p.kept_out + 1);
+      group.seek(q);
+      for (int64_t j = 0; j < cw; ++j) {
+        Acc acc = partial[(u * nblk) * kReduceCols + j];
+        for (int64_t b = 1; b < nblk; ++b) acc = op.combine(acc, partial[(u * nblk + b) * kReduceCols + j]);
+        store(group.b + (j0 + j) * kos, q * K + j0 + j, acc);
+      }
+    }
+  });
+}
+
+}  // namespace detail
+
+/// Reduces `in` as described by `plan`, calling store(out_offset, o, acc) once per output,
+/// where out_offset is in output elements and o is the output's index in plan order (kept
+/// dims innermost first). store may be called from several threads, for distinct outputs.
+template <class T, class Op, class Store>
+void reduce(const ReducePlan& plan, const T* in, const Op& op, const Store& store) {
+  if (plan.num_out == 0) return;
+  if (plan.num_red == 0) {  // empty reduction: every output is the identity
+    parallel_for(0, plan.num_out, kDefaultGrain, [&](int64_t ob, int64_t oe) {
+      Odometer out(plan.nkept, plan.kept_size, plan.kept_in, plan.kept_out);
+      out.seek(ob);
+      for (int64_t o = ob; o < oe; ++o, out.next()) store(out.b, o, op.identity());
+    });
+    return;
+  }
+  if (plan.outer()) detail::reduce_outer(plan, in, op, store);
+  else detail::reduce_inner(plan, in, op, store);
+}
+
+}  // namespace strata::cpu

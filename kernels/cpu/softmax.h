@@ -1,0 +1,140 @@
+// Softmax and log-softmax along one dim of a contiguous (outer, n, inner) array. Each row is
+// shifted by its maximum before exp, so large inputs stay finite. When the dim is innermost a
+// row is a contiguous run; otherwise blocks of up to kSoftmaxCols columns are processed
+// together, vectorised across columns. The result does not depend on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/convert.h"
+#include "../common/reduce_ops.h"
+#include "../common/vec_exp.h"
+#include "parallel.h"
+#include "reduce.h"
+
+namespace strata::cpu {
+
+inline constexpr int64_t kSoftmaxCols = 128;
+// exp costs far more than an add: split rows across threads at a smaller grain than
+// elementwise kernels.
+inline constexpr int64_t kSoftmaxGrain = 4096;
+
+namespace detail {
+
+// Storing exp(x - max) and scaling it in place is exact enough in float and double; in the
+// 16-bit types the exp is recomputed rather than rounded twice.
+template <class T> inline constexpr bool kStoreExp = std::is_floating_point_v<T>;
+
+template <class T>
+void softmax_row(const T* x, T* y, int64_t n, bool log) {
+  using C = compute_t<T>;
+  using Acc = math::acc_t<T>;
+  C lane[kReduceLanes];
+  for (auto& v : lane) v = math::lowest<C>();
+  int64_t i = 0;
+  for (; i + kReduceLanes <= n; i += kReduceLanes) {
+#pragma GCC unroll 1  // see Note [Lane loops] in reduce.h
+    for (int l = 0; l < kReduceLanes; ++l) lane[l] = math::max_nan(lane[l], static_cast<C>(x[i + l]));
+  }
+  for (int l = 0; l < kReduceLanes && i + l < n; ++l) lane[l] = math::max_nan(lane[l], static_cast<C>(x[i + l]));
+  for (int w = kReduceLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) lane[l] = math::max_nan(lane[l], lane[l + w]);
+  const C mx = lane[0];
+  // the sum of exps, in kReduceLanes accumulators so that it vectorises
+  Acc part[kReduceLanes] = {};
+  const bool store = kStoreExp<T> && !log;
+  for (i = 0; i + kReduceLanes <= n; i += kReduceLanes) {
+    if (store) {
+#pragma GCC unroll 1
+      for (int l = 0; l < kReduceLanes; ++l) {
+        C e = math::vec_exp(static_cast<C>(x[i + l]) - mx);
+        y[i + l] = static_cast<T>(e);
+        part[l] += e;
+      }
+    } else {
+#pragma GCC unroll 1
+      for (int l = 0; l < kReduceLanes; ++l) part[l] += math::vec_exp(static_cast<C>(x[i + l]) - mx);
+    }
+  }
+  for (int l = 0; l < kReduceLanes && i + l < n; ++l) {
+    C e = math::vec_exp(static_cast<C>(x[i + l]) - mx);
+    if (store) y[i + l] = static_cast<T>(e);
+    part[l] += e;
+  }
+  for (int w = kReduceLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) part[l] += part[l + w];
+  const Acc sum = part[0];
+  if (log) {
+    C lse = static_cast<C>(std::log(sum));
+    for (int64_t j = 0; j < n; ++j) y[j] = convert<T>(static_cast<C>(x[j]) - mx - lse);
+  } else if constexpr (kStoreExp<T>) {
+    C inv = static_cast<C>(Acc(1) / sum);
+    for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+  } else {
+    C inv = static_cast<C>(Acc(1) / sum);
+    for (int64_t j = 0; j < n; ++j) y[j] = convert<T>(math::vec_exp(static_cast<C>(x[j]) - mx) * inv);
+  }
+}
+
+// Columns [0, cw) of an (n, inner) block starting at x / y.
+template <class T>
+void softmax_cols(const T* x, T* y, int64_t n, int64_t inner, int64_t cw, bool log) {
+  using C = compute_t<T>;
+  using Acc = math::acc_t<T>;
+  C mx[kSoftmaxCols], fin[kSoftmaxCols];
+  Acc sum[kSoftmaxCols];
+  for (int64_t j = 0; j < cw; ++j) {
+    mx[j] = math::lowest<C>();
+    sum[j] = 0;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < cw; ++j) mx[j] = math::max_nan(mx[j], static_cast<C>(x[i * inner + j]));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < cw; ++j) {
+      C e = math::vec_exp(static_cast<C>(x[i * inner + j]) - mx[j]);
+      if (kStoreExp<T> && !log) y[i * inner + j] = e;
+      sum[j] += e;
+    }
+  }
+  for (int64_t j = 0; j < cw; ++j)
+    fin[j] = log ? static_cast<C>(std::log(sum[j])) : static_cast<C>(Acc(1) / sum[j]);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xr = x + i * inner;
+    T* yr = y + i * inner;
+    if (log) {
+      for (int64_t j = 0; j < cw; ++j) yr[j] = convert<T>(static_cast<C>(xr[j]) - mx[j] - fin[j]);
+    } else if constexpr (kStoreExp<T>) {
+      for (int64_t j = 0; j < cw; ++j) yr[j] *= fin[j];
+    } else {
+      for (int64_t j = 0; j < cw; ++j) yr[j] = convert<T>(math::vec_exp(static_cast<C>(xr[j]) - mx[j]) * fin[j]);
+    }
+  }
+}
+
+}  // namespace detail
+
+/// y = softmax(x) (or log_softmax when `log`) along the middle dim of (outer, n, inner).
+template <class T>
+void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  if (outer == 0 || n == 0 || inner == 0) return;
+  if (inner == 1) {
+    parallel_for(0, outer, std::max<int64_t>(1, kSoftmaxGrain / n), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) detail::softmax_row(x + o * n, y + o * n, n, log);
+    });
+    return;
+  }
+  const int64_t nchunk = (inner + kSoftmaxCols - 1) / kSoftmaxCols;
+  const int64_t work = n * std::min(inner, kSoftmaxCols);
+  parallel_for(0, outer * nchunk, std::max<int64_t>(1, kSoftmaxGrain / work), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      int64_t o = t / nchunk, j0 = (t % nchunk) * kSoftmaxCols;
+      int64_t off = o * n * inner + j0;
+      detail::softmax_cols(x + off, y + off, n, inner, std::min(kSoftmaxCols, inner - j0), log);
+    }
+  });
+}
+
+}  // namespace strata::cpu

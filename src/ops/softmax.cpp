@@ -1,0 +1,109 @@
+// Ops along one dim: softmax, log_softmax, cumsum and cumprod. The input is made contiguous
+// and seen as (outer, n, inner) around the dim; the loops are in kernels/cpu/softmax.h and
+// kernels/cpu/scan.h.
+#include <strata/ops/reduce.hpp>
+
+#include "core/registry_internal.h"
+#include "core/tensor_internal.h"
+#include "kernels/cpu/scan.h"
+#include "kernels/cpu/softmax.h"
+#include "ops/dispatch.h"
+
+namespace strata {
+
+namespace {
+
+struct Extent {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+// (outer, n, inner) of a contiguous tensor around `dim`; a 0-d tensor is one element.
+Extent extent_of(const Tensor& x, int64_t dim) {
+  Extent e;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    int64_t s = x.shape()[d];
+    if (d < dim) e.outer *= s;
+    else if (d == dim) e.n = s;
+    else e.inner *= s;
+  }
+  return e;
+}
+
+void check_contiguous_pair(const Tensor& x, const Tensor& y, std::string_view op) {
+  STRATA_CHECK(x.is_contiguous() && y.is_contiguous() && x.shape() == y.shape() && x.dtype() == y.dtype(),
+               "[{}] kernel needs contiguous input and output of one shape and dtype", op);
+}
+
+template <bool Log>
+void cpu_softmax(const KernelCall& call) {
+  const Tensor& x = call.inputs[0];
+  Tensor& y = call.outputs[0];
+  check_contiguous_pair(x, y, "softmax");
+  Extent e = extent_of(x, call.param<DimParams>().dim);
+  dispatch<DTypeSet::Floating>(x.dtype(), "softmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::softmax(static_cast<const T*>(x.data()), static_cast<T*>(y.data()), e.outer, e.n, e.inner, Log);
+  });
+}
+
+template <bool IsProd>
+void cpu_scan(const KernelCall& call) {
+  const Tensor& x = call.inputs[0];
+  Tensor& y = call.outputs[0];
+  check_contiguous_pair(x, y, "cumsum");
+  Extent e = extent_of(x, call.param<DimParams>().dim);
+  dispatch(x.dtype(), "cumsum", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::scan<IsProd>(static_cast<const T*>(x.data()), static_cast<T*>(y.data()), e.outer, e.n, e.inner);
+  });
+}
+
+Tensor along_dim(OpId op, const Tensor& x, int64_t dim, DType dtype) {
+  DimParams p{normalize_dim(dim, x.dim(), op_name(op))};
+  Tensor in = x.to(dtype).contiguous();
+  Tensor out = detail::make_tensor(in.shape(), dtype, in.device());
+  if (out.numel() > 0) run_kernel(op, dtype, KernelCall{{&in, 1}, {&out, 1}, &p});
+  return out;
+}
+
+Tensor softmax_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", op_name(op));
+  DType t = dtype ? *dtype : x.dtype();
+  STRATA_CHECK(is_floating(t), "[{}] needs a floating input or dtype, got {}", op_name(op), t);
+  return along_dim(op, x, dim, t);
+}
+
+Tensor scan_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", op_name(op));
+  // integers and bool accumulate in int64, as in PyTorch
+  DType t = dtype ? *dtype : is_floating(x.dtype()) ? x.dtype() : kInt64;
+  if (!is_floating(t) && t != kInt64) return along_dim(op, x, dim, kInt64).to(t);
+  return along_dim(op, x, dim, t);
+}
+
+}  // namespace
+
+namespace detail {
+void register_softmax_kernels(KernelTable& table) {
+  constexpr auto CPU = DeviceType::CPU;
+  table.set(OpId::softmax, CPU, kFloatDTypes, cpu_softmax<false>);
+  table.set(OpId::log_softmax, CPU, kFloatDTypes, cpu_softmax<true>);
+  for (DType t : {kInt64, kFloat16, kBFloat16, kFloat32, kFloat64}) {
+    table.set(OpId::cumsum, CPU, t, cpu_scan<false>);
+    table.set(OpId::cumprod, CPU, t, cpu_scan<true>);
+  }
+}
+}  // namespace detail
+
+Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return softmax_op(OpId::softmax, x, dim, dtype);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return softmax_op(OpId::log_softmax, x, dim, dtype);
+}
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) { return scan_op(OpId::cumsum, x, dim, dtype); }
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return scan_op(OpId::cumprod, x, dim, dtype);
+}
+
+}  // namespace strata
