@@ -1,12 +1,17 @@
 // sum, mean, prod, amax, amin, max/min with indices, argmax and argmin, with the dims
 // handling and loop planning every reduction shares. The loops are in kernels/cpu/reduce.h,
 // the per-element math in kernels/common/reduce_ops.h.
+#include <strata/autograd/graph.hpp>
+#include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
+#include <strata/ops/index.hpp>
 #include <algorithm>
 #include <type_traits>
 
 #include <strata/ops/reduce.hpp>
 
 #include "core/registry_internal.h"
+#include "ops/reduce_grad.h"
 #include "core/tensor_internal.h"
 #include "kernels/common/convert.h"
 #include "kernels/common/reduce_ops.h"
@@ -148,6 +153,7 @@ void cpu_extreme(const KernelCall& call) {
   const Tensor& x = call.inputs[0];
   Tensor& out = call.outputs[0];
   auto plan = detail::make_reduce_plan(x, out, call.param<ReduceParams>().dims, "amax");
+  STRATA_CHECK(out.dtype() == x.dtype(), "[amax] output dtype {} should be {}", out.dtype(), x.dtype());
   dispatch(x.dtype(), "amax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* y = static_cast<T*>(out.data());
@@ -191,6 +197,25 @@ Tensor fold(OpId op, const Tensor& x, const std::vector<int64_t>& dims, bool kee
   Tensor in = dtype ? x.to(*dtype) : x;
   DType out = is_floating(in.dtype()) ? in.dtype() : kInt64;
   Tensor r = detail::run_reduction(op, in, p, out);
+  if (autograd::any_requires_grad({&in})) {
+    std::vector<int64_t> d = p.dims;
+    bool keep = p.keepdim;
+    Shape shape = in.shape();
+    if (op == OpId::prod) {
+      // d prod / dx_i = prod / x_i (inputs containing zeros get a zero gradient there)
+      autograd::record("prod", {in}, {r}, {in, r}, [d, keep](const autograd::Grads& g, const autograd::Saved& s) {
+        Tensor y = detail::unreduce(s[1], d, keep);
+        return autograd::Grads{where(s[0] == 0, 0, detail::unreduce(g[0], d, keep) * y / s[0])};
+      });
+    } else {
+      double scale = op == OpId::mean ? 1.0 / static_cast<double>(std::max<int64_t>(1, detail::reduced_numel(shape, d))) : 1.0;
+      autograd::record(op == OpId::mean ? "mean" : "sum", {in}, {r}, {},
+                       [d, keep, shape, scale](const autograd::Grads& g, const autograd::Saved&) {
+                         Tensor e = detail::unreduce(g[0], d, keep).expand(shape);
+                         return autograd::Grads{scale == 1.0 ? e : e * scale};
+                       });
+    }
+  }
   return dtype ? r.to(*dtype) : r;
 }
 
@@ -199,7 +224,17 @@ Tensor extreme(OpId op, const Tensor& x, const std::vector<int64_t>& dims, bool 
   STRATA_CHECK(detail::reduced_numel(x.shape(), p.dims) > 0,
                "[{}] cannot reduce over a zero-size dim: the operation has no identity (shape {}, dims {})",
                op_name(op), x.shape(), p.dims);
-  return detail::run_reduction(op, x, p, x.dtype());
+  Tensor r = detail::run_reduction(op, x, p, x.dtype());
+  if (autograd::any_requires_grad({&x})) {
+    // the gradient is shared evenly among the elements equal to the extreme
+    autograd::record(op_name(op).data(), {x}, {r}, {x, r}, [d = p.dims, keep = p.keepdim](const autograd::Grads& g,
+                                                                                       const autograd::Saved& s) {
+      Tensor mask = (s[0] == detail::unreduce(s[1], d, keep)).to(s[0].dtype());
+      Tensor count = sum(mask, d, true);
+      return autograd::Grads{detail::unreduce(g[0], d, keep) * mask / count};
+    });
+  }
+  return r;
 }
 
 MinMaxResult arg_reduce(OpId op, const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool with_values) {
@@ -215,6 +250,20 @@ MinMaxResult arg_reduce(OpId op, const Tensor& x, std::optional<int64_t> dim, bo
   Tensor outs[2] = {detail::make_tensor(shape, kInt64, in.device()),
                     with_values ? detail::make_tensor(shape, in.dtype(), in.device()) : Tensor()};
   if (outs[0].numel() > 0) run_kernel(op, in.dtype(), KernelCall{{&in, 1}, {outs, with_values ? 2u : 1u}, &p});
+  if (with_values && autograd::any_requires_grad({&in})) {
+    // values of max(x, dim): the gradient goes to the chosen index
+    int64_t d = p.dims.empty() ? 0 : p.dims[0];
+    bool keep = p.keepdim;
+    Shape shape = in.shape();
+    Tensor values = outs[1];
+    autograd::record(op == OpId::argmax ? "max" : "min", {in}, {values}, {outs[0]},
+                     [d, keep, shape](const autograd::Grads& g, const autograd::Saved& s) {
+                       Tensor idx = keep ? s[0] : s[0].unsqueeze(d);
+                       Tensor gv = keep ? g[0] : g[0].unsqueeze(d);
+                       return autograd::Grads{scatter(zeros(shape, TensorOptions(gv.dtype(), gv.device())), d, idx, gv)};
+                     });
+    outs[1] = values;
+  }
   return {outs[1], outs[0]};
 }
 

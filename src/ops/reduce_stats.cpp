@@ -1,6 +1,9 @@
 // The two-pass and floating-only reductions: var and std (mean first, then squared
 // deviations from it), logsumexp (max first, then the sum of shifted exponentials) and the
 // vector norms.
+#include <strata/autograd/graph.hpp>
+#include <strata/ops/binary.hpp>
+#include <strata/ops/unary.hpp>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +11,7 @@
 #include <strata/ops/reduce.hpp>
 
 #include "core/registry_internal.h"
+#include "ops/reduce_grad.h"
 #include "core/tensor_internal.h"
 #include "kernels/common/convert.h"
 #include "kernels/common/reduce_ops.h"
@@ -23,6 +27,7 @@ void cpu_var(const KernelCall& call) {
   Tensor& out = call.outputs[0];
   const auto& p = call.param<ReduceParams>();
   auto plan = detail::make_reduce_plan(x, out, p.dims, "var");
+  STRATA_CHECK(out.dtype() == x.dtype(), "[var] output dtype {} should be {}", out.dtype(), x.dtype());
   dispatch<DTypeSet::Floating>(x.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = math::acc_t<T>;
@@ -45,6 +50,7 @@ void cpu_logsumexp(const KernelCall& call) {
   const Tensor& x = call.inputs[0];
   Tensor& out = call.outputs[0];
   auto plan = detail::make_reduce_plan(x, out, call.param<ReduceParams>().dims, "logsumexp");
+  STRATA_CHECK(out.dtype() == x.dtype(), "[logsumexp] output dtype {} should be {}", out.dtype(), x.dtype());
   dispatch<DTypeSet::Floating>(x.dtype(), "logsumexp", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -82,6 +88,7 @@ void cpu_norm(const KernelCall& call) {
   Tensor& out = call.outputs[0];
   const auto& params = call.param<ReduceParams>();
   auto plan = detail::make_reduce_plan(x, out, params.dims, "norm");
+  STRATA_CHECK(out.dtype() == x.dtype(), "[norm] output dtype {} should be {}", out.dtype(), x.dtype());
   const double p = params.p, inf = std::numeric_limits<double>::infinity();
   if (p == 2) norm_kind<math::NormKind::Two>(plan, x, out, p);
   else if (p == 1) norm_kind<math::NormKind::One>(plan, x, out, p);
@@ -114,12 +121,22 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, double correction,
   ReduceParams p = float_params(x, dims, keepdim, "var");
   STRATA_CHECK(std::isfinite(correction), "[var] correction must be finite, got {}", correction);
   p.correction = correction;
-  return detail::run_reduction(OpId::var, x, p, x.dtype());
+  Tensor r = detail::run_reduction(OpId::var, x, p, x.dtype());
+  if (autograd::any_requires_grad({&x})) {
+    double denom = static_cast<double>(detail::reduced_numel(x.shape(), p.dims)) - correction;
+    autograd::record("var", {x}, {r}, {x}, [d = p.dims, keep = p.keepdim, denom](const autograd::Grads& g,
+                                                                                const autograd::Saved& s) {
+      Tensor centered = s[0] - mean(s[0], d, true);
+      return autograd::Grads{detail::unreduce(g[0], d, keep) * centered * (2.0 / denom)};
+    });
+  }
+  return r;
 }
 
 Tensor std(const Tensor& x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
   ReduceParams p = float_params(x, dims, keepdim, "std");
   STRATA_CHECK(std::isfinite(correction), "[std] correction must be finite, got {}", correction);
+  if (autograd::any_requires_grad({&x})) return sqrt(var(x, dims, correction, keepdim));  // differentiable form
   p.correction = correction;
   p.take_sqrt = true;
   return detail::run_reduction(OpId::var, x, p, x.dtype());
@@ -130,7 +147,14 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
   // integers and bool compute in float32, as in PyTorch
   Tensor in = is_floating(x.dtype()) ? x : x.to(kFloat32);
   ReduceParams p = float_params(in, dims, keepdim, "logsumexp");
-  return detail::run_reduction(OpId::logsumexp, in, p, in.dtype());
+  Tensor r = detail::run_reduction(OpId::logsumexp, in, p, in.dtype());
+  if (autograd::any_requires_grad({&in})) {
+    autograd::record("logsumexp", {in}, {r}, {in, r}, [d = p.dims, keep = p.keepdim](const autograd::Grads& g,
+                                                                                     const autograd::Saved& s) {
+      return autograd::Grads{detail::unreduce(g[0], d, keep) * exp(s[0] - detail::unreduce(s[1], d, keep))};
+    });
+  }
+  return r;
 }
 
 Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool keepdim) {
@@ -140,7 +164,23 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool ke
   STRATA_CHECK(!infinite || detail::reduced_numel(x.shape(), params.dims) > 0,
                "[norm] the {} norm of no elements is undefined (shape {}, dims {})", p, x.shape(), params.dims);
   params.p = p;
-  return detail::run_reduction(OpId::norm, x, params, x.dtype());
+  Tensor r = detail::run_reduction(OpId::norm, x, params, x.dtype());
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record("norm", {x}, {r}, {x, r}, [d = params.dims, keep = params.keepdim, p](const autograd::Grads& g,
+                                                                                          const autograd::Saved& s) {
+      Tensor gu = detail::unreduce(g[0], d, keep), n = detail::unreduce(s[1], d, keep);
+      const Tensor& x = s[0];
+      if (std::isinf(p)) {  // shared among the elements of extreme magnitude
+        Tensor mask = (abs(x) == n).to(x.dtype());
+        return autograd::Grads{gu * sign(x) * mask / sum(mask, d, true)};
+      }
+      if (p == 1) return autograd::Grads{gu * sign(x)};
+      if (p == 2) return autograd::Grads{where(n == 0, 0, gu * x / n)};
+      // d||x||_p / dx = sign(x) |x|^(p-1) / ||x||^(p-1)
+      return autograd::Grads{where(n == 0, 0, gu * sign(x) * pow(abs(x), p - 1) / pow(n, p - 1))};
+    });
+  }
+  return r;
 }
 
 Tensor norm(const Tensor& x, std::string_view p, const std::vector<int64_t>& dims, bool keepdim) {

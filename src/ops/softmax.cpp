@@ -1,6 +1,9 @@
 // Ops along one dim: softmax, log_softmax, cumsum and cumprod. The input is made contiguous
 // and seen as (outer, n, inner) around the dim; the loops are in kernels/cpu/softmax.h and
 // kernels/cpu/scan.h.
+#include <strata/autograd/graph.hpp>
+#include <strata/ops/binary.hpp>
+#include <strata/ops/unary.hpp>
 #include <strata/ops/reduce.hpp>
 
 #include "core/registry_internal.h"
@@ -70,7 +73,21 @@ Tensor softmax_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dt
   STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", op_name(op));
   DType t = dtype ? *dtype : x.dtype();
   STRATA_CHECK(is_floating(t), "[{}] needs a floating input or dtype, got {}", op_name(op), t);
-  return along_dim(op, x, dim, t);
+  Tensor in = x.to(t);
+  Tensor y = along_dim(op, in, dim, t);
+  if (autograd::any_requires_grad({&in})) {
+    int64_t d = normalize_dim(dim, x.dim(), op_name(op));
+    if (op == OpId::softmax) {
+      autograd::record("softmax", {in}, {y}, {y}, [d](const autograd::Grads& g, const autograd::Saved& s) {
+        return autograd::Grads{s[0] * (g[0] - sum(g[0] * s[0], {d}, true))};
+      });
+    } else {
+      autograd::record("log_softmax", {in}, {y}, {y}, [d](const autograd::Grads& g, const autograd::Saved& s) {
+        return autograd::Grads{g[0] - exp(s[0]) * sum(g[0], {d}, true)};
+      });
+    }
+  }
+  return y;
 }
 
 Tensor scan_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype) {
@@ -78,7 +95,23 @@ Tensor scan_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype
   // integers and bool accumulate in int64, as in PyTorch
   DType t = dtype ? *dtype : is_floating(x.dtype()) ? x.dtype() : kInt64;
   if (!is_floating(t) && t != kInt64) return along_dim(op, x, dim, kInt64).to(t);
-  return along_dim(op, x, dim, t);
+  Tensor in = x.to(t);
+  Tensor y = along_dim(op, in, dim, t);
+  if (is_floating(t) && autograd::any_requires_grad({&in})) {
+    int64_t d = normalize_dim(dim, x.dim(), op_name(op));
+    // the gradient of a prefix sum is the suffix sum of g: total - prefix + g
+    auto suffix_sum = [d](const Tensor& g) { return sum(g, {d}, true) - cumsum(g, d) + g; };
+    if (op == OpId::cumsum) {
+      autograd::record("cumsum", {in}, {y}, {}, [suffix_sum](const autograd::Grads& g, const autograd::Saved&) {
+        return autograd::Grads{suffix_sum(g[0])};
+      });
+    } else {  // cumprod: d y_j / d x_i = y_j / x_i for j >= i (zeros in x give a zero gradient there)
+      autograd::record("cumprod", {in}, {y}, {in, y}, [suffix_sum](const autograd::Grads& g, const autograd::Saved& s) {
+        return autograd::Grads{where(s[0] == 0, 0, suffix_sum(g[0] * s[1]) / s[0])};
+      });
+    }
+  }
+  return y;
 }
 
 }  // namespace
