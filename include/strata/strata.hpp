@@ -16,6 +16,11 @@
 #include <strata/core/tensor.hpp>
 #include <strata/core/threads.hpp>
 
+#include <strata/autograd/autograd.hpp>
+#include <strata/autograd/function.hpp>
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/autograd/graph.hpp>
+
 #include <strata/ops/binary.hpp>
 #include <strata/ops/compare.hpp>
 #include <strata/ops/creation.hpp>
@@ -25,3 +30,31 @@
 #include <strata/ops/reduce.hpp>
 #include <strata/ops/sort.hpp>
 #include <strata/ops/unary.hpp>
+
+#include <strata/nn/activation.hpp>
+#include <strata/nn/attention.hpp>
+#include <strata/nn/basic.hpp>
+#include <strata/nn/batchnorm.hpp>
+#include <strata/nn/containers.hpp>
+#include <strata/nn/conv.hpp>
+#include <strata/nn/dropout.hpp>
+#include <strata/nn/embedding.hpp>
+#include <strata/nn/functional.hpp>
+#include <strata/nn/functional_conv.hpp>
+#include <strata/nn/init.hpp>
+#include <strata/nn/linear.hpp>
+#include <strata/nn/loss.hpp>
+#include <strata/nn/module.hpp>
+#include <strata/nn/normalization.hpp>
+#include <strata/nn/pooling.hpp>
+#include <strata/nn/transformer.hpp>
+
+#include <strata/optim/adagrad.hpp>
+#include <strata/optim/adam.hpp>
+#include <strata/optim/adam8bit.hpp>
+#include <strata/optim/clip.hpp>
+#include <strata/optim/lamb.hpp>
+#include <strata/optim/optimizer.hpp>
+#include <strata/optim/rmsprop.hpp>
+#include <strata/optim/scheduler.hpp>
+#include <strata/optim/sgd.hpp>

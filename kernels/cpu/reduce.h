@@ -24,7 +24,7 @@ namespace strata::cpu {
 // Outer: the innermost memory dim is kept (sum over dim 0 of an (N, C) tensor, the bias
 // gradient). Whole rows of up to kReduceCols outputs are accumulated at once, vectorised
 // across outputs; when there are few such rows the reduced dims are cut into blocks too.
-inline constexpr int kReduceLanes = 16;
+inline constexpr int kReduceLanes = 32;
 inline constexpr int64_t kReduceBlock = 16384;
 inline constexpr int64_t kReduceCols = 256;
 

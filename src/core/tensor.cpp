@@ -91,6 +91,17 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
   return true;
 }
 
+void Tensor::set_data(const Tensor& other) const {
+  STRATA_CHECK(other.defined(), "[set_data] source tensor is undefined");
+  TensorImpl& dst = impl();
+  const TensorImpl& src = other.impl();
+  dst.storage = src.storage;
+  dst.shape = src.shape;
+  dst.strides = src.strides;
+  dst.offset = src.offset;
+  dst.dtype = src.dtype;
+}
+
 Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), storage_offset()); }
 
 }  // namespace strata

@@ -1,7 +1,11 @@
 // index_select, gather, scatter, scatter_add, index_add and one_hot. Two kernels do the work:
 // gather (index_select is a gather whose index is broadcast across the other dims) and
 // scatter (index_add is a scatter-add whose index is broadcast the same way). Every index
-// value is checked before a kernel runs, so a failed call writes nothing.
+// value is checked before a kernel runs, so a failed call writes nothing. The functional forms
+// record their backward, written with these same ops; the in-place forms refuse tensors that
+// require grad.
+#include <strata/autograd/graph.hpp>
+#include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
 #include <strata/ops/index.hpp>
 
@@ -15,6 +19,8 @@ namespace strata {
 
 namespace {
 
+using autograd::Grads;
+using autograd::Saved;
 using detail::make_view;
 
 template <class F> decltype(auto) dispatch_index(DType t, F&& f) {
@@ -137,9 +143,16 @@ void run_scatter(OpId op, Tensor& self, int64_t dim, const Tensor& index, const 
   self.storage()->bump_version();
 }
 
+void check_no_grad(const Tensor& self, const Tensor* src, std::string_view op) {
+  bool grad = src ? autograd::any_requires_grad({&self, src}) : autograd::any_requires_grad({&self});
+  STRATA_CHECK(!grad, "[{}] in-place op on a tensor that requires grad; use the "
+               "out-of-place op, or run it under NoGradGuard", op);
+}
+
 // Checks the shared rules of scatter_ / scatter_add_ and returns the normalized dim.
 int64_t check_scatter(const Tensor& self, const Tensor& index, const Tensor* src, int64_t dim, std::string_view op) {
   check_defined(self, "self", op);
+  check_no_grad(self, src, op);
   check_index_dtype(index, op);
   check_device(self, index, "index", op);
   Tensor s = at_least_1d(self), ix = at_least_1d(index);
@@ -195,7 +208,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   IndexParams p{d};
   const Tensor in[2] = {xs, broadcast_index(index, shape, d)};
   run_kernel(OpId::index_select, x.dtype(), KernelCall{in, {&out, 1}, &p});
-  return x.dim() == 0 ? out.view({}) : out;
+  if (x.dim() == 0) out = out.view({});
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record("index_select", {x}, {out}, {index}, [shape = x.shape(), dim](const Grads& g, const Saved& s) {
+      return Grads{index_add(zeros(shape, TensorOptions(g[0].dtype(), g[0].device())), dim, s[0], g[0])};
+    });
+  }
+  return out;
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -215,7 +234,13 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   IndexParams p{d};
   const Tensor in[2] = {xs, ix};
   run_kernel(OpId::gather, x.dtype(), KernelCall{in, {&out, 1}, &p});
-  return index.dim() == 0 ? out.view({}) : out;
+  if (index.dim() == 0) out = out.view({});
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record("gather", {x}, {out}, {index}, [shape = x.shape(), dim](const Grads& g, const Saved& s) {
+      return Grads{scatter_add(zeros(shape, TensorOptions(g[0].dtype(), g[0].device())), dim, s[0], g[0])};
+    });
+  }
+  return out;
 }
 
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -242,6 +267,7 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   constexpr std::string_view op = "index_add_";
   check_defined(self, "self", op);
   check_defined(src, "src", op);
+  check_no_grad(self, &src, op);
   check_index_dtype(index, op);
   check_device(self, index, "index", op);
   check_device(self, src, "src", op);
@@ -262,25 +288,80 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   return self;
 }
 
+namespace {
+
+// g placed at the leading corner of zeros of `shape`: the gradient for a src larger than its
+// index (the rest of src is never read). Recorded, so double backward works.
+Tensor pad_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  Tensor out = zeros(shape, TensorOptions(g.dtype(), g.device()));
+  {
+    NoGradGuard no_grad;
+    Tensor corner = out;
+    for (int64_t k = 0; k < g.dim(); ++k) corner = corner.narrow(k, 0, g.size(k));
+    corner.copy_(g);
+  }
+  autograd::record("pad_backward", {g}, {out}, {}, [gs = g.shape()](const Grads& gg, const Saved&) {
+    Tensor t = gg[0];
+    for (size_t k = 0; k < gs.size(); ++k) t = t.narrow(static_cast<int64_t>(k), 0, gs[k]);
+    return Grads{t};
+  });
+  return out;
+}
+
+// Runs an in-place form on a copy of x without recording it; the caller records the op.
+template <class F>
+Tensor out_of_place(const Tensor& x, std::string_view op, F&& inplace) {
+  check_defined(x, "input", op);
+  NoGradGuard no_grad;
+  Tensor out = x.clone();
+  inplace(out);
+  return out;
+}
+
+}  // namespace
+
+// Note: with repeated indices, scatter's src gradient follows PyTorch (every src position
+// gets the gradient of the element it points at), although only the last one was written.
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(x, "input", "scatter");
-  Tensor out = x.clone();
-  return scatter_(out, dim, index, src);
+  Tensor out = out_of_place(x, "scatter", [&](Tensor& o) { scatter_(o, dim, index, src); });
+  if (autograd::any_requires_grad({&x, &src})) {
+    autograd::record("scatter", {x, src}, {out}, {index}, [dim, ss = src.shape()](const Grads& g, const Saved& s) {
+      return Grads{scatter(g[0], dim, s[0], Scalar(0)), pad_to(gather(g[0], dim, s[0]), ss)};
+    });
+  }
+  return out;
 }
+
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) {
-  check_defined(x, "input", "scatter");
-  Tensor out = x.clone();
-  return scatter_(out, dim, index, value);
+  Tensor out = out_of_place(x, "scatter", [&](Tensor& o) { scatter_(o, dim, index, value); });
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record("scatter", {x}, {out}, {index}, [dim](const Grads& g, const Saved& s) {
+      return Grads{scatter(g[0], dim, s[0], Scalar(0))};
+    });
+  }
+  return out;
 }
+
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(x, "input", "scatter_add");
-  Tensor out = x.clone();
-  return scatter_add_(out, dim, index, src);
+  Tensor out = out_of_place(x, "scatter_add", [&](Tensor& o) { scatter_add_(o, dim, index, src); });
+  if (autograd::any_requires_grad({&x, &src})) {
+    autograd::record("scatter_add", {x, src}, {out}, {index}, [dim, ss = src.shape()](const Grads& g, const Saved& s) {
+      return Grads{g[0], pad_to(gather(g[0], dim, s[0]), ss)};
+    });
+  }
+  return out;
 }
+
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha) {
-  check_defined(x, "input", "index_add");
-  Tensor out = x.clone();
-  return index_add_(out, dim, index, src, alpha);
+  Tensor out = out_of_place(x, "index_add", [&](Tensor& o) { index_add_(o, dim, index, src, alpha); });
+  if (autograd::any_requires_grad({&x, &src})) {
+    autograd::record("index_add", {x, src}, {out}, {index}, [dim, alpha](const Grads& g, const Saved& s) {
+      Tensor gs = index_select(g[0], dim, s[0]);
+      return Grads{g[0], alpha.to_double() == 1.0 ? gs : mul(gs, alpha)};
+    });
+  }
+  return out;
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {

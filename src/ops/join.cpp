@@ -1,7 +1,9 @@
-// cat and stack (new tensors) and split / chunk (views of one tensor).
+// cat and stack (new tensors) and split / chunk (views of one tensor). cat records its
+// backward (slices of the gradient); stack, split and chunk are made of recorded views and cat.
 #include <algorithm>
 #include <cstdint>
 
+#include <strata/autograd/graph.hpp>
 #include <strata/ops/join.hpp>
 
 #include "core/tensor_internal.h"
@@ -41,11 +43,27 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     shape[d] += t.size(d);
   }
   Tensor out = detail::make_tensor(shape, dtype, device);
-  int64_t offset = 0;
-  for (const Tensor& t : tensors) {
-    if (skipped(t) || t.size(d) == 0) continue;
-    out.narrow(d, offset, t.size(d)).copy_(t);
-    offset += t.size(d);
+  {
+    NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (const Tensor& t : tensors) {
+      if (skipped(t) || t.size(d) == 0) continue;
+      out.narrow(d, offset, t.size(d)).copy_(t);
+      offset += t.size(d);
+    }
+  }
+  if (autograd::any_requires_grad(tensors)) {
+    std::vector<int64_t> sizes;  // -1: a skipped input, which gets no gradient
+    for (const Tensor& t : tensors) sizes.push_back(skipped(t) ? -1 : t.size(d));
+    autograd::record("cat", tensors, {out}, {}, [sizes, d](const autograd::Grads& g, const autograd::Saved&) {
+      autograd::Grads grads;
+      int64_t offset = 0;
+      for (int64_t s : sizes) {
+        grads.push_back(s < 0 ? Tensor() : g[0].narrow(d, offset, s));
+        offset += std::max<int64_t>(s, 0);
+      }
+      return grads;
+    });
   }
   return out;
 }

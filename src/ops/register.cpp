@@ -16,6 +16,11 @@ void register_index_kernels(KernelTable&);
 void register_triangular_kernels(KernelTable&);
 void register_sort_kernels(KernelTable&);
 void register_compare_kernels(KernelTable&);
+void register_layer_norm_kernels(KernelTable&);
+void register_dropout_kernels(KernelTable&);
+void register_conv_kernels(KernelTable&);
+void register_pool_kernels(KernelTable&);
+void register_batch_norm_kernels(KernelTable&);
 
 void register_builtin_kernels(KernelTable& table) {
   register_copy_kernels(table);
@@ -30,6 +35,11 @@ void register_builtin_kernels(KernelTable& table) {
   register_triangular_kernels(table);
   register_sort_kernels(table);
   register_compare_kernels(table);
+  register_layer_norm_kernels(table);
+  register_dropout_kernels(table);
+  register_conv_kernels(table);
+  register_pool_kernels(table);
+  register_batch_norm_kernels(table);
 }
 
 }  // namespace strata::detail

@@ -1,5 +1,9 @@
 // sort, argsort and topk along one dim. One kernel orders each slice and keeps its first k
-// entries (k = the whole slice for sort); see kernels/cpu/sort.h for the order used.
+// entries (k = the whole slice for sort); see kernels/cpu/sort.h for the order used. The
+// gradient of the values goes back to the positions the indices name.
+#include <strata/autograd/graph.hpp>
+#include <strata/ops/creation.hpp>
+#include <strata/ops/index.hpp>
 #include <strata/ops/sort.hpp>
 
 #include "core/registry_internal.h"
@@ -51,7 +55,17 @@ std::tuple<Tensor, Tensor> ordered(OpId op, const Tensor& x, int64_t dim, int64_
     Tensor outs[2] = {values, indices};
     run_kernel(op, x.dtype(), KernelCall{{&xs, 1}, outs, &p});
   }
-  if (x.dim() == 0 && k == 1) return {values.view({}), indices.view({})};
+  if (x.dim() == 0 && k == 1) {
+    values = values.view({});
+    indices = indices.view({});
+  }
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record(op == OpId::sort ? "sort" : "topk", {x}, {values}, {indices},
+                     [shape = x.shape(), dim](const autograd::Grads& g, const autograd::Saved& s) {
+                       Tensor zero = zeros(shape, TensorOptions(g[0].dtype(), g[0].device()));
+                       return autograd::Grads{scatter_add(zero, dim, s[0], g[0])};
+                     });
+  }
   return {values, indices};
 }
 

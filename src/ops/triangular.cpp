@@ -1,4 +1,6 @@
 // tril / triu: the lower or upper triangle of the last two dims, batched over the others.
+// The gradient of either is the same mask applied to the gradient.
+#include <strata/autograd/graph.hpp>
 #include <strata/ops/index.hpp>
 
 #include "core/registry_internal.h"
@@ -36,6 +38,12 @@ Tensor triangular(OpId op, const Tensor& x, int64_t diagonal) {
   if (out.numel() == 0) return out;
   TriangularParams p{diagonal};
   run_kernel(op, x.dtype(), KernelCall{{&x, 1}, {&out, 1}, &p});
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record(op == OpId::tril ? "tril" : "triu", {x}, {out}, {},
+                     [op, diagonal](const autograd::Grads& g, const autograd::Saved&) {
+                       return autograd::Grads{triangular(op, g[0], diagonal)};
+                     });
+  }
   return out;
 }
 

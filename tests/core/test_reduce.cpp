@@ -535,6 +535,16 @@ TEST(Reduce, BadInput) {
   EXPECT_THROW(sum(Tensor()), Error);
   EXPECT_THROW(argmax(Tensor()), Error);
   EXPECT_THROW(sum(scalar_tensor(1.0), {1}), Error);
+  // the kernels check what they are handed, too
+  ReduceParams p;
+  p.dims = {0};
+  Tensor in = ones({3});
+  for (Tensor out : {empty({}, kInt32), empty({2}), empty({1, 1})}) {
+    EXPECT_THROW(run_kernel(OpId::sum, kFloat32, KernelCall{{&in, 1}, {&out, 1}, &p}), Error);
+    EXPECT_THROW(run_kernel(OpId::var, kFloat32, KernelCall{{&in, 1}, {&out, 1}, &p}), Error);
+  }
+  Tensor i32 = empty({}, kInt32);
+  EXPECT_THROW(run_kernel(OpId::amax, kFloat32, KernelCall{{&in, 1}, {&i32, 1}, &p}), Error);
   try {
     sum(x, {0, -3});
     FAIL();

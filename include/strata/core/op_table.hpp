@@ -13,7 +13,7 @@
   X(tanh, 1, true) X(sigmoid, 1, true) X(relu, 1, true) X(gelu, 1, true)            \
   X(gelu_tanh, 1, true) X(silu, 1, true) X(square, 1, true) X(reciprocal, 1, true)  \
   X(logical_not, 1, false) X(pow_scalar, 1, true) X(clamp, 1, true)                 \
-  X(leaky_relu, 1, true)                                                            \
+  X(leaky_relu, 1, true) X(erf, 1, true)                                            \
   /* binary */                                                                      \
   X(add, 2, true) X(sub, 2, true) X(mul, 2, true) X(div, 2, true)                   \
   X(maximum, 2, true) X(minimum, 2, true) X(pow, 2, true) X(eq, 2, false)           \
@@ -29,7 +29,16 @@
   /* indexing and ordering */                                                       \
   X(index_select, 2, true) X(gather, 2, true) X(scatter, 3, true)                   \
   X(scatter_add, 3, true) X(index_add, 3, true) X(tril, 1, true) X(triu, 1, true)   \
-  X(sort, 1, false) X(topk, 1, false) X(isclose, 2, false)
+  X(sort, 1, false) X(topk, 1, false) X(isclose, 2, false)                          \
+  /* nn */                                                                          \
+  X(layer_norm, 3, true) X(layer_norm_backward, 5, false) X(dropout, 1, true)      \
+  /* nn: convolution, pooling, batch norm */                                        \
+  X(conv2d, 3, true) X(conv2d_backward_input, 2, false)                             \
+  X(conv2d_backward_weight, 2, false) X(max_pool2d, 1, true)                        \
+  X(max_pool2d_backward, 2, false) X(avg_pool2d, 1, true)                           \
+  X(avg_pool2d_backward, 1, false) X(adaptive_avg_pool2d, 1, true)                  \
+  X(adaptive_avg_pool2d_backward, 1, false) X(batch_norm, 5, true)                  \
+  X(batch_norm_backward, 5, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 68
+#define STRATA_NUM_BUILTIN_OPS 83

@@ -127,6 +127,9 @@ class STRATA_API Tensor {
   Tensor unflatten(int64_t dim, const Shape& sizes) const;
   Tensor as_strided(const Shape& shape, const Strides& strides, std::optional<int64_t> offset = std::nullopt) const;
   Tensor detach() const;
+  /// Makes this tensor (and every handle to it) refer to other's data, shape and dtype,
+  /// keeping its autograd identity (requires_grad, hooks). Used to move parameters in place.
+  void set_data(const Tensor& other) const;
 
   // ---- in place --------------------------------------------------------------------------
   Tensor& fill_(Scalar value);

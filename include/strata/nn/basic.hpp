@@ -1,0 +1,27 @@
+// Shape-only layers: Flatten (merges a range of dims, a view when the strides allow) and
+// Identity.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <strata/nn/module.hpp>
+
+namespace strata::nn {
+
+class STRATA_API Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& input) override { return input.flatten(start_dim, end_dim); }
+  std::string name() const override { return "Flatten"; }
+
+  int64_t start_dim, end_dim;
+};
+
+class STRATA_API Identity : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return input; }
+  std::string name() const override { return "Identity"; }
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,73 @@
+// Convolution layers: Conv2d and ConvTranspose2d, with PyTorch's parameter names, shapes
+// and default initialization (weight kaiming_uniform(a = sqrt(5)), bias
+// uniform(+-1/sqrt(fan_in))), so state_dict keys and shapes match torch's.
+//
+//   nn::Conv2d conv(3, 64, 3, {.stride = 2, .padding = 1, .bias = false});
+//   Tensor y = conv(x);  // x (N, 3, H, W), NCHW or channels-last; y in x's memory format
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <strata/core/generator.hpp>
+#include <strata/nn/functional_conv.hpp>
+#include <strata/nn/module.hpp>
+
+namespace strata::nn {
+
+/// How a convolution pads its input; only zero padding is implemented.
+enum class PaddingMode : uint8_t { Zeros };
+
+struct Conv2dOptions {
+  Size2 stride = 1;
+  Size2 padding = 0;
+  Size2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  PaddingMode padding_mode = PaddingMode::Zeros;
+  Generator* generator = nullptr;  // for the initial values; default_generator() when null
+};
+
+class STRATA_API Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {});
+  /// (N, in_channels, H, W) or (in_channels, H, W) -> (N, out_channels, H', W'); raises Error
+  /// naming the layer when the input's rank or channel count does not fit.
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "Conv2d"; }
+  /// Re-draws the parameters as the constructor does.
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t in_channels, out_channels;
+  Size2 kernel_size;
+  Conv2dOptions options;
+  Tensor weight;  // (out_channels, in_channels / groups, kH, kW)
+  Tensor bias;    // (out_channels), undefined without bias
+};
+
+struct ConvTranspose2dOptions {
+  Size2 stride = 1;
+  Size2 padding = 0;
+  Size2 output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  Size2 dilation = 1;
+  PaddingMode padding_mode = PaddingMode::Zeros;
+  Generator* generator = nullptr;
+};
+
+class STRATA_API ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, ConvTranspose2dOptions options = {});
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "ConvTranspose2d"; }
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t in_channels, out_channels;
+  Size2 kernel_size;
+  ConvTranspose2dOptions options;
+  Tensor weight;  // (in_channels, out_channels / groups, kH, kW)
+  Tensor bias;    // (out_channels), undefined without bias
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,139 @@
+// nn::functional: the stateless functions behind the layers (linear, embedding, dropout,
+// normalization, activations, attention) and the losses. Names and argument order follow
+// torch.nn.functional; optional arguments of the losses come in options structs that read
+// well with designated initializers:
+//
+//   auto loss = F::cross_entropy(logits, target, {.ignore_index = 0, .label_smoothing = 0.1});
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <strata/core/generator.hpp>
+#include <strata/core/tensor.hpp>
+#include <strata/nn/functional_conv.hpp>  // convolution, pooling, batch norm
+
+namespace strata::nn {
+
+/// Parameters of the layer_norm and layer_norm_backward kernels: normalize each row of a
+/// contiguous (rows, n) array; rms skips the mean (RMSNorm).
+struct LayerNormParams {
+  double eps = 1e-5;
+  bool rms = false;
+};
+
+/// Parameters of the dropout kernel: drop probability and the Philox draw.
+struct DropoutParams {
+  double p = 0.5;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+}  // namespace strata::nn
+
+namespace strata::nn::functional {
+
+// ---- linear layers ---------------------------------------------------------------------------
+
+/// x @ weight^T + bias for x of shape (*, in), weight (out, in), bias (out) or undefined.
+STRATA_API Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+/// The rows of weight (num_embeddings, dim) picked by int64/int32 indices of any shape: the
+/// result has shape indices.shape + (dim). Every index is checked. The row padding_idx
+/// (negative counts from the end) gets no gradient.
+STRATA_API Tensor embedding(const Tensor& indices, const Tensor& weight,
+                            std::optional<int64_t> padding_idx = std::nullopt);
+/// Zeroes each element with probability p and scales the rest by 1 / (1 - p), in training
+/// only; p in [0, 1]. The mask is drawn from gen (default_generator() when null).
+STRATA_API Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+
+// ---- normalization ---------------------------------------------------------------------------
+
+/// Normalizes over the trailing dims given by normalized_shape, then applies the optional
+/// elementwise weight and bias (both of normalized_shape).
+STRATA_API Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                             const Tensor& bias = Tensor(), double eps = 1e-5);
+/// x / sqrt(mean(x^2) + eps) * weight over the trailing dims; eps defaults to the machine
+/// epsilon of x's dtype, as in PyTorch.
+STRATA_API Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                           std::optional<double> eps = std::nullopt);
+/// Normalizes (N, C, *) over groups of C / num_groups channels (and all of *), then applies
+/// the optional per-channel weight and bias (C).
+STRATA_API Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                             const Tensor& bias = Tensor(), double eps = 1e-5);
+
+// ---- activations -------------------------------------------------------------------------------
+
+STRATA_API Tensor relu(const Tensor& x);
+/// approximate: "none" (exact, erf) or "tanh".
+STRATA_API Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+STRATA_API Tensor silu(const Tensor& x);
+STRATA_API Tensor tanh(const Tensor& x);
+STRATA_API Tensor sigmoid(const Tensor& x);
+STRATA_API Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+STRATA_API Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+STRATA_API Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+// ---- attention ---------------------------------------------------------------------------------
+
+/// softmax(q @ k^T * scale + mask) @ v for q (..., L, E), k (..., S, E), v (..., S, Ev); the
+/// leading dims broadcast. attn_mask broadcasts to (..., L, S): a bool mask is true where a
+/// query may attend, a float mask is added to the scores. is_causal masks keys after the
+/// query (j > i). scale defaults to 1 / sqrt(E). dropout_p drops attention weights (with gen).
+/// A query whose keys are all masked gets NaN, as PyTorch's reference implementation does.
+STRATA_API Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& attn_mask = Tensor(), double dropout_p = 0,
+                                               bool is_causal = false, std::optional<double> scale = std::nullopt,
+                                               Generator* gen = nullptr);
+
+// ---- losses ------------------------------------------------------------------------------------
+// reduction is "mean", "sum" or "none". Inputs and targets of the elementwise losses must
+// have the same shape (no silent broadcasting).
+
+struct CrossEntropyOptions {
+  Tensor weight;                   // (C) per-class weight, or undefined
+  int64_t ignore_index = -100;     // class-index targets equal to this add nothing
+  std::string reduction = "mean";
+  double label_smoothing = 0;      // in [0, 1]
+};
+
+/// Cross entropy of logits (N, C) or (N, C, d1, ...) (or unbatched (C)) against class indices
+/// (N) / (N, d1, ...) (int64 or int32) or class probabilities of the logits' shape (floating).
+/// Computed from log_softmax. "mean" over class indices divides by the summed weights of the
+/// targets that are not ignored (NaN when all are ignored); over probabilities by the number
+/// of samples. An index outside [0, C) that is not ignore_index raises Error naming it.
+STRATA_API Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& options = {});
+
+struct NLLLossOptions {
+  Tensor weight;
+  int64_t ignore_index = -100;
+  std::string reduction = "mean";
+};
+
+/// Negative log likelihood of log-probabilities (N, C) / (N, C, d1, ...) at class indices.
+STRATA_API Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& options = {});
+
+STRATA_API Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean");
+STRATA_API Tensor l1_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean");
+/// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta = 0 is the L1 loss).
+STRATA_API Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
+                                 double beta = 1.0);
+
+struct BCEWithLogitsOptions {
+  Tensor weight;      // broadcasts to the input
+  Tensor pos_weight;  // weight of positive examples, broadcasting along the last dim (C)
+  std::string reduction = "mean";
+};
+
+/// -w [pw y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))], computed without overflow.
+STRATA_API Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                                   const BCEWithLogitsOptions& options = {});
+
+/// KL divergence with input as log-probabilities: target * (log target - input), or
+/// exp(target) * (target - input) when log_target. reduction may also be "batchmean" (the
+/// sum divided by the first dim's size).
+STRATA_API Tensor kl_div(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
+                         bool log_target = false);
+
+}  // namespace strata::nn::functional

@@ -1,0 +1,117 @@
+// nn::Module: the base of every layer. A module owns named parameters, buffers and child
+// modules, and names them with PyTorch's dotted state_dict keys. Modules are plain classes:
+// a layer can be a member of another module or live on the stack.
+//
+//   struct Net : nn::Module {
+//     nn::Linear fc1{784, 64}, fc2{64, 10};
+//     Net() { register_module("fc1", fc1); register_module("fc2", fc2); }
+//     Tensor forward(const Tensor& x) override { return fc2(relu(fc1(x))); }
+//   };
+//
+// Note [Member children]: a member child is remembered by its offset inside the parent, so a
+// module stays valid when it is moved (into a Sequential, say). Children owned by containers
+// live on the heap.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/core/tensor.hpp>
+
+namespace strata::nn {
+
+using StateDict = std::map<std::string, Tensor>;
+
+/// What load_state_dict found: keys the module has but the dict lacks, and the reverse.
+struct LoadResult {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
+class STRATA_API Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(Module&&) noexcept = default;
+  Module& operator=(Module&&) noexcept = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  /// The one-input forward used by containers; modules with other signatures add overloads.
+  virtual Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  /// The class name shown in errors and printing ("Linear").
+  virtual std::string name() const { return "Module"; }
+
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<Module*> children() const;
+  std::vector<std::pair<std::string, Module*>> named_children() const;
+  /// This module and all below it, pre-order, with dotted names ("" for this one).
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  /// Calls fn on every submodule (children first) and then on this module.
+  Module& apply(const std::function<void(Module&)>& fn);
+
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+
+  /// Moves parameters and buffers in place: existing handles (an optimizer's) see the change.
+  Module& to(Device device);
+  /// Converts floating parameters and buffers; integer buffers keep their dtype.
+  Module& to(DType dtype);
+  Module& to(Device device, DType dtype);
+
+  void zero_grad(bool set_to_none = true);
+  int64_t num_parameters() const;
+
+  /// Parameters and persistent buffers by dotted name (tensors share memory with the module).
+  StateDict state_dict() const;
+  /// Copies values in. strict: every key must match both ways. Shapes must always match.
+  /// Raises Error listing every missing key, unexpected key and shape mismatch.
+  LoadResult load_state_dict(const StateDict& dict, bool strict = true);
+
+ protected:
+  /// Adds a parameter (a leaf that requires grad) and returns the handle to keep.
+  Tensor register_parameter(std::string name, Tensor value, bool requires_grad = true);
+  Tensor register_buffer(std::string name, Tensor value, bool persistent = true);
+  /// Registers a child that is a member of this module (see Note [Member children]).
+  template <class M> M& register_module(std::string name, M& child) {
+    add_member_child(std::move(name), child);
+    return child;
+  }
+  /// Registers a child this module owns.
+  template <class M> M& register_module(std::string name, std::unique_ptr<M> child) {
+    M& ref = *child;
+    add_owned_child(std::move(name), std::move(child));
+    return ref;
+  }
+  /// Replaces a registered parameter's or buffer's value (same name), keeping the handle.
+  void set_tensor(const std::string& name, const Tensor& value);
+
+ private:
+  struct Child {
+    std::string name;
+    std::ptrdiff_t offset = 0;       // member children: address relative to the parent
+    std::unique_ptr<Module> owned;   // owned children
+  };
+  void add_member_child(std::string name, Module& child);
+  void add_owned_child(std::string name, std::unique_ptr<Module> child);
+  void check_new_name(const std::string& name) const;
+  Module* child_at(const Child& c) const;
+  template <class F> void for_each_tensor(F&& f);
+
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<bool> buffer_persistent_;
+  std::vector<Child> children_;
+  bool training_ = true;
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,49 @@
+// Pooling layers: MaxPool2d, AvgPool2d and AdaptiveAvgPool2d, with torch.nn's arguments
+// and defaults (stride = kernel_size). They hold no parameters; each forwards to the
+// nn::functional op of its name. Inputs are (N, C, H, W) or (C, H, W), NCHW or channels-last.
+//
+//   nn::MaxPool2d pool(3, {.stride = 2, .padding = 1});
+//   nn::AdaptiveAvgPool2d gap(1);
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <strata/nn/functional_conv.hpp>
+#include <strata/nn/module.hpp>
+
+namespace strata::nn {
+
+class STRATA_API MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(Size2 kernel_size, functional::MaxPool2dArgs options = {});
+  Tensor forward(const Tensor& input) override;
+  /// The output and the argmax indices (PyTorch's return_indices=True).
+  functional::MaxPoolResult forward_with_indices(const Tensor& input);
+  std::string name() const override { return "MaxPool2d"; }
+
+  Size2 kernel_size;
+  functional::MaxPool2dArgs options;
+};
+
+class STRATA_API AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(Size2 kernel_size, functional::AvgPool2dArgs options = {});
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "AvgPool2d"; }
+
+  Size2 kernel_size;
+  functional::AvgPool2dArgs options;
+};
+
+class STRATA_API AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Size2 output_size);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "AdaptiveAvgPool2d"; }
+
+  Size2 output_size;
+};
+
+}  // namespace strata::nn

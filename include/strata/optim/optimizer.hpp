@@ -1,0 +1,250 @@
+// The base of every optimizer in strata::optim: parameter groups with their own
+// hyperparameters, per-parameter state, step() / zero_grad(), and state dicts that restore a
+// run exactly. A concrete optimizer (SGD, AdamW, ...) derives from OptimizerFor<Options> and
+// supplies its per-parameter update; see sgd.hpp for the shape of one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <strata/core/error.hpp>
+#include <strata/core/export.hpp>
+#include <strata/core/tensor.hpp>
+
+namespace strata::optim {
+
+/// A snapshot of an optimizer's or a scheduler's state, enough to continue a run bit for bit:
+/// the type that wrote it, named tensors and named scalars. Plain data, so a checkpoint
+/// writer can store it as it is (safetensors: the tensors, with type and scalars as metadata).
+///
+/// Optimizer keys: "group.<g>.<hyperparameter>" and "group.<g>.num_params" for each group,
+/// "state.<i>.step" and "state.<i>.<name>" for parameter i counted across the groups in order.
+struct StateDict {
+  std::string type;
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, double> scalars;
+};
+
+/// Parameters updated with the same hyperparameters, e.g. weights with weight decay and
+/// biases and norms without:
+///   AdamWOptions decay{.lr = 1e-3, .weight_decay = 0.1}, no_decay = decay;
+///   no_decay.weight_decay = 0;
+///   AdamW opt({{weights, decay}, {biases, no_decay}});
+template <class Options>
+struct ParamGroup {
+  std::vector<Tensor> params;
+  Options options{};
+};
+
+/// What an optimizer keeps for one parameter: the number of updates applied to it and named
+/// state tensors (moments, buffers), which live on the parameter's device.
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> tensors;
+};
+
+/// A state tensor an optimizer keeps for a parameter, as load_state_dict checks it.
+struct StateSpec {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  bool required = true;  // false: created on first use (SGD's momentum buffer)
+};
+
+class STRATA_API Optimizer {
+ public:
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// Updates every parameter whose grad is defined, with gradient recording off. When given,
+  /// `closure` runs first, with gradient recording on, and its result is returned (it
+  /// typically zeroes the grads, computes the loss and calls backward).
+  Tensor step(const std::function<Tensor()>& closure = {});
+  /// Clears every parameter's grad: undefined when set_to_none, else zero-filled.
+  void zero_grad(bool set_to_none = true);
+
+  /// A copy of the state (state tensors are cloned), so further steps do not change it.
+  StateDict state_dict() const;
+  /// Restores a state_dict() of an optimizer of the same type with the same group layout and
+  /// parameter shapes; on any mismatch raises Error and leaves this optimizer unchanged.
+  void load_state_dict(const StateDict& dict);
+
+  /// The optimizer's name ("AdamW"), also the StateDict type.
+  const std::string& name() const { return name_; }
+  virtual size_t num_param_groups() const = 0;
+  virtual const std::vector<Tensor>& group_params(size_t group) const = 0;
+  /// Every parameter, group by group.
+  std::vector<Tensor> params() const;
+
+  // ---- what schedulers change ---------------------------------------------------------
+  virtual double lr(size_t group) const = 0;
+  virtual void set_lr(size_t group, double lr) = 0;
+  /// Whether the groups have a momentum-like hyperparameter (momentum, or beta1 for the Adam
+  /// family) for OneCycleLR to cycle.
+  virtual bool has_momentum() const { return false; }
+  virtual double momentum(size_t group) const;
+  virtual void set_momentum(size_t group, double momentum);
+  /// The lr a scheduler counts from (PyTorch's "initial_lr"), recorded by the first scheduler
+  /// attached to the optimizer; saved in the state dict.
+  std::optional<double> initial_lr(size_t group) const;
+  void set_initial_lr(size_t group, double lr);
+
+  /// The state of `param`, or null before its first update (or when it is not optimized here).
+  const ParamState* state(const Tensor& param) const;
+
+ protected:
+  explicit Optimizer(std::string name) : name_(std::move(name)) {}
+
+  /// One parameter's update. `grad` has the parameter's shape, dtype and device and is
+  /// contiguous; the parameter has passed check_param.
+  virtual void update(size_t group, const Tensor& param, const Tensor& grad, ParamState& state) = 0;
+  /// The state tensors update() keeps for `param` under the group's current options.
+  virtual std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const = 0;
+  /// Validates every group's options; raises Error naming the group and the bad value.
+  virtual void check_all_options() const = 0;
+  virtual void save_options(std::map<std::string, double>& scalars) const = 0;
+  /// Replaces every group's options with those in `scalars` (validated first: on Error nothing
+  /// changes); restore_options() undoes the last load_options().
+  virtual void load_options(const std::map<std::string, double>& scalars) = 0;
+  virtual void restore_options() = 0;
+
+  /// Checks every parameter of every group: defined, a floating CPU leaf of float32 or
+  /// float64, contiguous, and listed once across all groups.
+  void check_params() const;
+
+ private:
+  void check_param(const Tensor& p, size_t group, size_t index) const;
+  void check_state(const Tensor& p, size_t group, const ParamState& state) const;
+
+  // keyed by the parameter's identity; holding the parameter keeps the key valid
+  struct Entry {
+    Tensor param;
+    ParamState state;
+  };
+  std::string name_;
+  std::unordered_map<const TensorImpl*, Entry> state_;
+  std::vector<std::optional<double>> initial_lrs_;  // by group
+};
+
+/// An optimizer whose groups carry hyperparameters of type Options. Options is an aggregate
+/// with at least `double lr` and a static for_each_field(self, f) that calls f(name, field)
+/// for each hyperparameter (double or bool); validate_options(const Options&), found by
+/// argument-dependent lookup, raises Error for a bad value.
+template <class Options>
+class OptimizerFor : public Optimizer {
+ public:
+  using Group = ParamGroup<Options>;
+
+  /// The groups, with their hyperparameters; change them between steps (schedulers do).
+  std::vector<Group>& param_groups() { return groups_; }
+  const std::vector<Group>& param_groups() const { return groups_; }
+  /// The options given at construction, used by add_param_group(params).
+  const Options& defaults() const { return defaults_; }
+
+  void add_param_group(Group group) {
+    validate_options(group.options);
+    groups_.push_back(std::move(group));
+    try {
+      check_params();
+    } catch (...) {
+      groups_.pop_back();
+      throw;
+    }
+  }
+  void add_param_group(std::vector<Tensor> params) { add_param_group(Group{std::move(params), defaults_}); }
+
+  size_t num_param_groups() const override { return groups_.size(); }
+  const std::vector<Tensor>& group_params(size_t g) const override { return group(g).params; }
+  double lr(size_t g) const override { return group(g).options.lr; }
+  void set_lr(size_t g, double lr) override { group(g).options.lr = lr; }
+
+  bool has_momentum() const override { return kHasBetas || kHasMomentum; }
+  double momentum(size_t g) const override {
+    if constexpr (kHasBetas) return group(g).options.betas[0];
+    else if constexpr (kHasMomentum) return group(g).options.momentum;
+    else return Optimizer::momentum(g);
+  }
+  void set_momentum(size_t g, double m) override {
+    if constexpr (kHasBetas) group(g).options.betas[0] = m;
+    else if constexpr (kHasMomentum) group(g).options.momentum = m;
+    else Optimizer::set_momentum(g, m);
+  }
+
+ protected:
+  OptimizerFor(std::string name, std::vector<Group> groups, Options defaults)
+      : Optimizer(std::move(name)), defaults_(std::move(defaults)), groups_(std::move(groups)) {
+    size_t total = 0;
+    for (const Group& gr : groups_) total += gr.params.size();
+    STRATA_CHECK(total > 0, "[{}] got an empty parameter list", this->name());
+    validate_options(defaults_);
+    for (const Group& gr : groups_) validate_options(gr.options);
+    check_params();
+  }
+
+  Group& group(size_t g) {
+    STRATA_CHECK(g < groups_.size(), "[{}] param group {} out of range (the optimizer has {})", name(), g,
+                 groups_.size());
+    return groups_[g];
+  }
+  const Group& group(size_t g) const { return const_cast<OptimizerFor*>(this)->group(g); }
+
+  void check_all_options() const override {
+    for (const Group& gr : groups_) validate_options(gr.options);
+  }
+  void save_options(std::map<std::string, double>& scalars) const override {
+    for (size_t g = 0; g < groups_.size(); ++g)
+      Options::for_each_field(groups_[g].options, [&](const char* field, const auto& value) {
+        scalars[group_key(g, field)] = static_cast<double>(value);
+      });
+  }
+  void load_options(const std::map<std::string, double>& scalars) override {
+    std::vector<Options> loaded;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      Options o = groups_[g].options;
+      Options::for_each_field(o, [&](const char* field, auto& value) {
+        auto it = scalars.find(group_key(g, field));
+        STRATA_CHECK(it != scalars.end(), "[{}] load_state_dict: the state dict has no '{}'", name(),
+                     group_key(g, field));
+        using V = std::remove_reference_t<decltype(value)>;
+        if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>)
+          STRATA_CHECK(it->second > -9e18 && it->second < 9e18 &&
+                           it->second == static_cast<double>(static_cast<int64_t>(it->second)),
+                       "[{}] load_state_dict: '{}' is {}, not an integer", name(), it->first, it->second);
+        value = static_cast<V>(it->second);
+      });
+      validate_options(o);
+      loaded.push_back(o);
+    }
+    previous_.clear();
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      previous_.push_back(groups_[g].options);
+      groups_[g].options = loaded[g];
+    }
+  }
+  void restore_options() override {
+    for (size_t g = 0; g < previous_.size() && g < groups_.size(); ++g) groups_[g].options = previous_[g];
+  }
+
+ private:
+  static constexpr bool kHasBetas = requires(Options o) { o.betas[0]; };
+  static constexpr bool kHasMomentum = requires(Options o) { o.momentum; };
+  static std::string group_key(size_t g, const char* field) {
+    return "group." + std::to_string(g) + "." + field;
+  }
+
+  Options defaults_;
+  std::vector<Group> groups_;
+  std::vector<Options> previous_;
+};
+
+}  // namespace strata::optim

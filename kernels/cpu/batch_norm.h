@@ -1,0 +1,161 @@
+// Per-channel kernels of batch normalization on raw pointers. The data is viewed as
+// (N, C, S) with element strides (S: the spatial dims merged): NCHW data has S stride 1,
+// channels-last data C stride 1. Two primitives make up the forward and the backward:
+//
+//   channel_sums    s1[c] = sum (u - su[c]),  s2[c] = sum (u - su[c]) * (v - sv[c])
+//                   over n and s, accumulated in double (one pass over u and v)
+//   channel_affine  out = a[c] * u + b[c] * v + k[c]   (v optional; one pass)
+//
+// Forward (training): channel_sums(x, x, shift) gives mean and variance (the shift, one
+// sample of the channel, keeps the sum of squares from cancelling), then channel_affine
+// normalizes. Backward: channel_sums(gy, x, 0, mean) gives sum(gy) and sum(gy * (x - mean)),
+// then channel_affine forms the input gradient.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include <omp.h>
+
+#include "../common/half.h"
+#include "parallel.h"
+
+namespace strata::cpu {
+
+struct ChannelShape {
+  int64_t n = 0, c = 0, s = 0;
+};
+
+/// Element strides of an (N, C, S) view.
+struct ChannelStrides {
+  int64_t n = 0, c = 0, s = 0;
+};
+
+namespace bn_detail {
+
+inline bool channels_inner(const ChannelShape& sh, const ChannelStrides& st) { return st.c == 1 || sh.c == 1; }
+
+// Splits `rows` into at most one chunk per thread and runs f(chunk, begin, end) on each.
+template <class F>
+int64_t run_chunks(int64_t rows, int64_t row_len, const F& f) {
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t by_work = std::max<int64_t>(1, rows * std::max<int64_t>(row_len, 1) / kDefaultGrain);
+  const int64_t chunks = std::max<int64_t>(1, std::min({threads, rows, by_work}));
+  parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) f(k, rows * k / chunks, rows * (k + 1) / chunks);
+  });
+  return chunks;
+}
+
+}  // namespace bn_detail
+
+/// u and v share the strides st; su / sv are per-channel shifts (null: zero). s2 may be null.
+template <class T>
+void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelStrides& st, const double* su,
+                  const double* sv, double* s1, double* s2) {
+  const int64_t C = sh.c;
+  std::fill(s1, s1 + C, 0.0);
+  if (s2) std::fill(s2, s2 + C, 0.0);
+  if (sh.n * sh.s == 0 || C == 0) return;
+  std::vector<double> zero(static_cast<size_t>(C), 0.0);
+  const double* shift_u = su ? su : zero.data();
+  const double* shift_v = sv ? sv : zero.data();
+  const int64_t max_chunks = omp_get_max_threads() + 1;
+  std::vector<double> part(static_cast<size_t>(2 * C * max_chunks), 0.0);
+  int64_t chunks;
+  if (bn_detail::channels_inner(sh, st)) {
+    // rows are (n, s) positions, each holding C contiguous channels
+    chunks = bn_detail::run_chunks(sh.n * sh.s, C, [&](int64_t k, int64_t b, int64_t e) {
+      double* a1 = part.data() + 2 * C * k;
+      double* a2 = a1 + C;
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t off = (r / sh.s) * st.n + (r % sh.s) * st.s;
+        const T* ur = u + off;
+        const T* vr = v + off;
+        for (int64_t c = 0; c < C; ++c) {
+          const double du = static_cast<double>(ur[c * st.c]) - shift_u[c];
+          a1[c] += du;
+          a2[c] += du * (static_cast<double>(vr[c * st.c]) - shift_v[c]);
+        }
+      }
+    });
+  } else {
+    // rows are (n, c) lines of S elements
+    chunks = bn_detail::run_chunks(sh.n * C, sh.s, [&](int64_t k, int64_t b, int64_t e) {
+      double* a1 = part.data() + 2 * C * k;
+      double* a2 = a1 + C;
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t c = r % C, off = (r / C) * st.n + c * st.c;
+        const T* ur = u + off;
+        const T* vr = v + off;
+        const double ku = shift_u[c], kv = shift_v[c];
+        double l1[8] = {}, l2[8] = {};  // independent lanes, so the loop vectorizes
+        int64_t i = 0;
+        if (st.s == 1) {
+          for (; i + 8 <= sh.s; i += 8)
+            for (int l = 0; l < 8; ++l) {
+              const double du = static_cast<double>(ur[i + l]) - ku;
+              l1[l] += du;
+              l2[l] += du * (static_cast<double>(vr[i + l]) - kv);
+            }
+        }
+        for (; i < sh.s; ++i) {
+          const double du = static_cast<double>(ur[i * st.s]) - ku;
+          l1[0] += du;
+          l2[0] += du * (static_cast<double>(vr[i * st.s]) - kv);
+        }
+        for (int l = 0; l < 8; ++l) a1[c] += l1[l], a2[c] += l2[l];
+      }
+    });
+  }
+  for (int64_t k = 0; k < chunks; ++k)
+    for (int64_t c = 0; c < C; ++c) {
+      s1[c] += part[2 * C * k + c];
+      if (s2) s2[c] += part[2 * C * k + C + c];
+    }
+}
+
+/// out = a[c] * u + b[c] * v + k[c], with u, v and out sharing the strides st; v and b may
+/// be null (the term is dropped). Coefficients are in T's compute type.
+template <class T>
+void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, const ChannelStrides& st,
+                    const compute_t<T>* a, const compute_t<T>* b, const compute_t<T>* k) {
+  using C = compute_t<T>;
+  if (sh.n * sh.s == 0 || sh.c == 0) return;
+  const bool with_v = v != nullptr && b != nullptr;
+  if (bn_detail::channels_inner(sh, st)) {
+    parallel_for(0, sh.n * sh.s, std::max<int64_t>(1, kDefaultGrain / sh.c), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t off = (r / sh.s) * st.n + (r % sh.s) * st.s;
+        const T* ur = u + off;
+        T* o = out + off;
+        if (with_v) {
+          const T* vr = v + off;
+          for (int64_t c = 0; c < sh.c; ++c)
+            o[c * st.c] = T(a[c] * static_cast<C>(ur[c * st.c]) + b[c] * static_cast<C>(vr[c * st.c]) + k[c]);
+        } else {
+          for (int64_t c = 0; c < sh.c; ++c) o[c * st.c] = T(a[c] * static_cast<C>(ur[c * st.c]) + k[c]);
+        }
+      }
+    });
+    return;
+  }
+  parallel_for(0, sh.n * sh.c, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(sh.s, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t c = r % sh.c, off = (r / sh.c) * st.n + c * st.c;
+      const T* ur = u + off;
+      T* o = out + off;
+      const C ac = a[c], bc = with_v ? b[c] : C(0), kc = k[c];
+      if (with_v) {
+        const T* vr = v + off;
+        for (int64_t i = 0; i < sh.s; ++i)
+          o[i * st.s] = T(ac * static_cast<C>(ur[i * st.s]) + bc * static_cast<C>(vr[i * st.s]) + kc);
+      } else {
+        for (int64_t i = 0; i < sh.s; ++i) o[i * st.s] = T(ac * static_cast<C>(ur[i * st.s]) + kc);
+      }
+    }
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,68 @@
+// 2-d convolution on raw pointers: forward, backward-data and backward-weights, for arrays
+// in any strided layout (NCHW and NHWC are the fast ones). Every convolution goes through
+// these three entry points; each tries oneDNN first (f32, where it has a fast kernel) and
+// falls back to the im2col + GEMM reference in conv_ref.cpp (f64, other layouts, builds
+// without oneDNN).
+//
+// A transposed convolution is conv_backward_data with its input as `dst` and its output as
+// `src`, so it needs no entry point of its own.
+#pragma once
+
+#include <cstdint>
+
+namespace strata::cpu {
+
+enum class ConvType : uint8_t { F32, F64 };
+
+/// A 4-d array indexed (n, c, h, w), with element strides in that order: NCHW data has
+/// strides (C*H*W, H*W, W, 1), NHWC data (H*W*C, 1, W*C, C).
+struct Array4 {
+  void* data = nullptr;
+  int64_t stride[4] = {0, 0, 0, 0};
+};
+
+struct ConvGeometry {
+  int64_t n = 0, c_in = 0, h_in = 0, w_in = 0;  // src
+  int64_t c_out = 0, h_out = 0, w_out = 0;      // dst
+  int64_t kh = 1, kw = 1;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+  int64_t groups = 1;
+  bool operator==(const ConvGeometry&) const = default;
+};
+
+/// One convolution: dst = conv(src, weight) + bias, with PyTorch's semantics
+///   dst[n, o, y, x] = bias[o] + sum_{i, p, q} src[n, g*Cg + i, y*sh - ph + p*dh, x*sw - pw + q*dw]
+///                                             * weight[o, i, p, q]
+/// (g = o / (c_out / groups), Cg = c_in / groups, out-of-range src reads are 0).
+/// weight is (c_out, c_in / groups, kh, kw); bias is c_out contiguous values or null.
+/// Which arrays are read and which written depends on the entry point.
+struct ConvProblem {
+  ConvType type = ConvType::F32;
+  ConvGeometry g;
+  Array4 src;     // (n, c_in, h_in, w_in)
+  Array4 weight;  // (c_out, c_in / groups, kh, kw)
+  Array4 dst;     // (n, c_out, h_out, w_out)
+  void* bias = nullptr;
+};
+
+/// Reads src, weight and bias (if any); writes dst.
+void conv_forward(const ConvProblem& p);
+/// Reads dst (the gradient of the output) and weight; writes src (the gradient of the input).
+void conv_backward_data(const ConvProblem& p);
+/// Reads src and dst (the gradient of the output); writes weight (its gradient) and, when
+/// bias is not null, the bias gradient (dst summed over n, h, w).
+void conv_backward_weights(const ConvProblem& p);
+
+// The backends. The oneDNN ones return false, having written nothing, when oneDNN is absent
+// from the build or has no fast kernel for the problem.
+bool conv_forward_dnnl(const ConvProblem& p);
+bool conv_backward_data_dnnl(const ConvProblem& p);
+bool conv_backward_weights_dnnl(const ConvProblem& p);
+void conv_forward_ref(const ConvProblem& p);
+void conv_backward_data_ref(const ConvProblem& p);
+void conv_backward_weights_ref(const ConvProblem& p);
+
+/// Number of cached oneDNN convolution primitives (0 without oneDNN); for tests of the bound.
+int64_t conv_dnnl_cache_size();
+
+}  // namespace strata::cpu

@@ -1,0 +1,133 @@
+// Fused CPU optimizer updates over contiguous memory: one pass per parameter reads the
+// parameter, its gradient and its state and writes the parameter and the state, with the
+// per-element math of kernels/common/optim_math.h. LAMB needs the norms of the weights and
+// of the update before it can apply the update, so it takes two passes; the norms are summed
+// in fixed chunks, in order, so the result does not depend on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "../common/optim_math.h"
+#include "../common/quant8.h"
+#include "parallel.h"
+
+namespace strata::cpu {
+
+// Optimizer loops touch 3-5 streams per element: a second thread pays off sooner than for
+// plain elementwise ops.
+inline constexpr int64_t kOptimGrain = 16384;
+inline constexpr int64_t kNormChunk = 65536;
+
+template <class T>
+void sgd_step(T* p, const T* g, int64_t n, const math::SgdConsts<T>& c) {
+  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) math::sgd_update(p[i], g[i], c);
+  });
+}
+
+template <class T>
+void sgd_momentum_step(T* p, const T* g, T* buf, bool first, int64_t n, const math::SgdConsts<T>& c) {
+  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) math::sgd_momentum_update(p[i], g[i], buf[i], first, c);
+  });
+}
+
+// vmax is null unless AMSGrad.
+template <class T>
+void adam_step(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const math::AdamConsts<T>& c) {
+  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+    if (vmax) {
+      for (int64_t i = b; i < e; ++i) math::adam_amsgrad_update(p[i], g[i], m[i], v[i], vmax[i], c);
+    } else {
+      for (int64_t i = b; i < e; ++i) math::adam_update(p[i], g[i], m[i], v[i], c);
+    }
+  });
+}
+
+template <class T>
+void adagrad_step(T* p, const T* g, T* sum, int64_t n, const math::AdagradConsts<T>& c) {
+  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) math::adagrad_update(p[i], g[i], sum[i], c);
+  });
+}
+
+// gavg is null unless centered, buf null unless momentum > 0.
+template <class T>
+void rmsprop_step(T* p, const T* g, T* sq, T* gavg, T* buf, int64_t n, const math::RmspropConsts<T>& c) {
+  auto run = [&](auto centered, auto momentum) {
+    constexpr bool kC = decltype(centered)::value, kM = decltype(momentum)::value;
+    parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+      T unused = 0;
+      for (int64_t i = b; i < e; ++i)
+        math::rmsprop_update<kC, kM>(p[i], g[i], sq[i], kC ? gavg[i] : unused, kM ? buf[i] : unused, c);
+    });
+  };
+  using F = std::false_type;
+  using Tr = std::true_type;
+  if (gavg && buf) run(Tr{}, Tr{});
+  else if (gavg) run(Tr{}, F{});
+  else if (buf) run(F{}, Tr{});
+  else run(F{}, F{});
+}
+
+// LAMB pass 1: updates m and v; returns {||p||^2, ||u||^2} with u the update direction.
+template <class T>
+void lamb_moments_and_norms(const T* p, const T* g, T* m, T* v, int64_t n, const math::LambConsts<T>& c,
+                            double& p_sq, double& u_sq) {
+  int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
+  std::vector<double> part(static_cast<size_t>(2 * chunks), 0.0);
+  parallel_for(0, chunks, std::max<int64_t>(1, kOptimGrain / kNormChunk), [&](int64_t cb, int64_t ce) {
+    for (int64_t k = cb; k < ce; ++k) {
+      int64_t b = k * kNormChunk, e = std::min(n, b + kNormChunk);
+      double ps = 0, us = 0;
+      for (int64_t i = b; i < e; ++i) {
+        math::lamb_moments(g[i], m[i], v[i], c);
+        double u = math::lamb_direction(p[i], m[i], v[i], c);
+        ps += double(p[i]) * double(p[i]);
+        us += u * u;
+      }
+      part[2 * k] = ps;
+      part[2 * k + 1] = us;
+    }
+  });
+  p_sq = u_sq = 0;
+  for (int64_t k = 0; k < chunks; ++k) p_sq += part[2 * k], u_sq += part[2 * k + 1];
+}
+
+// LAMB pass 2: p -= scaled_lr * u, u recomputed from the new m, v (bitwise the u of pass 1).
+template <class T>
+void lamb_apply(T* p, const T* m, const T* v, int64_t n, T scaled_lr, const math::LambConsts<T>& c) {
+  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) p[i] -= scaled_lr * math::lamb_direction(p[i], m[i], v[i], c);
+  });
+}
+
+// Adam with both moments stored blockwise in 8 bits (kernels/common/quant8.h). Per block:
+// dequantize m and v into registers-sized local buffers, apply the Adam step with the fp32
+// moments (the parameter sees them before requantization, as in bitsandbytes), then store new
+// absmax scales and codes. `block` <= quant8::kMaxBlock.
+template <class T>
+void adam8bit_step(T* p, const T* g, uint8_t* m_codes, float* m_absmax, uint8_t* v_codes, float* v_absmax,
+                   int64_t n, int64_t block, const float* signed_map, const float* unsigned_map,
+                   const math::AdamConsts<T>& c) {
+  int64_t blocks = (n + block - 1) / block;
+  parallel_for(0, blocks, std::max<int64_t>(1, kOptimGrain / block), [&](int64_t kb, int64_t ke) {
+    T m[quant8::kMaxBlock], v[quant8::kMaxBlock];
+    for (int64_t k = kb; k < ke; ++k) {
+      int64_t b = k * block, len = std::min(n, b + block) - b;
+      quant8::dequantize_block(signed_map, m_codes + b, len, m_absmax[k], m);
+      quant8::dequantize_block(unsigned_map, v_codes + b, len, v_absmax[k], v);
+      for (int64_t i = 0; i < len; ++i) math::adam_update(p[b + i], g[b + i], m[i], v[i], c);
+      m_absmax[k] = quant8::block_absmax(m, len);
+      v_absmax[k] = quant8::block_absmax(v, len);
+      quant8::quantize_block(signed_map, m, len, m_absmax[k], m_codes + b);
+      quant8::quantize_block(unsigned_map, v, len, v_absmax[k], v_codes + b);
+    }
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,244 @@
+// 2-d pooling kernels on raw pointers: max (with argmax indices), average and adaptive
+// average, forward and backward, for 4-d arrays indexed (n, c, h, w) with any element
+// strides. Channels-last arrays (C stride 1 in input and output) run with the channel loop
+// innermost, where it is contiguous; other layouts one (n, c) plane at a time.
+//
+// Backward kernels scatter into the input gradient, which they zero first. Threads split
+// the work by whole planes (or whole images when channels-last), so no two write one
+// element.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+
+#include "../common/half.h"
+#include "parallel.h"
+
+namespace strata::cpu {
+
+struct Pool2dGeometry {
+  int64_t n = 0, c = 0, ih = 0, iw = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+/// Element strides of a 4-d array, in (n, c, h, w) order.
+struct Strides4 {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+};
+
+namespace pool_detail {
+
+// Calls body(n, c_begin, c_end, oy, ox) for every output position: all channels at once
+// when channels_last, else one channel per call. Work is split by (n, oy) rows or (n, c)
+// planes.
+template <class Body>
+void for_each_window(const Pool2dGeometry& g, bool channels_last, const Body& body) {
+  if (channels_last) {
+    const int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(g.ow * g.c * g.kh * g.kw, 1));
+    parallel_for(0, g.n * g.oh, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        for (int64_t ox = 0; ox < g.ow; ++ox) body(r / g.oh, 0, g.c, r % g.oh, ox);
+    });
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(g.oh * g.ow * g.kh * g.kw, 1));
+  parallel_for(0, g.n * g.c, grain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) body(r / g.c, r % g.c, r % g.c + 1, oy, ox);
+  });
+}
+
+// The backward counterpart: whole images when channels_last, else whole planes, so that
+// overlapping windows of one plane are handled by one thread.
+template <class Body>
+void for_each_window_by_plane(const Pool2dGeometry& g, bool channels_last, const Body& body) {
+  if (channels_last) {
+    parallel_for(0, g.n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n)
+        for (int64_t oy = 0; oy < g.oh; ++oy)
+          for (int64_t ox = 0; ox < g.ow; ++ox) body(n, 0, g.c, oy, ox);
+    });
+    return;
+  }
+  for_each_window(g, false, body);
+}
+
+template <class T>
+void zero_fill(T* x, const Strides4& s, const Pool2dGeometry& g) {
+  parallel_for(0, g.n * g.c, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(g.ih * g.iw, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t r = b; r < e; ++r) {
+                   T* p = x + (r / g.c) * s.n + (r % g.c) * s.c;
+                   for (int64_t h = 0; h < g.ih; ++h)
+                     for (int64_t w = 0; w < g.iw; ++w) p[h * s.h + w * s.w] = T(0.0f);
+                 }
+               });
+}
+
+// Average-pool window [h0, h1) x [w0, w1) clipped to the input, and its divisor.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1;
+  double divisor;
+};
+
+inline AvgWindow avg_window(const Pool2dGeometry& g, int64_t oy, int64_t ox, bool count_include_pad,
+                            int64_t divisor_override) {
+  int64_t h0 = oy * g.sh - g.ph, w0 = ox * g.sw - g.pw;
+  int64_t h1 = std::min(h0 + g.kh, g.ih + g.ph), w1 = std::min(w0 + g.kw, g.iw + g.pw);
+  const int64_t padded = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, g.ih), w1 = std::min(w1, g.iw);
+  const int64_t inside = (h1 - h0) * (w1 - w0);
+  const double d = divisor_override ? double(divisor_override) : count_include_pad ? double(padded) : double(inside);
+  return {h0, h1, w0, w1, d};
+}
+
+// Adaptive window of output index o over `in` input positions, out outputs.
+inline int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
+inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+
+}  // namespace pool_detail
+
+/// y and indices share the strides ys; indices hold h * iw + w of each window's maximum
+/// (NaN counts as the maximum, as in PyTorch).
+template <class T>
+void max_pool2d_forward(const T* x, const Strides4& xs, T* y, int64_t* indices, const Strides4& ys,
+                        const Pool2dGeometry& g) {
+  using C = compute_t<T>;
+  const bool cl = xs.c == 1 && ys.c == 1;
+  pool_detail::for_each_window(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
+    const int64_t h0 = oy * g.sh - g.ph, w0 = ox * g.sw - g.pw;
+    int64_t hs = h0, ws = w0;
+    while (hs < 0) hs += g.dh;
+    while (ws < 0) ws += g.dw;
+    T* yo = y + n * ys.n + oy * ys.h + ox * ys.w;
+    int64_t* io = indices + n * ys.n + oy * ys.h + ox * ys.w;
+    for (int64_t c = c0; c < c1; ++c) {
+      yo[c * ys.c] = T(-std::numeric_limits<C>::infinity());
+      io[c * ys.c] = hs * g.iw + ws;
+    }
+    const T* xn = x + n * xs.n;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t h = h0 + ky * g.dh;
+      if (h < 0 || h >= g.ih) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t w = w0 + kx * g.dw;
+        if (w < 0 || w >= g.iw) continue;
+        const T* xp = xn + h * xs.h + w * xs.w;
+        const int64_t pos = h * g.iw + w;
+        for (int64_t c = c0; c < c1; ++c) {
+          const C v = static_cast<C>(xp[c * xs.c]);
+          if (v > static_cast<C>(yo[c * ys.c]) || std::isnan(v)) {
+            yo[c * ys.c] = xp[c * xs.c];
+            io[c * ys.c] = pos;
+          }
+        }
+      }
+    }
+  });
+}
+
+/// gx (zeroed here) += gy scattered to the argmax positions. Raises std::out_of_range on an
+/// index outside the plane (indices are not trusted).
+template <class T>
+void max_pool2d_backward(const T* gy, const int64_t* indices, const Strides4& ys, T* gx, const Strides4& xs,
+                         const Pool2dGeometry& g) {
+  using C = compute_t<T>;
+  pool_detail::zero_fill(gx, xs, g);
+  const bool cl = xs.c == 1 && ys.c == 1;
+  const int64_t plane = g.ih * g.iw;
+  pool_detail::for_each_window_by_plane(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
+    const int64_t o = n * ys.n + oy * ys.h + ox * ys.w;
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t i = indices[o + c * ys.c];
+      if (i < 0 || i >= plane) throw std::out_of_range("max_pool2d_backward: index out of range");
+      T& dst = gx[n * xs.n + c * xs.c + (i / g.iw) * xs.h + (i % g.iw) * xs.w];
+      dst = T(static_cast<C>(dst) + static_cast<C>(gy[o + c * ys.c]));
+    }
+  });
+}
+
+template <class T>
+void avg_pool2d_forward(const T* x, const Strides4& xs, T* y, const Strides4& ys, const Pool2dGeometry& g,
+                        bool count_include_pad, int64_t divisor_override) {
+  using C = compute_t<T>;
+  const bool cl = xs.c == 1 && ys.c == 1;
+  pool_detail::for_each_window(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
+    const auto win = pool_detail::avg_window(g, oy, ox, count_include_pad, divisor_override);
+    const C inv = static_cast<C>(1.0 / win.divisor);
+    T* yo = y + n * ys.n + oy * ys.h + ox * ys.w;
+    const T* xn = x + n * xs.n;
+    for (int64_t c = c0; c < c1; ++c) {
+      C s = 0;
+      for (int64_t h = win.h0; h < win.h1; ++h)
+        for (int64_t w = win.w0; w < win.w1; ++w) s += static_cast<C>(xn[c * xs.c + h * xs.h + w * xs.w]);
+      yo[c * ys.c] = T(s * inv);
+    }
+  });
+}
+
+template <class T>
+void avg_pool2d_backward(const T* gy, const Strides4& ys, T* gx, const Strides4& xs, const Pool2dGeometry& g,
+                         bool count_include_pad, int64_t divisor_override) {
+  using C = compute_t<T>;
+  pool_detail::zero_fill(gx, xs, g);
+  const bool cl = xs.c == 1 && ys.c == 1;
+  pool_detail::for_each_window_by_plane(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
+    const auto win = pool_detail::avg_window(g, oy, ox, count_include_pad, divisor_override);
+    const C inv = static_cast<C>(1.0 / win.divisor);
+    const T* go = gy + n * ys.n + oy * ys.h + ox * ys.w;
+    T* xn = gx + n * xs.n;
+    for (int64_t h = win.h0; h < win.h1; ++h)
+      for (int64_t w = win.w0; w < win.w1; ++w)
+        for (int64_t c = c0; c < c1; ++c) {
+          T& dst = xn[c * xs.c + h * xs.h + w * xs.w];
+          dst = T(static_cast<C>(dst) + static_cast<C>(go[c * ys.c]) * inv);
+        }
+  });
+}
+
+template <class T>
+void adaptive_avg_pool2d_forward(const T* x, const Strides4& xs, T* y, const Strides4& ys, const Pool2dGeometry& g) {
+  using C = compute_t<T>;
+  const bool cl = xs.c == 1 && ys.c == 1;
+  pool_detail::for_each_window(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
+    const int64_t h0 = pool_detail::adaptive_start(oy, g.ih, g.oh), h1 = pool_detail::adaptive_end(oy, g.ih, g.oh);
+    const int64_t w0 = pool_detail::adaptive_start(ox, g.iw, g.ow), w1 = pool_detail::adaptive_end(ox, g.iw, g.ow);
+    const C inv = static_cast<C>(1.0 / double((h1 - h0) * (w1 - w0)));
+    T* yo = y + n * ys.n + oy * ys.h + ox * ys.w;
+    const T* xn = x + n * xs.n;
+    for (int64_t c = c0; c < c1; ++c) {
+      C s = 0;
+      for (int64_t h = h0; h < h1; ++h)
+        for (int64_t w = w0; w < w1; ++w) s += static_cast<C>(xn[c * xs.c + h * xs.h + w * xs.w]);
+      yo[c * ys.c] = T(s * inv);
+    }
+  });
+}
+
+template <class T>
+void adaptive_avg_pool2d_backward(const T* gy, const Strides4& ys, T* gx, const Strides4& xs,
+                                  const Pool2dGeometry& g) {
+  using C = compute_t<T>;
+  pool_detail::zero_fill(gx, xs, g);
+  const bool cl = xs.c == 1 && ys.c == 1;
+  pool_detail::for_each_window_by_plane(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
+    const int64_t h0 = pool_detail::adaptive_start(oy, g.ih, g.oh), h1 = pool_detail::adaptive_end(oy, g.ih, g.oh);
+    const int64_t w0 = pool_detail::adaptive_start(ox, g.iw, g.ow), w1 = pool_detail::adaptive_end(ox, g.iw, g.ow);
+    const C inv = static_cast<C>(1.0 / double((h1 - h0) * (w1 - w0)));
+    const T* go = gy + n * ys.n + oy * ys.h + ox * ys.w;
+    T* xn = gx + n * xs.n;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w)
+        for (int64_t c = c0; c < c1; ++c) {
+          T& dst = xn[c * xs.c + h * xs.h + w * xs.w];
+          dst = T(static_cast<C>(dst) + static_cast<C>(go[c * ys.c]) * inv);
+        }
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,166 @@
+// scaled_dot_product_attention composed of matmul and softmax, and MultiheadAttention on top
+// of it. The heads are strided views of the projections (no copies until the heads are merged
+// back for out_proj), and matmul reads them in place.
+#include <cmath>
+#include <limits>
+
+#include <strata/nn/attention.hpp>
+#include <strata/nn/functional.hpp>
+#include <strata/nn/init.hpp>
+#include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
+#include <strata/ops/index.hpp>
+#include <strata/ops/join.hpp>
+#include <strata/ops/matmul.hpp>
+#include <strata/ops/reduce.hpp>
+#include <strata/ops/unary.hpp>
+
+namespace strata::nn {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The attention of q (..., L, E) over k (..., S, E), v (..., S, Ev). mask: undefined, bool
+// (blocking: true = masked out; else true = may attend) or float (added to the scores).
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool blocking,
+                 bool is_causal, double dropout_p, std::optional<double> scale, Generator* gen, std::string_view op) {
+  STRATA_CHECK(q.defined() && k.defined() && v.defined(), "[{}] query, key or value is undefined", op);
+  STRATA_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2,
+               "[{}] query, key and value need shape (..., L, E), got {}, {} and {}", op, q.shape(), k.shape(),
+               v.shape());
+  STRATA_CHECK(is_floating(q.dtype()) && is_floating(k.dtype()) && is_floating(v.dtype()),
+               "[{}] query, key and value must be floating, got {}, {} and {}", op, q.dtype(), k.dtype(), v.dtype());
+  STRATA_CHECK(q.size(-1) == k.size(-1), "[{}] query {} and key {} differ in their last (embedding) dim", op,
+               q.shape(), k.shape());
+  STRATA_CHECK(k.size(-2) == v.size(-2), "[{}] key {} and value {} differ in their sequence dim (-2)", op, k.shape(),
+               v.shape());
+  STRATA_CHECK(dropout_p >= 0 && dropout_p <= 1, "[{}] dropout_p must be in [0, 1], got {}", op, dropout_p);
+  const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1);
+  const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
+  // scaling q costs L * E multiplies rather than L * S on the scores
+  Tensor scores = matmul(sc == 1.0 ? q : q * sc, k.transpose(-2, -1));  // (..., L, S)
+  if (mask.defined()) {
+    STRATA_CHECK(mask.device() == q.device(), "[{}] attn_mask is on {} but the query is on {}", op, mask.device(),
+                 q.device());
+    Shape b = broadcast_shapes(mask.shape(), scores.shape(), op);
+    STRATA_CHECK(b == scores.shape(),
+                 "[{}] attn_mask of shape {} does not broadcast to the attention scores' shape {} (..., L={}, S={})",
+                 op, mask.shape(), scores.shape(), L, S);
+    if (mask.dtype() == kBool) scores = blocking ? masked_fill(scores, mask, -kInf) : where(mask, scores, -kInf);
+    else scores = scores + mask.to(scores.dtype());
+  }
+  if (is_causal) scores = masked_fill(scores, triu(ones({L, S}, TensorOptions(kBool, q.device())), 1), -kInf);
+  Tensor weights = softmax(scores, -1);
+  if (dropout_p > 0) weights = functional::dropout(weights, dropout_p, true, gen);
+  return matmul(weights, v);
+}
+
+}  // namespace
+
+Tensor functional::scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                                std::optional<double> scale, Generator* gen) {
+  STRATA_CHECK(!(is_causal && attn_mask.defined()),
+               "[scaled_dot_product_attention] pass either attn_mask or is_causal, not both");
+  return attention(q, k, v, attn_mask, false, is_causal, dropout_p, scale, gen, "scaled_dot_product_attention");
+}
+
+// ---- MultiheadAttention ------------------------------------------------------------------------
+
+MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, MultiheadAttentionOptions opts)
+    : embed_dim(e), num_heads(h), head_dim(h > 0 ? e / h : 0), options(opts),
+      out_proj(e > 0 ? e : 0, e > 0 ? e : 0, {.bias = opts.bias, .generator = opts.generator}) {
+  STRATA_CHECK(e > 0 && h > 0, "[MultiheadAttention] embed_dim ({}) and num_heads ({}) must be positive", e, h);
+  STRATA_CHECK(e % h == 0, "[MultiheadAttention] embed_dim ({}) must be divisible by num_heads ({})", e, h);
+  STRATA_CHECK(opts.dropout >= 0 && opts.dropout <= 1, "[MultiheadAttention] dropout must be in [0, 1], got {}",
+               opts.dropout);
+  in_proj_weight = register_parameter("in_proj_weight", empty({3 * e, e}));
+  if (opts.bias) in_proj_bias = register_parameter("in_proj_bias", empty({3 * e}));
+  register_module("out_proj", out_proj);
+  reset_parameters(opts.generator);
+}
+
+void MultiheadAttention::reset_parameters(Generator* gen) {
+  init::xavier_uniform_(in_proj_weight, 1.0, gen);
+  if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
+  if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
+}
+
+Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const Tensor& key_padding_mask, const Tensor& attn_mask, bool is_causal) {
+  const std::string me = fmt::format("MultiheadAttention(embed_dim={}, num_heads={})", embed_dim, num_heads);
+  STRATA_CHECK(query.defined() && key.defined() && value.defined(), "[{}] query, key or value is undefined", me);
+  const bool batched = query.dim() == 3;
+  STRATA_CHECK((query.dim() == 3 || query.dim() == 2) && key.dim() == query.dim() && value.dim() == query.dim(),
+               "[{}] expects query, key and value all of shape {} (or unbatched (L, E)), got {}, {} and {}", me,
+               options.batch_first ? "(N, L, E)" : "(L, N, E)", query.shape(), key.shape(), value.shape());
+  for (const Tensor* t : {&query, &key, &value})
+    STRATA_CHECK(t->size(-1) == embed_dim, "[{}] {} of shape {} does not end in embed_dim {}", me,
+                 t == &query ? "query" : t == &key ? "key" : "value", t->shape(), embed_dim);
+  // internally (A, B, E) with the batch at bd and the sequence at sd
+  const int64_t bd = batched ? (options.batch_first ? 0 : 1) : 1, sd = batched ? 1 - bd : 0;
+  auto as3 = [&](const Tensor& t) { return batched ? t : t.unsqueeze(1); };
+  const Tensor q3 = as3(query), k3 = as3(key), v3 = as3(value);
+  const int64_t N = q3.size(bd), L = q3.size(sd), S = k3.size(sd);
+  STRATA_CHECK(k3.size(bd) == N && v3.size(bd) == N && v3.size(sd) == S,
+               "[{}] query {}, key {} and value {} disagree in batch size or key/value length", me, query.shape(),
+               key.shape(), value.shape());
+
+  // projections: one GEMM for self-attention, two when key is value
+  const int64_t E = embed_dim;
+  auto w = [&](int64_t i, int64_t n) { return in_proj_weight.narrow(0, i * E, n * E); };
+  auto b = [&](int64_t i, int64_t n) { return in_proj_bias.defined() ? in_proj_bias.narrow(0, i * E, n * E) : Tensor(); };
+  Tensor qp, kp, vp;
+  if (query.is_same(key) && key.is_same(value)) {
+    auto parts = chunk(functional::linear(q3, in_proj_weight, in_proj_bias), 3, -1);
+    qp = parts[0], kp = parts[1], vp = parts[2];
+  } else if (key.is_same(value)) {
+    qp = functional::linear(q3, w(0, 1), b(0, 1));
+    auto parts = chunk(functional::linear(k3, w(1, 2), b(1, 2)), 2, -1);
+    kp = parts[0], vp = parts[1];
+  } else {
+    qp = functional::linear(q3, w(0, 1), b(0, 1));
+    kp = functional::linear(k3, w(1, 1), b(1, 1));
+    vp = functional::linear(v3, w(2, 1), b(2, 1));
+  }
+  // (A, B, E) -> (N, H, len, head_dim), a view
+  const std::vector<int64_t> to_heads = bd == 0 ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{1, 2, 0, 3};
+  auto heads = [&](const Tensor& t) { return t.unflatten(-1, {num_heads, head_dim}).permute(to_heads); };
+
+  // masks, combined into one blocking bool mask and/or one additive float mask of (N, H, L, S)
+  Tensor blocked, added;
+  auto add_mask = [&](const Tensor& m) {
+    if (m.dtype() == kBool) blocked = blocked.defined() ? logical_or(blocked, m) : m;
+    else added = added.defined() ? added + m : m;
+  };
+  if (key_padding_mask.defined()) {
+    const Shape want = batched ? Shape{N, S} : Shape{S};
+    STRATA_CHECK(key_padding_mask.shape() == want, "[{}] key_padding_mask of shape {} should have shape {} (N, S)",
+                 me, key_padding_mask.shape(), want);
+    add_mask(key_padding_mask.view({N, 1, 1, S}));
+  }
+  if (attn_mask.defined()) {
+    const bool ok2 = attn_mask.dim() == 2 && attn_mask.shape() == Shape{L, S};
+    const bool ok3 = attn_mask.dim() == 3 && attn_mask.shape() == Shape{N * num_heads, L, S};
+    STRATA_CHECK(ok2 || ok3, "[{}] attn_mask of shape {} should have shape ({}, {}) or ({}, {}, {})", me,
+                 attn_mask.shape(), L, S, N * num_heads, L, S);
+    add_mask(ok2 ? attn_mask : attn_mask.view({N, num_heads, L, S}));
+  }
+  for (const Tensor* m : {&key_padding_mask, &attn_mask})
+    if (m->defined())
+      STRATA_CHECK(m->dtype() == kBool || is_floating(m->dtype()), "[{}] masks must be bool or floating, got {}", me,
+                   m->dtype());
+  Tensor mask = blocked;
+  if (added.defined()) mask = blocked.defined() ? where(blocked, -kInf, added.to(qp.dtype())) : added;
+
+  const double p = is_training() ? options.dropout : 0.0;
+  Tensor o = attention(heads(qp), heads(kp), heads(vp), mask, true, is_causal, p, std::nullopt, nullptr, me);
+  // (N, H, L, head_dim) -> (A, B, E): the one copy, then out_proj
+  o = o.permute(bd == 0 ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{2, 0, 1, 3});
+  o = o.reshape(bd == 0 ? Shape{N, L, E} : Shape{L, N, E});
+  Tensor out = out_proj(o);
+  return batched ? out : out.squeeze(1);
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,240 @@
+// Module bookkeeping: registration, traversal with dotted names, device/dtype moves in place,
+// and state_dict loading that reports every mismatch at once.
+#include <algorithm>
+#include <set>
+
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/nn/module.hpp>
+
+namespace strata::nn {
+
+Tensor Module::forward(const Tensor&) {
+  detail::throw_error("[{}] this module does not take a single tensor input", name());
+}
+
+void Module::check_new_name(const std::string& name) const {
+  STRATA_CHECK(!name.empty() && name.find('.') == std::string::npos,
+               "[{}] invalid name \"{}\": names are non-empty and contain no '.'", this->name(), name);
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
+  };
+  bool child = std::any_of(children_.begin(), children_.end(), [&](const Child& c) { return c.name == name; });
+  STRATA_CHECK(!taken(params_) && !taken(buffers_) && !child, "[{}] name \"{}\" is already registered", this->name(),
+               name);
+}
+
+Tensor Module::register_parameter(std::string name, Tensor value, bool requires_grad) {
+  check_new_name(name);
+  STRATA_CHECK(value.defined(), "[{}] parameter \"{}\" is undefined", this->name(), name);
+  STRATA_CHECK(is_floating(value.dtype()), "[{}] parameter \"{}\" must be floating, got {}", this->name(), name,
+               value.dtype());
+  Tensor p = value.is_leaf() ? value : value.detach();
+  p.requires_grad_(requires_grad);
+  params_.emplace_back(std::move(name), p);
+  return p;
+}
+
+Tensor Module::register_buffer(std::string name, Tensor value, bool persistent) {
+  check_new_name(name);
+  buffers_.emplace_back(std::move(name), value);
+  buffer_persistent_.push_back(persistent);
+  return value;
+}
+
+void Module::set_tensor(const std::string& name, const Tensor& value) {
+  for (auto* list : {&params_, &buffers_})
+    for (auto& [n, t] : *list)
+      if (n == name) {
+        t.set_data(value);
+        return;
+      }
+  detail::throw_error("[{}] no parameter or buffer named \"{}\"", this->name(), name);
+}
+
+void Module::add_member_child(std::string name, Module& child) {
+  check_new_name(name);
+  STRATA_CHECK(&child != this, "[{}] a module cannot be its own child", this->name());
+  children_.push_back(Child{std::move(name), reinterpret_cast<char*>(&child) - reinterpret_cast<char*>(this), nullptr});
+}
+
+void Module::add_owned_child(std::string name, std::unique_ptr<Module> child) {
+  check_new_name(name);
+  STRATA_CHECK(child != nullptr, "[{}] child \"{}\" is null", this->name(), name);
+  children_.push_back(Child{std::move(name), 0, std::move(child)});
+}
+
+Module* Module::child_at(const Child& c) const {
+  if (c.owned) return c.owned.get();
+  return reinterpret_cast<Module*>(const_cast<char*>(reinterpret_cast<const char*>(this)) + c.offset);
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_children() const {
+  std::vector<std::pair<std::string, Module*>> out;
+  for (const Child& c : children_) out.emplace_back(c.name, child_at(c));
+  return out;
+}
+
+std::vector<Module*> Module::children() const {
+  std::vector<Module*> out;
+  for (const Child& c : children_) out.push_back(child_at(c));
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  std::vector<std::pair<std::string, Module*>> stack{{"", this}};
+  while (!stack.empty()) {  // pre-order, children in registration order
+    auto [prefix, m] = stack.back();
+    stack.pop_back();
+    out.emplace_back(prefix, m);
+    auto kids = m->named_children();
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it)
+      stack.emplace_back(prefix.empty() ? it->first : prefix + "." + it->first, it->second);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out = params_;
+  if (!recurse) return out;
+  for (const auto& [cname, child] : named_children())
+    for (auto& [n, t] : child->named_parameters(true)) out.emplace_back(cname + "." + n, t);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out = buffers_;
+  if (!recurse) return out;
+  for (const auto& [cname, child] : named_children())
+    for (auto& [n, t] : child->named_buffers(true)) out.emplace_back(cname + "." + n, t);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (Module* c : children()) c->apply(fn);
+  fn(*this);
+  return *this;
+}
+
+Module& Module::train(bool on) {
+  training_ = on;
+  for (Module* c : children()) c->train(on);
+  return *this;
+}
+
+template <class F> void Module::for_each_tensor(F&& f) {
+  for (auto& [n, m] : named_modules()) {
+    for (auto& [pn, p] : m->params_) f(p, true);
+    for (auto& [bn, b] : m->buffers_) f(b, false);
+  }
+}
+
+Module& Module::to(Device device, DType dtype) {
+  NoGradGuard no_grad;
+  for_each_tensor([&](Tensor& t, bool) {
+    DType target = is_floating(t.dtype()) ? dtype : t.dtype();
+    if (t.device() == device && t.dtype() == target) return;
+    Tensor moved = t.to(device, target);
+    if (t.grad().defined()) t.set_grad(t.grad().to(device, target));
+    t.set_data(moved);
+  });
+  return *this;
+}
+
+Module& Module::to(Device device) {
+  NoGradGuard no_grad;
+  for_each_tensor([&](Tensor& t, bool) {
+    if (t.device() == device) return;
+    Tensor moved = t.to(device);
+    if (t.grad().defined()) t.set_grad(t.grad().to(device));
+    t.set_data(moved);
+  });
+  return *this;
+}
+
+Module& Module::to(DType dtype) {
+  NoGradGuard no_grad;
+  for_each_tensor([&](Tensor& t, bool) {
+    if (!is_floating(t.dtype()) || t.dtype() == dtype) return;
+    Tensor moved = t.to(dtype);
+    if (t.grad().defined()) t.set_grad(t.grad().to(dtype));
+    t.set_data(moved);
+  });
+  return *this;
+}
+
+void Module::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (Tensor& p : parameters()) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none) p.set_grad(Tensor());
+    else Tensor(p.grad()).zero_();
+  }
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  for (auto& [n, t] : named_parameters()) out.emplace(n, t);
+  // persistent buffers only
+  std::vector<std::pair<std::string, const Module*>> stack{{"", this}};
+  while (!stack.empty()) {
+    auto [prefix, m] = stack.back();
+    stack.pop_back();
+    for (size_t i = 0; i < m->buffers_.size(); ++i)
+      if (m->buffer_persistent_[i]) out.emplace(prefix + m->buffers_[i].first, m->buffers_[i].second);
+    for (auto& [cn, c] : m->named_children()) stack.emplace_back(prefix + cn + ".", c);
+  }
+  return out;
+}
+
+LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
+  StateDict own = state_dict();
+  LoadResult result;
+  std::vector<std::string> mismatches;
+  for (const auto& [k, t] : own) {
+    auto it = dict.find(k);
+    if (it == dict.end()) {
+      result.missing_keys.push_back(k);
+    } else if (!it->second.defined() || it->second.shape() != t.shape()) {
+      mismatches.push_back(fmt::format("{}: expected shape {}, got {}", k, t.shape(),
+                                       it->second.defined() ? fmt::format("{}", it->second.shape()) : "undefined"));
+    }
+  }
+  for (const auto& [k, t] : dict)
+    if (!own.count(k)) result.unexpected_keys.push_back(k);
+  bool bad = !mismatches.empty() || (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
+  if (bad) {
+    std::string msg = fmt::format("[load_state_dict] {} does not match the state dict:", name());
+    if (!result.missing_keys.empty()) msg += fmt::format("\n  missing keys: {}", fmt::join(result.missing_keys, ", "));
+    if (strict && !result.unexpected_keys.empty())
+      msg += fmt::format("\n  unexpected keys: {}", fmt::join(result.unexpected_keys, ", "));
+    if (!mismatches.empty()) msg += fmt::format("\n  shape mismatches: {}", fmt::join(mismatches, "; "));
+    throw Error(msg);  // nothing has been written yet
+  }
+  NoGradGuard no_grad;
+  for (auto& [k, t] : own) {
+    auto it = dict.find(k);
+    if (it != dict.end()) t.copy_(it->second);
+  }
+  return result;
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,74 @@
+// Adagrad and RMSprop: option checks and per-parameter updates (kernels/cpu/optim.h).
+#include <strata/optim/adagrad.hpp>
+#include <strata/optim/rmsprop.hpp>
+
+#include "kernels/cpu/optim.h"
+#include "optim/update_util.h"
+
+namespace strata::optim {
+
+void validate_options(const AdagradOptions& o) {
+  detail::check_nonneg("Adagrad", "lr", o.lr);
+  detail::check_nonneg("Adagrad", "lr_decay", o.lr_decay);
+  detail::check_nonneg("Adagrad", "weight_decay", o.weight_decay);
+  detail::check_nonneg("Adagrad", "initial_accumulator_value", o.initial_accumulator_value);
+  detail::check_nonneg("Adagrad", "eps", o.eps);
+}
+
+Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions options)
+    : OptimizerFor("Adagrad", {Group{std::move(params), options}}, options) {}
+Adagrad::Adagrad(std::vector<Group> groups, AdagradOptions defaults)
+    : OptimizerFor("Adagrad", std::move(groups), defaults) {}
+
+std::vector<StateSpec> Adagrad::state_specs(size_t, const Tensor& p) const {
+  return {{"sum", p.shape(), p.dtype()}};
+}
+
+void Adagrad::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
+  const AdagradOptions& o = param_groups()[g].options;
+  ++st.step;
+  Tensor& sum = detail::state_tensor(st, "sum", p, o.initial_accumulator_value);
+  const double clr = o.lr / (1 + static_cast<double>(st.step - 1) * o.lr_decay);
+  detail::dispatch_param(p.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    math::AdagradConsts<T> c{T(clr), T(o.weight_decay), T(o.eps), o.maximize};
+    cpu::adagrad_step(detail::ptr<T>(p), detail::ptr<T>(grad), detail::ptr<T>(sum), p.numel(), c);
+  });
+}
+
+void validate_options(const RMSpropOptions& o) {
+  detail::check_nonneg("RMSprop", "lr", o.lr);
+  detail::check_nonneg("RMSprop", "alpha", o.alpha);
+  detail::check_nonneg("RMSprop", "eps", o.eps);
+  detail::check_nonneg("RMSprop", "weight_decay", o.weight_decay);
+  detail::check_nonneg("RMSprop", "momentum", o.momentum);
+}
+
+RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options)
+    : OptimizerFor("RMSprop", {Group{std::move(params), options}}, options) {}
+RMSprop::RMSprop(std::vector<Group> groups, RMSpropOptions defaults)
+    : OptimizerFor("RMSprop", std::move(groups), defaults) {}
+
+std::vector<StateSpec> RMSprop::state_specs(size_t g, const Tensor& p) const {
+  const RMSpropOptions& o = param_groups()[g].options;
+  std::vector<StateSpec> s{{"square_avg", p.shape(), p.dtype()}};
+  if (o.centered) s.push_back({"grad_avg", p.shape(), p.dtype()});
+  if (o.momentum > 0) s.push_back({"momentum_buffer", p.shape(), p.dtype()});
+  return s;
+}
+
+void RMSprop::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
+  const RMSpropOptions& o = param_groups()[g].options;
+  ++st.step;
+  Tensor& sq = detail::state_tensor(st, "square_avg", p);
+  Tensor* gavg = o.centered ? &detail::state_tensor(st, "grad_avg", p) : nullptr;
+  Tensor* buf = o.momentum > 0 ? &detail::state_tensor(st, "momentum_buffer", p) : nullptr;
+  detail::dispatch_param(p.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    math::RmspropConsts<T> c{T(o.lr), T(o.alpha), T(1 - o.alpha), T(o.eps), T(o.weight_decay), T(o.momentum), o.maximize};
+    cpu::rmsprop_step(detail::ptr<T>(p), detail::ptr<T>(grad), detail::ptr<T>(sq),
+                      gavg ? detail::ptr<T>(*gavg) : nullptr, buf ? detail::ptr<T>(*buf) : nullptr, p.numel(), c);
+  });
+}
+
+}  // namespace strata::optim

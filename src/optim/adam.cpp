@@ -1,0 +1,73 @@
+// Adam and AdamW: one update routine, with the weight decay either added to the gradient
+// (Adam) or applied to the weights (AdamW).
+#include <strata/optim/adam.hpp>
+
+#include <cmath>
+
+#include "kernels/cpu/optim.h"
+#include "optim/adam_consts.h"
+#include "optim/update_util.h"
+
+namespace strata::optim {
+
+namespace {
+
+template <class O>
+void validate_adam(const char* name, const O& o) {
+  detail::check_nonneg(name, "lr", o.lr);
+  detail::check_nonneg(name, "eps", o.eps);
+  detail::check_beta(name, "beta1 (betas[0])", o.betas[0]);
+  detail::check_beta(name, "beta2 (betas[1])", o.betas[1]);
+  detail::check_nonneg(name, "weight_decay", o.weight_decay);
+}
+
+template <class O>
+std::vector<StateSpec> adam_specs(const O& o, const Tensor& p) {
+  std::vector<StateSpec> s{{"exp_avg", p.shape(), p.dtype()}, {"exp_avg_sq", p.shape(), p.dtype()}};
+  if (o.amsgrad) s.push_back({"max_exp_avg_sq", p.shape(), p.dtype()});
+  return s;
+}
+
+template <class O>
+void adam_update(const O& o, bool decoupled, const Tensor& p, const Tensor& grad, ParamState& st) {
+  ++st.step;
+  Tensor& m = detail::state_tensor(st, "exp_avg", p);
+  Tensor& v = detail::state_tensor(st, "exp_avg_sq", p);
+  Tensor* vmax = o.amsgrad ? &detail::state_tensor(st, "max_exp_avg_sq", p) : nullptr;
+  detail::dispatch_param(p.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    auto c = detail::adam_consts<T>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, st.step);
+    cpu::adam_step(detail::ptr<T>(p), detail::ptr<T>(grad), detail::ptr<T>(m), detail::ptr<T>(v),
+                   vmax ? detail::ptr<T>(*vmax) : nullptr, p.numel(), c);
+  });
+}
+
+}  // namespace
+
+void validate_options(const AdamOptions& o) { validate_adam("Adam", o); }
+void validate_options(const AdamWOptions& o) { validate_adam("AdamW", o); }
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : OptimizerFor("Adam", {Group{std::move(params), options}}, options) {}
+Adam::Adam(std::vector<Group> groups, AdamOptions defaults) : OptimizerFor("Adam", std::move(groups), defaults) {}
+
+std::vector<StateSpec> Adam::state_specs(size_t g, const Tensor& p) const {
+  return adam_specs(param_groups()[g].options, p);
+}
+void Adam::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
+  adam_update(param_groups()[g].options, false, p, grad, st);
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : OptimizerFor("AdamW", {Group{std::move(params), options}}, options) {}
+AdamW::AdamW(std::vector<Group> groups, AdamWOptions defaults)
+    : OptimizerFor("AdamW", std::move(groups), defaults) {}
+
+std::vector<StateSpec> AdamW::state_specs(size_t g, const Tensor& p) const {
+  return adam_specs(param_groups()[g].options, p);
+}
+void AdamW::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
+  adam_update(param_groups()[g].options, true, p, grad, st);
+}
+
+}  // namespace strata::optim

@@ -1,0 +1,71 @@
+// Gradient clipping composed of strata ops (norm, mul_, clamp_), so it runs wherever the
+// grads live. Per-tensor norms are combined in double on the host.
+#include <strata/optim/clip.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/ops/reduce.hpp>
+
+namespace strata::optim {
+
+namespace {
+
+std::vector<Tensor> defined_grads(const std::vector<Tensor>& params, const char* op) {
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    STRATA_CHECK(params[i].defined(), "[{}] parameter {} is an undefined tensor", op, i);
+    if (params[i].grad().defined()) grads.push_back(params[i].grad());
+  }
+  return grads;
+}
+
+double total_norm(const std::vector<Tensor>& grads, double p) {
+  const bool inf = std::isinf(p);
+  double acc = 0;
+  for (const Tensor& g : grads) {
+    double n = norm(g.detach(), p).item_scalar().to_double();
+    if (inf) acc = (n > acc || std::isnan(n)) ? n : acc;
+    else acc += std::pow(n, p);
+  }
+  return inf ? acc : std::pow(acc, 1.0 / p);
+}
+
+void check_norm_type(double p, const char* op) {
+  STRATA_CHECK(p > 0, "[{}] norm_type must be > 0 or inf, got {}", op, p);
+}
+
+}  // namespace
+
+double total_grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  check_norm_type(norm_type, "total_grad_norm");
+  NoGradGuard no_grad;
+  return total_norm(defined_grads(params, "total_grad_norm"), norm_type);
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+  check_norm_type(norm_type, "clip_grad_norm_");
+  STRATA_CHECK(!std::isnan(max_norm), "[clip_grad_norm_] max_norm is NaN");
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads = defined_grads(params, "clip_grad_norm_");
+  if (grads.empty()) return 0.0;
+  const double total = total_norm(grads, norm_type);
+  STRATA_CHECK(!error_if_nonfinite || std::isfinite(total),
+               "[clip_grad_norm_] the total norm of order {} of the gradients of {} parameters is {}, so it cannot be "
+               "clipped; pass error_if_nonfinite = false to scale them anyway",
+               norm_type, grads.size(), total);
+  const double coef = max_norm / (total + 1e-6);
+  const double clamped = 1.0 < coef ? 1.0 : coef;  // NaN stays NaN, as torch.clamp(max=1)
+  if (clamped != 1.0)
+    for (Tensor& g : grads) g.mul_(clamped);
+  return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  STRATA_CHECK(clip_value >= 0, "[clip_grad_value_] clip_value must be >= 0, got {}", clip_value);
+  NoGradGuard no_grad;
+  for (Tensor& g : defined_grads(params, "clip_grad_value_")) g.clamp_(-clip_value, clip_value);
+}
+
+}  // namespace strata::optim

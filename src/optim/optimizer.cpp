@@ -1,0 +1,271 @@
+// Optimizer: parameter checks, the step loop, zero_grad, and state dicts.
+#include <strata/optim/optimizer.hpp>
+
+#include <cmath>
+#include <unordered_set>
+
+#include <strata/autograd/grad_mode.hpp>
+
+namespace strata::optim {
+
+namespace {
+
+std::string state_key(size_t index, const std::string& name) { return fmt::format("state.{}.{}", index, name); }
+std::string group_scalar(size_t g, const char* field) { return fmt::format("group.{}.{}", g, field); }
+
+// "state.<i>.<name>" -> (i, name); false for any other form.
+bool parse_state_key(const std::string& key, size_t& index, std::string& name) {
+  if (key.rfind("state.", 0) != 0) return false;
+  size_t dot = key.find('.', 6);
+  if (dot == std::string::npos || dot == 6 || dot + 1 >= key.size()) return false;
+  index = 0;
+  for (size_t i = 6; i < dot; ++i) {
+    if (key[i] < '0' || key[i] > '9' || index > (size_t(1) << 40)) return false;
+    index = index * 10 + size_t(key[i] - '0');
+  }
+  name = key.substr(dot + 1);
+  return true;
+}
+
+}  // namespace
+
+Optimizer::~Optimizer() = default;
+
+std::vector<Tensor> Optimizer::params() const {
+  std::vector<Tensor> all;
+  for (size_t g = 0; g < num_param_groups(); ++g)
+    for (const Tensor& p : group_params(g)) all.push_back(p);
+  return all;
+}
+
+double Optimizer::momentum(size_t) const {
+  detail::throw_error("[{}] has no momentum or betas hyperparameter", name_);
+}
+void Optimizer::set_momentum(size_t, double) {
+  detail::throw_error("[{}] has no momentum or betas hyperparameter", name_);
+}
+
+std::optional<double> Optimizer::initial_lr(size_t group) const {
+  return group < initial_lrs_.size() ? initial_lrs_[group] : std::nullopt;
+}
+
+void Optimizer::set_initial_lr(size_t group, double lr) {
+  STRATA_CHECK(group < num_param_groups(), "[{}] param group {} out of range (the optimizer has {})", name_, group,
+               num_param_groups());
+  if (initial_lrs_.size() < num_param_groups()) initial_lrs_.resize(num_param_groups());
+  initial_lrs_[group] = lr;
+}
+
+const ParamState* Optimizer::state(const Tensor& param) const {
+  if (!param.defined()) return nullptr;
+  auto it = state_.find(param.impl_ptr().get());
+  return it == state_.end() ? nullptr : &it->second.state;
+}
+
+void Optimizer::check_param(const Tensor& p, size_t g, size_t i) const {
+  STRATA_CHECK(p.defined(), "[{}] parameter {} of group {} is an undefined tensor", name_, i, g);
+  STRATA_CHECK(is_floating(p.dtype()), "[{}] parameter {} of group {} has dtype {}: only floating tensors can be optimized",
+               name_, i, g, p.dtype());
+  STRATA_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64,
+               "[{}] parameter {} of group {} is {}: optimizers update float32 and float64 parameters; train {} "
+               "models with float32 master weights",
+               name_, i, g, p.dtype(), p.dtype());
+  STRATA_CHECK(p.is_leaf(),
+               "[{}] parameter {} of group {} is not a leaf tensor (it was computed by a recorded op); optimize the "
+               "tensor it was computed from",
+               name_, i, g);
+  STRATA_CHECK(p.device().is_cpu(), "[{}] parameter {} of group {} is on {}: optimizer updates run on the CPU only",
+               name_, i, g, p.device());
+  STRATA_CHECK(p.is_contiguous(),
+               "[{}] parameter {} of group {} is not contiguous (shape {}, strides {}): the fused update needs "
+               "contiguous parameters",
+               name_, i, g, p.shape(), p.strides());
+}
+
+void Optimizer::check_params() const {
+  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> seen;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const std::vector<Tensor>& ps = group_params(g);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      check_param(ps[i], g, i);
+      auto [it, inserted] = seen.emplace(ps[i].impl_ptr().get(), std::make_pair(g, i));
+      STRATA_CHECK(inserted, "[{}] parameter {} of group {} is listed twice (also parameter {} of group {})", name_, i,
+                   g, it->second.second, it->second.first);
+    }
+  }
+}
+
+void Optimizer::check_state(const Tensor& p, size_t g, const ParamState& st) const {
+  for (const StateSpec& spec : state_specs(g, p)) {
+    auto it = st.tensors.find(spec.name);
+    if (it == st.tensors.end()) continue;  // update() creates missing state
+    const Tensor& t = it->second;
+    STRATA_CHECK(t.shape() == spec.shape && t.dtype() == spec.dtype,
+                 "[{}] state '{}' of a parameter is {} {} but the parameter (shape {}, {}) needs {} {}: was the "
+                 "parameter replaced after the optimizer was built?",
+                 name_, spec.name, t.shape(), t.dtype(), p.shape(), p.dtype(), spec.shape, spec.dtype);
+  }
+}
+
+Tensor Optimizer::step(const std::function<Tensor()>& closure) {
+  Tensor loss;
+  if (closure) {
+    EnableGradGuard enable;
+    loss = closure();
+  }
+  NoGradGuard no_grad;
+  check_all_options();
+  check_params();
+  // every grad is checked before any parameter changes, so bad input leaves no half step
+  struct Work {
+    size_t group;
+    Tensor param, grad;
+  };
+  std::vector<Work> work;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const std::vector<Tensor>& ps = group_params(g);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Tensor& p = ps[i];
+      const Tensor& grad = p.grad();
+      if (!grad.defined()) continue;
+      STRATA_CHECK(grad.shape() == p.shape() && grad.dtype() == p.dtype() && grad.device() == p.device(),
+                   "[{}] the grad of parameter {} of group {} is {} {} on {}, but the parameter is {} {} on {}", name_,
+                   i, g, grad.shape(), grad.dtype(), grad.device(), p.shape(), p.dtype(), p.device());
+      auto it = state_.find(p.impl_ptr().get());
+      if (it != state_.end()) check_state(p, g, it->second.state);
+      work.push_back({g, p, grad.is_contiguous() ? grad : grad.contiguous()});
+    }
+  }
+  for (Work& w : work) {
+    Entry& e = state_[w.param.impl_ptr().get()];
+    if (!e.param.defined()) e.param = w.param;
+    update(w.group, w.param, w.grad, e.state);
+    w.param.storage()->bump_version();
+  }
+  return loss;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    for (const Tensor& p : group_params(g)) {
+      if (!p.defined() || !p.grad().defined()) continue;
+      if (set_to_none) {
+        p.set_grad(Tensor());
+      } else {
+        Tensor grad = p.grad().detach();  // a grad built with create_graph leaves its graph behind
+        grad.zero_();
+        p.set_grad(grad);
+      }
+    }
+  }
+}
+
+StateDict Optimizer::state_dict() const {
+  NoGradGuard no_grad;
+  StateDict d;
+  d.type = name_;
+  save_options(d.scalars);
+  size_t index = 0;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const std::vector<Tensor>& ps = group_params(g);
+    d.scalars[group_scalar(g, "num_params")] = static_cast<double>(ps.size());
+    if (auto lr0 = initial_lr(g)) d.scalars[group_scalar(g, "initial_lr")] = *lr0;
+    for (const Tensor& p : ps) {
+      if (const ParamState* st = state(p)) {
+        d.scalars[state_key(index, "step")] = static_cast<double>(st->step);
+        for (const auto& [name, t] : st->tensors) d.tensors[state_key(index, name)] = t.clone();
+      }
+      ++index;
+    }
+  }
+  return d;
+}
+
+void Optimizer::load_state_dict(const StateDict& d) {
+  NoGradGuard no_grad;
+  STRATA_CHECK(d.type == name_, "[{}] load_state_dict: the state dict was saved by '{}', not by {}", name_, d.type,
+               name_);
+  const size_t groups = num_param_groups();
+  for (size_t g = 0; g <= groups; ++g) {
+    auto it = d.scalars.find(group_scalar(g, "num_params"));
+    if (g == groups) {
+      STRATA_CHECK(it == d.scalars.end(), "[{}] load_state_dict: the state dict has more than {} param groups", name_,
+                   groups);
+      break;
+    }
+    STRATA_CHECK(it != d.scalars.end(), "[{}] load_state_dict: the state dict has {} param groups, the optimizer {}",
+                 name_, g, groups);
+    STRATA_CHECK(it->second == static_cast<double>(group_params(g).size()),
+                 "[{}] load_state_dict: param group {} has {} parameters in the state dict but {} here", name_, g,
+                 it->second, group_params(g).size());
+  }
+
+  load_options(d.scalars);  // validated; nothing changes on Error
+  std::unordered_map<const TensorImpl*, Entry> loaded;
+  std::vector<std::optional<double>> lrs(groups);
+  try {
+    std::vector<std::vector<StateSpec>> specs;  // by global parameter index
+    std::vector<const Tensor*> by_index;
+    for (size_t g = 0; g < groups; ++g) {
+      if (auto it = d.scalars.find(group_scalar(g, "initial_lr")); it != d.scalars.end()) lrs[g] = it->second;
+      for (const Tensor& p : group_params(g)) {
+        specs.push_back(state_specs(g, p));
+        by_index.push_back(&p);
+      }
+    }
+    for (size_t i = 0; i < by_index.size(); ++i) {
+      auto step = d.scalars.find(state_key(i, "step"));
+      if (step == d.scalars.end()) continue;
+      const Tensor& p = *by_index[i];
+      double s = step->second;
+      STRATA_CHECK(std::isfinite(s) && s >= 0 && s == std::floor(s) && s < 9e15,
+                   "[{}] load_state_dict: '{}' is {}, not a step count", name_, step->first, s);
+      Entry e{p, ParamState{static_cast<int64_t>(s), {}}};
+      for (const StateSpec& spec : specs[i]) {
+        auto it = d.tensors.find(state_key(i, spec.name));
+        if (it == d.tensors.end()) {
+          STRATA_CHECK(!spec.required, "[{}] load_state_dict: the state dict has no '{}' for parameter {} (shape {})",
+                       name_, state_key(i, spec.name), i, p.shape());
+          continue;
+        }
+        const Tensor& src = it->second;
+        STRATA_CHECK(src.defined() && src.shape() == spec.shape,
+                     "[{}] load_state_dict: '{}' has shape {} but parameter {} needs {}", name_, it->first,
+                     src.defined() ? src.shape() : Shape{}, i, spec.shape);
+        STRATA_CHECK(src.dtype() == spec.dtype || (is_floating(src.dtype()) && is_floating(spec.dtype)),
+                     "[{}] load_state_dict: '{}' has dtype {} but parameter {} needs {}", name_, it->first,
+                     src.dtype(), i, spec.dtype);
+        Tensor t = src.to(p.device(), spec.dtype).contiguous();
+        if (t.storage() == src.storage()) t = t.clone();
+        e.state.tensors[spec.name] = t;
+      }
+      loaded[p.impl_ptr().get()] = std::move(e);
+    }
+    // nothing in the dict may go unused: a stray entry means it came from another layout
+    for (const auto& [key, t] : d.tensors) {
+      size_t i = 0;
+      std::string name;
+      bool known = parse_state_key(key, i, name) && i < specs.size() && d.scalars.count(state_key(i, "step"));
+      if (known) {
+        known = false;
+        for (const StateSpec& s : specs[i]) known = known || s.name == name;
+      }
+      STRATA_CHECK(known, "[{}] load_state_dict: unexpected entry '{}' in the state dict", name_, key);
+    }
+    for (const auto& [key, v] : d.scalars) {
+      size_t i = 0;
+      std::string name;
+      if (parse_state_key(key, i, name))
+        STRATA_CHECK(name == "step" && i < specs.size(), "[{}] load_state_dict: unexpected entry '{}' in the state dict",
+                     name_, key);
+    }
+  } catch (...) {
+    restore_options();
+    throw;
+  }
+  state_ = std::move(loaded);
+  initial_lrs_ = std::move(lrs);
+}
+
+}  // namespace strata::optim

@@ -1,0 +1,46 @@
+// SGD: option checks and the per-parameter update (kernels/cpu/optim.h).
+#include <strata/optim/sgd.hpp>
+
+#include "kernels/cpu/optim.h"
+#include "optim/update_util.h"
+
+namespace strata::optim {
+
+void validate_options(const SGDOptions& o) {
+  detail::check_nonneg("SGD", "lr", o.lr);
+  detail::check_nonneg("SGD", "momentum", o.momentum);
+  detail::check_nonneg("SGD", "weight_decay", o.weight_decay);
+  STRATA_CHECK(std::isfinite(o.dampening), "[SGD] invalid dampening: {}", o.dampening);
+  STRATA_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+               "[SGD] nesterov momentum needs momentum > 0 and dampening = 0 (got momentum {}, dampening {})",
+               o.momentum, o.dampening);
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : OptimizerFor("SGD", {Group{std::move(params), options}}, options) {}
+
+SGD::SGD(std::vector<Group> groups, SGDOptions defaults) : OptimizerFor("SGD", std::move(groups), defaults) {}
+
+std::vector<StateSpec> SGD::state_specs(size_t, const Tensor& p) const {
+  return {{"momentum_buffer", p.shape(), p.dtype(), false}};
+}
+
+void SGD::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
+  const SGDOptions& o = param_groups()[g].options;
+  ++st.step;
+  detail::dispatch_param(p.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    math::SgdConsts<T> c{T(o.lr), T(o.momentum), T(1 - o.dampening), T(o.weight_decay), o.nesterov, o.maximize};
+    T* pp = detail::ptr<T>(p);
+    const T* gp = detail::ptr<T>(grad);
+    if (o.momentum == 0) {
+      cpu::sgd_step(pp, gp, p.numel(), c);
+      return;
+    }
+    bool first = !st.tensors.count("momentum_buffer");
+    Tensor& buf = detail::state_tensor(st, "momentum_buffer", p);
+    cpu::sgd_momentum_step(pp, gp, detail::ptr<T>(buf), first, p.numel(), c);
+  });
+}
+
+}  // namespace strata::optim

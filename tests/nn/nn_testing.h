@@ -1,0 +1,50 @@
+// Helpers shared by the nn tests: float64 reference matrices and quick random tensors.
+#pragma once
+
+#include <vector>
+
+#include "gradcheck.h"
+
+namespace strata::testing {
+
+/// A dense row-major float64 matrix (or a stack of them) for the references.
+struct Mat {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> v;
+  Mat() = default;
+  Mat(int64_t r, int64_t c) : rows(r), cols(c), v(static_cast<size_t>(r * c), 0.0) {}
+  explicit Mat(const Tensor& t) : rows(t.size(0)), cols(t.size(1)), v(values(t)) {}
+  double& operator()(int64_t r, int64_t c) { return v[static_cast<size_t>(r * cols + c)]; }
+  double operator()(int64_t r, int64_t c) const { return v[static_cast<size_t>(r * cols + c)]; }
+};
+
+/// a @ b^T.
+inline Mat matmul_nt(const Mat& a, const Mat& b) {
+  Mat out(a.rows, b.rows);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.rows; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < a.cols; ++k) s += a(i, k) * b(j, k);
+      out(i, j) = s;
+    }
+  return out;
+}
+
+inline Tensor randn64(const Shape& shape, Generator& g) { return randn(shape, kFloat64, &g); }
+
+/// True when calling f raises strata::Error whose message contains every one of `parts`.
+template <class F>
+::testing::AssertionResult throws_with(F&& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    std::string what = e.what();
+    for (const char* p : parts)
+      if (what.find(p) == std::string::npos)
+        return ::testing::AssertionFailure() << "message \"" << what << "\" lacks \"" << p << "\"";
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "no strata::Error was raised";
+}
+
+}  // namespace strata::testing

@@ -1,0 +1,442 @@
+// Pooling (max with indices, average, adaptive average) and batch normalization against
+// plain-loop float64 references written here, in NCHW, channels-last and non-dense layouts,
+// float32 and float64; finite-difference gradient checks in float64; BatchNorm running
+// statistics over several steps; and bad input.
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "nn/image_testing.h"
+
+using namespace strata;
+using strata::testing::all_close;
+using strata::testing::Arr4;
+using strata::testing::as_image;
+using strata::testing::expected_format;
+using strata::testing::gradcheck;
+using strata::testing::has_format;
+using strata::testing::Image;
+using strata::testing::throws_with;
+using strata::testing::values;
+namespace F = strata::nn::functional;
+using nn::Size2;
+using V = const std::vector<Tensor>&;
+
+namespace {
+
+struct PoolCase {
+  Shape in;  // (N, C, H, W)
+  Size2 k;
+  std::optional<Size2> stride;
+  Size2 padding = 0, dilation = 1;
+  bool ceil_mode = false;
+};
+
+const std::vector<PoolCase>& pool_cases() {
+  static const std::vector<PoolCase> all = {
+      {{2, 3, 7, 6}, 2},
+      {{2, 4, 9, 8}, 3, Size2(2), 1},                       // ResNet's stem pool
+      {{1, 5, 7, 7}, {3, 2}, Size2(2, 1), {1, 0}, 1, true},  // ceil mode, asymmetric
+      {{3, 2, 10, 9}, 3, Size2(2), 1, 2},                   // dilation
+      {{2, 3, 6, 5}, {2, 3}, Size2(3, 2), 0, 1, true},       // ceil mode with a partial last window
+      {{1, 16, 5, 5}, 5},                                   // one window
+  };
+  return all;
+}
+
+int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t span = in + 2 * p - d * (k - 1) - 1;
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+struct MaxRef {
+  Arr4 y, idx;
+};
+
+MaxRef max_reference(const PoolCase& k, const Arr4& x) {
+  const Size2 s = k.stride.value_or(k.k);
+  const int64_t oh = pool_out(x.h, k.k.h, s.h, k.padding.h, k.dilation.h, k.ceil_mode);
+  const int64_t ow = pool_out(x.w, k.k.w, s.w, k.padding.w, k.dilation.w, k.ceil_mode);
+  MaxRef r{Arr4(x.n, x.c, oh, ow), Arr4(x.n, x.c, oh, ow)};
+  for (int64_t n = 0; n < x.n; ++n)
+    for (int64_t c = 0; c < x.c; ++c)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          double best = -std::numeric_limits<double>::infinity();
+          int64_t at = -1;
+          for (int64_t ky = 0; ky < k.k.h; ++ky)
+            for (int64_t kx = 0; kx < k.k.w; ++kx) {
+              const int64_t iy = oy * s.h - k.padding.h + ky * k.dilation.h;
+              const int64_t ix = ox * s.w - k.padding.w + kx * k.dilation.w;
+              if (iy < 0 || iy >= x.h || ix < 0 || ix >= x.w) continue;
+              if (at < 0 || x(n, c, iy, ix) > best) best = x(n, c, iy, ix), at = iy * x.w + ix;
+            }
+          r.y(n, c, oy, ox) = best;
+          r.idx(n, c, oy, ox) = static_cast<double>(at);
+        }
+  return r;
+}
+
+Arr4 avg_reference(const PoolCase& k, const Arr4& x, bool count_include_pad, std::optional<int64_t> divisor) {
+  const Size2 s = k.stride.value_or(k.k);
+  const int64_t oh = pool_out(x.h, k.k.h, s.h, k.padding.h, 1, k.ceil_mode);
+  const int64_t ow = pool_out(x.w, k.k.w, s.w, k.padding.w, 1, k.ceil_mode);
+  Arr4 y(x.n, x.c, oh, ow);
+  for (int64_t n = 0; n < x.n; ++n)
+    for (int64_t c = 0; c < x.c; ++c)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          double sum = 0;
+          int64_t inside = 0, padded = 0;
+          for (int64_t ky = 0; ky < k.k.h; ++ky)
+            for (int64_t kx = 0; kx < k.k.w; ++kx) {
+              const int64_t iy = oy * s.h - k.padding.h + ky, ix = ox * s.w - k.padding.w + kx;
+              // positions in the padding count, those past it (ceil mode) do not
+              if (iy >= x.h + k.padding.h || ix >= x.w + k.padding.w) continue;
+              ++padded;
+              if (iy < 0 || iy >= x.h || ix < 0 || ix >= x.w) continue;
+              ++inside;
+              sum += x(n, c, iy, ix);
+            }
+          const double d = divisor ? double(*divisor) : count_include_pad ? double(padded) : double(inside);
+          y(n, c, oy, ox) = sum / d;
+        }
+  return y;
+}
+
+Arr4 adaptive_reference(const Arr4& x, int64_t oh, int64_t ow) {
+  Arr4 y(x.n, x.c, oh, ow);
+  for (int64_t n = 0; n < x.n; ++n)
+    for (int64_t c = 0; c < x.c; ++c)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const int64_t h0 = static_cast<int64_t>(std::floor(double(oy * x.h) / oh));
+          const int64_t h1 = static_cast<int64_t>(std::ceil(double((oy + 1) * x.h) / oh));
+          const int64_t w0 = static_cast<int64_t>(std::floor(double(ox * x.w) / ow));
+          const int64_t w1 = static_cast<int64_t>(std::ceil(double((ox + 1) * x.w) / ow));
+          double s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += x(n, c, h, w);
+          y(n, c, oy, ox) = s / double((h1 - h0) * (w1 - w0));
+        }
+  return y;
+}
+
+double tol(DType t) { return t == kFloat64 ? 1e-12 : 1e-5; }
+
+}  // namespace
+
+// ---- max pooling ----------------------------------------------------------------------------------
+
+TEST(MaxPool2d, ValuesAndIndicesMatchReference) {
+  uint64_t seed = 1;
+  for (const PoolCase& k : pool_cases()) {
+    Generator g(seed++);
+    Tensor x64 = randn(k.in, kFloat64, &g);
+    const MaxRef ref = max_reference(k, Arr4(x64));
+    for (DType dt : {kFloat32, kFloat64})
+      for (Image l : strata::testing::all_images()) {
+        SCOPED_TRACE(fmt::format("case {} {} {}", seed - 1, dt, strata::testing::image_name(l)));
+        Tensor x = as_image(x64.to(dt), l);
+        auto r = F::max_pool2d_with_indices(x, k.k, {k.stride, k.padding, k.dilation, k.ceil_mode});
+        ASSERT_EQ(r.output.shape(), ref.y.shape());
+        EXPECT_EQ(r.indices.dtype(), kInt64);
+        EXPECT_TRUE(has_format(r.output, expected_format(x, l)));
+        EXPECT_TRUE(all_close(r.output, ref.y.v, tol(dt), 0));
+        EXPECT_TRUE(all_close(r.indices, ref.idx.v, 0, 0));
+      }
+  }
+}
+
+TEST(MaxPool2d, NaNPropagatesAndUnbatchedInput) {
+  Tensor x = from_vector<double>({1, 2, 3, 4, NAN, 0, 7, 8, 9}, Shape{1, 1, 3, 3});
+  std::vector<double> y = values(F::max_pool2d(x, 2, {.stride = 1}));
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]) && std::isnan(y[2]) && std::isnan(y[3]));
+  Generator g(5);
+  Tensor b = randn({2, 3, 6, 6}, kFloat64, &g);
+  EXPECT_TRUE(all_close(F::max_pool2d(b[1], 3, {.stride = 2}), values(F::max_pool2d(b, 3, {.stride = 2})[1]), 0, 0));
+}
+
+TEST(MaxPool2d, GradientsByFiniteDifferences) {
+  uint64_t seed = 20;
+  for (const PoolCase& k : pool_cases())
+    for (Image l : {Image::NCHW, Image::NHWC, Image::Sliced}) {
+      SCOPED_TRACE(fmt::format("case {} {}", seed, strata::testing::image_name(l)));
+      Generator g(seed++);
+      // distinct values, far apart compared to the finite-difference step: no ties
+      Tensor x = as_image(randn(k.in, kFloat64, &g), l).requires_grad_();
+      const F::MaxPool2dArgs a{k.stride, k.padding, k.dilation, k.ceil_mode};
+      EXPECT_TRUE(gradcheck([&](V in) { return F::max_pool2d(in[0], k.k, a); }, {x}));
+    }
+}
+
+// ---- average pooling ----------------------------------------------------------------------------------
+
+TEST(AvgPool2d, MatchesReferenceForEveryDivisorRule) {
+  uint64_t seed = 40;
+  for (const PoolCase& k : pool_cases()) {
+    if (k.dilation.h != 1 || k.dilation.w != 1) continue;  // avg_pool2d has no dilation
+    Generator g(seed++);
+    Tensor x64 = randn(k.in, kFloat64, &g);
+    for (bool include_pad : {true, false})
+      for (std::optional<int64_t> divisor : {std::optional<int64_t>(), std::optional<int64_t>(5)}) {
+        const Arr4 ref = avg_reference(k, Arr4(x64), include_pad, divisor);
+        const F::AvgPool2dArgs a{k.stride, k.padding, k.ceil_mode, include_pad, divisor};
+        for (DType dt : {kFloat32, kFloat64})
+          for (Image l : strata::testing::all_images()) {
+            SCOPED_TRACE(fmt::format("case {} pad {} divisor {} {} {}", seed - 1, include_pad, divisor.value_or(0), dt,
+                                     strata::testing::image_name(l)));
+            Tensor x = as_image(x64.to(dt), l);
+            Tensor y = F::avg_pool2d(x, k.k, a);
+            ASSERT_EQ(y.shape(), ref.shape());
+            EXPECT_TRUE(has_format(y, expected_format(x, l)));
+            EXPECT_TRUE(all_close(y, ref.v, tol(dt), tol(dt)));
+          }
+        Tensor xg = as_image(x64, Image::NHWC).requires_grad_();
+        EXPECT_TRUE(gradcheck([&](V in) { return F::avg_pool2d(in[0], k.k, a); }, {xg}));
+        Tensor xn = x64.clone().requires_grad_();
+        EXPECT_TRUE(gradcheck([&](V in) { return F::avg_pool2d(in[0], k.k, a); }, {xn}));
+      }
+  }
+}
+
+TEST(AdaptiveAvgPool2d, MatchesReference) {
+  const std::pair<Shape, Size2> cases[] = {{{2, 3, 7, 7}, 1},      {{2, 4, 7, 5}, {3, 2}}, {{1, 3, 5, 9}, {2, 4}},
+                                           {{2, 2, 4, 3}, {8, 5}}, {{1, 16, 6, 6}, 3}};
+  uint64_t seed = 60;
+  for (const auto& [shape, out] : cases) {
+    Generator g(seed++);
+    Tensor x64 = randn(shape, kFloat64, &g);
+    const Arr4 ref = adaptive_reference(Arr4(x64), out.h, out.w);
+    for (DType dt : {kFloat32, kFloat64})
+      for (Image l : strata::testing::all_images()) {
+        SCOPED_TRACE(fmt::format("case {} {} {}", seed - 1, dt, strata::testing::image_name(l)));
+        Tensor x = as_image(x64.to(dt), l);
+        Tensor y = F::adaptive_avg_pool2d(x, out);
+        ASSERT_EQ(y.shape(), ref.shape());
+        EXPECT_TRUE(has_format(y, expected_format(x, l)));
+        EXPECT_TRUE(all_close(y, ref.v, tol(dt), tol(dt)));
+      }
+    for (Image l : {Image::NCHW, Image::NHWC}) {
+      Tensor xg = as_image(x64, l).requires_grad_();
+      EXPECT_TRUE(gradcheck([&](V in) { return F::adaptive_avg_pool2d(in[0], out); }, {xg}));
+    }
+  }
+}
+
+TEST(Pooling, LayersForwardToFunctional) {
+  Generator g(70);
+  Tensor x = randn({2, 3, 9, 9}, kFloat32, &g);
+  nn::MaxPool2d mp(3);  // stride defaults to the kernel size
+  EXPECT_EQ(mp(x).shape(), (Shape{2, 3, 3, 3}));
+  auto r = mp.forward_with_indices(x);
+  EXPECT_TRUE(all_close(r.output, values(mp(x)), 0, 0));
+  nn::MaxPool2d mp2(3, {.stride = 2, .padding = 1});
+  EXPECT_EQ(mp2(x).shape(), (Shape{2, 3, 5, 5}));
+  nn::AvgPool2d ap(2, {.ceil_mode = true, .count_include_pad = false});
+  EXPECT_TRUE(all_close(ap(x), values(F::avg_pool2d(x, 2, {.ceil_mode = true, .count_include_pad = false})), 0, 0));
+  nn::AdaptiveAvgPool2d gap(1);
+  EXPECT_EQ(gap(x).shape(), (Shape{2, 3, 1, 1}));
+  EXPECT_TRUE(mp.named_parameters().empty());
+}
+
+TEST(Pooling, BadInputRaises) {
+  Tensor x = randn({2, 3, 8, 8});
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(randn({3, 8}), 2); }, {"[max_pool2d]", "4-d"}));
+  EXPECT_TRUE(throws_with([&] { F::avg_pool2d(randn({1, 2, 3, 8, 8}), 2); }, {"[avg_pool2d]", "4-d"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 0); }, {"kernel_size"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, {2, -1}); }, {"kernel_size"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 2, {.stride = Size2(0)}); }, {"stride"}));
+  EXPECT_TRUE(throws_with([&] { F::avg_pool2d(x, 2, {.stride = Size2(-1)}); }, {"stride"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 2, {.dilation = 0}); }, {"dilation"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 3, {.padding = 2}); }, {"padding", "half"}));
+  EXPECT_TRUE(throws_with([&] { F::avg_pool2d(x, 2, {.padding = 2}); }, {"padding", "half"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 9); }, {"too small"}));
+  EXPECT_TRUE(throws_with([&] { F::avg_pool2d(x, 2, {.divisor_override = 0}); }, {"divisor_override"}));
+  EXPECT_TRUE(throws_with([&] { F::adaptive_avg_pool2d(x, {0, 2}); }, {"output_size"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(x.to(kInt64), 2); }, {"floating"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(zeros({2, 0, 8, 8}), 2); }, {"non-empty"}));
+  EXPECT_TRUE(throws_with([] { nn::MaxPool2d(0); }, {"MaxPool2d", "kernel_size"}));
+  EXPECT_TRUE(throws_with([] { nn::AdaptiveAvgPool2d({1, 0}); }, {"AdaptiveAvgPool2d"}));
+  // changed indices are caught before the backward scatters with them
+  Tensor xg = randn({1, 2, 4, 4}).requires_grad_();
+  auto r = F::max_pool2d_with_indices(xg, 2);
+  {
+    NoGradGuard no_grad;
+    r.indices.fill_(100);
+  }
+  EXPECT_THROW(r.output.sum().backward(), Error);
+}
+
+// ---- batch normalization -------------------------------------------------------------------------------
+
+namespace {
+
+// Per-channel mean and biased variance of (N, C, *) values.
+void channel_stats(const Tensor& x, std::vector<double>& mean, std::vector<double>& var) {
+  const int64_t c = x.size(1), per = x.numel() / x.size(0) / c;
+  std::vector<double> v = values(x);
+  mean.assign(static_cast<size_t>(c), 0.0);
+  var.assign(static_cast<size_t>(c), 0.0);
+  const double m = double(x.numel() / c);
+  for (size_t i = 0; i < v.size(); ++i) mean[(i / per) % c] += v[i] / m;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double d = v[i] - mean[(i / per) % c];
+    var[(i / per) % c] += d * d / m;
+  }
+}
+
+std::vector<double> normalize_reference(const Tensor& x, const std::vector<double>& mean,
+                                        const std::vector<double>& var, const std::vector<double>& w,
+                                        const std::vector<double>& b, double eps) {
+  const int64_t c = x.size(1), per = x.numel() / x.size(0) / c;
+  std::vector<double> v = values(x);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const size_t ch = (i / per) % c;
+    v[i] = (v[i] - mean[ch]) / std::sqrt(var[ch] + eps) * (w.empty() ? 1.0 : w[ch]) + (b.empty() ? 0.0 : b[ch]);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST(BatchNorm, TrainingAndEvalMatchReferenceOverSteps) {
+  for (DType dt : {kFloat32, kFloat64})
+    for (Image l : {Image::NCHW, Image::NHWC, Image::Sliced, Image::SlicedNHWC}) {
+      SCOPED_TRACE(fmt::format("{} {}", dt, strata::testing::image_name(l)));
+      Generator g(80);
+      nn::BatchNorm2d bn(3, {.momentum = 0.2});
+      bn.to(dt);
+      {
+        NoGradGuard no_grad;
+        bn.weight.copy_(from_vector<double>({0.5, 2.0, -1.0}));
+        bn.bias.copy_(from_vector<double>({0.1, -0.3, 2.0}));
+      }
+      std::vector<double> rm(3, 0.0), rv(3, 1.0), mean, var;
+      for (int step = 0; step < 4; ++step) {
+        // a mean far from zero checks the variance does not cancel
+        Tensor x64 = randn({4, 3, 5, 3}, kFloat64, &g) * 3.0 + 50.0;
+        Tensor x = as_image(x64.to(dt), l);
+        Tensor y = bn(x);
+        channel_stats(x64, mean, var);
+        EXPECT_TRUE(has_format(y, expected_format(x, l)));
+        EXPECT_TRUE(all_close(y, normalize_reference(x64, mean, var, {0.5, 2.0, -1.0}, {0.1, -0.3, 2.0}, 1e-5),
+                              dt == kFloat64 ? 1e-10 : 1e-4, dt == kFloat64 ? 1e-10 : 1e-4));
+        const double n = 4 * 5 * 3;
+        for (size_t c = 0; c < 3; ++c) {
+          rm[c] = 0.8 * rm[c] + 0.2 * mean[c];
+          rv[c] = 0.8 * rv[c] + 0.2 * var[c] * n / (n - 1);  // the unbiased variance
+        }
+      }
+      const double t = dt == kFloat64 ? 1e-10 : 1e-4;
+      EXPECT_TRUE(all_close(bn.running_mean, rm, t, t));
+      EXPECT_TRUE(all_close(bn.running_var, rv, t, t));
+      EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 4);
+      EXPECT_EQ(bn.num_batches_tracked.dtype(), kInt64);
+      // eval: the running statistics, which stay put
+      bn.eval();
+      Tensor x64 = randn({2, 3, 4, 4}, kFloat64, &g);
+      Tensor x = as_image(x64.to(dt), l);
+      EXPECT_TRUE(all_close(bn(x), normalize_reference(x64, rm, rv, {0.5, 2.0, -1.0}, {0.1, -0.3, 2.0}, 1e-5), t, t));
+      EXPECT_TRUE(all_close(bn.running_mean, rm, t, t));
+      EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 4);
+    }
+}
+
+TEST(BatchNorm, CumulativeMomentumNoAffineAndNoTracking) {
+  Generator g(90);
+  nn::BatchNorm1d bn(4, {.momentum = std::nullopt, .affine = false});
+  EXPECT_FALSE(bn.weight.defined());
+  std::vector<double> sum_mean(4, 0.0), sum_var(4, 0.0), mean, var;
+  for (int step = 1; step <= 3; ++step) {
+    Tensor x = randn({6, 4, 5}, kFloat64, &g) + double(step);  // (N, C, L)
+    Tensor y = bn(x.to(kFloat32));
+    channel_stats(x, mean, var);
+    EXPECT_TRUE(all_close(y, normalize_reference(x, mean, var, {}, {}, 1e-5), 1e-4, 1e-4));
+    for (size_t c = 0; c < 4; ++c) sum_mean[c] += mean[c], sum_var[c] += var[c] * 30.0 / 29.0;
+  }
+  // momentum = None: the running statistics are plain averages over the batches seen
+  for (size_t c = 0; c < 4; ++c) sum_mean[c] /= 3, sum_var[c] /= 3;
+  EXPECT_TRUE(all_close(bn.running_mean, sum_mean, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(bn.running_var, sum_var, 1e-5, 1e-5));
+
+  // without running statistics, eval normalizes with the batch's
+  nn::BatchNorm1d untracked(4, {.track_running_stats = false});
+  EXPECT_EQ(untracked.state_dict().size(), 2u);
+  untracked.eval();
+  Tensor x = randn({5, 4}, kFloat64, &g);
+  channel_stats(x, mean, var);
+  EXPECT_TRUE(all_close(untracked(x.to(kFloat32)), normalize_reference(x, mean, var, {}, {}, 1e-5), 1e-4, 1e-4));
+
+  nn::BatchNorm2d named(8);
+  auto sd = named.state_dict();
+  for (const char* key : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"})
+    EXPECT_TRUE(sd.count(key)) << key;
+  EXPECT_EQ(named.parameters().size(), 2u);
+}
+
+TEST(BatchNorm, GradientsByFiniteDifferences) {
+  Generator g(100);
+  for (bool training : {true, false})
+    for (Image l : {Image::NCHW, Image::NHWC}) {
+      SCOPED_TRACE(fmt::format("training {} {}", training, strata::testing::image_name(l)));
+      Tensor x = as_image(randn({3, 4, 3, 2}, kFloat64, &g), l).requires_grad_();
+      Tensor w = randn({4}, kFloat64, &g).requires_grad_(), b = randn({4}, kFloat64, &g).requires_grad_();
+      Tensor rm = randn({4}, kFloat64, &g), rv = rand({4}, kFloat64, &g) + 0.5;
+      const F::BatchNormArgs a{training, 0.1, 1e-5};
+      // running statistics are copied per call, so the perturbed evaluations see the same ones
+      EXPECT_TRUE(gradcheck([&](V in) { return F::batch_norm(in[0], rm.clone(), rv.clone(), in[1], in[2], a); },
+                            {x, w, b}));
+    }
+  // BatchNorm1d shapes, and no weight at all
+  Tensor x2 = randn({5, 3}, kFloat64, &g).requires_grad_();
+  EXPECT_TRUE(gradcheck([&](V in) { return F::batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), {true}); },
+                        {x2}));
+  Tensor x3 = randn({2, 3, 4}, kFloat64, &g).requires_grad_();
+  Tensor w3 = randn({3}, kFloat64, &g).requires_grad_();
+  EXPECT_TRUE(gradcheck([&](V in) { return F::batch_norm(in[0], Tensor(), Tensor(), in[1], Tensor(), {true}); },
+                        {x3, w3}));
+}
+
+TEST(BatchNorm, Float32GradientsMatchFloat64) {
+  Generator g(110);
+  Tensor x64 = randn({4, 6, 5, 7}, kFloat64, &g) + 3.0, w64 = randn({6}, kFloat64, &g), b64 = randn({6}, kFloat64, &g);
+  Tensor gy = randn({4, 6, 5, 7}, kFloat64, &g);
+  std::vector<std::vector<double>> want;
+  for (DType dt : {kFloat64, kFloat32})
+    for (Image l : {Image::NCHW, Image::NHWC}) {
+      Tensor x = as_image(x64.to(dt), l).requires_grad_();
+      Tensor w = w64.to(dt).requires_grad_(), b = b64.to(dt).requires_grad_();
+      Tensor y = F::batch_norm(x, Tensor(), Tensor(), w, b, {true});
+      std::vector<Tensor> gr = autograd::grad({y}, {x, w, b}, {as_image(gy.to(dt), l)});
+      EXPECT_TRUE(has_format(gr[0], expected_format(x, l)));
+      if (want.empty()) {
+        for (const Tensor& t : gr) want.push_back(values(t));
+        continue;
+      }
+      for (size_t j = 0; j < 3; ++j) EXPECT_TRUE(all_close(gr[j], want[j], 1e-4, 1e-4)) << dt << " " << j;
+    }
+}
+
+TEST(BatchNorm, BadInputRaises) {
+  nn::BatchNorm2d bn(3);
+  EXPECT_TRUE(throws_with([&] { bn(randn({2, 3, 4})); }, {"BatchNorm2d(3)", "4-d", "[2, 3, 4]"}));
+  EXPECT_TRUE(throws_with([&] { bn(randn({2, 4, 5, 5})); }, {"BatchNorm2d(3)", "3 channels", "[2, 4, 5, 5]"}));
+  EXPECT_TRUE(throws_with([&] { bn(randn({1, 3, 1, 1})); }, {"more than 1 value per channel"}));
+  nn::BatchNorm1d bn1(3);
+  EXPECT_TRUE(throws_with([&] { bn1(randn({2, 3, 4, 4})); }, {"BatchNorm1d(3)", "2-d"}));
+  EXPECT_TRUE(throws_with([&] { bn1(randn({2, 5})); }, {"BatchNorm1d(3)", "3 channels"}));
+  EXPECT_TRUE(throws_with([] { nn::BatchNorm2d(0); }, {"num_features"}));
+  EXPECT_TRUE(throws_with([] { nn::BatchNorm2d(3, {.momentum = 1.5}); }, {"momentum"}));
+  Tensor x = randn({2, 3, 4, 4});
+  EXPECT_TRUE(throws_with([&] { F::batch_norm(x, Tensor(), Tensor()); }, {"running_mean"}));
+  EXPECT_TRUE(throws_with([&] { F::batch_norm(x, zeros({4}), ones({3})); }, {"running_mean", "(3)"}));
+  EXPECT_TRUE(throws_with([&] { F::batch_norm(x, zeros({3}), ones({3}), ones({2})); }, {"weight"}));
+  EXPECT_TRUE(throws_with([&] { F::batch_norm(randn({3}), zeros({3}), ones({3})); }, {"(N, C, *)"}));
+  EXPECT_TRUE(throws_with([&] { F::batch_norm(x.to(kInt32), zeros({3}), ones({3})); }, {"floating"}));
+  // a failed call leaves the running statistics alone
+  EXPECT_TRUE(all_close(bn.running_mean, {0, 0, 0}, 0, 0));
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);
+}
