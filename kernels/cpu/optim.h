@@ -3,6 +3,10 @@
 // per-element math of kernels/common/optim_math.h. LAMB needs the norms of the weights and
 // of the update before it can apply the update, so it takes two passes; the norms are summed
 // in fixed chunks, in order, so the result does not depend on the thread count.
+//
+// The math runs in double whatever the storage type (float or double): the loops are bound
+// by memory, not arithmetic, and each stored value is then rounded once from the published
+// rule's float64 result. 8-bit Adam keeps its moments in float, as its codes are decoded to.
 #pragma once
 
 #include <algorithm>
@@ -23,47 +27,71 @@ inline constexpr int64_t kOptimGrain = 16384;
 inline constexpr int64_t kNormChunk = 65536;
 
 template <class T>
-void sgd_step(T* p, const T* g, int64_t n, const math::SgdConsts<T>& c) {
+void sgd_step(T* p, const T* g, int64_t n, const math::SgdConsts<double>& c) {
   parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) math::sgd_update(p[i], g[i], c);
-  });
-}
-
-template <class T>
-void sgd_momentum_step(T* p, const T* g, T* buf, bool first, int64_t n, const math::SgdConsts<T>& c) {
-  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) math::sgd_momentum_update(p[i], g[i], buf[i], first, c);
-  });
-}
-
-// vmax is null unless AMSGrad.
-template <class T>
-void adam_step(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const math::AdamConsts<T>& c) {
-  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    if (vmax) {
-      for (int64_t i = b; i < e; ++i) math::adam_amsgrad_update(p[i], g[i], m[i], v[i], vmax[i], c);
-    } else {
-      for (int64_t i = b; i < e; ++i) math::adam_update(p[i], g[i], m[i], v[i], c);
+    for (int64_t i = b; i < e; ++i) {
+      double pi = p[i];
+      math::sgd_update(pi, double(g[i]), c);
+      p[i] = T(pi);
     }
   });
 }
 
 template <class T>
-void adagrad_step(T* p, const T* g, T* sum, int64_t n, const math::AdagradConsts<T>& c) {
+void sgd_momentum_step(T* p, const T* g, T* buf, bool first, int64_t n, const math::SgdConsts<double>& c) {
   parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) math::adagrad_update(p[i], g[i], sum[i], c);
+    for (int64_t i = b; i < e; ++i) {
+      double pi = p[i], bi = buf[i];
+      math::sgd_momentum_update(pi, double(g[i]), bi, first, c);
+      p[i] = T(pi), buf[i] = T(bi);
+    }
+  });
+}
+
+// vmax is null unless AMSGrad.
+template <class T>
+void adam_step(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const math::AdamConsts<double>& c) {
+  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+    if (vmax) {
+      for (int64_t i = b; i < e; ++i) {
+        double pi = p[i], mi = m[i], vi = v[i], xi = vmax[i];
+        math::adam_amsgrad_update(pi, double(g[i]), mi, vi, xi, c);
+        p[i] = T(pi), m[i] = T(mi), v[i] = T(vi), vmax[i] = T(xi);
+      }
+    } else {
+      for (int64_t i = b; i < e; ++i) {
+        double pi = p[i], mi = m[i], vi = v[i];
+        math::adam_update(pi, double(g[i]), mi, vi, c);
+        p[i] = T(pi), m[i] = T(mi), v[i] = T(vi);
+      }
+    }
+  });
+}
+
+template <class T>
+void adagrad_step(T* p, const T* g, T* sum, int64_t n, const math::AdagradConsts<double>& c) {
+  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      double pi = p[i], si = sum[i];
+      math::adagrad_update(pi, double(g[i]), si, c);
+      p[i] = T(pi), sum[i] = T(si);
+    }
   });
 }
 
 // gavg is null unless centered, buf null unless momentum > 0.
 template <class T>
-void rmsprop_step(T* p, const T* g, T* sq, T* gavg, T* buf, int64_t n, const math::RmspropConsts<T>& c) {
+void rmsprop_step(T* p, const T* g, T* sq, T* gavg, T* buf, int64_t n, const math::RmspropConsts<double>& c) {
   auto run = [&](auto centered, auto momentum) {
     constexpr bool kC = decltype(centered)::value, kM = decltype(momentum)::value;
     parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-      T unused = 0;
-      for (int64_t i = b; i < e; ++i)
-        math::rmsprop_update<kC, kM>(p[i], g[i], sq[i], kC ? gavg[i] : unused, kM ? buf[i] : unused, c);
+      for (int64_t i = b; i < e; ++i) {
+        double pi = p[i], si = sq[i], ai = kC ? double(gavg[i]) : 0.0, bi = kM ? double(buf[i]) : 0.0;
+        math::rmsprop_update<kC, kM>(pi, double(g[i]), si, ai, bi, c);
+        p[i] = T(pi), sq[i] = T(si);
+        if constexpr (kC) gavg[i] = T(ai);
+        if constexpr (kM) buf[i] = T(bi);
+      }
     });
   };
   using F = std::false_type;
@@ -76,7 +104,7 @@ void rmsprop_step(T* p, const T* g, T* sq, T* gavg, T* buf, int64_t n, const mat
 
 // LAMB pass 1: updates m and v; returns {||p||^2, ||u||^2} with u the update direction.
 template <class T>
-void lamb_moments_and_norms(const T* p, const T* g, T* m, T* v, int64_t n, const math::LambConsts<T>& c,
+void lamb_moments_and_norms(const T* p, const T* g, T* m, T* v, int64_t n, const math::LambConsts<double>& c,
                             double& p_sq, double& u_sq) {
   int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
   std::vector<double> part(static_cast<size_t>(2 * chunks), 0.0);
@@ -85,8 +113,11 @@ void lamb_moments_and_norms(const T* p, const T* g, T* m, T* v, int64_t n, const
       int64_t b = k * kNormChunk, e = std::min(n, b + kNormChunk);
       double ps = 0, us = 0;
       for (int64_t i = b; i < e; ++i) {
-        math::lamb_moments(g[i], m[i], v[i], c);
-        double u = math::lamb_direction(p[i], m[i], v[i], c);
+        double mi = m[i], vi = v[i];
+        math::lamb_moments(double(g[i]), mi, vi, c);
+        m[i] = T(mi), v[i] = T(vi);
+        // from the stored moments, so that pass 2 recomputes exactly this u
+        double u = math::lamb_direction(double(p[i]), double(m[i]), double(v[i]), c);
         ps += double(p[i]) * double(p[i]);
         us += u * u;
       }
@@ -100,9 +131,10 @@ void lamb_moments_and_norms(const T* p, const T* g, T* m, T* v, int64_t n, const
 
 // LAMB pass 2: p -= scaled_lr * u, u recomputed from the new m, v (bitwise the u of pass 1).
 template <class T>
-void lamb_apply(T* p, const T* m, const T* v, int64_t n, T scaled_lr, const math::LambConsts<T>& c) {
+void lamb_apply(T* p, const T* m, const T* v, int64_t n, double scaled_lr, const math::LambConsts<double>& c) {
   parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) p[i] -= scaled_lr * math::lamb_direction(p[i], m[i], v[i], c);
+    for (int64_t i = b; i < e; ++i)
+      p[i] = T(double(p[i]) - scaled_lr * math::lamb_direction(double(p[i]), double(m[i]), double(v[i]), c));
   });
 }
 

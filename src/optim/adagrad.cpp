@@ -31,7 +31,7 @@ void Adagrad::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& 
   const double clr = o.lr / (1 + static_cast<double>(st.step - 1) * o.lr_decay);
   detail::dispatch_param(p.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    math::AdagradConsts<T> c{T(clr), T(o.weight_decay), T(o.eps), o.maximize};
+    math::AdagradConsts<double> c{clr, o.weight_decay, o.eps, o.maximize};
     cpu::adagrad_step(detail::ptr<T>(p), detail::ptr<T>(grad), detail::ptr<T>(sum), p.numel(), c);
   });
 }
@@ -65,7 +65,7 @@ void RMSprop::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& 
   Tensor* buf = o.momentum > 0 ? &detail::state_tensor(st, "momentum_buffer", p) : nullptr;
   detail::dispatch_param(p.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    math::RmspropConsts<T> c{T(o.lr), T(o.alpha), T(1 - o.alpha), T(o.eps), T(o.weight_decay), T(o.momentum), o.maximize};
+    math::RmspropConsts<double> c{o.lr, o.alpha, 1 - o.alpha, o.eps, o.weight_decay, o.momentum, o.maximize};
     cpu::rmsprop_step(detail::ptr<T>(p), detail::ptr<T>(grad), detail::ptr<T>(sq),
                       gavg ? detail::ptr<T>(*gavg) : nullptr, buf ? detail::ptr<T>(*buf) : nullptr, p.numel(), c);
   });

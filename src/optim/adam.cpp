@@ -36,7 +36,7 @@ void adam_update(const O& o, bool decoupled, const Tensor& p, const Tensor& grad
   Tensor* vmax = o.amsgrad ? &detail::state_tensor(st, "max_exp_avg_sq", p) : nullptr;
   detail::dispatch_param(p.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    auto c = detail::adam_consts<T>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, st.step);
+    auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, st.step);
     cpu::adam_step(detail::ptr<T>(p), detail::ptr<T>(grad), detail::ptr<T>(m), detail::ptr<T>(v),
                    vmax ? detail::ptr<T>(*vmax) : nullptr, p.numel(), c);
   });

@@ -67,15 +67,16 @@ void Adam8bit::update(size_t g, const Tensor& p, const Tensor& grad, ParamState&
   const bool q = quantized(o, p);
   detail::dispatch_param(p.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    auto c = detail::adam_consts<T>(o.lr, o.betas, o.eps, o.weight_decay, true, o.maximize, st.step);
     T* pp = detail::ptr<T>(p);
     const T* gp = detail::ptr<T>(grad);
     if (!q) {
+      auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, true, o.maximize, st.step);
       cpu::adam_step(pp, gp, detail::ptr<T>(detail::state_tensor(st, "exp_avg", p)),
                      detail::ptr<T>(detail::state_tensor(st, "exp_avg_sq", p)), static_cast<T*>(nullptr), p.numel(),
                      c);
       return;
     }
+    auto c = detail::adam_consts<T>(o.lr, o.betas, o.eps, o.weight_decay, true, o.maximize, st.step);
     const Shape codes{p.numel()}, scales{num_blocks(p.numel(), o.block_size)};
     // zero scales make every code decode to 0: the moments start at zero
     auto* mc = detail::ptr<uint8_t>(zeros_state(st, "exp_avg_codes", codes, kUInt8));

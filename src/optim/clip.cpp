@@ -25,6 +25,7 @@ double total_norm(const std::vector<Tensor>& grads, double p) {
   const bool inf = std::isinf(p);
   double acc = 0;
   for (const Tensor& g : grads) {
+    if (g.numel() == 0) continue;  // contributes nothing (and has no inf norm of its own)
     double n = norm(g.detach(), p).item_scalar().to_double();
     if (inf) acc = (n > acc || std::isnan(n)) ? n : acc;
     else acc += std::pow(n, p);

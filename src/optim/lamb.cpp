@@ -42,13 +42,13 @@ void LAMB::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st)
   const double bc2 = o.bias_correction ? 1 - std::pow(o.betas[1], t) : 1.0;
   detail::dispatch_param(p.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    math::LambConsts<T> c{T(o.betas[0]), T(o.betas[1]), T(1 - o.betas[0]), T(1 - o.betas[1]), T(o.eps), T(o.weight_decay), T(bc1), T(bc2), o.maximize};
+    math::LambConsts<double> c{o.betas[0], o.betas[1], 1 - o.betas[0], 1 - o.betas[1], o.eps, o.weight_decay, bc1, bc2, o.maximize};
     T *pp = detail::ptr<T>(p), *mp = detail::ptr<T>(m), *vp = detail::ptr<T>(v);
     double p_sq = 0, u_sq = 0;
     cpu::lamb_moments_and_norms(pp, detail::ptr<T>(grad), mp, vp, p.numel(), c, p_sq, u_sq);
     double ratio = math::lamb_trust_ratio(std::sqrt(p_sq), std::sqrt(u_sq), o.clamp_min, o.clamp_max);
     trust_[p.impl_ptr().get()] = ratio;
-    cpu::lamb_apply(pp, mp, vp, p.numel(), T(o.lr * ratio), c);
+    cpu::lamb_apply(pp, mp, vp, p.numel(), o.lr * ratio, c);
   });
 }
 

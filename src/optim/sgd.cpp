@@ -30,7 +30,7 @@ void SGD::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) 
   ++st.step;
   detail::dispatch_param(p.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    math::SgdConsts<T> c{T(o.lr), T(o.momentum), T(1 - o.dampening), T(o.weight_decay), o.nesterov, o.maximize};
+    math::SgdConsts<double> c{o.lr, o.momentum, 1 - o.dampening, o.weight_decay, o.nesterov, o.maximize};
     T* pp = detail::ptr<T>(p);
     const T* gp = detail::ptr<T>(grad);
     if (o.momentum == 0) {

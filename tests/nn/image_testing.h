@@ -35,8 +35,9 @@ inline MemoryFormat expected_format(const Tensor& input, Image l) {
   return l == Image::NHWC || l == Image::SlicedNHWC ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
-/// t's values stored as l.
-inline Tensor as_image(const Tensor& t, Image l) {
+/// t's values stored as l, as a new tensor outside any graph (so a test may mark it a leaf).
+inline Tensor as_image(const Tensor& input, Image l) {
+  const Tensor t = input.detach();
   switch (l) {
     case Image::NCHW: return t.contiguous();
     case Image::NHWC: return t.to(MemoryFormat::ChannelsLast);

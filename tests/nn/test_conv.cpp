@@ -132,8 +132,8 @@ TEST(Conv2d, GradientsMatchReference) {
       for (Image l : {Image::NCHW, Image::NHWC, Image::Sliced}) {
         SCOPED_TRACE(fmt::format("case {} {} {}", seed - 1, dt, strata::testing::image_name(l)));
         Tensor x = as_image(op.x.to(dt), l).requires_grad_();
-        Tensor w = op.w.to(dt).requires_grad_();
-        Tensor b = op.b.to(dt).requires_grad_();
+        Tensor w = op.w.to(dt).detach().requires_grad_();
+        Tensor b = op.b.to(dt).detach().requires_grad_();
         Tensor y = F::conv2d(x, w, k.bias ? b : Tensor(), k.args());
         // the upstream gradient arrives in the output's layout
         std::vector<Tensor> grads = autograd::grad({y}, {x, w}, {as_image(gy.to(dt), l)});
@@ -307,7 +307,7 @@ TEST(ConvTranspose2d, Float32GradientsMatchFloat64) {
     for (DType dt : {kFloat64, kFloat32})
       for (Image l : {Image::NCHW, Image::NHWC}) {
         Tensor x = as_image(op.x.to(dt), l).requires_grad_();
-        Tensor w = op.w.to(dt).requires_grad_(), b = op.b.to(dt).requires_grad_();
+        Tensor w = op.w.to(dt).detach().requires_grad_(), b = op.b.to(dt).detach().requires_grad_();
         Tensor y = F::conv_transpose2d(x, w, b, k.args());
         std::vector<Tensor> g = autograd::grad({y}, {x, w, b}, {gy.to(dt)});
         if (dt == kFloat64 && l == Image::NCHW) {

@@ -12,6 +12,10 @@
 namespace strata {
 STRATA_API std::string to_string(const Tensor& t);
 inline std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << to_string(t); }
+inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+inline std::ostream& operator<<(std::ostream& os, Device d) {
+  return d.is_cpu() ? os << "cpu" : os << "cuda:" << d.index;
+}
 }  // namespace strata
 
 template <>
