@@ -43,8 +43,11 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   if (mask.defined()) {
     STRATA_CHECK(mask.device() == q.device(), "[{}] attn_mask is on {} but the query is on {}", op, mask.device(),
                  q.device());
-    Shape b = broadcast_shapes(mask.shape(), scores.shape(), op);
-    STRATA_CHECK(b == scores.shape(),
+    // the mask must broadcast to the scores without growing them
+    bool fits = mask.dim() <= scores.dim();
+    for (int64_t i = 1; fits && i <= mask.dim(); ++i)
+      fits = mask.size(-i) == 1 || mask.size(-i) == scores.size(-i);
+    STRATA_CHECK(fits,
                  "[{}] attn_mask of shape {} does not broadcast to the attention scores' shape {} (..., L={}, S={})",
                  op, mask.shape(), scores.shape(), L, S);
     if (mask.dtype() == kBool) scores = blocking ? masked_fill(scores, mask, -kInf) : where(mask, scores, -kInf);
