@@ -94,9 +94,10 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
   check_param(t, "trunc_normal_");
   STRATA_CHECK(std >= 0 && a <= b, "[trunc_normal_] needs std >= 0 and a <= b, got std {}, a {}, b {}", std, a, b);
   NoGradGuard no_grad;
+  if (std == 0) return t.fill_(std::fmin(std::fmax(mean, a), b));  // a point mass (the CDF has no inverse)
   // u uniform on [cdf(a), cdf(b)], mapped back through the inverse normal CDF
   auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
-  const double lo = std == 0 ? 0 : cdf((a - mean) / std), hi = std == 0 ? 0 : cdf((b - mean) / std);
+  const double lo = cdf((a - mean) / std), hi = cdf((b - mean) / std);
   Tensor u = rand(t.shape(), kFloat64, gen);
   std::vector<double> v(static_cast<size_t>(t.numel()));
   const double* pu = static_cast<const double*>(u.data());
