@@ -137,7 +137,8 @@ Module& Module::train(bool on) {
 template <class F> void Module::for_each_tensor(F&& f) {
   for (auto& [n, m] : named_modules()) {
     for (auto& [pn, p] : m->params_) f(p, true);
-    for (auto& [bn, b] : m->buffers_) f(b, false);
+    for (auto& [bn, b] : m->buffers_)
+      if (b.defined()) f(b, false);  // an undefined buffer (PyTorch's None) stays so
   }
 }
 
@@ -191,15 +192,19 @@ int64_t Module::num_parameters() const {
 }
 
 StateDict Module::state_dict() const {
+  // detached aliases, as PyTorch's state_dict(keep_vars=False): writing into them changes the
+  // module, but they are not graph leaves, so in-place edits need no no_grad
   StateDict out;
-  for (auto& [n, t] : named_parameters()) out.emplace(n, t);
+  for (auto& [n, t] : named_parameters()) out.emplace(n, t.detach());
   // persistent buffers only
   std::vector<std::pair<std::string, const Module*>> stack{{"", this}};
   while (!stack.empty()) {
     auto [prefix, m] = stack.back();
     stack.pop_back();
-    for (size_t i = 0; i < m->buffers_.size(); ++i)
-      if (m->buffer_persistent_[i]) out.emplace(prefix + m->buffers_[i].first, m->buffers_[i].second);
+    for (size_t i = 0; i < m->buffers_.size(); ++i) {
+      const auto& [bn, b] = m->buffers_[i];
+      if (m->buffer_persistent_[i] && b.defined()) out.emplace(prefix + bn, b.detach());
+    }
     for (auto& [cn, c] : m->named_children()) stack.emplace_back(prefix + cn + ".", c);
   }
   return out;

@@ -71,7 +71,8 @@ class STRATA_API Module {
   void zero_grad(bool set_to_none = true);
   int64_t num_parameters() const;
 
-  /// Parameters and persistent buffers by dotted name (tensors share memory with the module).
+  /// Parameters and persistent buffers by dotted name: detached tensors sharing memory with the
+  /// module (PyTorch's keep_vars=False).
   StateDict state_dict() const;
   /// Copies values in. strict: every key must match both ways. Shapes must always match.
   /// Raises Error listing every missing key, unexpected key and shape mismatch.

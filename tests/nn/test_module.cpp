@@ -1,0 +1,307 @@
+// Module bookkeeping: dotted names equal to PyTorch's for a known nested architecture (the
+// expected keys are written out by PyTorch's rules: own parameters, then own buffers, then
+// children in registration order, containers naming children "0", "1", ... or by key),
+// traversal, train/eval, apply, to(), zero_grad, containers, and state_dict loading.
+#include <algorithm>
+#include <cstring>
+#include <typeinfo>
+
+#include "nn/nn_testing.h"
+
+using namespace strata;
+using strata::testing::all_close;
+using strata::testing::throws_with;
+using strata::testing::values;
+
+namespace {
+
+// A ResNet-style basic block and a small network around it; the PyTorch twin:
+//
+//   class Block(nn.Module):
+//       def __init__(self, c):
+//           super().__init__()
+//           self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False); self.bn1 = nn.BatchNorm2d(c)
+//           self.act = nn.ReLU()
+//           self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False); self.bn2 = nn.BatchNorm2d(c)
+//   class Net(nn.Module):
+//       def __init__(self):
+//           super().__init__()
+//           self.stem = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+//           self.blocks = nn.ModuleList([Block(4), Block(4)])
+//           self.pool = nn.AdaptiveAvgPool2d(1)
+//           self.heads = nn.ModuleDict({"cls": nn.Linear(4, 10),
+//                                       "aux": nn.Sequential(nn.Flatten(), nn.Linear(4, 2))})
+struct Block : nn::Module {
+  nn::Conv2d conv1, conv2;
+  nn::BatchNorm2d bn1, bn2;
+  nn::ReLU act;
+  explicit Block(int64_t c)
+      : conv1(c, c, 3, {.padding = 1, .bias = false}), conv2(c, c, 3, {.padding = 1, .bias = false}), bn1(c),
+        bn2(c) {
+    register_module("conv1", conv1);
+    register_module("bn1", bn1);
+    register_module("act", act);
+    register_module("conv2", conv2);
+    register_module("bn2", bn2);
+  }
+  Tensor forward(const Tensor& x) override { return act(x + bn2(conv2(act(bn1(conv1(x)))))); }
+  std::string name() const override { return "Block"; }
+};
+
+struct Net : nn::Module {
+  nn::Sequential stem{nn::Conv2d(3, 4, 3, {.padding = 1}), nn::BatchNorm2d(4), nn::ReLU()};
+  nn::ModuleList blocks{Block(4), Block(4)};
+  nn::AdaptiveAvgPool2d pool{1};
+  nn::ModuleDict heads;
+  Net() {
+    heads.insert("cls", nn::Linear(4, 10));
+    heads.insert("aux", nn::Sequential(nn::Flatten(), nn::Linear(4, 2)));
+    register_module("stem", stem);
+    register_module("blocks", blocks);
+    register_module("pool", pool);
+    register_module("heads", heads);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = stem(x);
+    for (nn::Module* b : blocks) h = (*b)(h);
+    return heads["cls"](pool(h).flatten(1));
+  }
+  std::string name() const override { return "Net"; }
+};
+
+std::vector<std::string> bn_keys(const std::string& p) {
+  return {p + ".weight", p + ".bias", p + ".running_mean", p + ".running_var", p + ".num_batches_tracked"};
+}
+
+// Net().state_dict().keys() in PyTorch, in its order.
+std::vector<std::string> torch_state_dict_keys() {
+  std::vector<std::string> k = {"stem.0.weight", "stem.0.bias"};
+  for (auto& s : bn_keys("stem.1")) k.push_back(s);
+  for (const char* b : {"blocks.0", "blocks.1"}) {
+    k.push_back(std::string(b) + ".conv1.weight");
+    for (auto& s : bn_keys(std::string(b) + ".bn1")) k.push_back(s);
+    k.push_back(std::string(b) + ".conv2.weight");
+    for (auto& s : bn_keys(std::string(b) + ".bn2")) k.push_back(s);
+  }
+  for (const char* s : {"heads.cls.weight", "heads.cls.bias", "heads.aux.1.weight", "heads.aux.1.bias"})
+    k.push_back(s);
+  return k;
+}
+
+bool is_buffer_key(const std::string& k) {
+  for (const char* b : {"running_mean", "running_var", "num_batches_tracked"})
+    if (k.size() > std::strlen(b) && k.compare(k.size() - std::strlen(b), std::string::npos, b) == 0) return true;
+  return false;
+}
+
+template <class Pairs> std::vector<std::string> names_of(const Pairs& pairs) {
+  std::vector<std::string> out;
+  for (const auto& p : pairs) out.push_back(p.first);
+  return out;
+}
+
+}  // namespace
+
+TEST(ModuleNames, MatchPyTorchForANestedArchitecture) {
+  Net net;
+  std::vector<std::string> want = torch_state_dict_keys();
+  // named_parameters and named_buffers keep PyTorch's order
+  std::vector<std::string> want_params, want_buffers;
+  for (auto& k : want) (is_buffer_key(k) ? want_buffers : want_params).push_back(k);
+  EXPECT_EQ(names_of(net.named_parameters()), want_params);
+  EXPECT_EQ(names_of(net.named_buffers()), want_buffers);
+  // state_dict holds exactly PyTorch's keys (a sorted map)
+  std::vector<std::string> sorted = want;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(names_of(net.state_dict()), sorted);
+  EXPECT_EQ(net.state_dict().at("blocks.1.bn2.running_var").shape(), (Shape{4}));
+  // named_modules is pre-order, as torch's
+  EXPECT_EQ(names_of(net.named_modules()),
+            (std::vector<std::string>{"", "stem", "stem.0", "stem.1", "stem.2", "blocks", "blocks.0", "blocks.0.conv1",
+                                      "blocks.0.bn1", "blocks.0.act", "blocks.0.conv2", "blocks.0.bn2", "blocks.1",
+                                      "blocks.1.conv1", "blocks.1.bn1", "blocks.1.act", "blocks.1.conv2",
+                                      "blocks.1.bn2", "pool", "heads", "heads.cls", "heads.aux", "heads.aux.0",
+                                      "heads.aux.1"}));
+  EXPECT_EQ(names_of(net.named_children()), (std::vector<std::string>{"stem", "blocks", "pool", "heads"}));
+  EXPECT_EQ(net.children().size(), 4u);
+  EXPECT_EQ(net.named_parameters(false).size(), 0u);
+  EXPECT_EQ(net.num_parameters(), 3 * 4 * 9 + 4 + 2 * 4 + 2 * (2 * 4 * 4 * 9 + 4 * 4) + 4 * 10 + 10 + 4 * 2 + 2);
+  EXPECT_EQ(net(randn({2, 3, 5, 5})).shape(), (Shape{2, 10}));
+}
+
+TEST(ModuleTraversal, TrainEvalAndApplyOrder) {
+  Net net;
+  net.eval();
+  for (auto& [n, m] : net.named_modules()) EXPECT_FALSE(m->is_training()) << n;
+  net.blocks.train();
+  EXPECT_TRUE(net.blocks.at<Block>(1).bn2.is_training());
+  EXPECT_FALSE(net.stem.is_training());
+  // apply visits every module once, children before their parent (torch's post-order)
+  std::vector<nn::Module*> seen;
+  net.apply([&](nn::Module& m) { seen.push_back(&m); });
+  auto all = net.named_modules();
+  ASSERT_EQ(seen.size(), all.size());
+  EXPECT_EQ(seen.back(), &net);
+  for (auto& [n, m] : all) {
+    auto pos = std::find(seen.begin(), seen.end(), m) - seen.begin();
+    for (nn::Module* c : m->children())
+      EXPECT_LT(std::find(seen.begin(), seen.end(), c) - seen.begin(), pos) << n;
+  }
+  // the usual use: re-initialize every Linear
+  net.apply([](nn::Module& m) {
+    if (auto* fc = dynamic_cast<nn::Linear*>(&m)) nn::init::zeros_(fc->weight);
+  });
+  for (double v : values(net.heads["cls"].state_dict().at("weight"))) EXPECT_EQ(v, 0.0);
+}
+
+TEST(ModuleTo, KeepsHandlesConvertsGradsAndIntegerBuffersStay) {
+  Net net;
+  std::vector<Tensor> held = net.parameters();
+  net(randn({2, 3, 4, 4})).sum().backward();
+  ASSERT_TRUE(held[0].grad().defined());
+  net.to(kFloat64);
+  for (const Tensor& p : held) {
+    EXPECT_EQ(p.dtype(), kFloat64);
+    EXPECT_TRUE(p.requires_grad());
+    EXPECT_TRUE(p.is_leaf());
+    if (p.grad().defined()) EXPECT_EQ(p.grad().dtype(), kFloat64);
+  }
+  nn::BatchNorm2d& bn = net.stem.at<nn::BatchNorm2d>(1);
+  EXPECT_EQ(bn.running_mean.dtype(), kFloat64);
+  EXPECT_EQ(bn.num_batches_tracked.dtype(), kInt64);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_EQ(net(randn({1, 3, 4, 4}, kFloat64)).dtype(), kFloat64);
+  net.to(kCPU, kFloat32);
+  EXPECT_EQ(held[0].dtype(), kFloat32);
+  // zero_grad: to none, or to zeros in place
+  net.zero_grad(false);
+  for (const Tensor& p : held)
+    if (p.grad().defined()) EXPECT_EQ(values(p.grad().abs().max())[0], 0.0);
+  net.zero_grad();
+  for (const Tensor& p : held) EXPECT_FALSE(p.grad().defined());
+}
+
+namespace {
+struct WithBuffers : nn::Module {
+  Tensor w, stat, scratch;
+  WithBuffers() {
+    w = register_parameter("w", ones({2}));
+    stat = register_buffer("stat", zeros({3}));
+    scratch = register_buffer("scratch", zeros({5}), false);
+  }
+  void add_again() { register_parameter("stat", ones({1})); }
+  void add_dotted() { register_buffer("a.b", ones({1})); }
+};
+}  // namespace
+
+TEST(ModuleRegistration, BuffersAndNames) {
+  WithBuffers m;
+  EXPECT_EQ(names_of(m.named_buffers()), (std::vector<std::string>{"stat", "scratch"}));
+  EXPECT_EQ(names_of(m.state_dict()), (std::vector<std::string>{"stat", "w"}));  // non-persistent left out
+  m.to(kFloat64);
+  EXPECT_EQ(m.scratch.dtype(), kFloat64);  // but moved with the module
+  EXPECT_TRUE(throws_with([&] { m.add_again(); }, {"\"stat\"", "already registered"}));
+  EXPECT_TRUE(throws_with([&] { m.add_dotted(); }, {"\"a.b\""}));
+  // state_dict values share memory with the module but are not graph leaves
+  nn::StateDict sd = m.state_dict();
+  EXPECT_FALSE(sd.at("w").requires_grad());
+  sd.at("w").fill_(3.0);
+  EXPECT_EQ(values(m.w), (std::vector<double>{3, 3}));
+  EXPECT_TRUE(m.w.requires_grad());
+}
+
+TEST(Containers, IndexingKeysAndErrors) {
+  nn::Sequential seq(nn::Linear(3, 4), nn::Tanh(), nn::Linear(4, 2));
+  EXPECT_EQ(seq.size(), 3u);
+  Tensor x = randn({5, 3});
+  nn::Linear& a = seq.at<nn::Linear>(0);
+  nn::Linear& b = seq.at<nn::Linear>(2);
+  EXPECT_TRUE(all_close(seq(x), values(b(tanh(a(x)))), 0, 0));
+  EXPECT_TRUE(throws_with([&] { seq[3]; }, {"Sequential", "3", "out of range"}));
+  EXPECT_THROW(seq.at<nn::ReLU>(1), std::bad_cast);
+  nn::ModuleList list;
+  EXPECT_TRUE(list.empty());
+  list.push_back(nn::Linear(2, 2));
+  list.push_back(std::make_unique<nn::Dropout>(0.2));
+  EXPECT_EQ(names_of(list.named_parameters()), (std::vector<std::string>{"0.weight", "0.bias"}));
+  EXPECT_TRUE(throws_with([&] { list(x); }, {"ModuleList", "single tensor input"}));
+  nn::ModuleDict dict;
+  dict.insert("enc", nn::Linear(2, 3));
+  dict.insert("dec", nn::Linear(3, 2));
+  EXPECT_EQ(dict.keys(), (std::vector<std::string>{"enc", "dec"}));
+  EXPECT_TRUE(dict.contains("dec"));
+  EXPECT_FALSE(dict.contains("mid"));
+  EXPECT_TRUE(throws_with([&] { dict["mid"]; }, {"ModuleDict", "mid"}));
+  EXPECT_TRUE(throws_with([&] { dict.insert("enc", nn::ReLU()); }, {"\"enc\"", "already registered"}));
+  EXPECT_EQ(names_of(dict.named_parameters()),
+            (std::vector<std::string>{"enc.weight", "enc.bias", "dec.weight", "dec.bias"}));
+}
+
+namespace {
+struct TwoLayer : nn::Module {
+  nn::Linear a{2, 3}, b{3, 1};
+  TwoLayer() {
+    register_module("a", a);
+    register_module("b", b);
+  }
+  Tensor forward(const Tensor& x) override { return b(relu(a(x))); }
+};
+}  // namespace
+
+TEST(Containers, MovedMemberChildrenKeepTheirNamesAndTensors) {
+  TwoLayer m;
+  Tensor x = randn({4, 2});
+  Tensor before = m(x);
+  nn::StateDict saved = m.state_dict();
+  nn::Sequential seq(std::move(m), nn::Sigmoid());
+  EXPECT_EQ(names_of(seq.named_parameters()),
+            (std::vector<std::string>{"0.a.weight", "0.a.bias", "0.b.weight", "0.b.bias"}));
+  EXPECT_TRUE(all_close(seq(x), values(sigmoid(before)), 0, 0));
+  EXPECT_TRUE(equal(seq.state_dict().at("0.a.weight"), saved.at("a.weight")));
+}
+
+TEST(StateDict, RoundTripCarriesRunningStatistics) {
+  Net a, b;
+  for (int i = 0; i < 3; ++i) a(randn({4, 3, 5, 5}));  // training steps move the running stats
+  a.eval();
+  b.eval();
+  Tensor x = randn({2, 3, 5, 5});
+  EXPECT_FALSE(all_close(a(x), values(b(x)), 1e-3, 1e-3));
+  nn::LoadResult r = b.load_state_dict(a.state_dict());
+  EXPECT_TRUE(r.missing_keys.empty() && r.unexpected_keys.empty());
+  EXPECT_TRUE(equal(a(x), b(x)));
+  EXPECT_EQ(b.stem.at<nn::BatchNorm2d>(1).num_batches_tracked.item<int64_t>(), 3);
+  // loading copies values: the modules stay independent
+  nn::init::ones_(a.heads["cls"].state_dict().at("bias"));
+  EXPECT_FALSE(equal(a(x), b(x)));
+  // a float64 state dict loads into a float32 module by conversion
+  nn::StateDict d64;
+  for (auto& [k, t] : a.state_dict()) d64.emplace(k, t.to(is_floating(t.dtype()) ? kFloat64 : t.dtype()));
+  b.load_state_dict(d64);
+  EXPECT_EQ(b.stem.at<nn::Conv2d>(0).weight.dtype(), kFloat32);
+  EXPECT_TRUE(all_close(b(x), values(a(x)), 1e-6, 1e-6));
+}
+
+TEST(StateDict, NonStrictStillRejectsShapeMismatchesAndWritesNothing) {
+  Net a;
+  nn::StateDict d = a.state_dict();
+  d["blocks.0.conv1.weight"] = zeros({4, 4, 1, 1});
+  d.erase("heads.aux.1.bias");
+  d["heads.aux.2.weight"] = zeros({2, 4});
+  Tensor before = a.state_dict().at("stem.0.weight").clone();
+  d["stem.0.weight"] = zeros({4, 3, 3, 3});
+  EXPECT_TRUE(throws_with([&] { a.load_state_dict(d, false); },
+                          {"Net", "shape mismatches", "blocks.0.conv1.weight", "[4, 4, 3, 3]", "[4, 4, 1, 1]",
+                           "missing keys: heads.aux.1.bias"}));
+  EXPECT_TRUE(equal(a.state_dict().at("stem.0.weight"), before));  // checked before any write
+  // strict lists the unexpected keys as well
+  d["blocks.0.conv1.weight"] = zeros({4, 4, 3, 3});
+  EXPECT_TRUE(throws_with([&] { a.load_state_dict(d); }, {"missing keys: heads.aux.1.bias",
+                                                          "unexpected keys: heads.aux.2.weight"}));
+  nn::LoadResult r = a.load_state_dict(d, false);
+  EXPECT_EQ(r.missing_keys, (std::vector<std::string>{"heads.aux.1.bias"}));
+  EXPECT_EQ(r.unexpected_keys, (std::vector<std::string>{"heads.aux.2.weight"}));
+  EXPECT_EQ(values(a.state_dict().at("stem.0.weight").abs().max())[0], 0.0);
+  d["stem.1.running_mean"] = Tensor();
+  EXPECT_TRUE(throws_with([&] { a.load_state_dict(d, false); }, {"stem.1.running_mean", "undefined"}));
+}
