@@ -12,6 +12,7 @@ using namespace strata;
 using strata::testing::all_close;
 using strata::testing::throws_with;
 using strata::testing::values;
+namespace F = strata::nn::functional;
 
 namespace {
 
@@ -304,4 +305,67 @@ TEST(StateDict, NonStrictStillRejectsShapeMismatchesAndWritesNothing) {
   EXPECT_EQ(values(a.state_dict().at("stem.0.weight").abs().max())[0], 0.0);
   d["stem.1.running_mean"] = Tensor();
   EXPECT_TRUE(throws_with([&] { a.load_state_dict(d, false); }, {"stem.1.running_mean", "undefined"}));
+}
+
+// ---- state_dict --------------------------------------------------------------------------------
+
+namespace {
+struct SmallNet : nn::Module {
+  nn::Embedding emb{10, 8};
+  nn::LayerNorm norm{8};
+  nn::Sequential head{nn::Linear(8, 16), nn::GELU(), nn::Dropout(0.1), nn::Linear(16, 4, {.bias = false})};
+  SmallNet() {
+    register_module("emb", emb);
+    register_module("norm", norm);
+    register_module("head", head);
+  }
+  Tensor forward(const Tensor& idx) override { return head(norm(emb(idx))); }
+};
+}  // namespace
+
+TEST(StateDict, KeysMatchPyTorchAndRoundTrip) {
+  SmallNet a, b;
+  a.eval();
+  b.eval();
+  std::vector<std::string> keys;
+  for (auto& [k, t] : a.state_dict()) keys.push_back(k);
+  // what torch gives for the same architecture (sorted)
+  const std::vector<std::string> want = {"emb.weight", "head.0.bias", "head.0.weight", "head.3.weight",
+                                         "norm.bias", "norm.weight"};
+  EXPECT_EQ(keys, want);
+  Tensor idx = from_vector<int64_t>({1, 2, 3});
+  EXPECT_FALSE(equal(a(idx), b(idx)));
+  b.load_state_dict(a.state_dict());
+  EXPECT_TRUE(equal(a(idx), b(idx)));
+  EXPECT_EQ(a.state_dict().at("head.0.weight").shape(), (Shape{16, 8}));
+}
+
+TEST(StateDict, LoadReportsEveryMismatch) {
+  SmallNet a;
+  nn::StateDict d = a.state_dict();
+  d.erase("norm.bias");
+  d.erase("emb.weight");
+  d["extra.weight"] = zeros({1});
+  d["head.0.weight"] = zeros({8, 16});
+  d["head.3.weight"] = zeros({3, 16});
+  Tensor before = a.state_dict().at("norm.weight").clone();
+  EXPECT_TRUE(throws_with([&] { a.load_state_dict(d); },
+                          {"norm.bias", "emb.weight", "extra.weight", "head.0.weight", "head.3.weight", "[16, 8]"}));
+  EXPECT_TRUE(equal(a.state_dict().at("norm.weight"), before));  // nothing written
+  d["head.0.weight"] = zeros({16, 8});
+  d["head.3.weight"] = zeros({4, 16});
+  nn::LoadResult r = a.load_state_dict(d, false);
+  EXPECT_EQ(r.missing_keys, (std::vector<std::string>{"emb.weight", "norm.bias"}));
+  EXPECT_EQ(r.unexpected_keys, (std::vector<std::string>{"extra.weight"}));
+  for (double v : values(a.head.at<nn::Linear>(0).weight)) EXPECT_EQ(v, 0.0);
+}
+
+TEST(Autograd, BackwardThroughAFreedGraphRaises) {
+  Tensor x = randn({3, 4}).requires_grad_();
+  Tensor loss = square(F::layer_norm(x, {4})).sum();
+  loss.backward();
+  EXPECT_TRUE(throws_with([&] { loss.backward(); }, {"second time"}));
+  Tensor l2 = F::cross_entropy(x, from_vector<int64_t>({0, 1, 2}));
+  l2.backward();
+  EXPECT_THROW(l2.backward(), Error);
 }
