@@ -368,4 +368,12 @@ TEST(Autograd, BackwardThroughAFreedGraphRaises) {
   Tensor l2 = F::cross_entropy(x, from_vector<int64_t>({0, 1, 2}));
   l2.backward();
   EXPECT_THROW(l2.backward(), Error);
+  // through a model: retain_graph keeps the graph for a second pass, which then accumulates
+  nn::Sequential mlp(nn::Linear(4, 5), nn::GELU(), nn::LayerNorm(5), nn::Linear(5, 2));
+  Tensor l3 = F::cross_entropy(mlp(x.detach()), from_vector<int64_t>({0, 1, 1}));
+  l3.backward(Tensor(), true);
+  Tensor once = mlp.at<nn::Linear>(0).weight.grad().clone();
+  l3.backward();
+  EXPECT_TRUE(all_close(mlp.at<nn::Linear>(0).weight.grad(), values(once * 2.0), 1e-6, 1e-7));
+  EXPECT_TRUE(throws_with([&] { l3.backward(); }, {"second time"}));
 }
