@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages strata needs to build, test and run its examples. Idempotent:
-# it installs only what is missing, so running it again is quick.
+# it installs only what is missing, so running it again is quick. (oneDNN's CMake config
+# looks for OpenCL, which libdnnl-dev only recommends: ocl-icd-opencl-dev is listed for it.)
 #   scripts/setup.sh            build, test and example dependencies
 #   scripts/setup.sh --bench    also LibTorch (the benchmark peer) and OpenBLAS
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
-  libdnnl-dev libeigen3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev ocl-icd-opencl-dev libeigen3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libcli11-dev libturbojpeg0-dev libpng-dev zlib1g-dev libxxhash-dev
   fortunes dataset-fashion-mnist python3 python3-pip
 )

@@ -83,6 +83,28 @@ void SavedTensor::reset() { *this = SavedTensor(); }
 
 Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
+// Note [Iterative graph teardown]
+// A graph is a chain of shared_ptr<Node>: letting each node's edges destroy the next node
+// recurses once per op, and a 100,000-op chain overflows the stack (sooner under ASan). A
+// dying node instead hands every input node it alone keeps alive to a thread-local list,
+// and only the outermost destructor on the stack drains that list, one node at a time.
+// Derived members (saved tensors, closures) are gone before this body runs, so a node kept
+// alive both by an edge and by a saved tensor is seen here with one owner left.
+Node::~Node() {
+  thread_local std::vector<std::shared_ptr<Node>> t_orphans;
+  thread_local bool t_draining = false;
+  for (Edge& e : next_edges)
+    if (e.node && e.node.use_count() == 1) t_orphans.push_back(std::move(e.node));
+  if (t_draining) return;
+  t_draining = true;
+  while (!t_orphans.empty()) {
+    std::shared_ptr<Node> n = std::move(t_orphans.back());
+    t_orphans.pop_back();
+    n.reset();  // its destructor appends its own orphans
+  }
+  t_draining = false;
+}
+
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(leaf) {
   output_meta.push_back({leaf->shape, leaf->dtype, leaf->storage->device()});
   output_hooks.resize(1);

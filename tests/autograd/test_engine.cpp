@@ -158,6 +158,19 @@ TEST(Engine, DeepChainDoesNotOverflowTheStack) {
   EXPECT_EQ(x.grad().item<double>(), 1.0);
 }
 
+TEST(Engine, DeepGraphDroppedWithoutBackwardIsFreedIteratively) {
+  // saved inputs and retained graphs hold the chain too: tearing it down must not recurse
+  Tensor x = from_vector<double>({1}).requires_grad_();
+  {
+    Tensor y = x;
+    for (int i = 0; i < 100000; ++i) y = y * x;
+  }
+  Tensor z = x;
+  for (int i = 0; i < 100000; ++i) z = z * 1.0;
+  z.backward({}, /*retain_graph=*/true);
+  EXPECT_EQ(x.grad().item<double>(), 1.0);
+}
+
 TEST(Engine, SavedTensorsFreedAfterBackward) {
   Tensor x = randn({1000}, kFloat64).requires_grad_();
   int64_t before = cpu_memory_stats().bytes_in_use;

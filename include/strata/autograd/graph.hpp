@@ -70,7 +70,7 @@ class STRATA_API SavedTensor {
 class STRATA_API Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
-  virtual ~Node() = default;
+  virtual ~Node();  // iterative: see Note [Iterative graph teardown]
   virtual Grads apply(Grads&& grad_outputs) = 0;
   virtual std::string name() const = 0;
   /// Frees what the node saved; called after it runs unless the graph is retained.
