@@ -30,3 +30,10 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+
+# Python test peers (safetensors interop): installed only when missing; --break-system-packages
+# only where pip refuses to install into a system Python.
+if ! python3 -c 'import safetensors, numpy' 2>/dev/null; then
+  echo "setup: installing safetensors numpy (pip)"
+  python3 -m pip install -q safetensors numpy || python3 -m pip install -q --break-system-packages safetensors numpy
+fi

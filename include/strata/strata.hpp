@@ -49,6 +49,21 @@
 #include <strata/nn/pooling.hpp>
 #include <strata/nn/transformer.hpp>
 
+#include <strata/io/atomic_file.hpp>
+#include <strata/io/checkpoint.hpp>
+#include <strata/io/safetensors.hpp>
+
+#include <strata/data/dataloader.hpp>
+#include <strata/data/dataset.hpp>
+#include <strata/data/datasets.hpp>
+#include <strata/data/loader_state.hpp>
+#include <strata/data/sampler.hpp>
+#include <strata/data/token_shard.hpp>
+#include <strata/data/idx.hpp>
+#include <strata/data/image.hpp>
+#include <strata/data/image_folder.hpp>
+#include <strata/data/transforms.hpp>
+
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/adam8bit.hpp>

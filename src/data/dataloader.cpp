@@ -1,0 +1,244 @@
+// The batch-type-independent half of DataLoader: the epoch cursor, the sampler, and the
+// worker threads with their reorder buffer.
+//
+// Note [Reorder buffer]: workers take batch numbers in order from a shared counter, but
+// finish them in any order. Finished batches wait in a map keyed by batch number, and the
+// training loop takes batch k only when it is there, so batches arrive in sampler order
+// whatever the number of workers or their timing. A worker takes batch k only while
+// k < next_to_deliver + window, which bounds the memory held ahead of the loop. Every batch
+// taken produces an entry (a batch or the exception it raised), so the loop never waits for
+// a batch that will not come.
+#include <strata/data/dataloader.hpp>
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <strata/ops/join.hpp>
+
+namespace strata::data {
+
+Tensor default_collate(std::vector<Tensor>&& samples) { return stack(samples, 0); }
+
+Example default_collate(std::vector<Example>&& samples) {
+  std::vector<Tensor> inputs, targets;
+  inputs.reserve(samples.size());
+  targets.reserve(samples.size());
+  for (Example& s : samples) {
+    inputs.push_back(std::move(s.input));
+    targets.push_back(std::move(s.target));
+  }
+  return Example{stack(inputs, 0), stack(targets, 0)};
+}
+
+std::vector<Tensor> default_collate(std::vector<std::vector<Tensor>>&& samples) {
+  STRATA_CHECK(!samples.empty(), "[default_collate] empty batch");
+  size_t fields = samples.front().size();
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < fields; ++k) {
+    std::vector<Tensor> column;
+    column.reserve(samples.size());
+    for (size_t s = 0; s < samples.size(); ++s) {
+      STRATA_CHECK(samples[s].size() == fields, "[default_collate] sample {} has {} tensors, sample 0 has {}", s,
+                   samples[s].size(), fields);
+      column.push_back(std::move(samples[s][k]));
+    }
+    out.push_back(stack(column, 0));
+  }
+  return out;
+}
+
+Tensor pin_memory(const Tensor& batch) { return batch.pin_memory(); }
+Example pin_memory(const Example& batch) { return Example{batch.input.pin_memory(), batch.target.pin_memory()}; }
+std::vector<Tensor> pin_memory(const std::vector<Tensor>& batch) {
+  std::vector<Tensor> out;
+  out.reserve(batch.size());
+  for (const Tensor& t : batch) out.push_back(t.pin_memory());
+  return out;
+}
+
+namespace detail {
+
+void throw_sample_error(int64_t index, int64_t batch, const char* what) {
+  throw Error(fmt::format("[DataLoader] loading sample {} (batch {}) failed: {}", index, batch, what));
+}
+
+void throw_collate_error(int64_t batch, const char* what) {
+  throw Error(fmt::format("[DataLoader] collating batch {} failed: {}", batch, what));
+}
+
+// The worker threads of one pass and the batches they have finished.
+struct LoaderCore::Pipeline {
+  struct Result {
+    BatchPtr batch;
+    std::exception_ptr error;
+  };
+  std::mutex mutex;
+  std::condition_variable work_cv;   // workers wait for room in the window
+  std::condition_variable ready_cv;  // the loop waits for its next batch
+  bool stop = false;
+  int64_t next_job = 0, end_job = 0, next_deliver = 0, window = 1;
+  std::map<int64_t, Result> ready;
+  std::vector<std::thread> threads;
+};
+
+LoaderCore::LoaderCore(int64_t dataset_size, LoaderOptions options, FetchFn fetch)
+    : dataset_size_(dataset_size), options_(std::move(options)), fetch_(std::move(fetch)) {
+  STRATA_CHECK(options_.batch_size >= 1, "[DataLoader] batch_size must be at least 1, got {}", options_.batch_size);
+  STRATA_CHECK(options_.num_workers >= 0, "[DataLoader] negative num_workers {}", options_.num_workers);
+  STRATA_CHECK(options_.prefetch >= 1, "[DataLoader] prefetch must be at least 1, got {}", options_.prefetch);
+  STRATA_CHECK(dataset_size >= 0, "[DataLoader] the dataset reports a negative size {}", dataset_size);
+  if (options_.sampler) {
+    STRATA_CHECK(!options_.shuffle, "[DataLoader] shuffle and a custom sampler exclude each other; let the sampler shuffle");
+    sampler_ = options_.sampler;
+  } else {
+    make_default_sampler();
+  }
+  int64_t n = sampler_->size(), bs = options_.batch_size;
+  num_batches_ = options_.drop_last ? n / bs : (n + bs - 1) / bs;
+}
+
+LoaderCore::~LoaderCore() { stop_workers(); }
+
+void LoaderCore::make_default_sampler() {
+  if (options_.shuffle)
+    sampler_ = std::make_shared<RandomSampler>(dataset_size_, options_.seed);
+  else
+    sampler_ = std::make_shared<SequentialSampler>(dataset_size_);
+}
+
+std::vector<int64_t> LoaderCore::batch_indices(int64_t batch) const {
+  auto first = static_cast<size_t>(batch * options_.batch_size);
+  size_t last = std::min(order_.size(), first + static_cast<size_t>(options_.batch_size));
+  return std::vector<int64_t>(order_.begin() + static_cast<std::ptrdiff_t>(first),
+                              order_.begin() + static_cast<std::ptrdiff_t>(last));
+}
+
+void LoaderCore::stop_workers() {
+  if (!pipeline_) return;
+  {
+    std::lock_guard<std::mutex> lock(pipeline_->mutex);
+    pipeline_->stop = true;
+  }
+  pipeline_->work_cv.notify_all();
+  for (std::thread& t : pipeline_->threads) t.join();
+  pipeline_.reset();
+}
+
+void LoaderCore::start_pass() {
+  stop_workers();
+  if (!resume_pending_) {  // the previous pass was abandoned part-way: its epoch is over
+    ++epoch_;
+    delivered_ = 0;
+  }
+  resume_pending_ = false;
+  order_ = sampler_->indices(epoch_);
+  STRATA_CHECK(static_cast<int64_t>(order_.size()) == sampler_->size(),
+               "[DataLoader] the sampler returned {} indices for epoch {} but its size is {}", order_.size(), epoch_,
+               sampler_->size());
+  in_pass_ = true;
+  if (options_.num_workers == 0 || delivered_ >= num_batches_) return;
+  pipeline_ = std::make_unique<Pipeline>();
+  Pipeline& p = *pipeline_;
+  p.next_job = p.next_deliver = delivered_;
+  p.end_job = num_batches_;
+  p.window = options_.prefetch * options_.num_workers;
+  for (int64_t w = 0; w < options_.num_workers; ++w) {
+    p.threads.emplace_back([this, &p] {
+      std::unique_lock<std::mutex> lock(p.mutex);
+      for (;;) {
+        p.work_cv.wait(lock, [&] { return p.stop || p.next_job >= p.end_job || p.next_job < p.next_deliver + p.window; });
+        if (p.stop || p.next_job >= p.end_job) return;
+        int64_t b = p.next_job++;
+        lock.unlock();
+        Pipeline::Result r;
+        try {
+          r.batch = fetch_(batch_indices(b), b);
+        } catch (...) {
+          r.error = std::current_exception();
+        }
+        lock.lock();
+        p.ready.emplace(b, std::move(r));
+        p.ready_cv.notify_all();
+      }
+    });
+  }
+}
+
+BatchPtr LoaderCore::next() {
+  if (!in_pass_) return nullptr;
+  if (delivered_ >= num_batches_) {  // the pass is complete: point at the next epoch
+    stop_workers();
+    in_pass_ = false;
+    ++epoch_;
+    delivered_ = 0;
+    resume_pending_ = true;
+    return nullptr;
+  }
+  BatchPtr batch;
+  try {
+    if (!pipeline_) {
+      batch = fetch_(batch_indices(delivered_), delivered_);
+    } else {
+      Pipeline& p = *pipeline_;
+      Pipeline::Result r;
+      {
+        std::unique_lock<std::mutex> lock(p.mutex);
+        p.ready_cv.wait(lock, [&] { return p.ready.count(delivered_) != 0; });
+        auto it = p.ready.find(delivered_);
+        r = std::move(it->second);
+        p.ready.erase(it);
+        ++p.next_deliver;
+      }
+      p.work_cv.notify_all();
+      if (r.error) std::rethrow_exception(r.error);
+      batch = std::move(r.batch);
+    }
+  } catch (...) {
+    // The pass ends here; the failed batch is not counted as delivered.
+    stop_workers();
+    in_pass_ = false;
+    throw;
+  }
+  ++delivered_;
+  return batch;
+}
+
+void LoaderCore::set_epoch(int64_t epoch) {
+  STRATA_CHECK(epoch >= 0, "[DataLoader] negative epoch {}", epoch);
+  load_state(LoaderState{epoch, 0, options_.seed});
+}
+
+LoaderState LoaderCore::state() const {
+  // A fully delivered epoch is the start of the next one, so that a resumed run does not
+  // begin with an empty pass.
+  if (delivered_ >= num_batches_ && num_batches_ > 0) return LoaderState{epoch_ + 1, 0, options_.seed};
+  return LoaderState{epoch_, delivered_, options_.seed};
+}
+
+void LoaderCore::load_state(const LoaderState& state) {
+  STRATA_CHECK(state.epoch >= 0 && state.batches >= 0, "[DataLoader] invalid state: epoch {}, batches {}", state.epoch,
+               state.batches);
+  STRATA_CHECK(state.batches <= num_batches_, "[DataLoader] the state has {} batches delivered but an epoch has only {}",
+               state.batches, num_batches_);
+  if (state.seed != options_.seed) {
+    STRATA_CHECK(!options_.sampler, "[DataLoader] the state's seed {} differs from the seed {} of this loader's custom sampler",
+                 state.seed, options_.seed);
+    options_.seed = state.seed;
+    make_default_sampler();
+  }
+  stop_workers();
+  in_pass_ = false;
+  epoch_ = state.epoch;
+  delivered_ = state.batches;
+  if (delivered_ == num_batches_ && num_batches_ > 0) {
+    ++epoch_;
+    delivered_ = 0;
+  }
+  resume_pending_ = true;
+}
+
+}  // namespace detail
+}  // namespace strata::data

@@ -1,0 +1,73 @@
+// ImageFolder: scans root/<class>/**/<image> once at construction; get() reads, decodes and
+// transforms one file, so it runs in whichever data-loader worker asks for it.
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include <strata/data/image_folder.hpp>
+#include <strata/ops/creation.hpp>
+
+namespace strata::data {
+
+namespace fs = std::filesystem;
+
+bool ImageFolder::is_image_file(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+ImageFolder::ImageFolder(const std::string& root, Transform transform, uint64_t seed)
+    : root_(root), transform_(std::move(transform)), seed_(seed) {
+  std::error_code ec;
+  STRATA_CHECK(fs::is_directory(root, ec), "[ImageFolder] {} is not a directory", root);
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec))
+    if (entry.is_directory(ec)) classes_.push_back(entry.path().filename().string());
+  STRATA_CHECK(!ec, "[ImageFolder] cannot list {}: {}", root, ec.message());
+  STRATA_CHECK(!classes_.empty(), "[ImageFolder] {} has no class subfolders", root);
+  std::sort(classes_.begin(), classes_.end());
+  for (size_t c = 0; c < classes_.size(); ++c) {
+    class_to_idx_[classes_[c]] = static_cast<int64_t>(c);
+    std::vector<std::string> files;
+    const fs::path dir = fs::path(root) / classes_[c];
+    auto options = fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
+    for (fs::recursive_directory_iterator it(dir, options, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file(ec) && is_image_file(it->path().string())) files.push_back(it->path().string());
+    STRATA_CHECK(!ec, "[ImageFolder] cannot list {}: {}", dir.string(), ec.message());
+    STRATA_CHECK(!files.empty(), "[ImageFolder] class folder {} holds no .jpg, .jpeg or .png file", dir.string());
+    std::sort(files.begin(), files.end());
+    for (std::string& f : files) samples_.emplace_back(std::move(f), static_cast<int64_t>(c));
+  }
+}
+
+Example ImageFolder::get(int64_t index) const {
+  STRATA_CHECK(index >= 0 && index < size(), "[ImageFolder] index {} out of range for {} samples", index, size());
+  const auto& [path, label] = samples_[static_cast<size_t>(index)];
+  ImageOrTensor value = read_image(path);
+  if (transform_) {
+    Generator gen = sample_generator(seed_, index, epoch_);
+    value = transform_(std::move(value), gen);
+  }
+  Tensor input = std::holds_alternative<Tensor>(value) ? std::get<Tensor>(value) : image_to_tensor(std::get<Image>(value));
+  return {std::move(input), scalar_tensor(label, kInt64)};
+}
+
+// ---- SyntheticImageDataset ------------------------------------------------------------------
+
+SyntheticImageDataset::SyntheticImageDataset(int64_t n, int64_t channels, int64_t height, int64_t width,
+                                             int64_t classes, uint64_t seed)
+    : n_(n), channels_(channels), height_(height), width_(width), classes_(classes), seed_(seed) {
+  STRATA_CHECK(n >= 0 && channels > 0 && height > 0 && width > 0 && classes > 0,
+               "[SyntheticImageDataset] invalid n={} shape ({}, {}, {}) classes={}", n, channels, height, width,
+               classes);
+}
+
+Example SyntheticImageDataset::get(int64_t index) const {
+  STRATA_CHECK(index >= 0 && index < n_, "[SyntheticImageDataset] index {} out of range for {} samples", index, n_);
+  Generator gen = sample_generator(seed_, index);
+  Tensor image = randn({channels_, height_, width_}, kFloat32, &gen);
+  const auto label = std::min(static_cast<int64_t>(uniform(gen) * static_cast<double>(classes_)), classes_ - 1);
+  return {std::move(image), scalar_tensor(label, kInt64)};
+}
+
+}  // namespace strata::data

@@ -1,0 +1,122 @@
+// Restoring a checkpoint into live training objects, all or nothing: every mismatch is
+// collected and reported in one Error before anything is written, and the parts whose own
+// load_state_dict may still refuse (optimizer, scheduler, scaler) are rolled back from
+// snapshots if one of them does.
+#include <strata/io/checkpoint.hpp>
+
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <strata/core/error.hpp>
+
+namespace strata::io {
+namespace {
+
+// "key: old -> new" for every key whose value differs (or exists on one side only).
+void diff_config(const std::map<std::string, std::string>& saved, const std::map<std::string, std::string>& current,
+                 std::vector<std::string>& problems) {
+  std::vector<std::string> lines;
+  auto show = [](const std::map<std::string, std::string>& m, const std::string& k) {
+    auto it = m.find(k);
+    return it == m.end() ? std::string("(absent)") : fmt::format("'{}'", it->second);
+  };
+  std::map<std::string, bool> keys;
+  for (const auto& [k, v] : saved) keys[k] = true;
+  for (const auto& [k, v] : current) keys[k] = true;
+  for (const auto& [k, unused] : keys) {
+    auto a = saved.find(k), b = current.find(k);
+    if (a == saved.end() || b == current.end() || a->second != b->second)
+      lines.push_back(fmt::format("    {}: {} -> {}", k, show(saved, k), show(current, k)));
+  }
+  if (!lines.empty())
+    problems.push_back(fmt::format("the model configuration differs (checkpoint -> current):\n{}", fmt::join(lines, "\n")));
+}
+
+void check_model(const nn::StateDict& saved, const nn::Module& model, std::vector<std::string>& problems) {
+  nn::StateDict own = model.state_dict();
+  std::vector<std::string> missing, unexpected, mismatched;
+  for (const auto& [k, t] : own) {
+    auto it = saved.find(k);
+    if (it == saved.end()) missing.push_back(k);
+    else if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
+      mismatched.push_back(fmt::format("{} is {} {} in the checkpoint, {} {} in the model", k, it->second.dtype(),
+                                       it->second.shape(), t.dtype(), t.shape()));
+  }
+  for (const auto& [k, t] : saved)
+    if (!own.count(k)) unexpected.push_back(k);
+  if (!missing.empty()) problems.push_back(fmt::format("model keys missing from the checkpoint: {}", fmt::join(missing, ", ")));
+  if (!unexpected.empty())
+    problems.push_back(fmt::format("unexpected model keys in the checkpoint: {}", fmt::join(unexpected, ", ")));
+  for (const std::string& m : mismatched) problems.push_back(m);
+}
+
+void check_part(const char* what, bool saved, const std::string& saved_type, bool live,
+                const std::optional<std::string>& live_type, std::vector<std::string>& problems) {
+  if (saved && !live) problems.push_back(fmt::format("the checkpoint has {} state ({}) but none was given", what, saved_type));
+  if (!saved && live) problems.push_back(fmt::format("the checkpoint has no {} state", what));
+  if (saved && live && live_type && *live_type != saved_type)
+    problems.push_back(fmt::format("the {} is {} but the checkpoint's was {}", what, *live_type, saved_type));
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path, TrainingState& s) {
+  CheckpointFile ck = read_checkpoint(path);  // checksums verified, layout parsed
+
+  std::vector<std::string> problems;
+  diff_config(ck.config, s.config, problems);
+  if (s.model) check_model(ck.model, *s.model, problems);
+  else if (!ck.model.empty()) problems.push_back("the checkpoint has model weights but no model was given");
+  check_part("optimizer", ck.has_optimizer, ck.optimizer.type, s.optimizer != nullptr,
+             s.optimizer ? std::optional<std::string>(s.optimizer->name()) : std::nullopt, problems);
+  // a scheduler's or scaler's type is only known from its state dict
+  std::optional<optim::StateDict> sched_before, scaler_before;
+  if (s.scheduler) sched_before = s.scheduler.save();
+  if (s.scaler) scaler_before = s.scaler.save();
+  check_part("scheduler", ck.has_scheduler, ck.scheduler.type, sched_before.has_value(),
+             sched_before ? std::optional<std::string>(sched_before->type) : std::nullopt, problems);
+  check_part("grad scaler", ck.has_scaler, ck.scaler.type, scaler_before.has_value(),
+             scaler_before ? std::optional<std::string>(scaler_before->type) : std::nullopt, problems);
+  for (const auto& [name, g] : s.generators) {
+    if (name == "default") problems.push_back("the generator name 'default' is reserved for default_generator()");
+    else if (!g) problems.push_back(fmt::format("generator '{}' is null", name));
+    else if (!ck.generators.count(name)) problems.push_back(fmt::format("the checkpoint has no generator '{}'", name));
+  }
+  for (const auto& [name, st] : ck.generators)
+    if (name != "default" && !s.generators.count(name))
+      problems.push_back(fmt::format("the checkpoint has generator '{}' but none of that name was given", name));
+  if (!problems.empty())
+    throw Error(fmt::format("[checkpoint] cannot load {}:\n  {}", path, fmt::join(problems, "\n  ")));
+
+  // Apply. The model, fully checked above, goes last; the other parts can still refuse their
+  // state dict (a different param group layout, say), so each is restored from its snapshot.
+  std::optional<optim::StateDict> optim_before;
+  if (s.optimizer) optim_before = s.optimizer->state_dict();
+  int stage = 0;  // the part being loaded: 1 scheduler, 2 scaler, 3 optimizer, 4 model
+  try {
+    stage = 1;
+    if (s.scheduler) s.scheduler.load(ck.scheduler);
+    stage = 2;
+    if (s.scaler) s.scaler.load(ck.scaler);
+    stage = 3;
+    if (s.optimizer) s.optimizer->load_state_dict(ck.optimizer);
+    stage = 4;
+    if (s.model) s.model->load_state_dict(ck.model);
+  } catch (const std::exception& e) {
+    // the part that refused is restored too, in case it changed anything before refusing
+    if (stage >= 3 && s.optimizer) s.optimizer->load_state_dict(*optim_before);
+    if (stage >= 2 && s.scaler) s.scaler.load(*scaler_before);
+    if (stage >= 1 && s.scheduler) s.scheduler.load(*sched_before);
+    throw Error(fmt::format("[checkpoint] cannot load {} (nothing was changed): {}", path, e.what()));
+  }
+  for (const auto& [name, st] : ck.generators) {
+    Generator& g = name == "default" ? default_generator() : *s.generators.at(name);
+    g.set_state(st.first, st.second);
+  }
+  return ck.progress;
+}
+
+}  // namespace strata::io

@@ -1,0 +1,283 @@
+// Image decoding against independently encoded JPEG/PNG files (libpng's writer, TurboJPEG's
+// compressor), rejection of corrupt, truncated and oversized files, ImageFolder's scan and
+// samples, and SyntheticImageDataset.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include <zlib.h>
+
+#include "data/image_encode.h"
+#include "testing.h"
+
+namespace st = strata;
+namespace sd = strata::data;
+using namespace strata::testing;
+
+namespace {
+
+std::vector<uint8_t> random_bytes(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Expects `f` to raise strata::Error whose message contains every one of `parts`.
+template <class F>
+void expect_error(F&& f, std::vector<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error raised";
+  } catch (const st::Error& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+long max_rss_kb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+void put_be32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (24 - 8 * i));
+}
+
+}  // namespace
+
+TEST(ImageDecode, PngRgb8Exact) {
+  auto px = random_bytes(7 * 5 * 3, 1);
+  sd::Image img = sd::decode_png(encode_png({.width = 7, .height = 5}, px));
+  ASSERT_EQ(img.height, 5);
+  ASSERT_EQ(img.width, 7);
+  EXPECT_EQ(img.pixels, px);
+}
+
+TEST(ImageDecode, PngInterlacedExact) {
+  auto px = random_bytes(13 * 11 * 3, 2);
+  sd::Image img = sd::decode_png(encode_png({.width = 13, .height = 11, .interlaced = true}, px));
+  EXPECT_EQ(img.pixels, px);
+}
+
+TEST(ImageDecode, PngGrayAndAlphaConvertToRgb) {
+  auto g = random_bytes(6 * 4, 3);
+  sd::Image gray = sd::decode_png(encode_png({.width = 6, .height = 4, .color_type = PNG_COLOR_TYPE_GRAY}, g));
+  auto rgba = random_bytes(6 * 4 * 4, 4);
+  sd::Image noalpha = sd::decode_png(encode_png({.width = 6, .height = 4, .color_type = PNG_COLOR_TYPE_RGBA}, rgba));
+  // 4-bit grey: two pixels a byte, values v in 0..15 expand to v * 17
+  std::vector<uint8_t> g4 = random_bytes(3 * 4, 5);
+  sd::Image gray4 =
+      sd::decode_png(encode_png({.width = 6, .height = 4, .color_type = PNG_COLOR_TYPE_GRAY, .bit_depth = 4}, g4));
+  for (int i = 0; i < 24; ++i)
+    for (int c = 0; c < 3; ++c) {
+      ASSERT_EQ(gray.pixels[i * 3 + c], g[i]) << i;
+      ASSERT_EQ(noalpha.pixels[i * 3 + c], rgba[i * 4 + c]) << i;
+      int nibble = (i % 2 == 0) ? g4[i / 2] >> 4 : g4[i / 2] & 15;
+      ASSERT_EQ(gray4.pixels[i * 3 + c], nibble * 17) << i;
+    }
+}
+
+TEST(ImageDecode, PngPaletteWithTransparency) {
+  PngSpec spec{.width = 5, .height = 3, .color_type = PNG_COLOR_TYPE_PALETTE};
+  for (int k = 0; k < 4; ++k)
+    spec.palette.push_back(png_color{uint8_t(10 + k), uint8_t(100 + k * 30), uint8_t(250 - k * 50)});
+  spec.trns = {0, 128, 255, 7};
+  std::vector<uint8_t> idx(15);
+  for (int i = 0; i < 15; ++i) idx[i] = static_cast<uint8_t>((i * 7) % 4);
+  sd::Image img = sd::decode_png(encode_png(spec, idx));
+  for (int i = 0; i < 15; ++i) {
+    const png_color& p = spec.palette[idx[i]];
+    EXPECT_EQ(img.pixels[i * 3 + 0], p.red);
+    EXPECT_EQ(img.pixels[i * 3 + 1], p.green);
+    EXPECT_EQ(img.pixels[i * 3 + 2], p.blue);
+  }
+}
+
+TEST(ImageDecode, Png16BitScalesWithRounding) {
+  // RGB 16-bit and grey+alpha 16-bit; the reference is round(v * 255 / 65535)
+  const int w = 9, h = 4;
+  std::vector<uint8_t> rgb16 = random_bytes(w * h * 3 * 2, 6), ga16 = random_bytes(w * h * 2 * 2, 7);
+  sd::Image rgb = sd::decode_png(encode_png({.width = w, .height = h, .bit_depth = 16}, rgb16));
+  sd::Image ga = sd::decode_png(
+      encode_png({.width = w, .height = h, .color_type = PNG_COLOR_TYPE_GRAY_ALPHA, .bit_depth = 16}, ga16));
+  auto scale = [](const std::vector<uint8_t>& b, size_t i) {
+    return static_cast<int>(std::lround((b[2 * i] * 256 + b[2 * i + 1]) * 255.0 / 65535.0));
+  };
+  for (int i = 0; i < w * h; ++i)
+    for (int c = 0; c < 3; ++c) {
+      ASSERT_EQ(rgb.pixels[i * 3 + c], scale(rgb16, i * 3 + c)) << i;
+      ASSERT_EQ(ga.pixels[i * 3 + c], scale(ga16, i * 2)) << i;
+    }
+}
+
+TEST(ImageDecode, JpegFlatQuality100AndSmoothImage) {
+  std::vector<uint8_t> flat(16 * 24 * 3);
+  for (size_t i = 0; i < flat.size(); i += 3) flat[i] = 200, flat[i + 1] = 40, flat[i + 2] = 90;
+  sd::Image f = sd::decode_jpeg(encode_jpeg(flat, 24, 16, 100));
+  ASSERT_EQ(f.height, 16);
+  ASSERT_EQ(f.width, 24);
+  for (size_t i = 0; i < flat.size(); ++i) ASSERT_NEAR(f.pixels[i], flat[i], 1) << i;
+  // a smooth gradient at quality 95: every pixel within a few levels
+  const int W = 40, H = 30;
+  std::vector<uint8_t> grad(W * H * 3);
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) {
+      uint8_t* p = &grad[(y * W + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 6), p[1] = static_cast<uint8_t>(y * 8), p[2] = static_cast<uint8_t>(128);
+    }
+  sd::Image g = sd::decode_image(encode_jpeg(grad, W, H, 95));
+  double err = 0;
+  for (size_t i = 0; i < grad.size(); ++i) {
+    ASSERT_NEAR(g.pixels[i], grad[i], 8) << i;
+    err += std::abs(g.pixels[i] - grad[i]);
+  }
+  EXPECT_LT(err / grad.size(), 1.5);
+}
+
+TEST(ImageDecode, JpegCmykInvertedAsAdobeWritesIt) {
+  // stored (inverted) CMYK: with K' = 255 (no black ink) RGB equals C'M'Y'; K' = 128 halves it
+  for (uint8_t k : {uint8_t{255}, uint8_t{128}}) {
+    std::vector<uint8_t> cmyk(16 * 16 * 4);
+    for (size_t i = 0; i < cmyk.size(); i += 4) cmyk[i] = 200, cmyk[i + 1] = 100, cmyk[i + 2] = 50, cmyk[i + 3] = k;
+    tjhandle h = tjInitCompress();
+    unsigned char* buf = nullptr;
+    unsigned long size = 0;
+    ASSERT_EQ(tjCompress2(h, cmyk.data(), 16, 0, 16, TJPF_CMYK, &buf, &size, TJSAMP_444, 100, 0), 0);
+    std::vector<uint8_t> jpg(buf, buf + size);
+    tjFree(buf);
+    tjDestroy(h);
+    sd::Image img = sd::decode_jpeg(jpg);
+    for (int i = 0; i < 256; ++i)
+      for (int c = 0; c < 3; ++c) ASSERT_NEAR(img.pixels[i * 3 + c], cmyk[c] * k / 255.0, 2) << i;
+  }
+}
+
+TEST(ImageDecode, TruncatedAndCorruptFilesNameTheFile) {
+  TempDir dir;
+  auto png = encode_png({.width = 32, .height = 32}, random_bytes(32 * 32 * 3, 8));
+  auto jpg = encode_jpeg(random_bytes(32 * 32 * 3, 9), 32, 32, 90);
+  write_bytes(dir / "half.png", std::vector<uint8_t>(png.begin(), png.begin() + png.size() / 2));
+  write_bytes(dir / "half.jpg", std::vector<uint8_t>(jpg.begin(), jpg.begin() + jpg.size() / 2));
+  auto bad_png = png;
+  bad_png[png.size() / 2] ^= 0x5A;  // inside IDAT: its CRC no longer matches
+  write_bytes(dir / "flipped.png", bad_png);
+  write_bytes(dir / "text.png", {'h', 'e', 'l', 'l', 'o'});
+  write_bytes(dir / "empty.jpg", {});
+  for (const char* name : {"half.png", "half.jpg", "flipped.png", "text.png", "empty.jpg"})
+    expect_error([&] { sd::read_image(dir / name); }, {dir / name});
+  expect_error([&] { sd::read_image(dir / "missing.png"); }, {"cannot open", dir / "missing.png"});
+}
+
+TEST(ImageDecode, HugeDeclaredSizeRejectedBeforeAllocating) {
+  TempDir dir;
+  // PNG: IHDR width/height at bytes 16..23, its CRC (over type + data) at 29..32
+  auto png = encode_png({.width = 4, .height = 4}, random_bytes(48, 10));
+  put_be32(png, 16, 100000);
+  put_be32(png, 20, 100000);
+  put_be32(png, 29, static_cast<uint32_t>(crc32(0, png.data() + 12, 17)));
+  write_bytes(dir / "huge.png", png);
+  // JPEG: the SOF0 segment FF C0 len(2) precision(1) height(2) width(2); 60000 fits 16 bits
+  auto jpg = encode_jpeg(random_bytes(48, 11), 4, 4, 90);
+  size_t sof = 0;
+  for (size_t i = 2; i + 1 < jpg.size(); ++i)
+    if (jpg[i] == 0xFF && jpg[i + 1] == 0xC0) { sof = i; break; }
+  ASSERT_GT(sof, 0u);
+  jpg[sof + 5] = jpg[sof + 7] = 0xEA, jpg[sof + 6] = jpg[sof + 8] = 0x60;
+  write_bytes(dir / "huge.jpg", jpg);
+  const long rss_before = max_rss_kb();
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { sd::read_image(dir / "huge.png"); }, {dir / "huge.png", "100000x100000", "exceeds the limit"});
+  expect_error([&] { sd::read_image(dir / "huge.jpg"); }, {dir / "huge.jpg", "60000x60000", "exceeds the limit"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_LT(max_rss_kb() - rss_before, 64 * 1024);  // tens of GiB were declared
+}
+
+TEST(ImageFolder, ClassesSamplesAndDecoding) {
+  TempDir dir;
+  auto px = [](int seed) { return random_bytes(6 * 4 * 3, seed); };
+  write_bytes(dir / "cat/b.png", encode_png({.width = 6, .height = 4}, px(1)));
+  write_bytes(dir / "cat/a.JPG", encode_jpeg(px(2), 6, 4, 90));
+  write_bytes(dir / "cat/notes.txt", {'x'});
+  write_bytes(dir / "dog/sub/c.jpeg", encode_jpeg(px(3), 6, 4, 90));
+  write_bytes(dir / "ant/x.Png", encode_png({.width = 6, .height = 4}, px(4)));
+  sd::ImageFolder ds(dir.path.string());
+  EXPECT_EQ(ds.classes(), (std::vector<std::string>{"ant", "cat", "dog"}));
+  EXPECT_EQ(ds.class_to_idx().at("dog"), 2);
+  ASSERT_EQ(ds.size(), 4);
+  std::vector<std::pair<std::string, int64_t>> want = {
+      {dir / "ant/x.Png", 0}, {dir / "cat/a.JPG", 1}, {dir / "cat/b.png", 1}, {dir / "dog/sub/c.jpeg", 2}};
+  EXPECT_EQ(ds.samples(), want);
+  sd::Example e = ds.get(2);
+  ASSERT_EQ(e.input.shape(), (st::Shape{4, 6, 3}));
+  ASSERT_EQ(e.input.dtype(), st::kUInt8);
+  auto b = px(1);
+  EXPECT_EQ(std::vector<uint8_t>(e.input.data_ptr<uint8_t>(), e.input.data_ptr<uint8_t>() + 72), b);
+  EXPECT_EQ(e.target.dtype(), st::kInt64);
+  EXPECT_EQ(e.target.dim(), 0);
+  EXPECT_EQ(e.target.item<int64_t>(), 1);
+  EXPECT_THROW(ds.get(4), st::Error);
+  EXPECT_THROW(ds.get(-1), st::Error);
+}
+
+TEST(ImageFolder, AugmentationIsPerIndexNotPerThread) {
+  TempDir dir;
+  for (int i = 0; i < 6; ++i)
+    write_bytes(dir / fmt::format("c{}/{}.png", i % 2, i), encode_png({.width = 20, .height = 16}, random_bytes(960, i)));
+  sd::Compose tf({sd::RandomResizedCrop(8), sd::RandomHorizontalFlip(), sd::ToTensor()});
+  sd::ImageFolder ds(dir.path.string(), tf, 42);
+  std::vector<std::vector<double>> serial;
+  for (int64_t i = 0; i < ds.size(); ++i) serial.push_back(values(ds.get(i).input));
+  ASSERT_EQ(ds.get(0).input.shape(), (st::Shape{3, 8, 8}));
+  // two threads, reversed order, same results
+  std::vector<std::vector<double>> threaded(ds.size());
+  auto work = [&](int parity) {
+    for (int64_t i = ds.size() - 1; i >= 0; --i)
+      if (i % 2 == parity) threaded[i] = values(ds.get(i).input);
+  };
+  std::thread t0(work, 0), t1(work, 1);
+  t0.join(), t1.join();
+  EXPECT_EQ(serial, threaded);
+  EXPECT_NE(serial[0], serial[2]);  // different indices draw different crops
+  ds.set_epoch(1);
+  EXPECT_NE(values(ds.get(0).input), serial[0]);
+  sd::ImageFolder other_seed(dir.path.string(), tf, 43);
+  EXPECT_NE(values(other_seed.get(0).input), serial[0]);
+}
+
+TEST(ImageFolder, BadRootsRaise) {
+  TempDir dir;
+  expect_error([&] { sd::ImageFolder(dir / "nope"); }, {"not a directory"});
+  expect_error([&] { sd::ImageFolder(dir.path.string()); }, {"no class subfolders"});
+  write_bytes(dir / "a/1.png", encode_png({.width = 2, .height = 2}, random_bytes(12, 1)));
+  write_bytes(dir / "b/readme.txt", {'x'});
+  expect_error([&] { sd::ImageFolder(dir.path.string()); }, {"holds no", "b"});
+}
+
+TEST(SyntheticImageDataset, DeterministicShapesAndLabels) {
+  sd::SyntheticImageDataset ds(100, 3, 32, 24, 10, 7);
+  EXPECT_EQ(ds.size(), 100);
+  sd::Example a = ds.get(5), b = ds.get(5), c = ds.get(6);
+  EXPECT_EQ(a.input.shape(), (st::Shape{3, 32, 24}));
+  EXPECT_EQ(a.input.dtype(), st::kFloat32);
+  EXPECT_EQ(values(a.input), values(b.input));
+  EXPECT_EQ(a.target.item<int64_t>(), b.target.item<int64_t>());
+  EXPECT_NE(values(a.input), values(c.input));
+  std::vector<int> seen(10);
+  for (int64_t i = 0; i < 100; ++i) {
+    int64_t y = ds.get(i).target.item<int64_t>();
+    ASSERT_TRUE(y >= 0 && y < 10);
+    seen[y]++;
+  }
+  for (int k = 0; k < 10; ++k) EXPECT_GT(seen[k], 0) << k;
+  auto v = values(a.input);
+  double mean = 0, sq = 0;
+  for (double x : v) mean += x, sq += x * x;
+  mean /= v.size();
+  EXPECT_NEAR(mean, 0, 0.1);
+  EXPECT_NEAR(std::sqrt(sq / v.size() - mean * mean), 1, 0.1);
+  EXPECT_THROW(ds.get(100), st::Error);
+  EXPECT_THROW(sd::SyntheticImageDataset(10, 0, 4, 4, 10), st::Error);
+}

@@ -1,0 +1,34 @@
+# strata-inspect on a good file (written by strata) and a bad one: exit codes and output.
+#   cmake -DINSPECT=... -DHELPER=... -DWORK_DIR=... -P inspect_check.cmake
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+execute_process(COMMAND ${HELPER} write ${WORK_DIR} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "helper write failed: ${rc}")
+endif()
+
+execute_process(COMMAND ${INSPECT} ${WORK_DIR}/strata_all.safetensors
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT err STREQUAL "")
+  message(FATAL_ERROR "strata-inspect on a good file: exit ${rc}, stderr: ${err}")
+endif()
+foreach(want "written_by: strata" "float16.T +F16 +\\[4, 3\\] +24 +[0-9a-f]+" "scalar +F64 +\\[\\] +8 "
+             "empty +I32 +\\[0, 3\\] +0 +ef46db3751d8e999")
+  if(NOT out MATCHES "${want}")
+    message(FATAL_ERROR "strata-inspect output lacks '${want}':\n${out}")
+  endif()
+endforeach()
+
+file(WRITE ${WORK_DIR}/bad.safetensors "this is not a safetensors file")
+execute_process(COMMAND ${INSPECT} ${WORK_DIR}/bad.safetensors ${WORK_DIR}/missing.safetensors
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1)
+  message(FATAL_ERROR "strata-inspect on bad files: exit ${rc}, expected 1")
+endif()
+foreach(want "strata-inspect: ${WORK_DIR}/bad.safetensors: \\[safetensors\\] header length [0-9]+ exceeds"
+             "strata-inspect: ${WORK_DIR}/missing.safetensors: cannot open")
+  if(NOT err MATCHES "${want}")
+    message(FATAL_ERROR "strata-inspect stderr lacks '${want}':\n${err}")
+  endif()
+endforeach()
+message(STATUS "strata-inspect checks passed")

@@ -1,0 +1,140 @@
+// strata-tokenize: turns text files into token shards (docs/data.md) with a byte-level
+// vocabulary, each byte one token (0..255):
+//
+//   strata-tokenize --out train.bin [--val val.bin --val-fraction 0.05] [--dtype u8|u16] [--eot] FILES...
+//
+// With --val, the last val-fraction of each file's bytes goes to the validation shard, so
+// both shards see every file. --eot (u16 only) appends token 256 after each file's part,
+// marking document ends. Errors print "strata-tokenize: ..." and exit with status 1; both
+// outputs are written atomically, so a failed run leaves no partial shard.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/data/token_shard.hpp>
+
+namespace {
+
+namespace sd = strata::data;
+
+constexpr uint32_t kEndOfText = 256;
+
+struct Args {
+  std::string out, val;
+  double val_fraction = 0.05;
+  bool fraction_given = false;
+  sd::TokenDType dtype = sd::TokenDType::kU8;
+  bool eot = false;
+  std::vector<std::string> files;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "strata-tokenize: %s\n"
+               "usage: strata-tokenize --out TRAIN.bin [--val VAL.bin [--val-fraction F]] [--dtype u8|u16] [--eot] "
+               "FILES...\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--out") {
+      a.out = value();
+    } else if (arg == "--val") {
+      a.val = value();
+    } else if (arg == "--val-fraction") {
+      std::string v = value();
+      char* end = nullptr;
+      a.val_fraction = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(a.val_fraction > 0 && a.val_fraction < 1))
+        usage("--val-fraction must be a number in (0, 1), got " + v);
+      a.fraction_given = true;
+    } else if (arg == "--dtype") {
+      std::string v = value();
+      if (v == "u8") a.dtype = sd::TokenDType::kU8;
+      else if (v == "u16") a.dtype = sd::TokenDType::kU16;
+      else usage("--dtype must be u8 or u16, got " + v);
+    } else if (arg == "--eot") {
+      a.eot = true;
+    } else if (arg == "-h" || arg == "--help") {
+      usage("byte-level tokenizer");
+    } else if (arg.size() > 1 && arg[0] == '-' && arg != "-") {
+      usage("unknown option " + arg);
+    } else {
+      a.files.push_back(arg);
+    }
+  }
+  if (a.out.empty()) usage("--out is required");
+  if (a.files.empty()) usage("no input files");
+  if (a.fraction_given && a.val.empty()) usage("--val-fraction needs --val");
+  if (a.eot && a.dtype != sd::TokenDType::kU16) usage("--eot needs --dtype u16 (token 256 does not fit in u8)");
+  return a;
+}
+
+// Appends bytes [from, to) of `in` to `shard` as tokens, in chunks.
+void copy_bytes(std::ifstream& in, const std::string& path, int64_t count, sd::TokenShardWriter& shard) {
+  std::vector<char> bytes(1 << 20);
+  std::vector<uint32_t> tokens;
+  while (count > 0) {
+    auto n = static_cast<std::streamsize>(std::min<int64_t>(count, static_cast<int64_t>(bytes.size())));
+    in.read(bytes.data(), n);
+    if (in.gcount() != n) throw std::runtime_error(fmt::format("{}: read failed", path));
+    tokens.assign(reinterpret_cast<unsigned char*>(bytes.data()), reinterpret_cast<unsigned char*>(bytes.data()) + n);
+    shard.append(tokens);
+    count -= n;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parse(argc, argv);
+  try {
+    sd::TokenShardWriter train(args.out, args.dtype);
+    std::optional<sd::TokenShardWriter> val;
+    if (!args.val.empty()) val.emplace(args.val, args.dtype);
+    for (const std::string& path : args.files) {
+      std::ifstream in(path, std::ios::binary | std::ios::ate);
+      if (!in) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+      auto size = static_cast<int64_t>(in.tellg());
+      in.seekg(0);
+      int64_t val_bytes = val ? static_cast<int64_t>(std::llround(static_cast<double>(size) * args.val_fraction)) : 0;
+      copy_bytes(in, path, size - val_bytes, train);
+      if (args.eot) train.append(kEndOfText);
+      if (val) {
+        copy_bytes(in, path, val_bytes, *val);
+        if (args.eot) val->append(kEndOfText);
+      }
+    }
+    int64_t train_count = train.count();
+    train.close();
+    std::printf("%s: %lld tokens\n", args.out.c_str(), static_cast<long long>(train_count));
+    if (val) {
+      int64_t val_count = val->count();
+      val->close();
+      std::printf("%s: %lld tokens\n", args.val.c_str(), static_cast<long long>(val_count));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-tokenize: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
