@@ -11,6 +11,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libeigen3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libcli11-dev libturbojpeg0-dev libpng-dev zlib1g-dev libxxhash-dev
   fortunes dataset-fashion-mnist python3 python3-pip
+  clang libclang-rt-14-dev  # libFuzzer, for scripts/fuzz.sh
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(libtorch-dev libopenblas0-openmp)
