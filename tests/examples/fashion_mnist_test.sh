@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# End-to-end check of the Fashion-MNIST example on a slice of the real data: two short epochs
+# on 3072 training images must lower the training loss clearly and score well above chance
+# (10%) on 1000 test images; the metrics CSV and the weights file must be written; a missing
+# data folder must fail with a message pointing at scripts/setup.sh.
+# usage: fashion_mnist_test.sh FASHION_MNIST WORK_DIR
+set -euo pipefail
+example=$1 work=$2
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+data=${STRATA_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+  [[ -f $data/$f ]] || fail "Fashion-MNIST is not installed ($data/$f is missing): run scripts/setup.sh"
+done
+
+"$example" --limit-train 3072 --limit-test 1000 --epochs 2 --batch 64 --log-every 4 --threads 1 | tee out.txt
+[[ $(tail -n +2 fashion_mnist_metrics.csv | wc -l) == 2 ]] || fail "expected 2 rows in the metrics CSV"
+# the mean loss of the first 4 steps against the mean training loss of the last epoch
+first=$(grep -m1 -E '^epoch 1 +step' out.txt | sed -E 's/.*loss ([0-9.]+).*/\1/')
+last=$(tail -n 1 fashion_mnist_metrics.csv | cut -d, -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(a - b > 0.5) }' || fail "the loss did not fall clearly ($first -> $last)"
+acc=$(sed -nE 's/^final test accuracy ([0-9.]+)%.*/\1/p' out.txt)
+[[ -n $acc ]] || fail "no final accuracy line"
+awk -v a="$acc" 'BEGIN { exit !(a > 60) }' || fail "test accuracy $acc% is not clearly above chance"
+grep -aq '"head.weight"' fashion_mnist.safetensors || fail "the weights file lacks the model's tensor names"
+
+set +e
+"$example" --data-dir "$work/no-such-dir" --epochs 1 2>err.txt
+rc=$?
+set -e
+[[ $rc == 1 ]] || fail "a missing data folder exited with $rc, not 1"
+grep -q 'scripts/setup.sh' err.txt || fail "the missing-data error does not point at scripts/setup.sh"
+echo "PASS: loss $first -> $last, test accuracy $acc%"
