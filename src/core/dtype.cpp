@@ -41,7 +41,9 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     st[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    // Only a shape with a zero dim (no elements, so no stride is ever used) can overflow
+    // here: saturate instead of wrapping, since signed overflow is undefined.
+    if (__builtin_mul_overflow(s, std::max<int64_t>(shape[i], 1), &s)) s = std::numeric_limits<int64_t>::max();
   }
   return st;
 }

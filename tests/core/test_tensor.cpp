@@ -53,6 +53,17 @@ TEST(Tensor, ZeroSize) {
   EXPECT_THROW(z.reshape({-1}).view({0, -1}), Error);  // -1 cannot be inferred for 0 elements
 }
 
+TEST(Tensor, ZeroSizeWithHugeDims) {
+  // no elements, so the other dims may be as large as int64 allows; strides must not wrap
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  Tensor z = empty({0, kMax, kMax}, kFloat32);
+  EXPECT_EQ(z.numel(), 0);
+  EXPECT_EQ(z.stride(2), 1);
+  EXPECT_EQ(z.stride(1), kMax);
+  EXPECT_EQ(z.stride(0), kMax);  // saturated, not wrapped
+  EXPECT_THROW(empty({2, kMax}, kFloat32), Error);  // elements that int64 cannot count
+}
+
 TEST(Tensor, ViewsShareStorage) {
   Tensor a = arange(12, kFloat32);
   Tensor m = a.view({3, 4});
