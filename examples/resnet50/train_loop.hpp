@@ -1,0 +1,156 @@
+// The example's options, data, optimizer and training loop: ImageNet-style augmentation of an
+// ImageFolder (or synthetic images of the same shape), SGD with momentum or LAMB under a linear
+// warmup and cosine decay, label smoothing, and a metrics CSV with one row per step.
+//
+// Throughput: the first `timing_warmup` steps are left out of the final images/s, as they
+// include one-off costs (allocator growth, worker start-up, first-touch of the weights).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+#include "model.hpp"
+
+namespace resnet {
+
+namespace F = strata::nn::functional;
+
+struct Options {
+  std::string data;  // ImageFolder root; empty: synthetic images
+  int64_t synthetic_size = 256;
+  int64_t image_size = 224;
+  int64_t classes = 1000;  // synthetic data only; an ImageFolder has one class per folder
+  int64_t batch = 8;
+  int64_t steps = 50;
+  int64_t warmup = 5;  // linear warmup steps of the schedule
+  std::string optimizer = "sgd";
+  double lr = 0;  // 0: 0.1 * batch / 256 for SGD (Goyal et al.'s linear scaling), 5e-3 for LAMB
+  double min_lr = 0;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 1e-4;  // conv and linear weights only
+  double label_smoothing = 0.1;
+  bool zero_init_residual = false;
+  bool channels_last = false;
+  bool cudnn_benchmark = false;
+  bool amp = false;
+  int64_t workers = 2;
+  int threads = 0;
+  uint64_t seed = 1;
+  std::string device = "auto";
+  int64_t log_every = 10;
+  int64_t timing_warmup = 2;
+  std::string metrics = "resnet50_metrics.csv";
+  bool print_params_only = false;
+};
+
+// Training data: an ImageFolder with RandomResizedCrop, horizontal flips and ImageNet
+// normalization, or (no --data) standard-normal synthetic images, which are already in the
+// range of normalized ones. Both produce their samples in the DataLoader's workers.
+struct TrainData {
+  std::shared_ptr<st::data::ImageFolder> folder;  // null for synthetic data
+  std::shared_ptr<st::data::Dataset<st::data::Example>> dataset;
+  int64_t classes = 0;
+};
+
+inline TrainData make_data(const Options& o) {
+  TrainData d;
+  if (o.data.empty()) {
+    d.dataset = std::make_shared<st::data::SyntheticImageDataset>(o.synthetic_size, 3, o.image_size, o.image_size,
+                                                                  o.classes, o.seed);
+    d.classes = o.classes;
+    return d;
+  }
+  using namespace st::data;
+  Compose pipeline({RandomResizedCrop(o.image_size), RandomHorizontalFlip(), ToTensor(),
+                    Normalize(kImageNetMean, kImageNetStd)});
+  d.folder = std::make_shared<ImageFolder>(o.data, pipeline, o.seed);
+  d.dataset = d.folder;
+  d.classes = static_cast<int64_t>(d.folder->classes().size());
+  return d;
+}
+
+// SGD (optionally Nesterov) or LAMB; weight decay on conv and linear weights only, not on
+// BatchNorm parameters or biases, as is usual for ResNets.
+inline std::unique_ptr<st::optim::Optimizer> make_optimizer(ResNet50& model, const Options& o) {
+  std::vector<st::Tensor> weights, others;
+  for (const st::Tensor& p : model.parameters()) (p.dim() >= 2 ? weights : others).push_back(p);
+  if (o.optimizer == "lamb") {
+    st::optim::LAMBOptions decay{.lr = o.lr, .weight_decay = o.weight_decay}, no_decay = decay;
+    no_decay.weight_decay = 0;
+    using Groups = std::vector<st::optim::LAMB::Group>;
+    return std::make_unique<st::optim::LAMB>(Groups{{weights, decay}, {others, no_decay}}, decay);
+  }
+  st::optim::SGDOptions decay{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay,
+                              .nesterov = o.nesterov};
+  st::optim::SGDOptions no_decay = decay;
+  no_decay.weight_decay = 0;
+  using Groups = std::vector<st::optim::SGD::Group>;
+  return std::make_unique<st::optim::SGD>(Groups{{weights, decay}, {others, no_decay}}, decay);
+}
+
+// Runs o.steps steps, cycling over the loader's epochs; returns the mean images/s over the
+// steps after the first timing_warmup (over all steps when there are no more).
+inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt, st::optim::LRScheduler& schedule,
+                    TrainData& data, st::data::DataLoader<st::data::Example>& loader, st::Device device) {
+  std::ofstream csv(o.metrics);
+  STRATA_CHECK(csv.good(), "[resnet50] cannot write the metrics file {}", o.metrics);
+  csv << "step,loss,lr,images_per_s,elapsed_s\n";
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  double running = 0, timed_s = 0, all_s = 0;
+  int64_t running_n = 0, step = 0, timed_images = 0, all_images = 0;
+  auto last = Clock::now();
+  while (step < o.steps) {
+    if (data.folder) data.folder->set_epoch(static_cast<uint64_t>(loader.epoch()));  // before the pass starts
+    for (auto& batch : loader) {
+      st::Tensor x = batch.input.to(device);
+      if (o.channels_last) x = x.to(st::MemoryFormat::ChannelsLast);
+      const double lr = schedule.get_last_lr()[0];
+      st::Tensor logits = model(x);
+      st::Tensor loss = F::cross_entropy(logits, batch.target.to(device), {.label_smoothing = o.label_smoothing});
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      schedule.step();
+      const double l = loss.item<double>();  // waits for the step to finish
+      const auto now = Clock::now();
+      const double step_s = std::chrono::duration<double>(now - last).count();
+      last = now;
+      const int64_t n = batch.target.size(0);
+      ++step;
+      all_s += step_s;
+      all_images += n;
+      if (step > o.timing_warmup) {
+        timed_s += step_s;
+        timed_images += n;
+      }
+      running += l;
+      ++running_n;
+      const double ips = static_cast<double>(n) / std::max(step_s, 1e-9);
+      const double elapsed = std::chrono::duration<double>(now - t0).count();
+      csv << step << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.2f}", ips)
+          << ',' << fmt::format("{:.2f}", elapsed) << '\n';
+      if (step % o.log_every == 0 || step == o.steps) {
+        std::printf("step %5lld/%lld  loss %.4f  lr %.2e  %7.2f img/s  elapsed %6.1fs\n", (long long)step,
+                    (long long)o.steps, running / static_cast<double>(running_n), lr, ips, elapsed);
+        std::fflush(stdout);
+        csv.flush();
+        running = 0;
+        running_n = 0;
+      }
+      if (step == o.steps) break;  // mid-pass: the loader's workers are stopped with it
+    }
+  }
+  if (timed_images == 0) return static_cast<double>(all_images) / std::max(all_s, 1e-9);
+  return static_cast<double>(timed_images) / std::max(timed_s, 1e-9);
+}
+
+}  // namespace resnet
