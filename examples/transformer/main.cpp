@@ -49,6 +49,21 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
 }
 
+
+// --device auto: the GPU when there is one and this build of strata has kernels for it; a
+// build whose CUDA backend lacks an op's kernel says so and trains on the CPU instead.
+bool gpu_can_train() {
+  if (!st::cuda::is_available()) return false;
+  try {
+    st::Tensor probe = st::ones({4, 4}, st::TensorOptions().device(st::Device::cuda()));
+    (st::matmul(probe, probe).sum() + 1).item<float>();
+    return true;
+  } catch (const st::Error& e) {
+    std::printf("a GPU is present but cannot train here (%s): training on the CPU\n", e.what());
+    return false;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,8 +74,7 @@ int main(int argc, char** argv) {
 
   try {
     if (o.threads > 0) st::set_num_threads(o.threads);
-    st::Device device = o.device == "cuda" || (o.device == "auto" && st::cuda::is_available()) ? st::Device::cuda()
-                                                                                                : st::kCPU;
+    st::Device device = o.device == "cuda" || (o.device == "auto" && gpu_can_train()) ? st::Device::cuda() : st::kCPU;
     st::manual_seed(o.seed);
     for (const auto& path : {o.train_data, o.val_data})
       STRATA_CHECK(std::filesystem::exists(path), "[transformer] no token shard at {} (write one with strata-tokenize)",
