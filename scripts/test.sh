@@ -13,6 +13,9 @@ build=${STRATA_BUILD_DIR:-build}
 jobs=$(nproc)
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}  # cache hits across clones in other folders
+# the sanitizer build has debug info, whose folder ccache would otherwise hash: clones elsewhere
+# would miss the cache
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 
 # benchmarks build with scripts/bench.sh; the test command leaves them out to save CI time
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_TESTS=ON -DSTRATA_BUILD_BENCHMARKS=OFF
