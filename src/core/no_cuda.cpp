@@ -1,16 +1,57 @@
-// The device backend of a build without CUDA: only the CPU exists, and naming a GPU raises
-// an Error that says which build option turns it on.
+// The device backend of a build without CUDA: only the CPU exists. Queries answer "none"
+// (device_count() is 0, empty_cache() has nothing to do); everything that would need a GPU
+// raises an Error that says which build option turns it on.
 #include <cstring>
 
+#include <strata/core/cuda.hpp>
 #include <strata/core/error.hpp>
 
 #include "core/backend.h"
 
 namespace strata {
 
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  detail::throw_error("[{}] strata was built without CUDA (reconfigure with -DSTRATA_WITH_CUDA=ON)", op);
+}
+}  // namespace
+
 namespace cuda {
 bool is_available() { return false; }
 int device_count() { return 0; }
+
+DeviceProperties get_device_properties(int) { no_cuda("get_device_properties"); }
+int current_device() { no_cuda("current_device"); }
+void set_device(int) { no_cuda("set_device"); }
+void synchronize(int) { no_cuda("synchronize"); }
+DeviceGuard::DeviceGuard(int) { no_cuda("DeviceGuard"); }
+DeviceGuard::~DeviceGuard() = default;
+
+Stream Stream::default_stream(int) { no_cuda("default_stream"); }
+Stream Stream::current(int) { no_cuda("current_stream"); }
+Stream Stream::create(int, int) { no_cuda("Stream::create"); }
+int Stream::priority() const { no_cuda("Stream::priority"); }
+bool Stream::query() const { no_cuda("Stream::query"); }
+void Stream::synchronize() const { no_cuda("Stream::synchronize"); }
+void Stream::wait(const Event&) const { no_cuda("Stream::wait"); }
+StreamGuard::StreamGuard(const Stream& s) : previous_(s), previous_device_(0) { no_cuda("StreamGuard"); }
+StreamGuard::~StreamGuard() = default;
+
+// An Event can be made (it is created lazily on record in the CUDA build too); using it raises.
+struct Event::Impl {};
+Event::Event(bool) : impl_(std::make_shared<Impl>()) {}
+void Event::record(const Stream&) { no_cuda("Event::record"); }
+void Event::record() { no_cuda("Event::record"); }
+bool Event::query() const { no_cuda("Event::query"); }
+void Event::synchronize() const { no_cuda("Event::synchronize"); }
+float Event::elapsed_time(const Event&) const { no_cuda("Event::elapsed_time"); }
+bool Event::is_recorded() const { return false; }
+void* Event::handle() const { return nullptr; }
+
+DeviceMemoryStats memory_stats(int) { no_cuda("memory_stats"); }
+void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
+void empty_cache() {}
+void record_stream(const Tensor&, const Stream&) { no_cuda("record_stream"); }
 }  // namespace cuda
 
 Allocator& pinned_allocator() { return cpu_allocator(); }

@@ -1,100 +1,18 @@
-// The CUDA device backend: device discovery, plain cudaMalloc device memory, page-locked
-// host memory and byte copies. (The caching device allocator and streams grow here.)
+// The CUDA device backend of core (src/core/backend.h): the device allocators, page-locked
+// host memory and byte copies ordered on the current stream.
 #include <cstring>
 #include <mutex>
-#include <vector>
 
-#include <cuda_runtime_api.h>
-
-#include <strata/core/error.hpp>
+#include <strata/core/cuda.hpp>
 
 #include "core/backend.h"
-
-#define STRATA_CUDA_CHECK(call, op)                                                                  \
-  do {                                                                                               \
-    cudaError_t err_ = (call);                                                                       \
-    STRATA_CHECK(err_ == cudaSuccess, "[{}] {} failed: {}", op, #call, cudaGetErrorString(err_)); \
-  } while (0)
+#include "core/cuda/check.h"
+#include "core/cuda/internal.h"
+#include "core/cuda/stream.h"
 
 namespace strata {
 
-namespace cuda {
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return n;
-}
-bool is_available() { return device_count() > 0; }
-}  // namespace cuda
-
 namespace {
-
-class StatsCounter {
- public:
-  void on_alloc(size_t n) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.bytes_in_use += static_cast<int64_t>(n);
-    stats_.bytes_reserved += static_cast<int64_t>(n);
-    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-    ++stats_.num_allocs;
-    ++stats_.num_system_allocs;
-  }
-  void on_free(size_t n) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.bytes_in_use -= static_cast<int64_t>(n);
-    stats_.bytes_reserved -= static_cast<int64_t>(n);
-    ++stats_.num_frees;
-  }
-  MemoryStats get() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-  void reset_peak() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  MemoryStats stats_;
-};
-
-class CudaDeviceAllocator final : public Allocator {
- public:
-  explicit CudaDeviceAllocator(int index) : index_(index) {}
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    int prev = 0;
-    STRATA_CUDA_CHECK(cudaGetDevice(&prev), "cuda allocator");
-    STRATA_CUDA_CHECK(cudaSetDevice(index_), "cuda allocator");
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, nbytes);
-    cudaSetDevice(prev);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      MemoryStats s = counter_.get();
-      detail::throw_error("[cuda allocator] out of memory on cuda:{} allocating {} bytes ({} in use, {} reserved): {}",
-                          index_, nbytes, s.bytes_in_use, s.bytes_reserved, cudaGetErrorString(err));
-    }
-    counter_.on_alloc(nbytes);
-    return p;
-  }
-  void deallocate(void* ptr, size_t nbytes) override {
-    if (!ptr) return;
-    cudaFree(ptr);
-    counter_.on_free(nbytes);
-  }
-  MemoryStats stats() const override { return counter_.get(); }
-  void reset_peak() override { counter_.reset_peak(); }
-  Device device() const override { return Device::cuda(index_); }
-
- private:
-  int index_;
-  StatsCounter counter_;
-};
 
 class PinnedAllocator final : public Allocator {
  public:
@@ -102,20 +20,36 @@ class PinnedAllocator final : public Allocator {
     if (nbytes == 0) return nullptr;
     void* p = nullptr;
     STRATA_CUDA_CHECK(cudaHostAlloc(&p, nbytes, cudaHostAllocDefault), "pinned allocator");
-    counter_.on_alloc(nbytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.bytes_in_use += static_cast<int64_t>(nbytes);
+    stats_.bytes_reserved += static_cast<int64_t>(nbytes);
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    ++stats_.num_allocs;
+    ++stats_.num_system_allocs;
     return p;
   }
   void deallocate(void* ptr, size_t nbytes) override {
     if (!ptr) return;
-    cudaFreeHost(ptr);
-    counter_.on_free(nbytes);
+    // cudaFreeHost waits for the device, so an async copy still reading the buffer finishes first.
+    STRATA_CUDA_WARN(cudaFreeHost(ptr), "pinned allocator");
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.bytes_in_use -= static_cast<int64_t>(nbytes);
+    stats_.bytes_reserved -= static_cast<int64_t>(nbytes);
+    ++stats_.num_frees;
   }
-  MemoryStats stats() const override { return counter_.get(); }
-  void reset_peak() override { counter_.reset_peak(); }
+  MemoryStats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
   Device device() const override { return kCPU; }
 
  private:
-  StatsCounter counter_;
+  mutable std::mutex mutex_;
+  MemoryStats stats_;
 };
 
 }  // namespace
@@ -139,14 +73,14 @@ void check_device(Device device, const char* op) {
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
   check_device(device, "allocate");
-  static std::once_flag once;
-  static std::vector<CudaDeviceAllocator*> per_device;
-  std::call_once(once, [] {
-    for (int i = 0; i < cuda::device_count(); ++i) per_device.push_back(new CudaDeviceAllocator(i));
-  });
-  return *per_device[device.index];
+  return cuda::device_allocator(device.index);
 }
 
+// Copies go on the current stream of the GPU side (of the source for GPU to GPU), as
+// kernels do, so they are ordered with the ops around them. A blocking copy waits for that
+// stream; a non-blocking one returns once queued (truly asynchronous only for pinned host
+// memory). Between two GPUs the copy also waits for the destination's current stream first
+// and is always blocking, so neither device's stream sees the other's memory early.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, bool non_blocking) {
   if (nbytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
@@ -155,13 +89,16 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   }
   check_device(dst_device, "copy");
   check_device(src_device, "copy");
-  // Until user streams exist every copy is ordered on the legacy default stream; a
-  // non-blocking copy returns once it is queued.
-  if (non_blocking) {
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, nullptr), "copy");
-  } else {
-    STRATA_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), "copy");
+  const int device = src_device.is_cuda() ? src_device.index : dst_device.index;
+  const bool cross = src_device.is_cuda() && dst_device.is_cuda() && src_device.index != dst_device.index;
+  if (cross) {
+    cuda::DeviceGuard guard(dst_device.index);
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream(dst_device.index)), "copy");
   }
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "copy");
+  if (!non_blocking || cross) STRATA_CUDA_CHECK(cudaStreamSynchronize(stream), "copy");
 }
 
 }  // namespace backend

@@ -1,0 +1,168 @@
+// The caching CUDA device allocator: a BlockPool (src/core/block_pool.h) per device over
+// plain cudaMalloc/cudaFree (never managed memory), with cudaEvents for record_stream.
+// Blocks are allocated for the current stream of the device (src/core/cuda/stream.h).
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
+#include <strata/core/allocator.hpp>
+#include <strata/core/cuda.hpp>
+#include <strata/core/tensor.hpp>
+
+#include "core/block_pool.h"
+#include "core/cuda/check.h"
+#include "core/cuda/internal.h"
+#include "core/cuda/stream.h"
+
+namespace strata::cuda {
+
+namespace {
+
+class CudaPoolBackend final : public detail::PoolBackend {
+ public:
+  explicit CudaPoolBackend(int device) : device_(device) {}
+
+  void* raw_alloc(size_t nbytes) override {
+    DeviceGuard guard(device_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, nbytes);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // out of memory is not sticky; clear it so later calls succeed
+      last_error_ = cudaGetErrorString(err);
+      return nullptr;
+    }
+    STRATA_CUDA_CHECK(err, "cuda allocator");
+    return p;
+  }
+  void raw_free(void* ptr, size_t) override {
+    DeviceGuard guard(device_);
+    STRATA_CUDA_CHECK(cudaFree(ptr), "cuda allocator");
+  }
+  void* record_event(detail::StreamId stream) override {
+    DeviceGuard guard(device_);
+    cudaEvent_t ev = nullptr;
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "record_stream");
+    STRATA_CUDA_CHECK(cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(stream)), "record_stream");
+    return ev;
+  }
+  bool event_done(void* event) override {
+    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    STRATA_CUDA_CHECK(err, "cuda allocator");
+    return true;
+  }
+  void synchronize_event(void* event) override {
+    STRATA_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cuda allocator");
+  }
+  void release_event(void* event) override {
+    STRATA_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cuda allocator");
+  }
+  std::string oom_detail() override {
+    size_t free_b = 0, total_b = 0;
+    std::string out = "cudaMalloc: " + last_error_;
+    DeviceGuard guard(device_);
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+      out += fmt::format(", {} of {} bytes free on the device", free_b, total_b);
+    else
+      cudaGetLastError();
+    return out;
+  }
+
+ private:
+  int device_;
+  std::string last_error_;
+};
+
+class CudaCachingAllocator final : public Allocator {
+ public:
+  explicit CudaCachingAllocator(int device)
+      : device_(device), backend_(device), pool_(backend_, fmt::format("cuda:{}", device)) {}
+
+  void* allocate(size_t nbytes) override {
+    return pool_.allocate(nbytes, reinterpret_cast<detail::StreamId>(current_stream(device_)));
+  }
+  void deallocate(void* ptr, size_t) override { pool_.free(ptr); }
+  MemoryStats stats() const override {
+    detail::PoolStats p = pool_.stats();
+    MemoryStats s;
+    s.bytes_in_use = p.allocated_bytes;
+    s.bytes_reserved = p.reserved_bytes;
+    s.peak_bytes_in_use = p.peak_allocated_bytes;
+    s.num_allocs = p.num_allocs;
+    s.num_frees = p.num_frees;
+    s.num_cache_hits = p.num_cache_hits;
+    s.num_system_allocs = p.num_raw_allocs;
+    return s;
+  }
+  void empty_cache() override { pool_.empty_cache(); }
+  void reset_peak() override { pool_.reset_peak(); }
+  Device device() const override { return Device::cuda(device_); }
+  detail::BlockPool& pool() { return pool_; }
+
+ private:
+  int device_;
+  CudaPoolBackend backend_;
+  detail::BlockPool pool_;
+};
+
+// Never destroyed: tensors may outlive static destructors, and cudaFree after the runtime
+// has shut down fails.
+std::vector<CudaCachingAllocator*>& allocators() {
+  static std::once_flag once;
+  static std::vector<CudaCachingAllocator*> all;
+  std::call_once(once, [] {
+    for (int i = 0; i < device_count() && i < kMaxDevices; ++i) all.push_back(new CudaCachingAllocator(i));
+  });
+  return all;
+}
+
+}  // namespace
+
+Allocator& device_allocator(int device) { return *allocators().at(static_cast<size_t>(device)); }
+
+DeviceMemoryStats memory_stats(int device) {
+  device = resolve_device(device, "memory_stats");
+  detail::PoolStats p = allocators()[device]->pool().stats();
+  DeviceMemoryStats s;
+  s.allocated_bytes = p.allocated_bytes;
+  s.requested_bytes = p.requested_bytes;
+  s.reserved_bytes = p.reserved_bytes;
+  s.peak_allocated_bytes = p.peak_allocated_bytes;
+  s.peak_reserved_bytes = p.peak_reserved_bytes;
+  s.inactive_split_bytes = p.inactive_split_bytes;
+  s.fragmentation = p.fragmentation;
+  s.num_segments = p.num_segments;
+  s.num_allocs = p.num_allocs;
+  s.num_frees = p.num_frees;
+  s.num_cache_hits = p.num_cache_hits;
+  s.num_raw_allocs = p.num_raw_allocs;
+  s.num_raw_frees = p.num_raw_frees;
+  s.num_ooms = p.num_ooms;
+  s.num_pending_frees = p.num_pending_frees;
+  return s;
+}
+
+void reset_peak_memory_stats(int device) {
+  allocators()[resolve_device(device, "reset_peak_memory_stats")]->reset_peak();
+}
+
+void empty_cache() {
+  if (!is_available()) return;  // nothing is cached on a machine without a GPU
+  for (CudaCachingAllocator* a : allocators()) a->empty_cache();
+}
+
+void record_stream(const Tensor& tensor, const Stream& stream) {
+  STRATA_CHECK(tensor.defined() && tensor.device().is_cuda(), "[record_stream] expects a CUDA tensor, got {}",
+               tensor.defined() ? fmt::format("one on {}", tensor.device()) : std::string("an undefined tensor"));
+  STRATA_CHECK(tensor.device().index == stream.device(),
+               "[record_stream] the tensor is on {} but the stream on cuda:{}", tensor.device(), stream.device());
+  void* base = tensor.storage()->data();
+  if (!base) return;  // zero bytes
+  // Memory the allocator did not hand out (from_blob) is the user's to order: ignored, as in PyTorch.
+  allocators()[stream.device()]->pool().record_stream(base, reinterpret_cast<detail::StreamId>(stream.handle()));
+}
+
+}  // namespace strata::cuda
