@@ -4,6 +4,7 @@
 #include <strata/version.hpp>
 
 #include <strata/core/allocator.hpp>
+#include <strata/core/cuda.hpp>
 #include <strata/core/device.hpp>
 #include <strata/core/dtype.hpp>
 #include <strata/core/error.hpp>

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <vector>
 
-#include <strata/core/cuda.hpp>
 #include <strata/strata.hpp>
 
 namespace cuda = strata::cuda;
@@ -92,17 +91,22 @@ TEST(CudaRuntime, OutOfMemoryStatesTheRequestAndStats) {
 TEST(CudaRuntime, RecordStreamDefersReuseAcrossStreams) {
   SKIP_WITHOUT_GPU();
   cuda::Stream side = cuda::Stream::create(0);
+  Tensor big_host = strata::empty({int64_t(128) << 20}, strata::kFloat32).pin_memory();  // 512 MiB
+  Tensor big_dev;
   void* first;
   {
     Tensor a = strata::empty({1 << 20}, {strata::kFloat32, Device::cuda(0)});  // on the default stream
     first = a.data();
+    cuda::StreamGuard g(side);
+    big_dev = big_host.to(Device::cuda(0), true);  // keeps `side` busy for milliseconds
     cuda::record_stream(a, side);
-  }
-  // The side stream's work recorded at free time may be pending: the block must not be
-  // reused until its event completes; after synchronizing it must be.
-  side.synchronize();
+  }  // a freed: an event on `side` now guards its block
   Tensor b = strata::empty({1 << 20}, {strata::kFloat32, Device::cuda(0)});
-  EXPECT_EQ(b.data(), first);
+  EXPECT_NE(b.data(), first);  // the side stream may still be using a's memory
+  EXPECT_EQ(cuda::memory_stats(0).num_pending_frees, 1);
+  side.synchronize();
+  Tensor c = strata::empty({1 << 20}, {strata::kFloat32, Device::cuda(0)});
+  EXPECT_EQ(c.data(), first);  // event done: reused
   EXPECT_EQ(cuda::memory_stats(0).num_pending_frees, 0);
 }
 
