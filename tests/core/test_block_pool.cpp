@@ -2,10 +2,12 @@
 // real host memory for segments, events whose completion the test decides.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <strata/core/error.hpp>
 
@@ -337,4 +339,42 @@ TEST(BlockPool, RandomizedAgainstAModel) {
     EXPECT_TRUE(be.events.empty());
   }
   EXPECT_TRUE(be.segments.empty());
+}
+
+// Threads allocating and freeing at once (each on its own stream, as threads with their own
+// current streams do): no block is handed out twice, and everything comes back.
+TEST(BlockPool, ConcurrentThreadsNeverShareABlock) {
+  FakeBackend be;
+  {
+    BlockPool pool(be, "cuda:0");
+    std::vector<std::thread> threads;
+    std::atomic<int> corrupted{0};
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(static_cast<unsigned>(t));
+        std::vector<std::pair<unsigned char*, size_t>> mine;
+        const unsigned char tag = static_cast<unsigned char>(t + 1);
+        for (int i = 0; i < 4000; ++i) {
+          if (mine.size() < 16 && rng() % 2) {
+            size_t n = 1 + rng() % (2 * MiB);
+            auto* p = static_cast<unsigned char*>(pool.allocate(n, StreamId(t)));
+            std::memset(p, tag, n);
+            mine.emplace_back(p, n);
+          } else if (!mine.empty()) {
+            auto [p, n] = mine.back();
+            mine.pop_back();
+            for (size_t k = 0; k < n; k += 97)
+              if (p[k] != tag) ++corrupted;
+            pool.free(p);
+          }
+        }
+        for (auto [p, n] : mine) pool.free(p);
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(corrupted.load(), 0);
+    EXPECT_EQ(pool.stats().allocated_bytes, 0);
+    EXPECT_EQ(pool.stats().num_allocs, pool.stats().num_frees);
+  }
+  EXPECT_TRUE(be.segments.empty());  // the pool's destructor returned every segment
 }
