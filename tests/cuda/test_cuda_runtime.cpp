@@ -143,6 +143,25 @@ TEST(CudaRuntime, PinnedNonBlockingRoundTrip) {
   EXPECT_EQ(std::memcmp(back.data(), host.data(), static_cast<size_t>(n) * sizeof(float)), 0);
 }
 
+TEST(CudaRuntime, PinnedBuffersAreCachedAndHeldBackWhileACopyRuns) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = int64_t(64) << 20;  // 256 MiB: the copy takes milliseconds
+  Tensor dev = strata::empty({n}, {strata::kFloat32, Device::cuda(0)});
+  void* first;
+  {
+    Tensor staging = strata::empty({n}, strata::kFloat32).pin_memory();
+    first = staging.data();
+    staging.copy_(dev, true);  // D2H still running when `staging` dies
+  }
+  Tensor again = strata::empty({n}, strata::kFloat32).pin_memory();
+  EXPECT_NE(again.data(), first);  // held back: the copy may still write it
+  cuda::Stream::current(0).synchronize();
+  auto before = strata::pinned_allocator().stats();
+  Tensor third = strata::empty({n}, strata::kFloat32).pin_memory();
+  EXPECT_EQ(third.data(), first);  // the copy is done: reused without cudaHostAlloc
+  EXPECT_EQ(strata::pinned_allocator().stats().num_cache_hits, before.num_cache_hits + 1);
+}
+
 // Where no GPU is visible the API still answers: queries say "none", the rest raise Error.
 TEST(CudaRuntime, WithoutAGpuEverythingSaysSo) {
   if (cuda::is_available()) GTEST_SKIP() << "a GPU is visible; this test is for machines without one";

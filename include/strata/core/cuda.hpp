@@ -138,7 +138,8 @@ struct DeviceMemoryStats {
 
 STRATA_API DeviceMemoryStats memory_stats(int device = -1);
 STRATA_API void reset_peak_memory_stats(int device = -1);
-/// Returns every cached block that is a whole segment to CUDA (cudaFree), on every device.
+/// Returns every cached block that is a whole segment to CUDA (cudaFree), on every device,
+/// and the cached pinned host buffers (cudaFreeHost).
 STRATA_API void empty_cache();
 /// Marks the CUDA tensor's memory as used by work on `stream`: when the tensor is freed the
 /// memory is not reused until the work queued on `stream` up to that point has finished

@@ -152,6 +152,7 @@ void reset_peak_memory_stats(int device) {
 void empty_cache() {
   if (!is_available()) return;  // nothing is cached on a machine without a GPU
   for (CudaCachingAllocator* a : allocators()) a->empty_cache();
+  empty_pinned_cache();
 }
 
 void record_stream(const Tensor& tensor, const Stream& stream) {

@@ -17,5 +17,7 @@ class Allocator;
 namespace cuda {
 /// The caching allocator of `device` (a valid index).
 Allocator& device_allocator(int device);
+/// Frees the pinned host buffers the cache holds (runtime.cpp).
+void empty_pinned_cache();
 }  // namespace cuda
 }  // namespace strata

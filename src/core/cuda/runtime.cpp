@@ -1,11 +1,12 @@
-// The CUDA device backend of core (src/core/backend.h): the device allocators, page-locked
-// host memory and byte copies ordered on the current stream.
+// The CUDA device backend of core (src/core/backend.h): the device allocators, the cached
+// page-locked host allocator and byte copies ordered on the current stream.
 #include <cstring>
 #include <mutex>
 
 #include <strata/core/cuda.hpp>
 
 #include "core/backend.h"
+#include "core/host_cache.h"
 #include "core/cuda/check.h"
 #include "core/cuda/internal.h"
 #include "core/cuda/stream.h"
@@ -14,51 +15,88 @@ namespace strata {
 
 namespace {
 
-class PinnedAllocator final : public Allocator {
+class CudaHostBackend final : public detail::HostBackend {
  public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
+  void* raw_alloc(size_t nbytes) override {
     void* p = nullptr;
-    STRATA_CUDA_CHECK(cudaHostAlloc(&p, nbytes, cudaHostAllocDefault), "pinned allocator");
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.bytes_in_use += static_cast<int64_t>(nbytes);
-    stats_.bytes_reserved += static_cast<int64_t>(nbytes);
-    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-    ++stats_.num_allocs;
-    ++stats_.num_system_allocs;
+    cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocDefault);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    STRATA_CUDA_CHECK(err, "pinned allocator");
     return p;
   }
-  void deallocate(void* ptr, size_t nbytes) override {
-    if (!ptr) return;
-    // cudaFreeHost waits for the device, so an async copy still reading the buffer finishes first.
-    STRATA_CUDA_WARN(cudaFreeHost(ptr), "pinned allocator");
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.bytes_in_use -= static_cast<int64_t>(nbytes);
-    stats_.bytes_reserved -= static_cast<int64_t>(nbytes);
-    ++stats_.num_frees;
+  void raw_free(void* ptr) override { STRATA_CUDA_CHECK(cudaFreeHost(ptr), "pinned allocator"); }
+  void* record_event(int device, detail::StreamId stream) override {
+    cuda::DeviceGuard guard(device);
+    cudaEvent_t ev = nullptr;
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "pinned allocator");
+    STRATA_CUDA_CHECK(cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(stream)), "pinned allocator");
+    return ev;
   }
+  bool event_done(void* event) override {
+    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    STRATA_CUDA_CHECK(err, "pinned allocator");
+    return true;
+  }
+  void synchronize_event(void* event) override {
+    STRATA_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "pinned allocator");
+  }
+  void release_event(void* event) override {
+    STRATA_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "pinned allocator");
+  }
+};
+
+// Page-locked host memory, cached (src/core/host_cache.h).
+class PinnedAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override { return cache_.allocate(nbytes); }
+  void deallocate(void* ptr, size_t) override { cache_.free(ptr); }
   MemoryStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+    detail::PoolStats p = cache_.stats();
+    MemoryStats s;
+    s.bytes_in_use = p.allocated_bytes;
+    s.bytes_reserved = p.reserved_bytes;
+    s.peak_bytes_in_use = p.peak_allocated_bytes;
+    s.num_allocs = p.num_allocs;
+    s.num_frees = p.num_frees;
+    s.num_cache_hits = p.num_cache_hits;
+    s.num_system_allocs = p.num_raw_allocs;
+    return s;
   }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  }
+  void empty_cache() override { cache_.empty_cache(); }
+  void reset_peak() override { cache_.reset_peak(); }
   Device device() const override { return kCPU; }
+  detail::HostCache& cache() { return cache_; }
 
  private:
-  mutable std::mutex mutex_;
-  MemoryStats stats_;
+  CudaHostBackend backend_;
+  detail::HostCache cache_{backend_};
 };
+
+// Never destroyed, like the device allocators: pinned tensors may outlive static destructors.
+PinnedAllocator* pinned() {
+  static auto* a = new PinnedAllocator();
+  return a;
+}
 
 }  // namespace
 
 Allocator& pinned_allocator() {
   if (!cuda::is_available()) return cpu_allocator();
-  static auto* a = new PinnedAllocator();
-  return *a;
+  return *pinned();
 }
+
+namespace cuda {
+void empty_pinned_cache() {
+  if (is_available()) pinned()->empty_cache();
+}
+}  // namespace cuda
 bool pinned_memory_is_page_locked() { return cuda::is_available(); }
 
 namespace backend {
@@ -98,7 +136,14 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   cuda::DeviceGuard guard(device);
   cudaStream_t stream = cuda::current_stream(device);
   STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "copy");
-  if (!non_blocking || cross) STRATA_CUDA_CHECK(cudaStreamSynchronize(stream), "copy");
+  if (!non_blocking || cross) {
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream), "copy");
+    return;
+  }
+  // The copy may still read or write a pinned buffer after its tensor is freed: the cache
+  // holds the buffer back until the stream passes this point (ignored for pageable memory).
+  const void* host = src_device.is_cpu() ? src : dst_device.is_cpu() ? dst : nullptr;
+  if (host) pinned()->cache().record_stream(host, device, reinterpret_cast<detail::StreamId>(stream));
 }
 
 }  // namespace backend
