@@ -21,6 +21,7 @@ void register_dropout_kernels(KernelTable&);
 void register_conv_kernels(KernelTable&);
 void register_pool_kernels(KernelTable&);
 void register_batch_norm_kernels(KernelTable&);
+void register_cuda_kernels(KernelTable&);  // src/ops/cuda/register.cpp, or empty without CUDA
 
 void register_builtin_kernels(KernelTable& table) {
   register_copy_kernels(table);
@@ -40,6 +41,7 @@ void register_builtin_kernels(KernelTable& table) {
   register_conv_kernels(table);
   register_pool_kernels(table);
   register_batch_norm_kernels(table);
+  register_cuda_kernels(table);
 }
 
 }  // namespace strata::detail

@@ -1,0 +1,15 @@
+// The CUDA op families whose kernels the registry loads at first use, in CUDA builds
+// (a build without CUDA compiles src/ops/no_cuda_kernels.cpp instead).
+#include "core/registry_internal.h"
+
+namespace strata::detail {
+
+void register_cuda_unary_kernels(KernelTable&);
+void register_cuda_binary_kernels(KernelTable&);
+
+void register_cuda_kernels(KernelTable& table) {
+  register_cuda_unary_kernels(table);
+  register_cuda_binary_kernels(table);
+}
+
+}  // namespace strata::detail

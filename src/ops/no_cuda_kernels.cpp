@@ -1,0 +1,9 @@
+// A build without CUDA registers no CUDA kernels; naming a CUDA device already raises an
+// Error saying which build option enables it (src/core/no_cuda.cpp).
+#include "core/registry_internal.h"
+
+namespace strata::detail {
+
+void register_cuda_kernels(KernelTable&) {}
+
+}  // namespace strata::detail
