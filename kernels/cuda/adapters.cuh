@@ -33,4 +33,15 @@ struct WhereFn {
   __device__ __forceinline__ T operator()(bool c, T x, T y) const { return c ? x : y; }
 };
 
+template <class In, class Out>
+struct ConvertFn {
+  __device__ __forceinline__ Out operator()(In v) const { return convert<Out>(v); }
+};
+
+template <class T>
+struct FillFn {
+  T value;
+  __device__ __forceinline__ T operator()() const { return value; }
+};
+
 }  // namespace strata::cuda_kernels

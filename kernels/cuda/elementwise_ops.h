@@ -22,4 +22,21 @@ cudaError_t binary(const StridedLoop<3>& loop, cudaStream_t s, Out* out, const T
 template <class T>
 cudaError_t where(const StridedLoop<4>& loop, cudaStream_t s, T* out, const bool* cond, const T* a, const T* b);
 
+template <class In, class Out>
+cudaError_t copy(const StridedLoop<2>& loop, cudaStream_t s, Out* out, const In* in);  // out = convert<Out>(in)
+
+template <class T>
+cudaError_t fill(const StridedLoop<1>& loop, cudaStream_t s, T* out, T value);
+
+// Factories writing a contiguous out[0, n): the same Philox streams and formulas as the CPU
+// kernels of src/ops/creation.cpp (value i depends only on seed, offset and i).
+template <class T>
+cudaError_t uniform(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double low, double high);
+template <class T>
+cudaError_t normal(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double mean, double std);
+template <class T>
+cudaError_t randint(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, int64_t low, int64_t high);
+template <class T>  // start + i * step; with `last_exact`, value n - 1 is `end` (linspace)
+cudaError_t arange(int64_t n, cudaStream_t s, T* out, double start, double step, bool last_exact, double end);
+
 }  // namespace strata::cuda_kernels

@@ -4,6 +4,7 @@
 // Without a GPU every test is skipped with a message (CTest reports them as skipped).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -226,4 +227,66 @@ TEST(CudaElementwise, MoreThan2To31Elements) {
   for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(hs.data_ptr<uint8_t>()[i], 7);
   Tensor hl = strided.slice(0, strided.numel() - 8, strided.numel()).to(st::Device::cpu());
   for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(hl.data_ptr<uint8_t>()[i], 7);
+}
+
+// Casts between every pair of dtypes on the device, strided copies (contiguous() of views),
+// and fill through full/zeros/ones. Sources are whole numbers and halves in a range every
+// dtype holds (non-negative when the destination is uint8: a negative float to uint8 is
+// undefined in C++ and the host and device differ there).
+TEST(CudaElementwise, CopyCastFill) {
+  SKIP_WITHOUT_GPU();
+  std::vector<DType> all = kFloat;
+  all.insert(all.end(), kInt.begin(), kInt.end());
+  all.push_back(st::kBool);
+  for (DType from : all) {
+    for (DType to : all) {
+      const double lo = to == st::kUInt8 || from == st::kUInt8 ? 0 : -9;
+      for (int64_t n : kSizes) {
+        Tensor x = random({n}, from, lo, 9);
+        expect_close(x.to(to), gpu(x).to(to), "cast n=" + std::to_string(n) + " " + std::string(st::dtype_name(from)) +
+                                                   " -> " + std::string(st::dtype_name(to)));
+      }
+      Tensor m = random({33, 31}, from, lo, 9);
+      expect_close(m.t().to(to).contiguous(), gpu(m).t().to(to).contiguous(), "cast transposed");
+    }
+    Tensor m = random({33, 31}, from);
+    expect_close(m.t().contiguous(), gpu(m).t().contiguous(), "contiguous of transposed");
+    expect_close(m.slice(1, 2, 31, 4).clone(), gpu(m).slice(1, 2, 31, 4).clone(), "clone of sliced");
+    auto cuda_opts = st::TensorOptions().dtype(from).device(st::Device::cuda());
+    auto cpu_opts = st::TensorOptions().dtype(from);
+    for (int64_t n : kSizes) {
+      expect_close(st::full({n}, 1, cpu_opts), st::full({n}, 1, cuda_opts), "full");
+      expect_close(st::zeros({n}, cpu_opts), st::zeros({n}, cuda_opts), "zeros");
+      expect_close(st::ones({n}, cpu_opts), st::ones({n}, cuda_opts), "ones");
+    }
+  }
+}
+
+// The same seed gives the same Philox stream on both devices: uniform and randint exactly
+// (the draw is integer arithmetic and one float multiply); normal to float rounding, since
+// the device's log and cos may differ from the host's by an ulp.
+TEST(CudaElementwise, PhiloxMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t n : kSizes) {
+    for (DType dt : kFloat) {
+      auto cpu_opts = st::TensorOptions().dtype(dt);
+      auto cuda_opts = cpu_opts.device(st::Device::cuda());
+      st::Generator g1(1234 + n), g2(1234 + n);
+      Tensor a = st::rand({n}, cpu_opts, &g1), b = st::rand({n}, cuda_opts, &g2);
+      Tensor ha = a.to(st::kFloat64), hb = b.to(st::Device::cpu()).to(st::kFloat64);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(ha.data_ptr<double>()[i], hb.data_ptr<double>()[i]) << "rand " << st::dtype_name(dt) << " at " << i;
+      expect_close(st::randn({n}, cpu_opts, &g1), st::randn({n}, cuda_opts, &g2), "randn");
+    }
+    for (DType dt : kInt) {
+      auto cpu_opts = st::TensorOptions().dtype(dt);
+      st::Generator g1(99), g2(99);
+      expect_close(st::randint(0, 100, {n}, cpu_opts, &g1),
+                   st::randint(0, 100, {n}, cpu_opts.device(st::Device::cuda()), &g2), "randint");
+      const int64_t m = dt == st::kInt8 || dt == st::kUInt8 ? std::min<int64_t>(n, 100) : n;  // stays in range
+      expect_close(st::arange(0, m, 1, cpu_opts), st::arange(0, m, 1, cpu_opts.device(st::Device::cuda())), "arange");
+    }
+    auto f32 = st::TensorOptions().dtype(st::kFloat32);
+    expect_close(st::linspace(-1, 2, n, f32), st::linspace(-1, 2, n, f32.device(st::Device::cuda())), "linspace");
+  }
 }
