@@ -3,6 +3,9 @@
 // CPU kernels do. Plain structs, so no extended lambdas are needed.
 #pragma once
 
+#include <type_traits>
+
+#include "../common/compare_math.h"
 #include "../common/convert.h"
 #include "../common/half.h"
 
@@ -31,6 +34,17 @@ struct LogicalNotFn {
 template <class T>
 struct WhereFn {
   __device__ __forceinline__ T operator()(bool c, T x, T y) const { return c ? x : y; }
+};
+
+template <class T>
+struct IsCloseFn {
+  math::IsClose f;
+  __device__ __forceinline__ bool operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (x == y) return true;  // exact, before float64 rounds large integers
+    }
+    return f(convert<double>(x), convert<double>(y));
+  }
 };
 
 template <class In, class Out>

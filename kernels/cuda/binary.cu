@@ -1,6 +1,7 @@
 // CUDA binary kernels (arithmetic, comparisons, logical and/or) and where, over broadcast
 // strided operands, with the functors of kernels/common/binary_math.h.
 #include "../common/binary_math.h"
+#include "../common/compare_math.h"
 #include "adapters.cuh"
 #include "elementwise.cuh"
 #include "elementwise_ops.h"
@@ -15,6 +16,12 @@ cudaError_t binary(const StridedLoop<3>& loop, cudaStream_t s, Out* out, const T
 template <class T>
 cudaError_t where(const StridedLoop<4>& loop, cudaStream_t s, T* out, const bool* cond, const T* a, const T* b) {
   return elementwise(loop, s, out, WhereFn<T>{}, cond, a, b);
+}
+
+template <class T>
+cudaError_t isclose(const StridedLoop<3>& loop, cudaStream_t s, bool* out, const T* a, const T* b, double rtol,
+                    double atol, bool equal_nan) {
+  return elementwise(loop, s, out, IsCloseFn<T>{math::IsClose{rtol, atol, equal_nan}}, a, b);
 }
 
 // Explicit instances, one per (functor, dtype) the registry uses.
@@ -68,5 +75,15 @@ template cudaError_t where<int8_t>(const StridedLoop<4>&, cudaStream_t, int8_t*,
 template cudaError_t where<uint8_t>(const StridedLoop<4>&, cudaStream_t, uint8_t*, const bool*, const uint8_t*,
                                     const uint8_t*);
 template cudaError_t where<bool>(const StridedLoop<4>&, cudaStream_t, bool*, const bool*, const bool*, const bool*);
+
+template cudaError_t isclose<Half>(const StridedLoop<3>&, cudaStream_t, bool*, const Half*, const Half*, double, double, bool);
+template cudaError_t isclose<BFloat16>(const StridedLoop<3>&, cudaStream_t, bool*, const BFloat16*, const BFloat16*, double, double, bool);
+template cudaError_t isclose<float>(const StridedLoop<3>&, cudaStream_t, bool*, const float*, const float*, double, double, bool);
+template cudaError_t isclose<double>(const StridedLoop<3>&, cudaStream_t, bool*, const double*, const double*, double, double, bool);
+template cudaError_t isclose<int64_t>(const StridedLoop<3>&, cudaStream_t, bool*, const int64_t*, const int64_t*, double, double, bool);
+template cudaError_t isclose<int32_t>(const StridedLoop<3>&, cudaStream_t, bool*, const int32_t*, const int32_t*, double, double, bool);
+template cudaError_t isclose<int8_t>(const StridedLoop<3>&, cudaStream_t, bool*, const int8_t*, const int8_t*, double, double, bool);
+template cudaError_t isclose<uint8_t>(const StridedLoop<3>&, cudaStream_t, bool*, const uint8_t*, const uint8_t*, double, double, bool);
+template cudaError_t isclose<bool>(const StridedLoop<3>&, cudaStream_t, bool*, const bool*, const bool*, double, double, bool);
 
 }  // namespace strata::cuda_kernels

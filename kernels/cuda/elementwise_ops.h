@@ -22,6 +22,10 @@ cudaError_t binary(const StridedLoop<3>& loop, cudaStream_t s, Out* out, const T
 template <class T>
 cudaError_t where(const StridedLoop<4>& loop, cudaStream_t s, T* out, const bool* cond, const T* a, const T* b);
 
+template <class T>  // |a - b| <= atol + rtol |b| in float64 (kernels/common/compare_math.h)
+cudaError_t isclose(const StridedLoop<3>& loop, cudaStream_t s, bool* out, const T* a, const T* b, double rtol,
+                    double atol, bool equal_nan);
+
 template <class In, class Out>
 cudaError_t copy(const StridedLoop<2>& loop, cudaStream_t s, Out* out, const In* in);  // out = convert<Out>(in)
 

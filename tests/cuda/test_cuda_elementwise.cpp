@@ -290,3 +290,12 @@ TEST(CudaElementwise, PhiloxMatchesCpu) {
     expect_close(st::linspace(-1, 2, n, f32), st::linspace(-1, 2, n, f32.device(st::Device::cuda())), "linspace");
   }
 }
+
+TEST(CudaElementwise, IsClose) {
+  SKIP_WITHOUT_GPU();
+  std::vector<DType> all = kFloat;
+  all.insert(all.end(), kInt.begin(), kInt.end());
+  all.push_back(st::kBool);
+  for (DType dt : all)  // loose tolerances so that both outcomes occur
+    check_binary("isclose", [](const Tensor& a, const Tensor& b) { return st::isclose(a, b, 0.2, 0.5); }, dt, -3, 3);
+}

@@ -1,6 +1,9 @@
-// CUDA launchers of the binary ops, comparisons and where (src/ops/binary.cpp), with the
+// CUDA launchers of the binary ops, comparisons, where (src/ops/binary.cpp) and isclose
+// (src/ops/compare.cpp), with the
 // same broadcasting StridedLoop as the CPU kernels. Kernels: kernels/cuda/binary.cu.
 #include <type_traits>
+
+#include <strata/ops/compare.hpp>
 
 #include "core/registry_internal.h"
 #include "kernels/common/binary_math.h"
@@ -61,6 +64,22 @@ void cuda_where(const KernelCall& call) {
   });
 }
 
+void cuda_isclose(const KernelCall& call) {
+  const Tensor& a = call.inputs[0];
+  const Tensor& b = call.inputs[1];
+  Tensor& out = call.outputs[0];
+  const auto& p = call.param<IsCloseParams>();
+  auto loop = make_loop<3>(out, {&a, &b}, "isclose");
+  cuda::DeviceGuard guard(out.device().index);
+  dispatch(a.dtype(), "isclose", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda_launch::check_launch(ck::isclose(loop, cuda_launch::stream_for(out), static_cast<bool*>(out.data()),
+                                          static_cast<const T*>(a.data()), static_cast<const T*>(b.data()), p.rtol,
+                                          p.atol, p.equal_nan),
+                              "isclose");
+  });
+}
+
 }  // namespace
 
 namespace detail {
@@ -84,6 +103,7 @@ void register_cuda_binary_kernels(KernelTable& table) {
   table.set(OpId::logical_and, CUDA, kBool, cuda_logical<math::LogicalAnd>);
   table.set(OpId::logical_or, CUDA, kBool, cuda_logical<math::LogicalOr>);
   table.set(OpId::where, CUDA, kAllDTypes, cuda_where);
+  table.set(OpId::isclose, CUDA, kAllDTypes, cuda_isclose);
 }
 }  // namespace detail
 
