@@ -7,7 +7,9 @@
 // seed), so data loading is not measured.
 //
 //   bench_train [--workloads mlp,cnn,resnet50,gpt] [--steps N] [--rounds R] [--warmup W]
-//               [--device cpu|cuda] [--phases]
+//               [--device cpu|cuda] [--phases] [--ops]
+//   --phases  after the rounds, times forward + loss, backward and the optimizer step apart
+//   --ops     after the rounds, strata's time per op (kernel) and per op and input shapes
 //   STRATA_BENCH_THREADS   threads for both libraries (default 2)
 #include <algorithm>
 #include <chrono>
@@ -24,6 +26,7 @@
 #include "machine.h"
 #include "resnet50/model.hpp"
 #include "train_models.hpp"
+#include "train_op_times.hpp"
 #include "train_workload.h"
 #include "transformer/gpt.hpp"
 
@@ -107,13 +110,13 @@ struct Row {
 struct Options {
   std::vector<std::string> names;
   int steps = 0, rounds = 0, warmup = -1;  // 0 / -1: each workload's default
-  bool cuda = false, phases = false;
+  bool cuda = false, phases = false, ops = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_train: %s\nusage: bench_train [--workloads mlp,cnn,resnet50,gpt] [--steps N] [--rounds R] "
-               "[--warmup W] [--device cpu|cuda] [--phases]\n",
+               "[--warmup W] [--device cpu|cuda] [--phases] [--ops]\n",
                why.c_str());
   std::exit(2);
 }
@@ -148,6 +151,8 @@ Options parse(int argc, char** argv) {
       o.cuda = d == "cuda";
     } else if (a == "--phases") {
       o.phases = true;
+    } else if (a == "--ops") {
+      o.ops = true;
     } else {
       usage("unknown argument '" + a + "'");
     }
@@ -225,6 +230,12 @@ Row run(const Workload& w, const Options& o, const std::string& torch) {
   if (o.phases) {
     print_phases("strata", *s, steps);
     if (t) print_phases(torch, *t, steps);
+  }
+  if (o.ops) {
+    OpTimes times;
+    const double t0 = now_seconds();
+    for (int i = 0; i < steps; ++i) s->step();
+    times.print(steps, now_seconds() - t0, 15);
   }
   Row row{w.name, w.unit, format_rate(median(s_rates)), "", ""};
   if (t) row.torch = format_rate(median(t_rates)), row.ratio = fmt::format("{:.2f}x", median(s_rates) / median(t_rates));
