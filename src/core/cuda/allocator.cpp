@@ -38,28 +38,10 @@ class CudaPoolBackend final : public detail::PoolBackend {
     DeviceGuard guard(device_);
     STRATA_CUDA_CHECK(cudaFree(ptr), "cuda allocator");
   }
-  void* record_event(detail::StreamId stream) override {
-    DeviceGuard guard(device_);
-    cudaEvent_t ev = nullptr;
-    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "record_stream");
-    STRATA_CUDA_CHECK(cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(stream)), "record_stream");
-    return ev;
-  }
-  bool event_done(void* event) override {
-    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (err == cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    STRATA_CUDA_CHECK(err, "cuda allocator");
-    return true;
-  }
-  void synchronize_event(void* event) override {
-    STRATA_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cuda allocator");
-  }
-  void release_event(void* event) override {
-    STRATA_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cuda allocator");
-  }
+  void* record_event(detail::StreamId stream) override { return record_free_event(device_, stream, "record_stream"); }
+  bool event_done(void* event) override { return free_event_done(event, "cuda allocator"); }
+  void synchronize_event(void* event) override { synchronize_free_event(event, "cuda allocator"); }
+  void release_event(void* event) override { release_free_event(event, "cuda allocator"); }
   std::string oom_detail() override {
     size_t free_b = 0, total_b = 0;
     std::string out = "cudaMalloc: " + last_error_;

@@ -1,6 +1,8 @@
 // Helpers shared by the CUDA runtime files (device.cpp, stream.cpp, runtime.cpp).
 #pragma once
 
+#include <cstdint>
+
 namespace strata::cuda {
 
 /// Device indices beyond this are refused (thread-local per-device state is a fixed array).
@@ -19,5 +21,11 @@ namespace cuda {
 Allocator& device_allocator(int device);
 /// Frees the pinned host buffers the cache holds (runtime.cpp).
 void empty_pinned_cache();
+/// The event operations both caches (device blocks, pinned buffers) use to hold a freed
+/// buffer back until a stream has passed it (stream.cpp); errors name `op`.
+void* record_free_event(int device, uintptr_t stream, const char* op);
+bool free_event_done(void* event, const char* op);
+void synchronize_free_event(void* event, const char* op);
+void release_free_event(void* event, const char* op);
 }  // namespace cuda
 }  // namespace strata

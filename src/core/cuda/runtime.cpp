@@ -28,28 +28,10 @@ class CudaHostBackend final : public detail::HostBackend {
     return p;
   }
   void raw_free(void* ptr) override { STRATA_CUDA_CHECK(cudaFreeHost(ptr), "pinned allocator"); }
-  void* record_event(int device, detail::StreamId stream) override {
-    cuda::DeviceGuard guard(device);
-    cudaEvent_t ev = nullptr;
-    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "pinned allocator");
-    STRATA_CUDA_CHECK(cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(stream)), "pinned allocator");
-    return ev;
-  }
-  bool event_done(void* event) override {
-    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (err == cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    STRATA_CUDA_CHECK(err, "pinned allocator");
-    return true;
-  }
-  void synchronize_event(void* event) override {
-    STRATA_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "pinned allocator");
-  }
-  void release_event(void* event) override {
-    STRATA_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "pinned allocator");
-  }
+  void* record_event(int device, detail::StreamId stream) override { return cuda::record_free_event(device, stream, "pinned allocator"); }
+  bool event_done(void* event) override { return cuda::free_event_done(event, "pinned allocator"); }
+  void synchronize_event(void* event) override { cuda::synchronize_free_event(event, "pinned allocator"); }
+  void release_event(void* event) override { cuda::release_free_event(event, "pinned allocator"); }
 };
 
 // Page-locked host memory, cached (src/core/host_cache.h).

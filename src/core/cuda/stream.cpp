@@ -164,3 +164,33 @@ float Event::elapsed_time(const Event& end) const {
 }
 
 }  // namespace strata::cuda
+
+namespace strata::cuda {
+
+void* record_free_event(int device, uintptr_t stream, const char* op) {
+  DeviceGuard guard(device);
+  cudaEvent_t ev = nullptr;
+  STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), op);
+  STRATA_CUDA_CHECK(cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(stream)), op);
+  return ev;
+}
+
+bool free_event_done(void* event, const char* op) {
+  cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: clear it
+    return false;
+  }
+  STRATA_CUDA_CHECK(err, op);
+  return true;
+}
+
+void synchronize_free_event(void* event, const char* op) {
+  STRATA_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), op);
+}
+
+void release_free_event(void* event, const char* op) {
+  STRATA_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)), op);
+}
+
+}  // namespace strata::cuda
