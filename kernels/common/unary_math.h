@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "host_device.h"
+#include "vec_exp.h"
 
 namespace strata::math {
 
@@ -19,15 +20,15 @@ struct Abs {
 struct Sign {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T((T(0) < x) - (x < T(0))); }
 };
-struct Exp { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::exp(x); } };
+struct Exp { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return fast_exp(x); } };
 struct Log { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::log(x); } };
 struct Sqrt { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::sqrt(x); } };
 struct Rsqrt { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / std::sqrt(x); } };
 struct Sin { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::sin(x); } };
 struct Cos { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::cos(x); } };
-struct Tanh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::tanh(x); } };
+struct Tanh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return fast_tanh(x); } };
 struct Sigmoid {
-  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + fast_exp(-x)); }
 };
 struct Erf { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::erf(x); } };
 struct Relu { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : T(0); } };
@@ -41,11 +42,11 @@ struct GeluErf {
 struct GeluTanh {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
     T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-    return T(0.5) * x * (T(1) + std::tanh(inner));
+    return T(0.5) * x * (T(1) + fast_tanh(inner));
   }
 };
 struct Silu {
-  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x / (T(1) + std::exp(-x)); }
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x / (T(1) + fast_exp(-x)); }
 };
 struct Square { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x * x; } };
 struct Reciprocal { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / x; } };

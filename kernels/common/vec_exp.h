@@ -1,5 +1,5 @@
-// exp for float written without branches or table lookups, so that a loop of it compiles to
-// SIMD (glibc's expf is a scalar call). Cephes' method: x = n ln2 + r with |r| <= ln2 / 2,
+// exp and tanh for float written without branches or table lookups, so that a loop of them
+// compiles to SIMD (glibc's expf and tanhf are scalar calls). Cephes' method: x = n ln2 + r with |r| <= ln2 / 2,
 // e^r from a degree-7 polynomial, then scaled by 2^n through the exponent bits. Relative
 // error is within 2 ulp over the whole range; overflow gives inf, underflow goes through the
 // subnormals to 0, and NaN stays NaN. Doubles use std::exp.
@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "half.h"
 #include "host_device.h"
@@ -41,5 +42,45 @@ STRATA_HOST_DEVICE float vec_exp(float x) {
 }
 
 STRATA_HOST_DEVICE double vec_exp(double x) { return std::exp(x); }
+
+// tanh: Cephes' odd polynomial below |x| = 0.625, where 1 - 2 / (e^2|x| + 1) would lose
+// relative precision, and that formula above it (exact +-1 past |x| = 9.01, where float tanh rounds to it).
+// Both branches are computed and one is selected, so the loop stays branch-free. Within 3 ulp.
+STRATA_HOST_DEVICE float vec_tanh(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = x * (1.0f + p * z);  // keeps the sign of -0
+  const float e = vec_exp(2.0f * (a < 20.0f ? a : 20.0f));
+  float large = 1.0f - 2.0f / (e + 1.0f);
+  large = x < 0.0f ? -large : large;
+  const float y = a < 0.625f ? small : large;
+  return x != x ? x : y;
+}
+
+// What the per-element functors call: the SIMD-friendly forms for float on the host, the
+// library functions for double and on the device (CUDA's expf and tanhf are fast there).
+template <class T>
+STRATA_HOST_DEVICE T fast_exp(T x) {
+#if defined(__CUDA_ARCH__)
+  return std::exp(x);
+#else
+  if constexpr (std::is_same_v<T, float>) return vec_exp(x);
+  else return std::exp(x);
+#endif
+}
+template <class T>
+STRATA_HOST_DEVICE T fast_tanh(T x) {
+#if defined(__CUDA_ARCH__)
+  return std::tanh(x);
+#else
+  if constexpr (std::is_same_v<T, float>) return vec_tanh(x);
+  else return std::tanh(x);
+#endif
+}
 
 }  // namespace strata::math

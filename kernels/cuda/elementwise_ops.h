@@ -19,6 +19,9 @@ cudaError_t logical_not(const StridedLoop<2>& loop, cudaStream_t s, bool* out, c
 template <class F, class T, class Out>
 cudaError_t binary(const StridedLoop<3>& loop, cudaStream_t s, Out* out, const T* a, const T* b, F f);
 
+template <class F, class T>  // out = f(g, saved): the activation gradients (activation_grad_math.h)
+cudaError_t activation_grad(const StridedLoop<3>& loop, cudaStream_t s, T* out, const T* g, const T* saved, F f);
+
 template <class T>
 cudaError_t where(const StridedLoop<4>& loop, cudaStream_t s, T* out, const bool* cond, const T* a, const T* b);
 

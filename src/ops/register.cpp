@@ -7,6 +7,7 @@ void register_copy_kernels(KernelTable&);
 void register_creation_kernels(KernelTable&);
 void register_unary_kernels(KernelTable&);
 void register_binary_kernels(KernelTable&);
+void register_activation_grad_kernels(KernelTable&);
 void register_reduce_kernels(KernelTable&);
 void register_reduce_stats_kernels(KernelTable&);
 void register_softmax_kernels(KernelTable&);
@@ -28,6 +29,7 @@ void register_builtin_kernels(KernelTable& table) {
   register_creation_kernels(table);
   register_unary_kernels(table);
   register_binary_kernels(table);
+  register_activation_grad_kernels(table);
   register_reduce_kernels(table);
   register_reduce_stats_kernels(table);
   register_softmax_kernels(table);

@@ -1,7 +1,8 @@
 // Unary elementwise ops and their backward. Float ops (exp, log, ...) on integer or bool
 // inputs compute in float32; the rest keep the input dtype. The per-element math is in
 // kernels/common/unary_math.h; each backward is written with strata ops (so it runs on
-// every device and can itself be differentiated).
+// every device and can itself be differentiated), the activations' through the fused,
+// differentiable gradient ops of activation_grad.cpp.
 #include <limits>
 
 #include <strata/autograd/graph.hpp>
@@ -15,6 +16,7 @@
 #include "kernels/common/convert.h"
 #include "kernels/common/unary_math.h"
 #include "kernels/cpu/elementwise.h"
+#include "ops/activation_grad.h"
 #include "ops/dispatch.h"
 #include "ops/loop.h"
 
@@ -129,9 +131,6 @@ Tensor with_grad(const char* name, const Tensor& x, Tensor y, bool save_x, bool 
   return y;
 }
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-
 }  // namespace
 
 Tensor neg(const Tensor& x) {
@@ -169,22 +168,19 @@ Tensor cos(const Tensor& x) {
 }
 Tensor tanh(const Tensor& x) {
   return with_grad("tanh", x, unary_op(OpId::tanh, x, Kind::Float), false, true,
-                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1 - y * y); });
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return tanh_backward(g, y); });
 }
 Tensor sigmoid(const Tensor& x) {
   return with_grad("sigmoid", x, unary_op(OpId::sigmoid, x, Kind::Float), false, true,
-                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * (1 - y); });
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return sigmoid_backward(g, y); });
 }
 Tensor relu(const Tensor& x) {
   return with_grad("relu", x, unary_op(OpId::relu, x, Kind::Keep), false, true,
-                   [](const Tensor& g, const Tensor&, const Tensor& y) { return where(y > 0, g, 0); });
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return relu_backward(g, y); });
 }
 Tensor silu(const Tensor& x) {
   return with_grad("silu", x, unary_op(OpId::silu, x, Kind::Float), true, false,
-                   [](const Tensor& g, const Tensor& x, const Tensor&) {
-                     Tensor s = sigmoid(x);
-                     return g * s * (1 + x * (1 - s));
-                   });
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return silu_backward(g, x); });
 }
 Tensor erf(const Tensor& x) {
   return with_grad("erf", x, unary_op(OpId::erf, x, Kind::Float), true, false,
@@ -207,17 +203,10 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
                "[gelu] approximate must be \"none\" or \"tanh\", got \"{}\"", approximate);
   if (approximate == "tanh") {
     return with_grad("gelu_tanh", x, unary_op(OpId::gelu_tanh, x, Kind::Float), true, false,
-                     [](const Tensor& g, const Tensor& x, const Tensor&) {
-                       constexpr double k = 0.79788456080286535588, c = 0.044715;
-                       Tensor t = tanh((x + x * x * x * c) * k);
-                       return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x));
-                     });
+                     [](const Tensor& g, const Tensor& x, const Tensor&) { return gelu_tanh_backward(g, x); });
   }
   return with_grad("gelu", x, unary_op(OpId::gelu, x, Kind::Float), true, false,
-                   [](const Tensor& g, const Tensor& x, const Tensor&) {
-                     Tensor cdf = 0.5 * (1 + erf(x * kSqrt1_2));
-                     return g * (cdf + x * exp(-0.5 * x * x) * kInvSqrt2Pi);
-                   });
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return gelu_backward(g, x); });
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {

@@ -111,3 +111,49 @@ TEST(GradCheck, GradientDtypeFollowsInput) {
   EXPECT_EQ(c.grad().dtype(), kFloat64);
   EXPECT_TRUE(strata::testing::all_close(c.grad(), {3, 3}, 0, 0));
 }
+
+// The activations' backward runs fused kernels (kernels/common/activation_grad_math.h) whose
+// float32 path uses the SIMD exp and tanh: each float32 gradient against the derivative
+// written out in float64, over a range that reaches both branches of tanh and the saturation.
+TEST(ActivationGrad, Float32MatchesFloat64Derivative) {
+  using D = double (*)(double);
+  const double k = 0.79788456080286535588, c = 0.044715;
+  struct Act {
+    const char* name;
+    Tensor (*f)(const Tensor&);
+    D df;
+  };
+  const std::vector<Act> acts = {
+      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? 1.0 : 0.0; }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return 1 - std::tanh(x) * std::tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); },
+       [](double x) { double s = 1 / (1 + std::exp(-x)); return s * (1 - s); }},
+      {"silu", [](const Tensor& x) { return silu(x); },
+       [](double x) { double s = 1 / (1 + std::exp(-x)); return s * (1 + x * (1 - s)); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); },
+       [](double x) { return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-x * x / 2) / std::sqrt(2 * M_PI); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, nullptr},
+  };
+  Generator gen(5);
+  Tensor x64 = uniform_in({4097}, -9, 9, gen), g64 = uniform_in({4097}, -2, 2, gen);
+  for (const Act& a : acts) {
+    SCOPED_TRACE(a.name);
+    Tensor x = x64.to(kFloat32).requires_grad_();
+    a.f(x).backward(g64.to(kFloat32));
+    Tensor got = x.grad().to(kFloat64);
+    // the reference takes the float32-rounded inputs, so only the kernel's error remains
+    Tensor xr = x64.to(kFloat32).to(kFloat64), gr = g64.to(kFloat32).to(kFloat64);
+    const double *px = xr.data_ptr<double>(), *pg = gr.data_ptr<double>(), *pgot = got.data_ptr<double>();
+    for (int64_t i = 0; i < 4097; ++i) {
+      double v = px[i], d;
+      if (a.df) {
+        d = a.df(v);
+      } else {
+        double t = std::tanh(k * (v + c * v * v * v));
+        d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * c * v * v);
+      }
+      double want = pg[i] * d;
+      ASSERT_NEAR(pgot[i], want, 1e-5 * std::max(1.0, std::fabs(want))) << "x = " << v;
+    }
+  }
+}

@@ -14,6 +14,10 @@
   X(gelu_tanh, 1, true) X(silu, 1, true) X(square, 1, true) X(reciprocal, 1, true)  \
   X(logical_not, 1, false) X(pow_scalar, 1, true) X(clamp, 1, true)                 \
   X(leaky_relu, 1, true) X(erf, 1, true)                                            \
+  /* activation gradients: (grad, saved input or output) -> grad input */           \
+  X(relu_backward, 2, true) X(gelu_backward, 2, true)                               \
+  X(gelu_tanh_backward, 2, true) X(tanh_backward, 2, true)                          \
+  X(sigmoid_backward, 2, true) X(silu_backward, 2, true)                            \
   /* binary */                                                                      \
   X(add, 2, true) X(sub, 2, true) X(mul, 2, true) X(div, 2, true)                   \
   X(maximum, 2, true) X(minimum, 2, true) X(pow, 2, true) X(eq, 2, false)           \
@@ -41,4 +45,4 @@
   X(batch_norm_backward, 5, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 83
+#define STRATA_NUM_BUILTIN_OPS 89

@@ -6,12 +6,14 @@ namespace strata::detail {
 
 void register_cuda_unary_kernels(KernelTable&);
 void register_cuda_binary_kernels(KernelTable&);
+void register_cuda_activation_grad_kernels(KernelTable&);
 void register_cuda_copy_kernels(KernelTable&);
 void register_cuda_creation_kernels(KernelTable&);
 
 void register_cuda_kernels(KernelTable& table) {
   register_cuda_unary_kernels(table);
   register_cuda_binary_kernels(table);
+  register_cuda_activation_grad_kernels(table);
   register_cuda_copy_kernels(table);
   register_cuda_creation_kernels(table);
 }

@@ -1,0 +1,58 @@
+// Per-element math of the activation gradients, shared by the CPU and CUDA kernels of the
+// *_backward ops: each functor maps (incoming gradient g, saved value) to the gradient of the
+// activation's input in one pass, where the composed form would run three to eight passes.
+// The saved value is the input x or the output y, whichever the formula needs.
+#pragma once
+
+#include <cmath>
+
+#include "host_device.h"
+#include "vec_exp.h"
+
+namespace strata::math {
+
+// The constants of GELU's two forms.
+inline constexpr double kGeluSqrt1_2 = 0.70710678118654752440;     // 1 / sqrt(2)
+inline constexpr double kGeluInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+inline constexpr double kGeluTanhK = 0.79788456080286535588;       // sqrt(2 / pi)
+inline constexpr double kGeluTanhC = 0.044715;
+
+// relu(x) = max(x, 0), from its output y: g where y > 0, else 0.
+struct ReluBackward {
+  template <class T> STRATA_HOST_DEVICE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+};
+// tanh, from its output y: g (1 - y^2).
+struct TanhBackward {
+  template <class T> STRATA_HOST_DEVICE T operator()(T g, T y) const { return g * (T(1) - y * y); }
+};
+// sigmoid, from its output y: g y (1 - y).
+struct SigmoidBackward {
+  template <class T> STRATA_HOST_DEVICE T operator()(T g, T y) const { return g * y * (T(1) - y); }
+};
+// silu(x) = x s(x), from its input: g s (1 + x (1 - s)).
+struct SiluBackward {
+  template <class T> STRATA_HOST_DEVICE T operator()(T g, T x) const {
+    T s = T(1) / (T(1) + fast_exp(-x));
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
+// gelu(x) = x Phi(x), from its input: g (Phi(x) + x phi(x)).
+struct GeluBackward {
+  template <class T> STRATA_HOST_DEVICE T operator()(T g, T x) const {
+    T cdf = T(0.5) * (T(1) + std::erf(x * T(kGeluSqrt1_2)));
+    T pdf = fast_exp(T(-0.5) * x * x) * T(kGeluInvSqrt2Pi);
+    return g * (cdf + x * pdf);
+  }
+};
+// gelu, tanh form: with u = k (x + c x^3) and t = tanh(u),
+// d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
+struct GeluTanhBackward {
+  template <class T> STRATA_HOST_DEVICE T operator()(T g, T x) const {
+    const T k = T(kGeluTanhK), c = T(kGeluTanhC);
+    T x2 = x * x;
+    T t = fast_tanh(k * (x + c * x2 * x));
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x2));
+  }
+};
+
+}  // namespace strata::math
