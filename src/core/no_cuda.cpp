@@ -1,6 +1,7 @@
 // The device backend of a build without CUDA: only the CPU exists. Queries answer "none"
 // (device_count() is 0, empty_cache() has nothing to do); everything that would need a GPU
 // raises an Error that says which build option turns it on.
+#include <atomic>
 #include <cstring>
 
 #include <strata/core/cuda.hpp>
@@ -47,6 +48,13 @@ void Event::synchronize() const { no_cuda("Event::synchronize"); }
 float Event::elapsed_time(const Event&) const { no_cuda("Event::elapsed_time"); }
 bool Event::is_recorded() const { return false; }
 void* Event::handle() const { return nullptr; }
+
+// The TF32 switch is a plain setting: harmless to set where no GPU matmul reads it.
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 DeviceMemoryStats memory_stats(int) { no_cuda("memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }

@@ -10,45 +10,9 @@
 
 namespace strata::nn::functional {
 
-namespace {
-
-// True when the leading dims of x (all but the last) merge into one without a copy.
-bool leading_dims_merge(const Tensor& x) {
-  int64_t prev = -1;
-  for (int64_t d = 0; d + 1 < x.dim(); ++d) {
-    if (x.size(d) == 1) continue;
-    if (prev >= 0 && x.stride(prev) != x.stride(d) * x.size(d)) return false;
-    prev = d;
-  }
-  return true;
-}
-
-}  // namespace
-
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  STRATA_CHECK(x.defined() && weight.defined(), "[linear] input or weight is undefined");
-  STRATA_CHECK(weight.dim() == 2, "[linear] weight must be 2-d (out_features, in_features), got shape {}",
-               weight.shape());
-  STRATA_CHECK(x.dim() >= 1, "[linear] input must have at least 1 dim, got a 0-d tensor");
-  STRATA_CHECK(x.size(-1) == weight.size(1),
-               "[linear] input of shape {} has {} features in its last dim, but weight of shape {} expects {}",
-               x.shape(), x.size(-1), weight.shape(), weight.size(1));
-  STRATA_CHECK(!bias.defined() || bias.shape() == Shape{weight.size(0)},
-               "[linear] bias of shape {} does not match weight of shape {}", bias.shape(), weight.shape());
-  // (*, in) -> (M, in) when that is a view: one GEMM instead of a batch of small ones, and the
-  // transposed weight is read in place
-  const int64_t in = weight.size(1), out = weight.size(0);
-  Tensor y;
-  if (x.dim() > 2 && leading_dims_merge(x)) {
-    Shape shape = x.shape();
-    shape.back() = out;
-    y = matmul(x.view({-1, in}), weight.t());
-    if (bias.defined()) y = y + bias;
-    return y.view(shape);
-  }
-  y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
-}
+// One `linear` op (src/ops/linear.cpp): x's leading dims folded into one GEMM, the transposed
+// weight read in place and the bias added in the same pass (cuBLASLt's epilogue on CUDA).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) { return strata::linear(x, weight, bias); }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   STRATA_CHECK(indices.defined() && weight.defined(), "[embedding] indices or weight is undefined");

@@ -1,6 +1,6 @@
 // matmul, mm and bmm: argument checks, 1-d promotion, batch broadcasting and dtype promotion
 // here; the CPU kernel turns the (already broadcast) operands into pointer/stride GEMM
-// problems for kernels/cpu/gemm.h.
+// problems (ops/matmul_plan.h) for kernels/cpu/gemm.h.
 //
 // Kernel contract: inputs (..., m, k) and (..., k, n) with identical batch dims (broadcast
 // dims have stride 0), output (..., m, n), all of the op's dtype.
@@ -17,6 +17,7 @@
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"
 #include "kernels/cpu/gemm.h"
+#include "ops/matmul_plan.h"
 
 namespace strata {
 
@@ -40,11 +41,11 @@ cpu::GemmType gemm_type(DType t) {
 // How a (rows, cols) matrix with strides (sr, sc) can be read in place: row-major with
 // leading dim sr, or stored transposed (column-major) with leading dim sc. Size-1 dims
 // have no meaningful stride, so either orientation accepts them.
-std::optional<cpu::GemmInput> in_place_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+std::optional<detail::MatrixLayout> in_place_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
   if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= std::max<int64_t>(cols, 1)))
-    return cpu::GemmInput{nullptr, rows <= 1 ? std::max<int64_t>(cols, 1) : sr, 0, false};
+    return detail::MatrixLayout{rows <= 1 ? std::max<int64_t>(cols, 1) : sr, false};
   if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= std::max<int64_t>(rows, 1)))
-    return cpu::GemmInput{nullptr, cols <= 1 ? std::max<int64_t>(rows, 1) : sc, 0, true};
+    return detail::MatrixLayout{cols <= 1 ? std::max<int64_t>(rows, 1) : sc, true};
   return std::nullopt;
 }
 
@@ -57,29 +58,24 @@ Tensor compact_copy(const Tensor& t) {
   return t.as_strided(s, t.strides(), t.storage_offset()).contiguous().expand(t.shape());
 }
 
-cpu::GemmInput operand(Tensor& t, int64_t rows, int64_t cols) {
+detail::MatrixLayout operand_layout(Tensor& t, int64_t rows, int64_t cols) {
   auto layout = in_place_layout(rows, cols, t.stride(-2), t.stride(-1));
   if (!layout) {
     t = compact_copy(t);
     layout = in_place_layout(rows, cols, t.stride(-2), t.stride(-1));
   }
-  layout->data = t.data();
   return *layout;
 }
 
-struct BatchDim {
-  int64_t size, a, b, c;  // size and each operand's stride
-};
-
 // Batch dims, innermost first, with size-1 dims dropped and dims merged where every operand
 // steps through them evenly.
-std::vector<BatchDim> coalesce_batch(const Tensor& a, const Tensor& b, const Tensor& c) {
-  std::vector<BatchDim> dims;
+std::vector<detail::BatchDim> coalesce_batch(const Tensor& a, const Tensor& b, const Tensor& c) {
+  std::vector<detail::BatchDim> dims;
   for (int64_t d = c.dim() - 3; d >= 0; --d) {
-    BatchDim x{c.shape()[d], a.strides()[d], b.strides()[d], c.strides()[d]};
+    detail::BatchDim x{c.shape()[d], a.strides()[d], b.strides()[d], c.strides()[d]};
     if (x.size == 1) continue;
     if (!dims.empty()) {
-      BatchDim& in = dims.back();
+      detail::BatchDim& in = dims.back();
       if (x.a == in.a * in.size && x.b == in.b * in.size && x.c == in.c * in.size) {
         in.size *= x.size;
         continue;
@@ -97,56 +93,27 @@ void cpu_matmul(const KernelCall& call) {
                "[matmul] kernel needs broadcast operands, got shapes {}, {} -> {}", a.shape(), b.shape(), out.shape());
   if (out.numel() == 0) return;
   Tensor c = out.is_contiguous() ? out : detail::make_tensor(out.shape(), out.dtype(), out.device());
-  const int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1);
-
+  const detail::GemmPlan plan = detail::plan_gemm(a, b, c);
   cpu::GemmProblem p;
   p.type = gemm_type(c.dtype());
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  if (k > 0) {
-    p.a = operand(a, m, k);
-    p.b = operand(b, k, n);
-  }
-  p.c = cpu::GemmOutput{c.data(), n, 0};
-
-  std::vector<BatchDim> dims = coalesce_batch(a, b, c);
-  BatchDim inner = dims.empty() ? BatchDim{1, 0, 0, 0} : dims.front();
-  p.batch = inner.size;
-  p.a.batch_stride = inner.a;
-  p.b.batch_stride = inner.b;
-  p.c.batch_stride = inner.c;
-  // (batch, m, k) x shared (k, n): one (batch * m, k) x (k, n) product
-  if (p.batch > 1 && inner.b == 0 && !p.a.trans && inner.a == m * p.a.ld && inner.c == m * n) {
-    p.m *= p.batch;
-    p.batch = 1;
-  }
-
-  // the remaining batch dims run as an odometer of separate calls
-  const size_t item = c.itemsize();
-  const char* a0 = static_cast<const char*>(p.a.data);
-  const char* b0 = static_cast<const char*>(p.b.data);
-  char* c0 = static_cast<char*>(p.c.data);
-  std::vector<int64_t> idx(dims.size(), 0);
-  int64_t oa = 0, ob = 0, oc = 0;
+  p.batch = plan.batch;
+  p.m = plan.m;
+  p.n = plan.n;
+  p.k = plan.k;
+  p.a = cpu::GemmInput{nullptr, plan.a.ld, plan.stride_a, plan.a.trans};
+  p.b = cpu::GemmInput{nullptr, plan.b.ld, plan.stride_b, plan.b.trans};
+  p.c = cpu::GemmOutput{nullptr, plan.ldc, plan.stride_c};
+  const int64_t item = c.itemsize();
   try {
-    while (true) {
+    detail::for_each_gemm_call(plan, [&](int64_t oa, int64_t ob, int64_t oc) {
       cpu::GemmProblem q = p;
-      if (k > 0) {
-        q.a.data = a0 + oa * static_cast<int64_t>(item);
-        q.b.data = b0 + ob * static_cast<int64_t>(item);
+      if (plan.k > 0) {
+        q.a.data = static_cast<const char*>(a.data()) + oa * item;
+        q.b.data = static_cast<const char*>(b.data()) + ob * item;
       }
-      q.c.data = c0 + oc * static_cast<int64_t>(item);
+      q.c.data = static_cast<char*>(c.data()) + oc * item;
       cpu::gemm(q);
-      size_t d = 1;
-      for (; d < dims.size(); ++d) {
-        oa += dims[d].a, ob += dims[d].b, oc += dims[d].c;
-        if (++idx[d] < dims[d].size) break;
-        oa -= dims[d].a * dims[d].size, ob -= dims[d].b * dims[d].size, oc -= dims[d].c * dims[d].size;
-        idx[d] = 0;
-      }
-      if (d >= dims.size()) break;
-    }
+    });
   } catch (const std::runtime_error& e) {
     if (dynamic_cast<const Error*>(&e)) throw;
     detail::throw_error("{} (shapes {} and {})", e.what(), a.shape(), b.shape());
@@ -224,6 +191,34 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
 }  // namespace
 
 namespace detail {
+
+GemmPlan plan_gemm(Tensor& a, Tensor& b, const Tensor& c) {
+  GemmPlan p;
+  p.m = c.size(-2);
+  p.n = c.size(-1);
+  p.k = a.size(-1);
+  p.ldc = p.n;
+  if (p.k > 0) {
+    p.a = operand_layout(a, p.m, p.k);
+    p.b = operand_layout(b, p.k, p.n);
+  }
+  std::vector<BatchDim> dims = coalesce_batch(a, b, c);
+  if (!dims.empty()) {
+    p.batch = dims.front().size;
+    p.stride_a = dims.front().a;
+    p.stride_b = dims.front().b;
+    p.stride_c = dims.front().c;
+    p.outer.assign(dims.begin() + 1, dims.end());
+  }
+  // (batch, m, k) x shared (k, n): one (batch * m, k) x (k, n) product
+  if (p.batch > 1 && p.stride_b == 0 && !p.a.trans && p.stride_a == p.m * p.a.ld && p.stride_c == p.m * p.n) {
+    p.m *= p.batch;
+    p.batch = 1;
+    p.stride_a = p.stride_c = 0;
+  }
+  return p;
+}
+
 void register_matmul_kernels(KernelTable& table) {
   table.set(OpId::matmul, DeviceType::CPU, kNumericDTypes, cpu_matmul);
 }

@@ -12,6 +12,7 @@ void register_reduce_kernels(KernelTable&);
 void register_reduce_stats_kernels(KernelTable&);
 void register_softmax_kernels(KernelTable&);
 void register_matmul_kernels(KernelTable&);
+void register_linear_kernels(KernelTable&);
 
 void register_index_kernels(KernelTable&);
 void register_triangular_kernels(KernelTable&);
@@ -34,6 +35,7 @@ void register_builtin_kernels(KernelTable& table) {
   register_reduce_stats_kernels(table);
   register_softmax_kernels(table);
   register_matmul_kernels(table);
+  register_linear_kernels(table);
   register_index_kernels(table);
   register_triangular_kernels(table);
   register_sort_kernels(table);

@@ -116,6 +116,15 @@ class STRATA_API Event {
   std::shared_ptr<Impl> impl_;
 };
 
+/// Whether float32 matmuls on CUDA (matmul, mm, bmm, linear) may run on TF32 tensor cores:
+/// inputs rounded to a 10-bit mantissa, products accumulated in float32; several times faster,
+/// with relative errors near 1e-3 instead of float32's 1e-6. Off by default, as in PyTorch
+/// since 1.12 (torch.backends.cuda.matmul.allow_tf32). Process-wide; read when each matmul is
+/// launched. float16, bfloat16 and float64 matmuls do not depend on it. In a build without
+/// CUDA it can be set and read, and changes nothing.
+STRATA_API void set_allow_tf32(bool allow);
+STRATA_API bool allow_tf32();
+
 /// Caching-allocator statistics of one device (bytes and counts since process start, peaks
 /// since the last reset_peak_memory_stats).
 struct DeviceMemoryStats {

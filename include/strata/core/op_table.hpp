@@ -29,7 +29,7 @@
   X(norm, 1, true) X(softmax, 1, true) X(log_softmax, 1, true) X(cumsum, 1, true)   \
   X(mean, 1, true) X(cumprod, 1, true)                                              \
   /* linear algebra */                                                              \
-  X(matmul, 2, true)                                                                \
+  X(matmul, 2, true) X(linear, 3, true)                                            \
   /* indexing and ordering */                                                       \
   X(index_select, 2, true) X(gather, 2, true) X(scatter, 3, true)                   \
   X(scatter_add, 3, true) X(index_add, 3, true) X(tril, 1, true) X(triu, 1, true)   \
@@ -45,4 +45,4 @@
   X(batch_norm_backward, 5, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 89
+#define STRATA_NUM_BUILTIN_OPS 90

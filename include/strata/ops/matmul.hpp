@@ -1,5 +1,7 @@
 // Matrix products with PyTorch's semantics: matmul (1-d, 2-d and batched N-d with
-// broadcast batch dims), mm (2-d only) and bmm (3-d, equal batches).
+// broadcast batch dims), mm (2-d only), bmm (3-d, equal batches), and linear (x W^T + b,
+// the op behind nn::functional::linear, with the bias, and optionally GELU, fused into the
+// GEMM where the device can).
 #pragma once
 
 #include <strata/core/tensor.hpp>
@@ -22,5 +24,20 @@ STRATA_API Tensor mm(const Tensor& a, const Tensor& b);
 
 /// (b, m, k) x (b, k, n) -> (b, m, n); both must be 3-d with the same batch size.
 STRATA_API Tensor bmm(const Tensor& a, const Tensor& b);
+
+/// The `linear` op's parameters: apply GELU (tanh approximation) to x W^T + b.
+struct LinearParams {
+  bool gelu_tanh = false;
+};
+
+/// x @ weight^T + bias for x (*, in), weight (out, in) and bias (out) or undefined: a result of
+/// shape (*, out). Dtypes promote as in matmul. One GEMM over all leading dims of x, with the
+/// bias added in the same pass (on CUDA, in cuBLASLt's epilogue).
+STRATA_API Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+/// gelu(linear(x, weight, bias), "tanh"). Without autograd (no input requires grad, or grad
+/// mode off) it is one op with GELU fused into the GEMM's epilogue on CUDA; otherwise it
+/// records linear and gelu as two ops, so the backward has GELU's input.
+STRATA_API Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 }  // namespace strata

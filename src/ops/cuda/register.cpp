@@ -9,6 +9,7 @@ void register_cuda_binary_kernels(KernelTable&);
 void register_cuda_activation_grad_kernels(KernelTable&);
 void register_cuda_copy_kernels(KernelTable&);
 void register_cuda_creation_kernels(KernelTable&);
+void register_cuda_matmul_kernels(KernelTable&);
 void register_cuda_index_kernels(KernelTable&);
 void register_cuda_sort_kernels(KernelTable&);
 void register_cuda_dropout_kernels(KernelTable&);
@@ -19,6 +20,7 @@ void register_cuda_kernels(KernelTable& table) {
   register_cuda_activation_grad_kernels(table);
   register_cuda_copy_kernels(table);
   register_cuda_creation_kernels(table);
+  register_cuda_matmul_kernels(table);
   register_cuda_index_kernels(table);
   register_cuda_sort_kernels(table);
   register_cuda_dropout_kernels(table);
