@@ -1,8 +1,10 @@
 // The op benchmark table: strata beside LibTorch (when built with it) on GEMM, elementwise
-// and reduction workloads, in one process, with repetitions interleaved (run with
+// and reduction workloads, layers forward + backward (linear, conv2d, layer norm, attention)
+// and optimizer steps, in one process, with repetitions interleaved (run with
 // --benchmark_enable_random_interleaving=true, as scripts/bench.sh does) so both libraries
 // see the same machine noise. Ends with a summary of medians: GEMM in GFLOP/s against the
-// measured FMA peak, memory-bound ops in GB/s against the measured memcpy bandwidth.
+// measured FMA peak, memory-bound ops in GB/s against the measured memcpy bandwidth. The
+// runners are in ops_strata.cpp and peer_torch.cpp.
 //
 //   STRATA_BENCH_THREADS   threads for both libraries (default 2)
 #include <unistd.h>
@@ -54,6 +56,31 @@ Case reduction(Op op, std::string id, std::string label) {
   return {std::move(id), std::move(label), {op, 1, kRows, kRows, 0}, Unit::GBytes, 4.0 * kRows * kRows};
 }
 
+// Forward + backward FLOPs: 3 x the forward's (2 per multiply-add), as backward does two
+// forward-sized products, the input's gradient and the weight's.
+Case linear_train(int64_t m, int64_t k, int64_t n) {
+  return {fmt::format("linear_train_{}x{}_{}", m, k, n), fmt::format("linear fwd+bwd ({}x{}) -> {}", m, k, n),
+          {Op::LinearTrain, 1, m, n, k}, Unit::GFlops, 3 * 2.0 * m * n * k};
+}
+
+Case conv_train(int64_t batch, bench::ConvShape c) {
+  std::string kernel = fmt::format("{0}x{0}{1}", c.kernel, c.stride > 1 ? fmt::format("s{}", c.stride) : "");
+  double flops = 2.0 * batch * c.c_out * c.out_h() * c.out_w() * c.c_in * c.kernel * c.kernel;
+  Workload w{Op::Conv2dTrain, batch};
+  w.conv = c;
+  return {fmt::format("conv_train_{}_{}to{}_{}_b{}", kernel, c.c_in, c.c_out, c.h, batch),
+          fmt::format("conv fwd+bwd {} {}->{} {}x{} b{}", kernel, c.c_in, c.c_out, c.h, c.w, batch), w, Unit::GFlops,
+          3 * flops};
+}
+
+// Optimizer steps move bytes_per_param over every parameter: AdamW reads p, g, m, v and
+// writes p, m, v (28); SGD with momentum reads p, g, buf and writes p, buf (20).
+Case optimizer_step(Op op, int64_t params, const char* name, double bytes_per_param) {
+  const std::string millions = fmt::format("{}M", params / 1000000);
+  return {fmt::format("{}_step_{}", name, millions), fmt::format("{} step {} params (10 tensors)", name, millions),
+          {op, 1, 10, params, 0}, Unit::GBytes, bytes_per_param * params};
+}
+
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = [] {
     std::vector<Case> c;
@@ -73,48 +100,33 @@ const std::vector<Case>& cases() {
     c.push_back(reduction(Op::SumAll, "sum_4096x4096", "sum 4096x4096 (all)"));
     c.push_back(reduction(Op::SumDim0, "sum_4096x4096_dim0", "sum 4096x4096 (dim 0)"));
     c.push_back(reduction(Op::SumDim1, "sum_4096x4096_dim1", "sum 4096x4096 (dim 1)"));
+    // layers, forward + backward to the input and every parameter
+    c.push_back(linear_train(2048, 768, 3072));  // a transformer MLP's up projection at 2048 tokens
+    c.push_back(linear_train(256, 1024, 1024));  // bench_train's mlp
+    // ResNet-50 at batch 8 (layer1 3x3, layer1 1x1 reduce, layer2 3x3, the stem), bench_train's cnn
+    c.push_back(conv_train(8, {.c_in = 64, .c_out = 64, .h = 56, .w = 56, .kernel = 3, .stride = 1, .pad = 1}));
+    c.push_back(conv_train(8, {.c_in = 256, .c_out = 64, .h = 56, .w = 56, .kernel = 1, .stride = 1, .pad = 0}));
+    c.push_back(conv_train(8, {.c_in = 128, .c_out = 128, .h = 28, .w = 28, .kernel = 3, .stride = 1, .pad = 1}));
+    c.push_back(conv_train(8, {.c_in = 3, .c_out = 64, .h = 224, .w = 224, .kernel = 7, .stride = 2, .pad = 3}));
+    c.push_back(conv_train(32, {.c_in = 64, .c_out = 64, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1}));
+    {
+      // x read twice (statistics, then normalize), y written, dy read, dx written: 5 tensors
+      const int64_t rows = 16 * 128, cols = 768;
+      c.push_back({"layernorm_train_2048x768", "layer_norm fwd+bwd (2048x768)", {Op::LayerNormTrain, 1, rows, cols, 0},
+                   Unit::GBytes, 5 * 4.0 * rows * cols});
+    }
+    {
+      // two (T x T x D) products per head forward (q k^T, p v), counted dense despite the mask
+      const int64_t b = 8, h = 12, t = 256, d = 64;
+      c.push_back({"attn_train_sdpa_causal_8x12x256x64", "sdpa causal fwd+bwd 8x12x256x64 [torch composed]",
+                   {Op::AttentionTrain, b, h, t, d}, Unit::GFlops, 3 * 4.0 * b * h * t * t * d});
+    }
+    c.push_back(optimizer_step(Op::AdamW, 10000000, "adamw", 28));
+    c.push_back(optimizer_step(Op::AdamW, 100000000, "adamw", 28));
+    c.push_back(optimizer_step(Op::SGDMomentum, 10000000, "sgd_momentum", 20));
     return c;
   }();
   return all;
-}
-
-Runner strata_runner(const Workload& w) {
-  namespace st = strata;
-  switch (w.op) {
-    case Op::Matmul: {
-      st::Tensor a = st::rand({w.m, w.k}), b = st::rand({w.k, w.n});
-      return [a, b] { st::matmul(a, b); };
-    }
-    case Op::MatmulNT: {
-      st::Tensor a = st::rand({w.m, w.k}), b = st::rand({w.n, w.k});
-      return [a, b] { st::matmul(a, b.t()); };
-    }
-    case Op::BatchedNT: {
-      st::Tensor a = st::rand({w.b, w.m, w.k}), b = st::rand({w.b, w.n, w.k});
-      return [a, b] { st::matmul(a, b.transpose(1, 2)); };
-    }
-    case Op::Add: case Op::Mul: case Op::AddInPlace: {
-      st::Tensor a = st::rand({w.n}), b = st::rand({w.n});
-      if (w.op == Op::Add) return [a, b] { st::add(a, b); };
-      if (w.op == Op::Mul) return [a, b] { st::mul(a, b); };
-      return [a, b]() mutable { a.add_(b); };
-    }
-    case Op::Exp: {
-      st::Tensor a = st::rand({w.n});
-      return [a] { st::exp(a); };
-    }
-    case Op::Gelu: {
-      st::Tensor a = st::rand({w.n});
-      return [a] { st::gelu(a); };
-    }
-    case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
-      st::Tensor a = st::rand({w.m, w.n});
-      if (w.op == Op::SumAll) return [a] { st::sum(a); };
-      if (w.op == Op::SumDim0) return [a] { st::sum(a, {0}); };
-      return [a] { st::sum(a, {1}); };
-    }
-  }
-  return nullptr;
 }
 
 // Per-iteration seconds of every repetition, by benchmark name.
@@ -188,7 +200,7 @@ int main(int argc, char** argv) {
 
   for (const Case& c : cases()) {
     const Workload w = c.w;
-    add_benchmark(c.id + "/strata", c, [w] { return strata_runner(w); });
+    add_benchmark(c.id + "/strata", c, [w] { return bench::strata_runner(w); });
     if (peer) add_benchmark(c.id + "/torch", c, [w, p = peer.get()] { return p->prepare(w); });
   }
   benchmark::Initialize(&argc, argv);
@@ -197,7 +209,7 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
 
   // the summary: medians over repetitions
-  fmt::print("\n{:<34} {:>8} {:>10} {:>10} {:>7} {:>9}\n", "case", "unit", "strata", peer ? "LibTorch" : "-",
+  fmt::print("\n{:<48} {:>8} {:>10} {:>10} {:>7} {:>9}\n", "case", "unit", "strata", peer ? "LibTorch" : "-",
              "ratio", "% of max");
   for (const Case& c : cases()) {
     auto s = timings().find(c.id + "/strata"), t = timings().find(c.id + "/torch");
@@ -205,11 +217,22 @@ int main(int argc, char** argv) {
     double rs = c.work * 1e-9 / median(s->second);
     double rt = t != timings().end() ? c.work * 1e-9 / median(t->second) : 0;
     double ceiling = c.unit == Unit::GFlops ? peak.value : bandwidth.value;
-    fmt::print("{:<34} {:>8} {:>10.1f} {:>10} {:>7} {:>8.0f}%\n", c.label, c.unit == Unit::GFlops ? "GFLOP/s" : "GB/s",
+    fmt::print("{:<48} {:>8} {:>10.1f} {:>10} {:>7} {:>8.0f}%\n", c.label, c.unit == Unit::GFlops ? "GFLOP/s" : "GB/s",
                rs, rt > 0 ? fmt::format("{:.1f}", rt) : "-", rt > 0 ? fmt::format("{:.2f}", rs / rt) : "-",
                100 * rs / ceiling);
   }
-  fmt::print("\nratio = strata / LibTorch (higher is better for strata); % of max = strata against the fp32 peak "
-             "(GEMM) or the memcpy bandwidth (memory-bound ops).\n");
+  fmt::print(
+      "\nratio = strata / LibTorch (higher is better for strata); % of max = strata against the fp32 peak "
+      "(GFLOP/s rows) or the memcpy bandwidth (GB/s rows).\n"
+      "Counting: gemm 2mnk; linear and conv fwd+bwd 3 x forward FLOPs (2 x multiply-adds; backward to input, weight "
+      "and bias); attention fwd+bwd 3 x 4 B H T^2 D (dense, the causal mask does not halve it); layer_norm fwd+bwd "
+      "5 x 4 bytes per element (x read twice, y written, dy read, dx written; weight, bias and their grads not "
+      "counted); adamw 28 bytes/param (read p, g, m, v; write p, m, v); sgd_momentum 20 bytes/param (read p, g, "
+      "buf; write p, buf).\n"
+      "Layers: fp32, every input requires grad, a fixed upstream gradient, grads set to none each iteration, conv "
+      "without bias (NCHW). Optimizers: step only, gradients present, lr 1e-3, AdamW weight decay 0.01, SGD "
+      "momentum 0.9.\n"
+      "sdpa: strata's nn::functional::scaled_dot_product_attention; LibTorch 1.13 has no fused SDPA, so its column "
+      "is the composed math (matmul, / sqrt(d), masked_fill, softmax, matmul).\n");
   return 0;
 }

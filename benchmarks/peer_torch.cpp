@@ -1,16 +1,57 @@
-// LibTorch running the benchmark workloads (through ATen, the same calls torch:: makes).
+// LibTorch running the benchmark workloads (through ATen, the same calls torch:: makes, and
+// torch::optim), the twin of ops_strata.cpp: keep the two in step.
 // Compiled as its own C++17 object library: LibTorch 1.13's headers predate C++20.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 #include <torch/version.h>
 
+#include <cmath>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "workload.h"
 
 namespace bench {
 
 namespace {
+
+const auto f32 = at::TensorOptions().dtype(at::kFloat);
+
+at::Tensor leaf(at::IntArrayRef shape) { return at::randn(shape, f32).requires_grad_(); }
+
+// One forward + backward, as ops_strata.cpp's train_step: grads set to none, forward,
+// backward of the fixed upstream gradient dy (which frees the graph).
+Runner train_step(std::vector<at::Tensor> leaves, std::function<at::Tensor()> forward, at::IntArrayRef out_shape) {
+  at::Tensor dy = at::randn(out_shape, f32);
+  return [leaves = std::move(leaves), forward = std::move(forward), dy] {
+    for (const at::Tensor& t : leaves) t.mutable_grad().reset();
+    forward().backward(dy);
+  };
+}
+
+// m tensors of n / m parameters each, with random gradients
+std::vector<at::Tensor> params_with_grads(const Workload& w) {
+  std::vector<at::Tensor> params;
+  for (int64_t i = 0; i < w.m; ++i) {
+    at::Tensor p = leaf({w.n / w.m});
+    p.mutable_grad() = at::randn({w.n / w.m}, f32);
+    params.push_back(p);
+  }
+  return params;
+}
+
+// LibTorch 1.13 has no fused scaled_dot_product_attention: the composed math a user writes,
+// softmax(masked_fill(q k^T / sqrt(d), causal mask, -inf)) v
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t t = q.size(-2);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor mask = at::ones({t, t}, at::TensorOptions().dtype(at::kBool)).triu(1);
+  return at::matmul(at::softmax(scores.masked_fill(mask, -INFINITY), -1), v);
+}
 
 class TorchPeer final : public Peer {
  public:
@@ -20,7 +61,6 @@ class TorchPeer final : public Peer {
   void set_threads(int n) override { at::set_num_threads(n); }
 
   Runner prepare(const Workload& w) override {
-    const auto f32 = at::TensorOptions().dtype(at::kFloat);
     switch (w.op) {
       case Op::Matmul: {
         at::Tensor a = at::rand({w.m, w.k}, f32), b = at::rand({w.k, w.n}, f32);
@@ -53,6 +93,34 @@ class TorchPeer final : public Peer {
         if (w.op == Op::SumAll) return [a] { at::sum(a); };
         if (w.op == Op::SumDim0) return [a] { at::sum(a, {0}); };
         return [a] { at::sum(a, {1}); };
+      }
+      case Op::LinearTrain: {
+        at::Tensor x = leaf({w.m, w.k}), weight = leaf({w.n, w.k}), bias = leaf({w.n});
+        return train_step({x, weight, bias}, [=] { return at::linear(x, weight, bias); }, {w.m, w.n});
+      }
+      case Op::Conv2dTrain: {
+        const ConvShape& c = w.conv;
+        at::Tensor x = leaf({w.b, c.c_in, c.h, c.w}), weight = leaf({c.c_out, c.c_in, c.kernel, c.kernel});
+        return train_step({x, weight}, [=] { return at::conv2d(x, weight, {}, c.stride, c.pad); },
+                          {w.b, c.c_out, c.out_h(), c.out_w()});
+      }
+      case Op::LayerNormTrain: {
+        at::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
+        return train_step({x, weight, bias}, [=] { return at::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});
+      }
+      case Op::AttentionTrain: {
+        const std::vector<int64_t> shape{w.b, w.m, w.n, w.k};
+        at::Tensor q = leaf(shape), k = leaf(shape), v = leaf(shape);
+        return train_step({q, k, v}, [=] { return causal_attention(q, k, v); }, shape);
+      }
+      case Op::AdamW: {
+        auto opt = std::make_shared<torch::optim::AdamW>(params_with_grads(w),
+                                                         torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
+        return [opt] { opt->step(); };
+      }
+      case Op::SGDMomentum: {
+        auto opt = std::make_shared<torch::optim::SGD>(params_with_grads(w), torch::optim::SGDOptions(1e-3).momentum(0.9));
+        return [opt] { opt->step(); };
       }
     }
     return nullptr;

@@ -1,5 +1,8 @@
 // The workloads every library in the benchmark table runs, described in plain terms so a
-// peer library (LibTorch) can be compiled apart from strata.
+// peer library (LibTorch) can be compiled apart from strata. Training workloads (forward +
+// backward, optimizer steps) are fp32, with the same shapes and the same work per iteration
+// in every library: backward takes a fixed upstream gradient, leaves' grads are set to none
+// before each iteration, and the graph is freed by backward.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +22,27 @@ enum class Op {
   SumAll,       // sum of a (rows, cols)
   SumDim0,      // sum over dim 0 of (rows, cols)
   SumDim1,      // sum over dim 1 of (rows, cols)
+  // forward + backward to every input that requires grad (all of them)
+  LinearTrain,     // x (m, k) @ weight (n, k)^T + bias (n)
+  Conv2dTrain,     // conv2d of x (b, conv.c_in, conv.h, conv.w), no bias (as in ResNet), NCHW
+  LayerNormTrain,  // layer_norm over the last dim of x (m, n), with weight and bias (n)
+  AttentionTrain,  // causal attention of q, k, v (b, m heads, n tokens, k head dim)
+  // one optimizer step over m tensors of n / m parameters each, gradients present
+  AdamW,        // lr 1e-3, weight decay 0.01
+  SGDMomentum,  // lr 1e-3, momentum 0.9
+};
+
+/// A convolution's shape: input (batch, c_in, h, w), weight (c_out, c_in, kernel, kernel).
+struct ConvShape {
+  int64_t c_in = 0, c_out = 0, h = 0, w = 0, kernel = 1, stride = 1, pad = 0;
+  int64_t out_h() const { return (h + 2 * pad - kernel) / stride + 1; }
+  int64_t out_w() const { return (w + 2 * pad - kernel) / stride + 1; }
 };
 
 struct Workload {
   Op op;
   int64_t b = 1, m = 0, n = 0, k = 0;  // elementwise ops use n; reductions use m (rows) x n (cols)
+  ConvShape conv{};                    // Conv2dTrain only
 };
 
 /// Allocates a workload's inputs and returns the function that runs one iteration; the
@@ -42,5 +61,8 @@ class Peer {
 
 /// LibTorch when the benchmarks were built with it, else null.
 std::unique_ptr<Peer> make_torch_peer();
+
+/// strata running a workload (ops_strata.cpp).
+Runner strata_runner(const Workload& w);
 
 }  // namespace bench
