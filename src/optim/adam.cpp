@@ -1,11 +1,12 @@
 // Adam and AdamW: one update routine, with the weight decay either added to the gradient
-// (Adam) or applied to the weights (AdamW).
+// (Adam) or applied to the weights (AdamW); per parameter on the CPU, batched on CUDA.
 #include <strata/optim/adam.hpp>
 
 #include <cmath>
 
 #include "kernels/cpu/optim.h"
 #include "optim/adam_consts.h"
+#include "optim/cuda_update.h"
 #include "optim/update_util.h"
 
 namespace strata::optim {
@@ -42,6 +43,24 @@ void adam_update(const O& o, bool decoupled, const Tensor& p, const Tensor& grad
   });
 }
 
+// The items of a CUDA batch, with each parameter's step and states advanced as update does.
+template <class O>
+void adam_update_cuda(const O& o, bool decoupled, const std::vector<ParamUpdate>& batch) {
+  std::vector<cuda_update::AdamItem> items;
+  for (const ParamUpdate& u : batch) {
+    ParamState& st = *u.state;
+    ++st.step;
+    auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, st.step);
+    Tensor& m = detail::state_tensor(st, "exp_avg", u.param);
+    Tensor& v = detail::state_tensor(st, "exp_avg_sq", u.param);
+    Tensor vmax = o.amsgrad ? detail::state_tensor(st, "max_exp_avg_sq", u.param) : Tensor();
+    items.push_back({u.param, u.grad, m, v, vmax, c.step_size, c.bc2_sqrt});
+  }
+  // the group's constants; step_size and bc2_sqrt come from each item
+  cuda_update::adam(items,
+                    detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, 1));
+}
+
 }  // namespace
 
 void validate_options(const AdamOptions& o) { validate_adam("Adam", o); }
@@ -57,6 +76,9 @@ std::vector<StateSpec> Adam::state_specs(size_t g, const Tensor& p) const {
 void Adam::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
   adam_update(param_groups()[g].options, false, p, grad, st);
 }
+void Adam::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
+  adam_update_cuda(param_groups()[g].options, false, batch);
+}
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : OptimizerFor("AdamW", {Group{std::move(params), options}}, options) {}
@@ -68,6 +90,9 @@ std::vector<StateSpec> AdamW::state_specs(size_t g, const Tensor& p) const {
 }
 void AdamW::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
   adam_update(param_groups()[g].options, true, p, grad, st);
+}
+void AdamW::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
+  adam_update_cuda(param_groups()[g].options, true, batch);
 }
 
 }  // namespace strata::optim

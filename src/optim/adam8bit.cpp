@@ -1,5 +1,5 @@
 // Adam8bit: blockwise 8-bit moments for large parameters, fp32 moments (AdamW's loop) for
-// small ones.
+// small ones; per parameter on the CPU, batched on CUDA (optim/cuda_update.h).
 #include <strata/optim/adam8bit.hpp>
 
 #include <array>
@@ -7,6 +7,7 @@
 #include "kernels/common/quant8.h"
 #include "kernels/cpu/optim.h"
 #include "optim/adam_consts.h"
+#include "optim/cuda_update.h"
 #include "optim/update_util.h"
 
 namespace strata::optim {
@@ -27,10 +28,17 @@ int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
 bool quantized(const Adam8bitOptions& o, const Tensor& p) { return p.numel() >= o.min_8bit_size && p.numel() > 0; }
 
-Tensor& zeros_state(ParamState& st, const std::string& name, const Shape& shape, DType dtype) {
-  auto it = st.tensors.find(name);
-  if (it == st.tensors.end()) it = st.tensors.emplace(name, zeros(shape, dtype)).first;
-  return it->second;
+// The 8-bit state of `p`, created when missing: zero scales make every code decode to 0, so the
+// moments start at zero.
+struct Codes {
+  Tensor m_codes, m_absmax, v_codes, v_absmax;
+};
+Codes codes_state(ParamState& st, const Tensor& p, int64_t block) {
+  const Shape codes{p.numel()}, scales{num_blocks(p.numel(), block)};
+  return {detail::zeros_state(st, "exp_avg_codes", codes, kUInt8, p.device()),
+          detail::zeros_state(st, "exp_avg_absmax", scales, kFloat32, p.device()),
+          detail::zeros_state(st, "exp_avg_sq_codes", codes, kUInt8, p.device()),
+          detail::zeros_state(st, "exp_avg_sq_absmax", scales, kFloat32, p.device())};
 }
 
 }  // namespace
@@ -77,14 +85,33 @@ void Adam8bit::update(size_t g, const Tensor& p, const Tensor& grad, ParamState&
       return;
     }
     auto c = detail::adam_consts<T>(o.lr, o.betas, o.eps, o.weight_decay, true, o.maximize, st.step);
-    const Shape codes{p.numel()}, scales{num_blocks(p.numel(), o.block_size)};
-    // zero scales make every code decode to 0: the moments start at zero
-    auto* mc = detail::ptr<uint8_t>(zeros_state(st, "exp_avg_codes", codes, kUInt8));
-    auto* ms = detail::ptr<float>(zeros_state(st, "exp_avg_absmax", scales, kFloat32));
-    auto* vc = detail::ptr<uint8_t>(zeros_state(st, "exp_avg_sq_codes", codes, kUInt8));
-    auto* vs = detail::ptr<float>(zeros_state(st, "exp_avg_sq_absmax", scales, kFloat32));
-    cpu::adam8bit_step(pp, gp, mc, ms, vc, vs, p.numel(), o.block_size, dynamic_map(true), dynamic_map(false), c);
+    const Codes s = codes_state(st, p, o.block_size);
+    cpu::adam8bit_step(pp, gp, detail::ptr<uint8_t>(s.m_codes), detail::ptr<float>(s.m_absmax),
+                       detail::ptr<uint8_t>(s.v_codes), detail::ptr<float>(s.v_absmax), p.numel(), o.block_size,
+                       dynamic_map(true), dynamic_map(false), c);
   });
+}
+
+void Adam8bit::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
+  const Adam8bitOptions& o = param_groups()[g].options;
+  std::vector<cuda_update::AdamItem> plain;  // fp32 moments: AdamW's kernel
+  std::vector<cuda_update::Adam8bitItem> quant;
+  for (const ParamUpdate& u : batch) {
+    ParamState& st = *u.state;
+    ++st.step;
+    auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, true, o.maximize, st.step);
+    if (!quantized(o, u.param)) {
+      plain.push_back({u.param, u.grad, detail::state_tensor(st, "exp_avg", u.param),
+                       detail::state_tensor(st, "exp_avg_sq", u.param), Tensor(), c.step_size, c.bc2_sqrt});
+      continue;
+    }
+    const Codes s = codes_state(st, u.param, o.block_size);
+    quant.push_back({u.param, u.grad, s.m_codes, s.m_absmax, s.v_codes, s.v_absmax, c.step_size, c.bc2_sqrt});
+  }
+  // the group's constants; step_size and bc2_sqrt come from each item
+  const auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, true, o.maximize, 1);
+  cuda_update::adam(plain, c);
+  cuda_update::adam8bit(quant, o.block_size, c);
 }
 
 bool Adam8bit::is_quantized(const Tensor& param) const {
@@ -103,8 +130,9 @@ Adam8bit::Moments Adam8bit::moments(const Tensor& param) const {
     return it->second;
   };
   if (st->tensors.count("exp_avg")) return {find("exp_avg").clone(), find("exp_avg_sq").clone()};
-  Tensor mc = find("exp_avg_codes"), ms = find("exp_avg_absmax"), vc = find("exp_avg_sq_codes"),
-         vs = find("exp_avg_sq_absmax");
+  // decoded on the host (a copy of the state when it lives on a GPU), returned on its device
+  Tensor mc = find("exp_avg_codes").cpu(), ms = find("exp_avg_absmax").cpu(), vc = find("exp_avg_sq_codes").cpu(),
+         vs = find("exp_avg_sq_absmax").cpu();
   int64_t block = 0;
   for (const Group& gr : param_groups())
     for (const Tensor& p : gr.params)
@@ -125,6 +153,7 @@ Adam8bit::Moments Adam8bit::moments(const Tensor& param) const {
                                detail::ptr<T>(out.exp_avg_sq) + b);
     }
   });
+  if (!param.device().is_cpu()) out = {out.exp_avg.to(param.device()), out.exp_avg_sq.to(param.device())};
   return out;
 }
 

@@ -1,11 +1,14 @@
-// Gradient clipping composed of strata ops (norm, mul_, clamp_), so it runs wherever the
-// grads live. Per-tensor norms are combined in double on the host.
+// Gradient clipping composed of strata ops (norm, stack, mul_, clamp_), so it runs wherever the
+// grads live. The per-grad norms stay on their device, are combined there in float64 into one
+// norm per device, and the host waits once per device for that value.
 #include <strata/optim/clip.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <strata/autograd/grad_mode.hpp>
+#include <strata/ops/join.hpp>
 #include <strata/ops/reduce.hpp>
 
 namespace strata::optim {
@@ -21,12 +24,20 @@ std::vector<Tensor> defined_grads(const std::vector<Tensor>& params, const char*
   return grads;
 }
 
+// The norm of the grads as if concatenated: the norm of their norms, as torch's
+// clip_grad_norm_ takes it (||(||g_1||, ..., ||g_k||)||_p).
 double total_norm(const std::vector<Tensor>& grads, double p) {
   const bool inf = std::isinf(p);
-  double acc = 0;
+  std::map<std::pair<int, int>, std::vector<Tensor>> by_device;  // (device type, index) -> norms
   for (const Tensor& g : grads) {
     if (g.numel() == 0) continue;  // contributes nothing (and has no inf norm of its own)
-    double n = norm(g.detach(), p).item_scalar().to_double();
+    const Device d = g.device();
+    by_device[{static_cast<int>(d.type), d.index}].push_back(norm(g.detach(), p).to(kFloat64));
+  }
+  double acc = 0;
+  for (const auto& [device, norms] : by_device) {
+    const double n = norm(stack(norms), p).item_scalar().to_double();  // the one wait per device
+    if (by_device.size() == 1) return n;
     if (inf) acc = (n > acc || std::isnan(n)) ? n : acc;
     else acc += std::pow(n, p);
   }

@@ -2,6 +2,8 @@
 #include <strata/optim/optimizer.hpp>
 
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <unordered_set>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -74,8 +76,9 @@ void Optimizer::check_param(const Tensor& p, size_t g, size_t i) const {
                "[{}] parameter {} of group {} is not a leaf tensor (it was computed by a recorded op); optimize the "
                "tensor it was computed from",
                name_, i, g);
-  STRATA_CHECK(p.device().is_cpu(), "[{}] parameter {} of group {} is on {}: optimizer updates run on the CPU only",
-               name_, i, g, p.device());
+  STRATA_CHECK(p.device().is_cpu() || p.device().is_cuda(),
+               "[{}] parameter {} of group {} is on {}: optimizers update CPU and CUDA parameters", name_, i, g,
+               p.device());
   STRATA_CHECK(p.is_contiguous(),
                "[{}] parameter {} of group {} is not contiguous (shape {}, strides {}): the fused update needs "
                "contiguous parameters",
@@ -136,13 +139,30 @@ Tensor Optimizer::step(const std::function<Tensor()>& closure) {
       work.push_back({g, p, grad.is_contiguous() ? grad : grad.contiguous()});
     }
   }
+  // CPU parameters one at a time (one fused pass each); CUDA parameters in batches of one
+  // group, device and dtype, each a few multi-tensor launches
+  std::map<std::tuple<size_t, int, DType>, std::vector<ParamUpdate>> batches;
   for (Work& w : work) {
-    Entry& e = state_[w.param.impl_ptr().get()];
+    Entry& e = state_[w.param.impl_ptr().get()];  // node-based: the reference outlives rehashing
     if (!e.param.defined()) e.param = w.param;
-    update(w.group, w.param, w.grad, e.state);
-    w.param.storage()->bump_version();
+    for (auto& [name, t] : e.state.tensors)  // the parameter moved (Module::to) after earlier steps
+      if (t.device() != w.param.device()) t = t.to(w.param.device());
+    if (w.param.device().is_cpu()) {
+      update(w.group, w.param, w.grad, e.state);
+      w.param.storage()->bump_version();
+    } else {
+      batches[{w.group, w.param.device().index, w.param.dtype()}].push_back({w.param, w.grad, &e.state});
+    }
+  }
+  for (const auto& [key, batch] : batches) {
+    update_cuda(std::get<0>(key), batch);
+    for (const ParamUpdate& u : batch) u.param.storage()->bump_version();
   }
   return loss;
+}
+
+void Optimizer::update_cuda(size_t group, const std::vector<ParamUpdate>& batch) {
+  for (const ParamUpdate& u : batch) update(group, u.param, u.grad, *u.state);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -1,7 +1,9 @@
-// SGD: option checks and the per-parameter update (kernels/cpu/optim.h).
+// SGD: option checks, the per-parameter CPU update (kernels/cpu/optim.h) and the batched
+// CUDA update (optim/cuda_update.h).
 #include <strata/optim/sgd.hpp>
 
 #include "kernels/cpu/optim.h"
+#include "optim/cuda_update.h"
 #include "optim/update_util.h"
 
 namespace strata::optim {
@@ -25,12 +27,18 @@ std::vector<StateSpec> SGD::state_specs(size_t, const Tensor& p) const {
   return {{"momentum_buffer", p.shape(), p.dtype(), false}};
 }
 
+namespace {
+math::SgdConsts<double> sgd_consts(const SGDOptions& o) {
+  return {o.lr, o.momentum, 1 - o.dampening, o.weight_decay, o.nesterov, o.maximize};
+}
+}  // namespace
+
 void SGD::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
   const SGDOptions& o = param_groups()[g].options;
   ++st.step;
   detail::dispatch_param(p.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    math::SgdConsts<double> c{o.lr, o.momentum, 1 - o.dampening, o.weight_decay, o.nesterov, o.maximize};
+    const math::SgdConsts<double> c = sgd_consts(o);
     T* pp = detail::ptr<T>(p);
     const T* gp = detail::ptr<T>(grad);
     if (o.momentum == 0) {
@@ -41,6 +49,21 @@ void SGD::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) 
     Tensor& buf = detail::state_tensor(st, "momentum_buffer", p);
     cpu::sgd_momentum_step(pp, gp, detail::ptr<T>(buf), first, p.numel(), c);
   });
+}
+
+void SGD::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
+  const SGDOptions& o = param_groups()[g].options;
+  std::vector<cuda_update::SgdItem> items;
+  for (const ParamUpdate& u : batch) {
+    ++u.state->step;
+    if (o.momentum == 0) {
+      items.push_back({u.param, u.grad, Tensor(), false});
+      continue;
+    }
+    const bool first = !u.state->tensors.count("momentum_buffer");
+    items.push_back({u.param, u.grad, detail::state_tensor(*u.state, "momentum_buffer", u.param), first});
+  }
+  cuda_update::sgd(items, sgd_consts(o));
 }
 
 }  // namespace strata::optim

@@ -1,5 +1,6 @@
 // What the optimizer implementations share: dtype dispatch over the two parameter dtypes,
-// lazily created state tensors, and option checks with uniform messages.
+// lazily created state tensors (on the parameter's device), and option checks with uniform
+// messages.
 #pragma once
 
 #include <algorithm>
@@ -28,18 +29,20 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data());
 }
 
-/// The state tensor `name`, created filled with `fill` (exactly, in the parameter's dtype)
-/// and shaped like `like` when missing.
+/// The state tensor `name`, created when missing: shaped like `like`, of its dtype, on its
+/// device, filled with `fill` (rounded once to the dtype).
 inline Tensor& state_tensor(ParamState& st, const std::string& name, const Tensor& like, double fill = 0) {
   auto it = st.tensors.find(name);
-  if (it == st.tensors.end()) {
-    Tensor t = empty(like.shape(), TensorOptions(like.dtype(), like.device()));
-    dispatch_param(like.dtype(), [&](auto* tag) {
-      using T = std::remove_pointer_t<decltype(tag)>;
-      std::fill(ptr<T>(t), ptr<T>(t) + t.numel(), static_cast<T>(fill));
-    });
-    it = st.tensors.emplace(name, t).first;
-  }
+  if (it == st.tensors.end())
+    it = st.tensors.emplace(name, full(like.shape(), fill, TensorOptions(like.dtype(), like.device()))).first;
+  return it->second;
+}
+
+/// The state tensor `name`, created zero-filled with the given shape and dtype on `device`
+/// when missing.
+inline Tensor& zeros_state(ParamState& st, const std::string& name, const Shape& shape, DType dtype, Device device) {
+  auto it = st.tensors.find(name);
+  if (it == st.tensors.end()) it = st.tensors.emplace(name, zeros(shape, TensorOptions(dtype, device))).first;
   return it->second;
 }
 

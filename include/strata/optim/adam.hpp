@@ -55,6 +55,7 @@ class STRATA_API Adam : public OptimizerFor<AdamOptions> {
 
  protected:
   void update(size_t group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update_cuda(size_t group, const std::vector<ParamUpdate>& batch) override;
   std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const override;
 };
 
@@ -65,6 +66,7 @@ class STRATA_API AdamW : public OptimizerFor<AdamWOptions> {
 
  protected:
   void update(size_t group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update_cuda(size_t group, const std::vector<ParamUpdate>& batch) override;
   std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const override;
 };
 

@@ -45,15 +45,22 @@ class STRATA_API LAMB : public OptimizerFor<LAMBOptions> {
   explicit LAMB(std::vector<Tensor> params, LAMBOptions options = {});
   explicit LAMB(std::vector<Group> groups, LAMBOptions defaults = {});
 
-  /// The trust ratio r of `param`'s last update (1 before the first).
+  /// The trust ratio r of `param`'s last update (1 before the first). For a CUDA parameter
+  /// the ratio stays on the device until asked for: this call waits for it.
   double last_trust_ratio(const Tensor& param) const;
 
  protected:
   void update(size_t group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update_cuda(size_t group, const std::vector<ParamUpdate>& batch) override;
   std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const override;
 
  private:
-  std::unordered_map<const TensorImpl*, double> trust_;
+  struct TrustRatio {
+    double value = 1;
+    Tensor on_device;  // a CUDA step's ratios (float64), this parameter's at `index`
+    int64_t index = 0;
+  };
+  std::unordered_map<const TensorImpl*, TrustRatio> trust_;
 };
 
 }  // namespace strata::optim

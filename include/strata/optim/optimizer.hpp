@@ -52,6 +52,14 @@ struct ParamState {
   std::map<std::string, Tensor> tensors;
 };
 
+/// One parameter's share of a step, as Optimizer::update_cuda receives it: the parameter, its
+/// grad (contiguous, of the parameter's shape, dtype and device) and its state.
+struct ParamUpdate {
+  Tensor param;
+  Tensor grad;
+  ParamState* state;
+};
+
 /// A state tensor an optimizer keeps for a parameter, as load_state_dict checks it.
 struct StateSpec {
   std::string name;
@@ -106,8 +114,12 @@ class STRATA_API Optimizer {
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
 
   /// One parameter's update. `grad` has the parameter's shape, dtype and device and is
-  /// contiguous; the parameter has passed check_param.
+  /// contiguous; the parameter has passed check_param. step() calls it for CPU parameters.
   virtual void update(size_t group, const Tensor& param, const Tensor& grad, ParamState& state) = 0;
+  /// The update of the parameters of group `group` in `batch`, which share one CUDA device and
+  /// one dtype: the built-in optimizers update them all in a few multi-tensor kernel launches.
+  /// The default calls update() for each, which must then work on device tensors.
+  virtual void update_cuda(size_t group, const std::vector<ParamUpdate>& batch);
   /// The state tensors update() keeps for `param` under the group's current options.
   virtual std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const = 0;
   /// Validates every group's options; raises Error naming the group and the bad value.
@@ -118,8 +130,8 @@ class STRATA_API Optimizer {
   virtual void load_options(const std::map<std::string, double>& scalars) = 0;
   virtual void restore_options() = 0;
 
-  /// Checks every parameter of every group: defined, a floating CPU leaf of float32 or
-  /// float64, contiguous, and listed once across all groups.
+  /// Checks every parameter of every group: defined, a floating leaf of float32 or float64 on
+  /// the CPU or a CUDA device, contiguous, and listed once across all groups.
   void check_params() const;
 
  private:

@@ -37,6 +37,7 @@ class STRATA_API RMSprop : public OptimizerFor<RMSpropOptions> {
 
  protected:
   void update(size_t group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update_cuda(size_t group, const std::vector<ParamUpdate>& batch) override;
   std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const override;
 };
 

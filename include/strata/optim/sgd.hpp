@@ -36,6 +36,7 @@ class STRATA_API SGD : public OptimizerFor<SGDOptions> {
 
  protected:
   void update(size_t group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update_cuda(size_t group, const std::vector<ParamUpdate>& batch) override;
   std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const override;
 };
 
