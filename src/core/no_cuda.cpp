@@ -60,6 +60,17 @@ DeviceMemoryStats memory_stats(int) { no_cuda("memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
 void empty_cache() {}
 void record_stream(const Tensor&, const Stream&) { no_cuda("record_stream"); }
+
+// The convolution switches are plain settings here: they can be set and read, and no
+// convolution reads them; no algorithm is ever cached.
+namespace {
+std::atomic<bool> g_conv_benchmark{false}, g_conv_deterministic{false};
+}
+void set_benchmark_mode(bool on) { g_conv_benchmark.store(on, std::memory_order_relaxed); }
+bool benchmark_mode() { return g_conv_benchmark.load(std::memory_order_relaxed); }
+void set_deterministic(bool on) { g_conv_deterministic.store(on, std::memory_order_relaxed); }
+bool deterministic() { return g_conv_deterministic.load(std::memory_order_relaxed); }
+ConvAlgorithmCacheStats conv_algorithm_cache_stats() { return {}; }
 }  // namespace cuda
 
 Allocator& pinned_allocator() { return cpu_allocator(); }

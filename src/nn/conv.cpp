@@ -6,7 +6,8 @@
 // backward is conv2d forward and conv2d_backward_weight with the roles of its input and
 // output swapped.
 //
-// Kernel contracts (4-d operands in any strided layout, one floating dtype, f32 or f64):
+// Kernel contracts (4-d operands in any strided layout, one floating dtype: f32 or f64, and on
+// CUDA also f16 and bf16):
 //   conv2d                  inputs (x, w[, bias])  outputs (y)
 //   conv2d_backward_input   inputs (gy, w)         outputs (gx)
 //   conv2d_backward_weight  inputs (gy, x)         outputs (gw[, gbias])
@@ -154,7 +155,12 @@ void check_operands(const char* op, const Tensor& x, const Tensor& w, const Tens
                w.shape());
 }
 
-bool is_half(DType t) { return t == kFloat16 || t == kBFloat16; }
+// float16 / bfloat16 run through the float32 kernels (and are rounded back), unless the
+// device has kernels of its own for them (CUDA: cuDNN, accumulating in float32).
+bool via_f32(const Tensor& t) {
+  const DType d = t.dtype();
+  return (d == kFloat16 || d == kBFloat16) && !ext::has_kernel(OpId::conv2d, t.device().type, d);
+}
 Tensor to_f32(const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; }
 
 Tensor dense_weight(const Tensor& w) {
@@ -239,7 +245,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
                "[conv2d] input of shape {} is too small for kernel ({}, {}) with padding {} and dilation {}: the "
                "output would be empty",
                input.shape(), weight.size(2), weight.size(3), args.padding, args.dilation);
-  if (is_half(input.dtype())) return conv2d(to_f32(input), to_f32(weight), to_f32(bias), args).to(input.dtype());
+  if (via_f32(input)) return conv2d(to_f32(input), to_f32(weight), to_f32(bias), args).to(input.dtype());
 
   const MemoryFormat f = suggested_format(input);
   Tensor y = forward_op(input, weight, bias, args, {input.size(0), o, oh, ow}, f);
@@ -277,7 +283,7 @@ Tensor conv2d_input_grad(const Shape& input_shape, const Tensor& weight, const T
                    grad_output.size(2) == oh && grad_output.size(3) == ow,
                "[conv2d_input_grad] grad_output of shape {} does not match input {} and weight {} (groups={})",
                grad_output.shape(), input_shape, weight.shape(), args.groups);
-  if (is_half(weight.dtype()))
+  if (via_f32(weight))
     return conv2d_input_grad(input_shape, to_f32(weight), to_f32(grad_output), args).to(weight.dtype());
   return backward_input_op(input_shape, weight, grad_output, args, suggested_format(grad_output));
 }
@@ -301,7 +307,7 @@ Conv2dWeightGrads conv2d_weight_grad(const Tensor& input, const Shape& weight_sh
                    grad_output.size(2) == oh && grad_output.size(3) == ow,
                "[conv2d_weight_grad] grad_output of shape {} does not match input {} and weight {} (groups={})",
                grad_output.shape(), input.shape(), weight_shape, args.groups);
-  if (is_half(input.dtype())) {
+  if (via_f32(input)) {
     auto r = conv2d_weight_grad(to_f32(input), weight_shape, to_f32(grad_output), args, with_bias);
     return {r.weight.to(input.dtype()), r.bias.defined() ? r.bias.to(input.dtype()) : Tensor()};
   }
@@ -332,7 +338,7 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
                "[conv_transpose2d] input of shape {} with weight {}, stride {}, padding {} gives an empty output "
                "({}, {})",
                input.shape(), weight.shape(), a.stride, a.padding, oh, ow);
-  if (is_half(input.dtype()))
+  if (via_f32(input))
     return conv_transpose2d(to_f32(input), to_f32(weight), to_f32(bias), a).to(input.dtype());
 
   const Conv2dArgs conv{a.stride, a.padding, a.dilation, a.groups};

@@ -156,4 +156,32 @@ STRATA_API void empty_cache();
 /// another.
 STRATA_API void record_stream(const Tensor& tensor, const Stream& stream);
 
+// ---- convolution algorithms (cuDNN) --------------------------------------------------------
+
+/// Benchmark mode (torch.backends.cudnn.benchmark): the first convolution of each problem
+/// (shapes, layout, dtype, stride, padding, dilation, groups) times cuDNN's algorithms on the
+/// call's own data (cudnnFind*AlgorithmEx) and the fastest is cached for the process; later
+/// calls reuse it. Off (the default): cuDNN's heuristics choose, and that choice is cached
+/// too. Worth turning on when input shapes repeat, as in most training loops. float32
+/// convolutions use TF32 tensor cores only when allow_tf32() is on.
+STRATA_API void set_benchmark_mode(bool on);
+STRATA_API bool benchmark_mode();
+
+/// Asks CUDA ops for results that are bitwise identical from run to run, where they have a
+/// choice (torch.backends.cudnn.deterministic): convolutions use only deterministic cuDNN
+/// algorithms (some fast backward ones, which add with atomics, are skipped), and
+/// scatter_add / index_add sum in a fixed order. Off by default. Pooling and batch norm are
+/// deterministic always.
+STRATA_API void set_deterministic(bool on);
+STRATA_API bool deterministic();
+
+/// The convolution algorithm cache: problems cached, algorithm searches run (timed ones in
+/// benchmark mode, heuristic queries otherwise) and calls served from the cache.
+struct ConvAlgorithmCacheStats {
+  int64_t entries = 0;
+  int64_t searches = 0;
+  int64_t hits = 0;
+};
+STRATA_API ConvAlgorithmCacheStats conv_algorithm_cache_stats();
+
 }  // namespace strata::cuda

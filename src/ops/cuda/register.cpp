@@ -13,6 +13,9 @@ void register_cuda_matmul_kernels(KernelTable&);
 void register_cuda_index_kernels(KernelTable&);
 void register_cuda_sort_kernels(KernelTable&);
 void register_cuda_dropout_kernels(KernelTable&);
+void register_cuda_conv_kernels(KernelTable&);
+void register_cuda_pool_kernels(KernelTable&);
+void register_cuda_batch_norm_kernels(KernelTable&);
 
 void register_cuda_kernels(KernelTable& table) {
   register_cuda_unary_kernels(table);
@@ -24,6 +27,9 @@ void register_cuda_kernels(KernelTable& table) {
   register_cuda_index_kernels(table);
   register_cuda_sort_kernels(table);
   register_cuda_dropout_kernels(table);
+  register_cuda_conv_kernels(table);
+  register_cuda_pool_kernels(table);
+  register_cuda_batch_norm_kernels(table);
 }
 
 }  // namespace strata::detail
