@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "half.h"
 #include "host_device.h"
@@ -46,18 +47,31 @@ template <class A> STRATA_HOST_DEVICE A wrapping_mul(A a, A b) {
 template <class C> STRATA_HOST_DEVICE C max_nan(C a, C b) { return ((a > b) | is_nan(a)) ? a : b; }
 template <class C> STRATA_HOST_DEVICE C min_nan(C a, C b) { return ((a < b) | is_nan(a)) ? a : b; }
 
+// The identities of max / min. Written without std::numeric_limits, whose constexpr host
+// functions device code may not call (nvcc runs without --expt-relaxed-constexpr).
 template <class C> STRATA_HOST_DEVICE C lowest() {
-  if constexpr (std::is_floating_point_v<C>) return -std::numeric_limits<C>::infinity();
-  else return std::numeric_limits<C>::lowest();
+  if constexpr (std::is_floating_point_v<C>) return -static_cast<C>(INFINITY);
+  else if constexpr (std::is_same_v<C, bool>) return false;
+  else if constexpr (std::is_signed_v<C>) return static_cast<C>(std::make_unsigned_t<C>(1) << (sizeof(C) * 8 - 1));
+  else return C(0);
 }
 template <class C> STRATA_HOST_DEVICE C highest() {
-  if constexpr (std::is_floating_point_v<C>) return std::numeric_limits<C>::infinity();
-  else return std::numeric_limits<C>::max();
+  if constexpr (std::is_floating_point_v<C>) return static_cast<C>(INFINITY);
+  else if constexpr (std::is_same_v<C, bool>) return true;
+  else return static_cast<C>(~lowest<C>());
 }
+
+// Whether Op has fold(acc, x, o, r); detected the C++17 way, since nvcc compiles the .cu files
+// that include this header as C++17.
+template <class Op, class Acc, class T, class = void> struct has_fold : std::false_type {};
+template <class Op, class Acc, class T>
+struct has_fold<Op, Acc, T,
+                std::void_t<decltype(std::declval<const Op&>().fold(std::declval<Acc>(), std::declval<T>(),
+                                                                     int64_t(0), int64_t(0)))>> : std::true_type {};
 
 template <class Op, class Acc, class T>
 STRATA_HOST_DEVICE Acc fold_element(const Op& op, Acc acc, T x, int64_t o, int64_t r) {
-  if constexpr (requires { op.fold(acc, x, o, r); }) return op.fold(acc, x, o, r);
+  if constexpr (has_fold<Op, Acc, T>::value) return op.fold(acc, x, o, r);
   else return op.combine(acc, op.map(x, o, r));
 }
 
@@ -150,7 +164,7 @@ template <class T, NormKind K> struct NormReduce {
   Acc p = 2;
   STRATA_HOST_DEVICE Acc identity() const {
     if constexpr (K == NormKind::Inf) return Acc(0);
-    else if constexpr (K == NormKind::NegInf) return std::numeric_limits<Acc>::infinity();
+    else if constexpr (K == NormKind::NegInf) return highest<Acc>();
     else return Acc(0);
   }
   STRATA_HOST_DEVICE Acc map(T x, int64_t, int64_t) const {

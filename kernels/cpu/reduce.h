@@ -1,7 +1,7 @@
 // The one CPU driver for reductions over any set of dims. The caller describes the input as
-// a ReducePlan: kept dims (one per output element) and reduced dims, each sorted innermost
-// first by input stride and coalesced. Two loop shapes cover every case (Note [Reduce loops]);
-// the result depends on the shape only, never on the thread count.
+// a ReducePlan (kernels/common/reduce_plan.h): kept dims (one per output element) and reduced
+// dims, each sorted innermost first by input stride and coalesced. Two loop shapes cover every
+// case (Note [Reduce loops]); the result depends on the shape only, never on the thread count.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "../common/reduce_ops.h"
+#include "../common/reduce_plan.h"
 #include "../common/strided_loop.h"
 #include "parallel.h"
 
@@ -28,14 +29,7 @@ inline constexpr int kReduceLanes = 32;
 inline constexpr int64_t kReduceBlock = 16384;
 inline constexpr int64_t kReduceCols = 256;
 
-struct ReducePlan {
-  int nkept = 0, nred = 0;
-  int64_t kept_size[kMaxLoopDims] = {}, kept_in[kMaxLoopDims] = {}, kept_out[kMaxLoopDims] = {};
-  int64_t red_size[kMaxLoopDims] = {}, red_in[kMaxLoopDims] = {};
-  int64_t num_out = 1;  // product of kept sizes
-  int64_t num_red = 1;  // product of reduced sizes
-  bool outer() const { return nkept > 0 && nred > 0 && kept_in[0] < red_in[0]; }
-};
+using strata::ReducePlan;  // kernels/common/reduce_plan.h, shared with the CUDA kernels
 
 // Walks the multi-index of `n` dims (innermost first), tracking offsets in two stride sets.
 struct Odometer {

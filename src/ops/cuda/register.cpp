@@ -10,6 +10,8 @@ void register_cuda_activation_grad_kernels(KernelTable&);
 void register_cuda_copy_kernels(KernelTable&);
 void register_cuda_creation_kernels(KernelTable&);
 void register_cuda_matmul_kernels(KernelTable&);
+void register_cuda_reduce_kernels(KernelTable&);
+void register_cuda_softmax_kernels(KernelTable&);
 void register_cuda_index_kernels(KernelTable&);
 void register_cuda_sort_kernels(KernelTable&);
 void register_cuda_dropout_kernels(KernelTable&);
@@ -24,6 +26,8 @@ void register_cuda_kernels(KernelTable& table) {
   register_cuda_copy_kernels(table);
   register_cuda_creation_kernels(table);
   register_cuda_matmul_kernels(table);
+  register_cuda_reduce_kernels(table);
+  register_cuda_softmax_kernels(table);
   register_cuda_index_kernels(table);
   register_cuda_sort_kernels(table);
   register_cuda_dropout_kernels(table);

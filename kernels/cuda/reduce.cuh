@@ -1,0 +1,275 @@
+// The one CUDA launcher for reductions over any set of dims: reduce(plan, stream, in, op,
+// store, scratch) folds the input as the ReducePlan describes with a functor of
+// kernels/common/reduce_ops.h (identity, map or fold, combine) and hands each output's
+// accumulator to store(out_offset, o, acc), o being the output's index in plan order (the
+// order the CPU kernels use, so two-pass ops can keep per-output arrays). Also the warp and
+// block combining steps that softmax reuses.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include <cuda_runtime.h>
+
+#include "../common/reduce_ops.h"
+#include "../common/reduce_plan.h"
+#include "reduce_ops.h"
+
+namespace strata::cuda_kernels {
+
+// Note [CUDA reduce layouts]
+// A block is (bx, by) threads; each output is folded by one row or one column of it.
+// Inner (the innermost memory dim is reduced, or nothing is): x runs along the reduced
+// elements and y along outputs, so a warp (bx <= 32, several outputs per warp) or a whole
+// block (bx up to 512) folds one output, combining by warp shuffles and then shared memory.
+// Outer (the innermost memory dim is kept): x runs along consecutive outputs, whose inputs are
+// adjacent in memory, and y splits the reduced elements; columns combine in shared memory.
+// Other strides take the same paths with a general offset calculation (any number of dims).
+// When there are few outputs for their work, the reduced elements are cut into `split`
+// chunks, one block each, whose partials a second kernel combines in chunk order. Every
+// choice depends only on the plan, so a result never depends on the GPU it ran on; each
+// thread folds its elements in increasing order, which the arg-reductions' fold relies on.
+namespace reduce_detail {
+
+inline constexpr int kBlockThreads = 256;
+inline constexpr int kMaxInnerLanes = 512;     // threads folding one output in the inner layout
+inline constexpr int64_t kSplitChunk = 8192;   // fewest reduced elements per block when split
+inline constexpr int64_t kTargetBlocks = 1024; // split until about this many blocks run
+inline constexpr int64_t kMaxGridX = int64_t(1) << 30;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int pow2_at_least(int64_t n, int cap) {
+  int p = 1;
+  while (p < n && p < cap) p *= 2;
+  return p;
+}
+
+struct Config {
+  bool outer = false;
+  int bx = 1, by = 1;
+  int64_t groups = 0;  // blocks of outputs: bx (outer) or by (inner) outputs each
+  int64_t split = 1;   // blocks sharing one group's reduced elements (gridDim.y)
+  int64_t chunk = 0;   // reduced elements per split
+};
+
+inline Config make_config(const ReducePlan& p) {
+  Config c;
+  const int64_t R = p.num_red, N = p.num_out;
+  c.outer = p.outer();
+  if (c.outer) {
+    c.bx = pow2_at_least(N, 32);
+    c.by = pow2_at_least(ceil_div(R, 4), kBlockThreads / c.bx);
+    if (c.bx * c.by < kBlockThreads) c.bx = pow2_at_least(N, kBlockThreads / c.by);  // short columns: widen
+  } else {
+    c.bx = pow2_at_least(ceil_div(R, 4), kMaxInnerLanes);
+    c.by = c.bx < kBlockThreads ? kBlockThreads / c.bx : 1;
+  }
+  c.groups = ceil_div(N, c.outer ? c.bx : c.by);
+  if (c.groups < kTargetBlocks && R >= 2 * kSplitChunk)
+    c.split = std::min(ceil_div(R, kSplitChunk), ceil_div(kTargetBlocks, c.groups));
+  c.chunk = ceil_div(R, c.split);
+  c.split = ceil_div(R, c.chunk);
+  return c;
+}
+
+// Whether every index and offset the kernels compute stays below 2^31.
+inline bool fits_int32(const ReducePlan& p) {
+  constexpr int64_t kMax = int64_t(1) << 31;
+  if (p.num_out >= kMax || p.num_red >= kMax) return false;
+  auto reach = [](int64_t size, int64_t stride) { return (size > 0 ? size - 1 : 0) * (stride < 0 ? -stride : stride); };
+  int64_t in = 0, out = 0;
+  for (int d = 0; d < p.nkept; ++d) {
+    in += reach(p.kept_size[d], p.kept_in[d]);
+    out += reach(p.kept_size[d], p.kept_out[d]);
+  }
+  for (int d = 0; d < p.nred; ++d) in += reach(p.red_size[d], p.red_in[d]);
+  return in < kMax && out < kMax;
+}
+
+// Input and output offsets of output o (kept dims innermost first). Unrolled with a break so
+// the plan's arrays are read with constant indices, straight from the kernel parameters.
+template <class Index>
+__device__ __forceinline__ void kept_offsets(const ReducePlan& p, int64_t o, Index& in_off, Index& out_off) {
+  Index i = static_cast<Index>(o);
+  in_off = 0;
+  out_off = 0;
+#pragma unroll
+  for (int d = 0; d < kMaxLoopDims; ++d) {
+    if (d == p.nkept) break;
+    const Index size = static_cast<Index>(p.kept_size[d]);
+    const Index q = i / size, r = i - q * size;
+    in_off += r * static_cast<Index>(p.kept_in[d]);
+    out_off += r * static_cast<Index>(p.kept_out[d]);
+    i = q;
+  }
+}
+
+template <class Index>
+__device__ __forceinline__ Index reduced_offset(const ReducePlan& p, int64_t r) {
+  Index i = static_cast<Index>(r), off = 0;
+#pragma unroll
+  for (int d = 0; d < kMaxLoopDims; ++d) {
+    if (d == p.nred) break;
+    const Index size = static_cast<Index>(p.red_size[d]);
+    const Index q = i / size;
+    off += (i - q * size) * static_cast<Index>(p.red_in[d]);
+    i = q;
+  }
+  return off;
+}
+
+// Moves any trivially copyable value through 32-bit shuffles (bool and 8-bit values widened).
+template <class V>
+__device__ __forceinline__ V shuffle_xor(const V& v, int lane_mask) {
+  constexpr int kWords = (sizeof(V) + 3) / 4;
+  unsigned int w[kWords] = {};
+  memcpy(w, &v, sizeof(V));
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], lane_mask);
+  V out;
+  memcpy(&out, w, sizeof(V));
+  return out;
+}
+
+// Combines v over threadIdx.x (blockDim.x a power of two, blockDim.x * blockDim.y a multiple
+// of 32); every thread of the row receives the result. `smem`: blockDim.y * blockDim.x / 32
+// values, free again on return. `combine` must be commutative for every lane of the butterfly
+// to end with the same value.
+template <class V, class Combine>
+__device__ __forceinline__ V block_reduce_x(V v, const Combine& combine, V* smem) {
+  const int bx = blockDim.x;
+  for (int w = (bx < 32 ? bx : 32) / 2; w > 0; w /= 2) v = combine(v, shuffle_xor(v, w));
+  if (bx <= 32) return v;
+  const int nwarps = bx / 32;
+  V* row = smem + threadIdx.y * nwarps;
+  if (threadIdx.x % 32 == 0) row[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = row[0];
+  for (int k = 1; k < nwarps; ++k) v = combine(v, row[k]);
+  __syncthreads();
+  return v;
+}
+
+// Combines v over threadIdx.y (blockDim.y a power of two) by a tree in shared memory; every
+// thread of the column receives the result. `smem`: blockDim.x * blockDim.y values.
+template <class V, class Combine>
+__device__ __forceinline__ V block_reduce_y(V v, const Combine& combine, V* smem) {
+  const int bx = blockDim.x, x = threadIdx.x, y = threadIdx.y;
+  smem[y * bx + x] = v;
+  __syncthreads();
+  for (int s = blockDim.y / 2; s > 0; s /= 2) {
+    if (y < s) smem[y * bx + x] = combine(smem[y * bx + x], smem[(y + s) * bx + x]);
+    __syncthreads();
+  }
+  v = smem[x];
+  __syncthreads();
+  return v;
+}
+
+// Folds elements r, r + step, ... < re of one output into acc, loading four ahead.
+template <class Index, class T, class Op, class Acc>
+__device__ __forceinline__ Acc fold_span(const ReducePlan& p, const T* __restrict__ base, const Op& op, int64_t o,
+                                         int64_t r, int64_t re, int64_t step, Acc acc) {
+  if (p.nred <= 1) {  // one reduced dim (or none): offsets without divisions
+    const Index s0 = static_cast<Index>(p.red_in[0]);
+    for (; r + 3 * step < re; r += 4 * step) {
+      const T x0 = base[static_cast<Index>(r) * s0], x1 = base[static_cast<Index>(r + step) * s0];
+      const T x2 = base[static_cast<Index>(r + 2 * step) * s0], x3 = base[static_cast<Index>(r + 3 * step) * s0];
+      acc = math::fold_element(op, acc, x0, o, r);
+      acc = math::fold_element(op, acc, x1, o, r + step);
+      acc = math::fold_element(op, acc, x2, o, r + 2 * step);
+      acc = math::fold_element(op, acc, x3, o, r + 3 * step);
+    }
+    for (; r < re; r += step) acc = math::fold_element(op, acc, base[static_cast<Index>(r) * s0], o, r);
+  } else {
+    for (; r < re; r += step) acc = math::fold_element(op, acc, base[reduced_offset<Index>(p, r)], o, r);
+  }
+  return acc;
+}
+
+// One block per (group of outputs, chunk of reduced elements); see Note [CUDA reduce layouts].
+// With `partial`, the chunk's accumulator goes to partial[o * split + chunk] instead of store.
+template <class Index, class T, class Op, class Store>
+__global__ void __launch_bounds__(kMaxInnerLanes)
+    reduce_kernel(ReducePlan p, Config c, const T* __restrict__ in, Op op, Store store, typename Op::Acc* partial) {
+  using Acc = typename Op::Acc;
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  Acc* smem = reinterpret_cast<Acc*>(smem_bytes);
+  const int out_lane = c.outer ? threadIdx.x : threadIdx.y;
+  const int red_lane = c.outer ? threadIdx.y : threadIdx.x;
+  const int64_t per_group = c.outer ? blockDim.x : blockDim.y;
+  const int64_t step = c.outer ? blockDim.y : blockDim.x;
+  const int64_t rb = int64_t(blockIdx.y) * c.chunk;
+  const int64_t re = rb + c.chunk < p.num_red ? rb + c.chunk : p.num_red;
+  auto combine = [&op](Acc a, Acc b) { return op.combine(a, b); };
+  for (int64_t g = blockIdx.x; g < c.groups; g += gridDim.x) {  // uniform across the block
+    const int64_t o = g * per_group + out_lane;
+    const bool live = o < p.num_out;
+    Acc acc = op.identity();
+    Index in_off = 0, out_off = 0;
+    if (live) {
+      kept_offsets<Index>(p, o, in_off, out_off);
+      acc = fold_span<Index>(p, in + in_off, op, o, rb + red_lane, re, step, acc);
+    }
+    acc = c.outer ? block_reduce_y(acc, combine, smem) : block_reduce_x(acc, combine, smem);
+    if (live && red_lane == 0) {
+      if (partial) partial[o * c.split + blockIdx.y] = acc;
+      else store(static_cast<int64_t>(out_off), o, acc);
+    }
+  }
+}
+
+// Combines each output's `split` partials in chunk order and stores the result; split 0
+// stores the identity (a reduction over no elements).
+template <class Index, class Op, class Store>
+__global__ void finalize_kernel(ReducePlan p, int64_t split, Op op, Store store,
+                                const typename Op::Acc* __restrict__ partial) {
+  using Acc = typename Op::Acc;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < p.num_out; o += stride) {
+    Acc acc = split > 0 ? partial[o * split] : op.identity();
+    for (int64_t b = 1; b < split; ++b) acc = op.combine(acc, partial[o * split + b]);
+    Index in_off, out_off;
+    kept_offsets<Index>(p, o, in_off, out_off);
+    store(static_cast<int64_t>(out_off), o, acc);
+  }
+}
+
+template <class Index, class T, class Op, class Store>
+cudaError_t launch(const ReducePlan& p, cudaStream_t stream, const T* in, const Op& op, const Store& store,
+                   const Scratch& scratch) {
+  using Acc = typename Op::Acc;
+  const int threads = kBlockThreads;
+  if (p.num_red == 0) {
+    const int64_t blocks = std::min(ceil_div(p.num_out, threads), int64_t(65536));
+    finalize_kernel<Index><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p, 0, op, store, nullptr);
+    return cudaGetLastError();
+  }
+  const Config c = make_config(p);
+  Acc* partial = nullptr;
+  if (c.split > 1) partial = static_cast<Acc*>(scratch.get(static_cast<size_t>(p.num_out * c.split) * sizeof(Acc)));
+  const dim3 grid(static_cast<unsigned>(std::min(c.groups, kMaxGridX)), static_cast<unsigned>(c.split));
+  const size_t smem = static_cast<size_t>(c.outer ? c.bx * c.by : c.by * (c.bx > 32 ? c.bx / 32 : 0)) * sizeof(Acc);
+  reduce_kernel<Index><<<grid, dim3(c.bx, c.by), smem, stream>>>(p, c, in, op, store, partial);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || !partial) return err;
+  const int64_t blocks = std::min(ceil_div(p.num_out, threads), int64_t(65536));
+  finalize_kernel<Index><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p, c.split, op, store, partial);
+  return cudaGetLastError();
+}
+
+}  // namespace reduce_detail
+
+/// Reduces `in` as `plan` describes on `stream`, calling store(out_offset, o, acc) once per
+/// output on the device. `op` and `store` are plain structs copied to the device (pointers
+/// they hold must be device memory). Returns the first launch error.
+template <class T, class Op, class Store>
+cudaError_t reduce(const ReducePlan& plan, cudaStream_t stream, const T* in, const Op& op, const Store& store,
+                   const Scratch& scratch) {
+  if (plan.num_out == 0) return cudaSuccess;
+  if (reduce_detail::fits_int32(plan)) return reduce_detail::launch<int32_t>(plan, stream, in, op, store, scratch);
+  return reduce_detail::launch<int64_t>(plan, stream, in, op, store, scratch);
+}
+
+}  // namespace strata::cuda_kernels
