@@ -1,13 +1,15 @@
 // The oneDNN convolution backend (f32): forward, backward-data and backward-weights
-// primitives on the caller's arrays, described to oneDNN by their real strides, so NCHW and
-// NHWC data are read and written where they lie.
+// primitives on the caller's arrays, described to oneDNN by their real strides (NCHW or NHWC)
+// and reordered to and from the layouts its kernels want.
 //
 // Note [Convolution primitive formats]
-// Weights are always declared to oneDNN as `any`: its fast kernels want them in a blocked
-// format, and reordering a weight tensor (small beside the activations) costs little. The
-// activations keep the caller's layout. When the primitive's format for an operand differs
-// from the caller's, the operand is reordered into (or out of) a per-thread buffer around
-// the call. Primitives and their reorders are built once per problem signature and kept in
+// Every operand is declared to oneDNN as `any`, so it picks the layout its fastest kernel
+// wants: for f32 that is a blocked one (nChw16c activations, OIhw16i16o weights) and its
+// direct `jit:avx512_core` convolutions, where the caller's plain NCHW would get the slower
+// im2col + GEMM kernel (`gemm:jit`): about 4x slower for backward-weights at 64 channels,
+// 32x32. Channels-last callers often get nhwc itself and no reorder. When the primitive's
+// format for an operand differs from the caller's, the operand is reordered into (or out
+// of) a per-thread buffer around the call, as LibTorch does for plain tensors. Primitives and their reorders are built once per problem signature and kept in
 // a bounded LRU cache shared by all threads (see Note [oneDNN primitive cache] in
 // gemm_dnnl.cpp); a signature for which oneDNN offers only its reference kernel is cached
 // as unsupported, and the caller falls back to conv_ref.cpp.
@@ -162,6 +164,8 @@ std::shared_ptr<const Entry> build(const Key& key) {
   const memory::desc src = strided({g.n, g.c_in, g.h_in, g.w_in}, key.src);
   const memory::desc dst = strided({g.n, g.c_out, g.h_out, g.w_out}, key.dst);
   const memory::desc wei = weight_desc(g, key.weight);
+  const memory::desc sany(src.dims(), memory::data_type::f32, memory::format_tag::any);
+  const memory::desc dany(dst.dims(), memory::data_type::f32, memory::format_tag::any);
   const memory::desc wany(wei.dims(), memory::data_type::f32, memory::format_tag::any);
   const memory::desc bias = key.bias ? memory::desc({g.c_out}, memory::data_type::f32, memory::format_tag::x)
                                      : memory::desc();
@@ -170,7 +174,7 @@ std::shared_ptr<const Entry> build(const Key& key) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   try {
     auto& eng = engine();
-    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, algo, src, wany, bias, dst, strides, dil,
+    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, algo, sany, wany, bias, dany, strides, dil,
                                        pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc fpd(fd, attr, eng);
     entry->bias = key.bias;
@@ -182,7 +186,7 @@ std::shared_ptr<const Entry> build(const Key& key) {
       entry->primitive = dnnl::convolution_forward(fpd);
       entry->scratchpad_bytes = fpd.scratchpad_desc().get_size();
     } else if (key.kind == Kind::BackwardData) {
-      dnnl::convolution_backward_data::desc bd(algo, src, wany, dst, strides, dil, pad_l, pad_r);
+      dnnl::convolution_backward_data::desc bd(algo, sany, wany, dany, strides, dil, pad_l, pad_r);
       dnnl::convolution_backward_data::primitive_desc pd(bd, attr, eng, fpd);
       if (!fast(pd)) return entry;
       bind(entry->src, DNNL_ARG_DIFF_SRC, src, pd.diff_src_desc(), true);
@@ -191,7 +195,7 @@ std::shared_ptr<const Entry> build(const Key& key) {
       entry->primitive = dnnl::convolution_backward_data(pd);
       entry->scratchpad_bytes = pd.scratchpad_desc().get_size();
     } else {
-      dnnl::convolution_backward_weights::desc wd(algo, src, wany, bias, dst, strides, dil, pad_l, pad_r);
+      dnnl::convolution_backward_weights::desc wd(algo, sany, wany, bias, dany, strides, dil, pad_l, pad_r);
       dnnl::convolution_backward_weights::primitive_desc pd(wd, attr, eng, fpd);
       if (!fast(pd)) return entry;
       bind(entry->src, DNNL_ARG_SRC, src, pd.src_desc(), false);

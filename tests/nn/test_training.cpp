@@ -101,17 +101,19 @@ TEST(Training, CnnLearnsBarOrientationWithGradientDescent) {
                      nn::MaxPool2d(2), nn::Conv2d(8, 16, 3, {.padding = 1, .generator = &init}), nn::ReLU(),
                      nn::AdaptiveAvgPool2d(1), nn::Flatten(), nn::Linear(16, 4, {.generator = &init}));
   double first = 0, last = 0;
-  for (int s = 0; s < 300; ++s) {
+  // lr 0.5 trained too, but chaotically: the final eval loss moved between 0.03 and 0.26 with
+  // the rounding of the convolution kernels; at 0.3 it lands near 0.03 whatever the kernels.
+  for (int s = 0; s < 400; ++s) {
     Tensor loss = F::cross_entropy(cnn(x), y);
     if (s == 0) first = loss.item<double>();
     loss.backward();
-    sgd_step(cnn, 0.5);
+    sgd_step(cnn, 0.3);
   }
   cnn.eval();  // BatchNorm on its running statistics
   NoGradGuard no_grad;
   last = F::cross_entropy(cnn(x), y).item<double>();
   const double test_acc = accuracy(cnn(xt), yt);
   EXPECT_NEAR(first, std::log(4.0), 0.2);
-  EXPECT_LT(last, 0.1);  // 0.034 when written
+  EXPECT_LT(last, 0.1);  // 0.035 when written (0.031 in float64)
   EXPECT_GE(test_acc, 0.93);  // 0.965 when written
 }
