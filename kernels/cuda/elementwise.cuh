@@ -82,10 +82,12 @@ __global__ void strided_kernel(Index n, OffsetCalc<1 + sizeof...(In), Index> cal
   strided_body(n, calc, f, out, std::index_sequence_for<In...>{}, in...);
 }
 
+inline constexpr int64_t kMaxBlocks = 65536;
+
 inline int grid_for(int64_t n) {
   int64_t blocks = (n + kThreads - 1) / kThreads;
   // enough blocks to fill any current GPU many times over; the loop strides past the rest
-  return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+  return static_cast<int>(blocks < kMaxBlocks ? (blocks > 0 ? blocks : 1) : kMaxBlocks);
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -101,11 +103,12 @@ OffsetCalc<N, Index> make_calc(const StridedLoop<N>& loop) {
   return c;
 }
 
-// Whether every element offset stays below 2^31 (strides may be negative: bound by |s|).
+// Whether every element offset stays below 2^31 (strides may be negative: bound by |s|), and
+// the grid-stride loop's index too: it may step one whole grid past numel before stopping.
 template <int N>
 bool fits_int32(const StridedLoop<N>& loop) {
   constexpr int64_t kMax = int64_t(1) << 31;
-  if (loop.numel >= kMax) return false;
+  if (loop.numel >= kMax - kMaxBlocks * kThreads) return false;
   for (int k = 0; k < N; ++k) {
     int64_t reach = 0;
     for (int d = 0; d < loop.ndim; ++d) {
