@@ -54,6 +54,16 @@ double elem_tol(DType t) {
   }
 }
 
+// Gradients that several windows add into: the CPU rounds to the storage type after every
+// addition, the GPU once, so 16-bit results may differ by a few ulps.
+double grad_tol(DType t) {
+  switch (t) {
+    case DType::Float16: return 6e-3;
+    case DType::BFloat16: return 5e-2;
+    default: return elem_tol(t);
+  }
+}
+
 void expect_close(const Tensor& ref, const Tensor& got, double tol, const std::string& what) {
   ASSERT_TRUE(ref.defined() && got.defined()) << what;
   ASSERT_EQ(ref.shape(), got.shape()) << what;
@@ -264,7 +274,7 @@ void check_pool(const std::string& what, const Tensor& x, const Op& op, double t
     Tensor yg = op(xg);
     yg.backward(gpu(gy));
     expect_close(yc, yg, tol, "output");
-    expect_close(xc.grad(), xg.grad(), tol, "input gradient");
+    expect_close(xc.grad(), xg.grad(), std::max(tol, grad_tol(x.dtype())), "input gradient");
   }
 }
 
@@ -372,11 +382,14 @@ TEST(CudaConvNet, ConvBatchNormPoolStackGradientsMatchCpu) {
       const std::vector<Tensor> init = {random({4, 3, 16, 16}, dt), random({8, 3, 3, 3}, dt), random({8}, dt),
                                         random({8}, dt, 0.5, 1.5),   random({8}, dt),          random({6, 8, 3, 3}, dt)};
       const Tensor rm = st::zeros({8}, dt), rv = st::ones({8}, dt);
-      // x, conv1 weight and bias, bn weight and bias, conv2 weight
-      auto net = [](const std::vector<Tensor>& p, Tensor& running_mean, Tensor& running_var) {
+      // x, conv1 weight and bias, bn weight and bias, conv2 weight. In float32 the CPU and GPU
+      // results differ by rounding, which could move a relu kink or a max-pool argmax and make
+      // one gradient element differ entirely: float32 takes smooth silu and average pooling.
+      const bool exact = dt == st::kFloat64;
+      auto net = [exact](const std::vector<Tensor>& p, Tensor& running_mean, Tensor& running_var) {
         Tensor h = F::conv2d(p[0], p[1], p[2], {1, 1, 1, 1});
-        h = F::batch_norm(h, running_mean, running_var, p[3], p[4], {true, 0.1, 1e-5}).relu();
-        h = F::max_pool2d(h, 2);
+        h = F::batch_norm(h, running_mean, running_var, p[3], p[4], {true, 0.1, 1e-5});
+        h = exact ? F::max_pool2d(h.relu(), 2) : F::avg_pool2d(st::silu(h), 2);
         h = F::conv2d(h, p[5], Tensor(), {2, 1, 1, 1});
         h = F::avg_pool2d(h, 3, {1, 1});
         return F::adaptive_avg_pool2d(h, {2, 2});
