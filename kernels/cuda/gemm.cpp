@@ -195,7 +195,9 @@ GemmStatus build_plan(const GemmProblem& p, const PlanKey& key, const GemmContex
   int count = 0;
   const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx.lt, &plan.desc, &plan.lt_a, &plan.lt_b, &plan.lt_c,
                                                           &plan.lt_c, &pref, 1, &result, &count);
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED) return {};  // no algorithm: plan.found stays false
+  // no algorithm for this problem, or descriptors cuBLASLt refuses (INVALID_VALUE) that cuBLAS
+  // may still run: plan.found stays false and the caller falls back
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) return {};
   if (s != CUBLAS_STATUS_SUCCESS) return GemmStatus{"cublasLtMatmulAlgoGetHeuristic", s};
   plan.found = count > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   plan.algo = result.algo;
