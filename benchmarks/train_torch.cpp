@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string>
 
+#include "gpt_torch.hpp"
 #include "train_workload.h"
 
 namespace bench {
@@ -138,64 +139,6 @@ struct ResNet50Impl : tnn::Module {
 };
 TORCH_MODULE(ResNet50);
 
-// GPT as in examples/transformer/gpt.hpp: pre-LayerNorm blocks of causal attention (LibTorch
-// 1.13 has no fused scaled_dot_product_attention, so it is the usual matmul-mask-softmax-matmul)
-// and a tanh-GELU MLP, tied output embedding.
-struct BlockImpl : tnn::Module {
-  tnn::LayerNorm ln_1{tnn::LayerNormOptions({kGptWidth})}, ln_2{tnn::LayerNormOptions({kGptWidth})};
-  tnn::Linear c_attn{kGptWidth, 3 * kGptWidth}, c_proj{kGptWidth, kGptWidth};
-  tnn::Linear mlp_fc{kGptWidth, 4 * kGptWidth}, mlp_proj{4 * kGptWidth, kGptWidth};
-  torch::Tensor mask;  // (context, context), true above the diagonal
-  BlockImpl() {
-    register_module("ln_1", ln_1);
-    register_module("c_attn", c_attn);
-    register_module("c_proj", c_proj);
-    register_module("ln_2", ln_2);
-    register_module("mlp_fc", mlp_fc);
-    register_module("mlp_proj", mlp_proj);
-    mask = register_buffer("mask", torch::ones({kGptContext, kGptContext}, torch::kBool).triu(1));
-  }
-  torch::Tensor attention(const torch::Tensor& x) {  // (B, T, C)
-    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = kGptHeads, hd = C / H;
-    auto qkv = c_attn(x).split(C, 2);
-    auto heads = [&](int i) { return qkv[i].view({B, T, H, hd}).transpose(1, 2); };  // (B, H, T, hd)
-    torch::Tensor att = torch::matmul(heads(0), heads(1).transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
-    att = torch::softmax(att.masked_fill(mask.slice(0, 0, T).slice(1, 0, T), -INFINITY), -1);
-    return c_proj(torch::matmul(att, heads(2)).transpose(1, 2).reshape({B, T, C}));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor h = x + attention(ln_1(x));
-    return h + mlp_proj(torch::gelu(mlp_fc(ln_2(h)), "tanh"));
-  }
-};
-TORCH_MODULE(Block);
-
-struct GptImpl : tnn::Module {
-  tnn::Embedding wte{kGptVocab, kGptWidth}, wpe{kGptContext, kGptWidth};
-  tnn::ModuleList h;
-  tnn::LayerNorm ln_f{tnn::LayerNormOptions({kGptWidth})};
-  GptImpl() {
-    register_module("wte", wte);
-    register_module("wpe", wpe);
-    for (int64_t i = 0; i < kGptLayers; ++i) h->push_back(Block());
-    register_module("h", h);
-    register_module("ln_f", ln_f);
-    torch::NoGradGuard no_grad;
-    for (auto& p : named_parameters()) {
-      if (p.value().dim() < 2) continue;
-      const bool residual = p.key().find("c_proj.weight") != std::string::npos ||
-                            p.key().find("mlp_proj.weight") != std::string::npos;
-      p.value().normal_(0.0, residual ? 0.02 / std::sqrt(2.0 * kGptLayers) : 0.02);
-    }
-  }
-  torch::Tensor forward(torch::Tensor tokens) {  // (B, T) -> (B, T, vocab)
-    torch::Tensor x = wte(tokens) + wpe(torch::arange(tokens.size(1), torch::TensorOptions(torch::kLong).device(tokens.device())));
-    for (const auto& b : *h) x = b->as<Block>()->forward(x);
-    return torch::matmul(ln_f(x), wte->weight.t());
-  }
-};
-TORCH_MODULE(Gpt);
-
 template <class Net>
 class TorchTrainer final : public Trainer {
  public:
@@ -238,8 +181,8 @@ class TorchTrainer final : public Trainer {
 };
 
 template <class Net>
-std::unique_ptr<Trainer> make(bool adamw, torch::Tensor x, torch::Tensor y, torch::Device device) {
-  return std::make_unique<TorchTrainer<Net>>(Net(), adamw, std::move(x), std::move(y), device);
+std::unique_ptr<Trainer> make(bool adamw, torch::Tensor x, torch::Tensor y, torch::Device device, Net net = Net()) {
+  return std::make_unique<TorchTrainer<Net>>(std::move(net), adamw, std::move(x), std::move(y), device);
 }
 
 }  // namespace
@@ -254,8 +197,12 @@ std::unique_ptr<Trainer> make_torch_trainer(const TrainConfig& c) {
     case Model::Mlp: return make<Mlp>(true, torch::randn({B, 784}), classes(10, {B}), dev);
     case Model::Cnn: return make<Cnn>(false, torch::randn({B, 3, 32, 32}), classes(10, {B}), dev);
     case Model::ResNet50: return make<ResNet50>(false, torch::randn({B, 3, 224, 224}), classes(1000, {B}), dev);
-    case Model::Gpt:
-      return make<Gpt>(true, classes(kGptVocab, {B, kGptContext}), classes(kGptVocab, {B * kGptContext}), dev);
+    case Model::Gpt: {
+      GptConfig gpt;
+      gpt.vocab = kGptVocab, gpt.context = kGptContext, gpt.layers = kGptLayers, gpt.width = kGptWidth;
+      gpt.heads = kGptHeads;
+      return make<Gpt>(true, classes(kGptVocab, {B, kGptContext}), classes(kGptVocab, {B * kGptContext}), dev, Gpt(gpt));
+    }
   }
   return nullptr;
 }
