@@ -4,8 +4,9 @@
 # attention) and optimizer steps (AdamW, SGD), run side by side in one process with
 # repetitions interleaved, ending with a summary of medians (case, strata, LibTorch, ratio, %
 # of the measured FMA peak or memcpy bandwidth) and the FLOP and byte counting rules.
-# data: JPEG decoding and augmentation through the DataLoader, token-window sampling, and safetensors save / load / serialize beside a plain
-# copy of the same bytes (needs ~1 GB free in $TMPDIR or /tmp). train: end-to-end training
+# data: JPEG decoding and augmentation through the DataLoader, token-window sampling, and
+# safetensors save / load / serialize beside a plain copy of the same bytes (needs ~1 GB
+# free in $TMPDIR or /tmp). train: end-to-end training
 # throughput (mlp, cnn, resnet50, gpt) beside the LibTorch twins, rounds alternated, medians
 # and ratios in one table (a few minutes; STRATA_BENCH_TRAIN_ARGS passes flags such as
 # '--workloads gpt --phases'). Do not run it while building on the same cores.
