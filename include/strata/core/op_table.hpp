@@ -36,6 +36,7 @@
   X(sort, 1, false) X(topk, 1, false) X(isclose, 2, false)                          \
   /* nn */                                                                          \
   X(layer_norm, 3, true) X(layer_norm_backward, 5, false) X(dropout, 1, true)      \
+  X(cross_entropy_fused, 3, true) X(cross_entropy_fused_backward, 5, false)        \
   /* nn: convolution, pooling, batch norm */                                        \
   X(conv2d, 3, true) X(conv2d_backward_input, 2, false)                             \
   X(conv2d_backward_weight, 2, false) X(max_pool2d, 1, true)                        \
@@ -45,4 +46,4 @@
   X(batch_norm_backward, 5, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 90
+#define STRATA_NUM_BUILTIN_OPS 92

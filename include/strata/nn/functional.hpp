@@ -24,6 +24,16 @@ struct LayerNormParams {
   bool rms = false;
 };
 
+/// Parameters of the cross_entropy_fused kernels over logits (N, C), int64 class indices (N)
+/// and class weights (C) or undefined: targets equal to ignore_index add nothing,
+/// label_smoothing is the share of each target spread over all classes, total_weight the sum
+/// of the class weights (unused without them).
+struct CrossEntropyParams {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0;
+  double total_weight = 0;
+};
+
 /// Parameters of the dropout kernel: drop probability and the Philox draw.
 struct DropoutParams {
   double p = 0.5;

@@ -10,6 +10,8 @@ void register_cuda_activation_grad_kernels(KernelTable&);
 void register_cuda_copy_kernels(KernelTable&);
 void register_cuda_creation_kernels(KernelTable&);
 void register_cuda_matmul_kernels(KernelTable&);
+void register_cuda_layer_norm_kernels(KernelTable&);
+void register_cuda_cross_entropy_kernels(KernelTable&);
 void register_cuda_reduce_kernels(KernelTable&);
 void register_cuda_softmax_kernels(KernelTable&);
 void register_cuda_index_kernels(KernelTable&);
@@ -26,6 +28,8 @@ void register_cuda_kernels(KernelTable& table) {
   register_cuda_copy_kernels(table);
   register_cuda_creation_kernels(table);
   register_cuda_matmul_kernels(table);
+  register_cuda_layer_norm_kernels(table);
+  register_cuda_cross_entropy_kernels(table);
   register_cuda_reduce_kernels(table);
   register_cuda_softmax_kernels(table);
   register_cuda_index_kernels(table);
