@@ -39,7 +39,7 @@ struct SiluBackward {
 // gelu(x) = x Phi(x), from its input: g (Phi(x) + x phi(x)).
 struct GeluBackward {
   template <class T> STRATA_HOST_DEVICE T operator()(T g, T x) const {
-    T cdf = T(0.5) * (T(1) + std::erf(x * T(kGeluSqrt1_2)));
+    T cdf = T(0.5) * (T(1) + fast_erf(x * T(kGeluSqrt1_2)));
     T pdf = fast_exp(T(-0.5) * x * x) * T(kGeluInvSqrt2Pi);
     return g * (cdf + x * pdf);
   }

@@ -30,12 +30,12 @@ struct Tanh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { re
 struct Sigmoid {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + fast_exp(-x)); }
 };
-struct Erf { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::erf(x); } };
+struct Erf { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return fast_erf(x); } };
 struct Relu { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : T(0); } };
 // GELU, exact: x * Phi(x) with the normal CDF written through erf.
 struct GeluErf {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
-    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * (T(1) + fast_erf(x * T(0.70710678118654752440)));
   }
 };
 // GELU, tanh approximation (Hendrycks & Gimpel): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

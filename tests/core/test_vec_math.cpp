@@ -1,5 +1,5 @@
-// The branch-free float exp and tanh of kernels/common/vec_exp.h, which the CPU kernels of
-// exp, tanh, sigmoid, silu, GELU and softmax run: their error in ulps against the float64
+// The branch-free float exp, tanh and erf of kernels/common/vec_exp.h, which the CPU kernels
+// of exp, tanh, erf, sigmoid, silu, GELU and softmax run: their error in ulps against the float64
 // library functions over a sweep of the whole useful range, and the special values.
 #include <gtest/gtest.h>
 
@@ -51,6 +51,16 @@ TEST(VecMath, TanhWithinThreeUlps) {
   EXPECT_LE(worst, 3.0) << "at x = " << at;
 }
 
+TEST(VecMath, ErfWithinFourUlps) {
+  double worst = 0;
+  float at = 0;
+  sweep(1e-30f, 6.0f, [&](float x) {
+    double e = ulps(strata::math::vec_erf(x), std::erf(double(x)));
+    if (e > worst) worst = e, at = x;
+  });
+  EXPECT_LE(worst, 4.0) << "at x = " << at;
+}
+
 TEST(VecMath, SpecialValues) {
   using strata::math::vec_exp;
   using strata::math::vec_tanh;
@@ -68,4 +78,11 @@ TEST(VecMath, SpecialValues) {
   EXPECT_EQ(vec_tanh(1e4f), 1.0f);
   EXPECT_TRUE(std::isnan(vec_tanh(nan)));
   EXPECT_EQ(vec_tanh(1e-30f), 1e-30f);
+  using strata::math::vec_erf;
+  EXPECT_EQ(vec_erf(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(vec_erf(-0.0f)));
+  EXPECT_EQ(vec_erf(inf), 1.0f);
+  EXPECT_EQ(vec_erf(-inf), -1.0f);
+  EXPECT_EQ(vec_erf(5.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(vec_erf(nan)));
 }
