@@ -50,13 +50,26 @@ void add_options(CLI::App& app, Options& o) {
 }
 
 
-// --device auto: the GPU when there is one and this build of strata has kernels for it; a
-// build whose CUDA backend lacks an op's kernel says so and trains on the CPU instead.
-bool gpu_can_train() {
+// --device auto: the GPU when there is one and this build of strata can train there. A tiny
+// model of the same kind takes one step of the real loop on the GPU (forward, loss, backward,
+// clipping, the chosen optimizer), a no-grad forward and a copy of its weights back; if any
+// of it raises (an op without a CUDA kernel, say), the example says so and uses the CPU. It
+// runs before the seed is set, so the run itself is the same either way.
+bool gpu_can_train(const Options& o) {
   if (!st::cuda::is_available()) return false;
   try {
-    st::Tensor probe = st::ones({4, 4}, st::TensorOptions().device(st::Device::cuda()));
-    (st::matmul(probe, probe).sum() + 1).item<float>();
+    const st::Device gpu = st::Device::cuda();
+    Options tiny = o;
+    tiny.model.layers = 1, tiny.model.width = 16, tiny.model.heads = 2, tiny.model.context = 8;
+    gpt::GPT model(tiny.model);
+    model.to(gpu);
+    auto opt = make_optimizer(model, tiny);
+    st::Generator g(1);
+    st::Tensor x = st::randint(0, tiny.model.vocab, {2, tiny.model.context}, st::TensorOptions(st::kInt64), &g);
+    train_step(model, *opt, x, x, tiny, gpu).item<double>();
+    st::NoGradGuard no_grad;
+    model(x.to(gpu)).sum().item<double>();
+    for (const auto& [name, t] : model.state_dict()) t.to(st::kCPU);
     return true;
   } catch (const st::Error& e) {
     std::printf("a GPU is present but cannot train here (%s): training on the CPU\n", e.what());
@@ -74,7 +87,7 @@ int main(int argc, char** argv) {
 
   try {
     if (o.threads > 0) st::set_num_threads(o.threads);
-    st::Device device = o.device == "cuda" || (o.device == "auto" && gpu_can_train()) ? st::Device::cuda() : st::kCPU;
+    st::Device device = o.device == "cuda" || (o.device == "auto" && gpu_can_train(o)) ? st::Device::cuda() : st::kCPU;
     st::manual_seed(o.seed);
     for (const auto& path : {o.train_data, o.val_data})
       STRATA_CHECK(std::filesystem::exists(path), "[transformer] no token shard at {} (write one with strata-tokenize)",

@@ -124,6 +124,18 @@ inline std::string sample(gpt::GPT& model, const std::string& prompt, const Opti
   return out;
 }
 
+// One optimizer step on (x, y), moved to `device`; returns the loss.
+inline st::Tensor train_step(gpt::GPT& model, st::optim::Optimizer& opt, const st::Tensor& x, const st::Tensor& y,
+                             const Options& o, st::Device device) {
+  st::Tensor logits = model(x.to(device));
+  st::Tensor loss = F::cross_entropy(logits.flatten(0, 1), y.to(device).flatten());
+  opt.zero_grad();
+  loss.backward();
+  if (o.clip > 0) st::optim::clip_grad_norm_(model.parameters(), o.clip);
+  opt.step();
+  return loss;
+}
+
 // Runs steps [start, end) and returns the last validation loss. `state` holds the model, the
 // optimizer and `g`, the generator of training windows (Note [Exact resume]).
 inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt,
@@ -148,13 +160,7 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
     double lr = lr_at(o, step);
     for (size_t i = 0; i < opt.num_param_groups(); ++i) opt.set_lr(i, lr);
     auto [x, y] = random_batch(train_set, o.batch, g);
-    st::Tensor logits = model(x.to(device));
-    st::Tensor loss = F::cross_entropy(logits.flatten(0, 1), y.to(device).flatten());
-    opt.zero_grad();
-    loss.backward();
-    if (o.clip > 0) st::optim::clip_grad_norm_(model.parameters(), o.clip);
-    opt.step();
-    const double l = loss.item<double>();
+    const double l = train_step(model, opt, x, y, o, device).item<double>();
     running += l;
     ++running_n;
     const bool log = (step + 1) % o.log_every == 0 || step + 1 == end;
