@@ -165,7 +165,8 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// strata has a GPU when a small matmul runs there; today the CUDA backend has no kernels.
+// strata can use the GPU when a small matmul runs there (without a GPU, or in a build without
+// CUDA, it raises an Error saying why).
 bool strata_gpu_works(std::string& why) {
   try {
     st::Tensor probe = st::ones({4, 4}, st::TensorOptions().device(st::Device::cuda()));
