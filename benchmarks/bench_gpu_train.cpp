@@ -1,0 +1,102 @@
+// bench_gpu's training rows:
+//   adamw      one strata::optim::AdamW step over 100M float32 parameters on the GPU, held in 50
+//              tensors of 2M as a model's layers would be; GB/s counting 28 bytes per parameter
+//              (parameter read and written, gradient read, both moments read and written), and
+//              its share of the copy bandwidth (target: 70% or more)
+//   gpt_train  whole training steps (forward, cross-entropy, zero_grad, backward, AdamW) of the
+//              Transformer example's GPT (examples/transformer/gpt.hpp) at 6 layers, width 512,
+//              8 heads, context 256, batch 32, float32 without TF32, on one fixed random batch;
+//              tokens/s from the median step. Any op without a CUDA kernel makes the row
+//              "unavailable: <message>".
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/strata.hpp>
+
+#include "bench_gpu.h"
+#include "transformer/gpt.hpp"
+
+namespace bench_gpu {
+
+namespace st = strata;
+namespace F = strata::nn::functional;
+
+namespace {
+
+void adamw_row(Context& ctx) {
+  const long long total = scaled(ctx.settings, 100'000'000);
+  constexpr long long kTensors = 50;
+  Row row{.key = "adamw", .what = fmt::format("AdamW step, {:.0f}M f32 params", total / 1e6), .unit = "GB/s"};
+  add_row(ctx, row, [&] {
+    const auto opts = st::TensorOptions(st::kFloat32, st::Device::cuda());
+    std::vector<st::Tensor> params;
+    for (long long i = 0; i < kTensors; ++i) {
+      const long long n = total / kTensors + (i < total % kTensors ? 1 : 0);
+      st::Tensor p = st::randn({n}, opts);
+      p.requires_grad_();
+      p.set_grad(st::randn({n}, opts));
+      params.push_back(p);
+    }
+    st::optim::AdamW opt(params, st::optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.01});
+    const double ms = median_ms(ctx.settings, [&] { opt.step(); });
+    return 28.0 * static_cast<double>(total) / (ms * 1e-3) / 1e9;
+  });
+  Row& added = ctx.rows.back();
+  if (added.note.empty()) added.note = percent_of_copy(ctx, added.value);
+}
+
+void gpt_row(Context& ctx) {
+  const gpt::Config config{.vocab = 256, .context = 256, .layers = 6, .width = 512, .heads = 8};
+  const int64_t batch = 32;
+  double first_loss = NAN, last_loss = NAN;
+  Row row{.key = "gpt_train", .what = "GPT train step 6x512, ctx 256, batch 32, f32", .unit = "tokens/s"};
+  add_row(ctx, row, [&] {
+    const st::Device cuda = st::Device::cuda();
+    st::manual_seed(1);
+    gpt::GPT model(config);
+    model.to(cuda);
+    st::optim::AdamW opt(model.parameters(), st::optim::AdamWOptions{.lr = 3e-4, .weight_decay = 0.01});
+    const auto ints = st::TensorOptions(st::kInt64, cuda);
+    st::Tensor x = st::randint(0, config.vocab, {batch, config.context}, ints);
+    st::Tensor y = st::randint(0, config.vocab, {batch * config.context}, ints);
+    auto step = [&] {
+      st::Tensor loss = F::cross_entropy(model(x).flatten(0, 1), y);  // (B * T, vocab) logits
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      return loss.item<double>();  // waits for the step
+    };
+    first_loss = step();
+    for (int i = 1; i < ctx.settings.warmup; ++i) step();
+    std::vector<double> seconds;
+    for (int i = 0; i < ctx.settings.reps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      last_loss = step();
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (!std::isfinite(last_loss)) throw std::runtime_error(fmt::format("[gpt_train] the loss became {}", last_loss));
+    std::sort(seconds.begin(), seconds.end());
+    const size_t n = seconds.size();
+    const double median = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+    return static_cast<double>(batch * config.context) / median;
+  });
+  Row& added = ctx.rows.back();
+  if (added.note.empty())
+    added.note = fmt::format("loss {:.3f} -> {:.3f} over {} steps", first_loss, last_loss,
+                             std::max(1, ctx.settings.warmup) + ctx.settings.reps);
+}
+
+}  // namespace
+
+void run_training_rows(Context& ctx) {
+  if (wants(ctx.settings, "adamw")) adamw_row(ctx);
+  st::cuda::empty_cache();
+  if (wants(ctx.settings, "gpt")) gpt_row(ctx);
+}
+
+}  // namespace bench_gpu
