@@ -125,16 +125,16 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
 }
 
 // The gradients of x W^T + b, with x's leading dims folded into rows: gx = g W, gW = g^T x,
-// gb = the column sums of g. Inputs that did not require grad get none. gW is computed as
-// (x^T g)^T, the GEMM that matmul(x, W.t()) + b ran in its backward, so training runs keep
-// their former rounding bit for bit.
+// gb = the column sums of g. Inputs that did not require grad get none. gW is the product
+// g^T x itself, so it comes out contiguous like W: (x^T g)^T would be a transposed view that
+// the optimizer copies into a contiguous tensor on every step.
 autograd::Grads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                                 bool need_b) {
   const int64_t in = w.size(1), out = w.size(0), rows = out > 0 ? g.numel() / out : 0;
   const Tensor g2 = g.reshape({rows, out});
   autograd::Grads grads(3);
   if (need_x) grads[0] = matmul(g2, w).reshape(x.shape());
-  if (need_w) grads[1] = matmul(x.reshape({rows, in}).t(), g2).t();
+  if (need_w) grads[1] = matmul(g2.t(), x.reshape({rows, in}));
   if (need_b) grads[2] = sum(g2, {0});
   return grads;
 }
