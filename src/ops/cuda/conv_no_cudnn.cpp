@@ -1,7 +1,7 @@
 // A CUDA build without cuDNN (libcudnn was not found when configuring): convolutions on a
-// GPU raise an Error naming the missing library, and the cuDNN switches of
-// <strata/core/cuda.hpp> are plain settings that nothing reads. Pooling and batch norm do
-// not need cuDNN and are registered as usual.
+// GPU raise an Error naming the missing library, and the benchmark-mode switch of
+// <strata/core/cuda.hpp> is a plain setting (deterministic mode still governs scatter_add and
+// index_add). Pooling and batch norm do not need cuDNN and are registered as usual.
 #include <atomic>
 
 #include <strata/core/cuda.hpp>
