@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include <cuda_runtime.h>
 
 #include "../common/reduce_ops.h"
 #include "../common/reduce_plan.h"
 #include "reduce_ops.h"
+#include "row_reduce.cuh"
 
 namespace strata::cuda_kernels {
 
@@ -119,19 +119,6 @@ __device__ __forceinline__ Index reduced_offset(const ReducePlan& p, int64_t r) 
   return off;
 }
 
-// Moves any trivially copyable value through 32-bit shuffles (bool and 8-bit values widened).
-template <class V>
-__device__ __forceinline__ V shuffle_xor(const V& v, int lane_mask) {
-  constexpr int kWords = (sizeof(V) + 3) / 4;
-  unsigned int w[kWords] = {};
-  memcpy(w, &v, sizeof(V));
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], lane_mask);
-  V out;
-  memcpy(&out, w, sizeof(V));
-  return out;
-}
-
 // Combines v over threadIdx.x (blockDim.x a power of two, blockDim.x * blockDim.y a multiple
 // of 32); every thread of the row receives the result. `smem`: blockDim.y * blockDim.x / 32
 // values, free again on return. `combine` must be commutative for every lane of the butterfly
@@ -139,7 +126,7 @@ __device__ __forceinline__ V shuffle_xor(const V& v, int lane_mask) {
 template <class V, class Combine>
 __device__ __forceinline__ V block_reduce_x(V v, const Combine& combine, V* smem) {
   const int bx = blockDim.x;
-  for (int w = (bx < 32 ? bx : 32) / 2; w > 0; w /= 2) v = combine(v, shuffle_xor(v, w));
+  for (int w = (bx < 32 ? bx : 32) / 2; w > 0; w /= 2) v = combine(v, shfl_xor(v, w));  // row_reduce.cuh
   if (bx <= 32) return v;
   const int nwarps = bx / 32;
   V* row = smem + threadIdx.y * nwarps;

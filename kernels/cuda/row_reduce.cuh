@@ -1,6 +1,6 @@
 // Warp and block all-reductions for kernels that reduce one row per warp or per block
-// (layer norm, cross entropy). The value may be any trivially copyable type whose size is a
-// multiple of 4 bytes (a float, a double, a small struct of them); `merge` must be
+// (layer norm, cross entropy), and the warp shuffle reduce.cuh also uses. The value may be any
+// trivially copyable type (a float, a double, a small struct of them); `merge` must be
 // commutative so that every lane of the xor butterfly ends with the same bits. Partial values
 // meet in a fixed order, so results are deterministic from run to run.
 #pragma once
@@ -14,11 +14,12 @@ namespace strata::cuda_kernels {
 
 inline constexpr int kWarpSize = 32;
 
+/// v from the lane lane_mask away in the xor butterfly, moved as 32-bit words (any trivially
+/// copyable V; bool and 8- or 16-bit values travel widened).
 template <class V>
 __device__ __forceinline__ V shfl_xor(const V& v, int lane_mask) {
-  static_assert(sizeof(V) % 4 == 0, "shuffled values are moved as 32-bit words");
-  constexpr int kWords = sizeof(V) / 4;
-  unsigned int w[kWords];
+  constexpr int kWords = (sizeof(V) + 3) / 4;
+  unsigned int w[kWords] = {};
   memcpy(w, &v, sizeof(V));
 #pragma unroll
   for (int k = 0; k < kWords; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], lane_mask);

@@ -27,21 +27,6 @@ namespace strata {
 
 namespace {
 
-cpu::GemmType gemm_type(DType t) {
-  switch (t) {
-    case kFloat32: return cpu::GemmType::F32;
-    case kFloat64: return cpu::GemmType::F64;
-    case kFloat16: return cpu::GemmType::F16;
-    case kBFloat16: return cpu::GemmType::BF16;
-    case kInt8: return cpu::GemmType::I8;
-    case kUInt8: return cpu::GemmType::U8;
-    case kInt32: return cpu::GemmType::I32;
-    case kInt64: return cpu::GemmType::I64;
-    case kBool: break;
-  }
-  detail::throw_error("[linear] not supported for dtype {}", t);
-}
-
 // y[r, j] = gelu?(y[r, j] + bias[j]) in the compute type, rounded once.
 template <class T>
 void bias_and_gelu_rows(T* y, const T* bias, int64_t rows, int64_t n, bool gelu) {
@@ -68,7 +53,7 @@ void cpu_linear(const KernelCall& call) {
   if (y.numel() == 0) return;
   const detail::GemmPlan plan = detail::plan_gemm(x, wt, y);
   cpu::GemmProblem p;
-  p.type = gemm_type(y.dtype());
+  p.type = detail::cpu_gemm_type(y.dtype(), "linear");
   p.m = plan.m;
   p.n = plan.n;
   p.k = plan.k;

@@ -23,21 +23,6 @@ namespace strata {
 
 namespace {
 
-cpu::GemmType gemm_type(DType t) {
-  switch (t) {
-    case kFloat32: return cpu::GemmType::F32;
-    case kFloat64: return cpu::GemmType::F64;
-    case kFloat16: return cpu::GemmType::F16;
-    case kBFloat16: return cpu::GemmType::BF16;
-    case kInt8: return cpu::GemmType::I8;
-    case kUInt8: return cpu::GemmType::U8;
-    case kInt32: return cpu::GemmType::I32;
-    case kInt64: return cpu::GemmType::I64;
-    case kBool: break;
-  }
-  detail::throw_error("[matmul] not supported for dtype {}", t);
-}
-
 // How a (rows, cols) matrix with strides (sr, sc) can be read in place: row-major with
 // leading dim sr, or stored transposed (column-major) with leading dim sc. Size-1 dims
 // have no meaningful stride, so either orientation accepts them.
@@ -95,7 +80,7 @@ void cpu_matmul(const KernelCall& call) {
   Tensor c = out.is_contiguous() ? out : detail::make_tensor(out.shape(), out.dtype(), out.device());
   const detail::GemmPlan plan = detail::plan_gemm(a, b, c);
   cpu::GemmProblem p;
-  p.type = gemm_type(c.dtype());
+  p.type = detail::cpu_gemm_type(c.dtype(), "matmul");
   p.batch = plan.batch;
   p.m = plan.m;
   p.n = plan.n;

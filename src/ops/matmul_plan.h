@@ -5,11 +5,30 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include <strata/core/tensor.hpp>
 
+#include "kernels/cpu/gemm.h"
+
 namespace strata::detail {
+
+/// The CPU GEMM element type of dtype t; throws "[op] not supported for dtype …" for bool.
+inline cpu::GemmType cpu_gemm_type(DType t, std::string_view op) {
+  switch (t) {
+    case kFloat32: return cpu::GemmType::F32;
+    case kFloat64: return cpu::GemmType::F64;
+    case kFloat16: return cpu::GemmType::F16;
+    case kBFloat16: return cpu::GemmType::BF16;
+    case kInt8: return cpu::GemmType::I8;
+    case kUInt8: return cpu::GemmType::U8;
+    case kInt32: return cpu::GemmType::I32;
+    case kInt64: return cpu::GemmType::I64;
+    case kBool: break;
+  }
+  throw_error("[{}] not supported for dtype {}", op, t);
+}
 
 /// How a (rows, cols) matrix is read: element (i, j) at i * ld + j, or at j * ld + i when
 /// `trans` (stored as its transpose). ld is at least the stored row length, and at least 1.

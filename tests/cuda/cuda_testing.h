@@ -1,7 +1,10 @@
 // Helpers shared by the CUDA tests (label cuda): skipping cleanly without a GPU, fresh random
-// inputs (the seed is printed with every failure), moving tensors between devices.
+// inputs (the seed is printed with every failure), moving tensors between devices, comparing a
+// CPU result with its CUDA twin.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -46,5 +49,42 @@ inline Tensor random(const Shape& shape, DType dt, double lo = -1, double hi = 1
 
 inline Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
 inline Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
+
+/// Expects `cuda` (a tensor on a GPU) to equal `cpu` (the reference; on any device) in dtype,
+/// shape and values. Integers and bool must match exactly (compared as int64). Floats are
+/// compared in float64: with rel == 0 and atol == 0 exactly, the sign of zero included;
+/// otherwise within rel * max(1, |cpu value|) + atol, equal values (infinities) always
+/// matching. NaN matches NaN only. The first 5 mismatches are reported with their flat index
+/// and both values, then the number of mismatches if there are more.
+inline void expect_close(const Tensor& cpu, const Tensor& cuda, const std::string& what, double rel,
+                         double atol = 0) {
+  ASSERT_TRUE(cpu.defined() && cuda.defined()) << what;
+  ASSERT_TRUE(cuda.device().is_cuda()) << what;
+  ASSERT_EQ(cpu.dtype(), cuda.dtype()) << what;
+  ASSERT_EQ(cpu.shape(), cuda.shape()) << what;
+  const bool integral = !is_floating(cpu.dtype());
+  const Tensor a = host(cpu).contiguous().to(integral ? kInt64 : kFloat64);
+  const Tensor b = host(cuda).contiguous().to(integral ? kInt64 : kFloat64);
+  int64_t bad = 0;
+  auto mismatch = [&](int64_t i, auto x, auto y) {
+    if (++bad <= 5) ADD_FAILURE() << what << " at " << i << ": cpu " << x << " cuda " << y;
+  };
+  if (integral) {
+    const int64_t *pa = a.data_ptr<int64_t>(), *pb = b.data_ptr<int64_t>();
+    for (int64_t i = 0; i < a.numel(); ++i)
+      if (pa[i] != pb[i]) mismatch(i, pa[i], pb[i]);
+  } else {
+    const double *pa = a.data_ptr<double>(), *pb = b.data_ptr<double>();
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double x = pa[i], y = pb[i];
+      bool ok;
+      if (std::isnan(x) || std::isnan(y)) ok = std::isnan(x) && std::isnan(y);
+      else if (rel == 0 && atol == 0) ok = x == y && std::signbit(x) == std::signbit(y);
+      else ok = x == y || std::fabs(x - y) <= rel * std::max(1.0, std::fabs(x)) + atol;
+      if (!ok) mismatch(i, x, y);
+    }
+  }
+  if (bad > 5) ADD_FAILURE() << what << ": " << bad << " of " << a.numel() << " values differ";
+}
 
 }  // namespace strata::cuda_testing

@@ -5,47 +5,26 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <strata/strata.hpp>
 
+#include "cuda/cuda_testing.h"
+
 namespace st = strata;
 namespace cuda = strata::cuda;
 using st::DType;
 using st::Tensor;
+using st::cuda_testing::gpu;
+using st::cuda_testing::random;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                                        \
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or strata built without CUDA)"
 
 const std::vector<DType> kFloat = {st::kFloat32, st::kFloat64, st::kFloat16, st::kBFloat16};
 const std::vector<DType> kInt = {st::kInt64, st::kInt32, st::kInt8, st::kUInt8};
 const std::vector<int64_t> kSizes = {1, 7, 1023, 65537};
-
-std::mt19937_64& rng() {
-  static std::mt19937_64 g(std::random_device{}());
-  return g;
-}
-
-// Fresh random CPU tensor: floats uniform in [lo, hi]; integers in a range that stays exact
-// under the ops tested (small magnitudes, non-negative for uint8); bools fair coins.
-Tensor random(const st::Shape& shape, DType dt, double lo = -3, double hi = 3) {
-  Tensor t = st::empty(shape, st::kFloat64);
-  double* p = t.data_ptr<double>();
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::uniform_int_distribution<int> small(dt == st::kUInt8 ? 0 : -9, 9), coin(0, 1);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == st::kBool) p[i] = coin(rng());
-    else if (st::is_floating(dt)) p[i] = u(rng());
-    else p[i] = small(rng());
-  }
-  return t.to(dt);
-}
 
 // Tolerance of a result in `dt`: exact for integers and bool, relative for floats.
 double rel_tol(DType dt) {
@@ -58,26 +37,10 @@ double rel_tol(DType dt) {
   }
 }
 
+// cuda_testing::expect_close at the tolerance of the result's dtype.
 void expect_close(const Tensor& cpu, const Tensor& gpu, const std::string& what) {
-  ASSERT_EQ(gpu.device().type, st::DeviceType::CUDA) << what;
-  ASSERT_EQ(cpu.dtype(), gpu.dtype()) << what;
-  ASSERT_EQ(cpu.shape(), gpu.shape()) << what;
-  Tensor a = cpu.contiguous().to(st::kFloat64), b = gpu.to(st::Device::cpu()).to(st::kFloat64).contiguous();
-  const double* pa = a.data_ptr<double>();
-  const double* pb = b.data_ptr<double>();
-  const double tol = rel_tol(cpu.dtype());
-  int64_t bad = 0;
-  for (int64_t i = 0; i < a.numel() && bad < 5; ++i) {
-    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
-    double err = std::fabs(pa[i] - pb[i]);
-    if (err > tol * std::max(1.0, std::fabs(pa[i]))) {
-      ADD_FAILURE() << what << " at " << i << ": cpu " << pa[i] << " cuda " << pb[i];
-      ++bad;
-    }
-  }
+  st::cuda_testing::expect_close(cpu, gpu, what, rel_tol(cpu.dtype()));
 }
-
-Tensor gpu(const Tensor& t) { return t.to(st::Device::cuda()); }
 
 // Runs `f` on the CPU tensor and on its GPU copy for contiguous, transposed and step-sliced
 // layouts (the views are taken on the device, so the kernels see the strides).
@@ -103,6 +66,7 @@ struct UnaryRow {
 
 TEST(CudaElementwise, Unary) {
   SKIP_WITHOUT_GPU();
+  SEED_TRACE();
   const std::vector<UnaryRow> rows = {
       {"exp", [](const Tensor& x) { return st::exp(x); }, true, -3, 3},
       {"log", [](const Tensor& x) { return st::log(x); }, true, 0.05, 5},
@@ -157,6 +121,7 @@ void check_binary(const std::string& name, const Binary& f, DType dt, double lo,
 
 TEST(CudaElementwise, Binary) {
   SKIP_WITHOUT_GPU();
+  SEED_TRACE();
   struct Row {
     const char* name;
     Binary f;
@@ -184,6 +149,7 @@ TEST(CudaElementwise, Binary) {
 
 TEST(CudaElementwise, CompareLogicalWhere) {
   SKIP_WITHOUT_GPU();
+  SEED_TRACE();
   const std::vector<std::pair<const char*, Binary>> cmp = {
       {"eq", [](const Tensor& a, const Tensor& b) { return a == b; }},
       {"ne", [](const Tensor& a, const Tensor& b) { return a != b; }},
@@ -201,10 +167,10 @@ TEST(CudaElementwise, CompareLogicalWhere) {
   check_binary("logical_and", [](const Tensor& a, const Tensor& b) { return st::logical_and(a, b); }, st::kBool, 0, 1);
   check_binary("logical_or", [](const Tensor& a, const Tensor& b) { return st::logical_or(a, b); }, st::kBool, 0, 1);
   for (DType dt : all) {
-    Tensor c = random({7, 1, 5}, st::kBool), a = random({1, 3, 5}, dt), b = random({7, 3, 1}, dt);
+    Tensor c = random({7, 1, 5}, st::kBool), a = random({1, 3, 5}, dt, -3, 3), b = random({7, 3, 1}, dt, -3, 3);
     expect_close(st::where(c, a, b), st::where(gpu(c), gpu(a), gpu(b)), "where broadcast " +
                  std::string(st::dtype_name(dt)));
-    Tensor m = random({33, 31}, dt), k = random({31, 33}, dt), cm = random({31, 33}, st::kBool);
+    Tensor m = random({33, 31}, dt, -3, 3), k = random({31, 33}, dt, -3, 3), cm = random({31, 33}, st::kBool);
     expect_close(st::where(cm, m.t(), k), st::where(gpu(cm), gpu(m).t(), gpu(k)), "where transposed");
   }
 }
@@ -235,6 +201,7 @@ TEST(CudaElementwise, MoreThan2To31Elements) {
 // undefined in C++ and the host and device differ there).
 TEST(CudaElementwise, CopyCastFill) {
   SKIP_WITHOUT_GPU();
+  SEED_TRACE();
   std::vector<DType> all = kFloat;
   all.insert(all.end(), kInt.begin(), kInt.end());
   all.push_back(st::kBool);
@@ -249,7 +216,7 @@ TEST(CudaElementwise, CopyCastFill) {
       Tensor m = random({33, 31}, from, lo, 9);
       expect_close(m.t().to(to).contiguous(), gpu(m).t().to(to).contiguous(), "cast transposed");
     }
-    Tensor m = random({33, 31}, from);
+    Tensor m = random({33, 31}, from, -3, 3);
     expect_close(m.t().contiguous(), gpu(m).t().contiguous(), "contiguous of transposed");
     expect_close(m.slice(1, 2, 31, 4).clone(), gpu(m).slice(1, 2, 31, 4).clone(), "clone of sliced");
     auto cuda_opts = st::TensorOptions().dtype(from).device(st::Device::cuda());
@@ -293,6 +260,7 @@ TEST(CudaElementwise, PhiloxMatchesCpu) {
 
 TEST(CudaElementwise, IsClose) {
   SKIP_WITHOUT_GPU();
+  SEED_TRACE();
   std::vector<DType> all = kFloat;
   all.insert(all.end(), kInt.begin(), kInt.end());
   all.push_back(st::kBool);

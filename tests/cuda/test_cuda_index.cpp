@@ -35,25 +35,9 @@ const std::vector<DType> kIndex = {st::kInt64, st::kInt32};
 std::string tag(const std::string& what, DType dt) { return what + " " + std::string(st::dtype_name(dt)); }
 
 // Exact equality (NaN equal to NaN, the sign of zero compared too) or, with rel > 0, closeness
-// relative to max(1, |cpu value|).
+// relative to max(1, |cpu value|): cuda_testing::expect_close.
 void expect_same(const Tensor& cpu, const Tensor& cuda, const std::string& what, double rel = 0) {
-  ASSERT_TRUE(cpu.defined() && cuda.defined()) << what;
-  ASSERT_EQ(cuda.device().type, st::DeviceType::CUDA) << what;
-  ASSERT_EQ(cpu.dtype(), cuda.dtype()) << what;
-  ASSERT_EQ(cpu.shape(), cuda.shape()) << what;
-  Tensor a = cpu.contiguous().to(st::kFloat64), b = host(cuda).to(st::kFloat64).contiguous();
-  const double* pa = a.data_ptr<double>();
-  const double* pb = b.data_ptr<double>();
-  int64_t bad = 0;
-  for (int64_t i = 0; i < a.numel() && bad < 5; ++i) {
-    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
-    const bool ok = rel > 0 ? std::fabs(pa[i] - pb[i]) <= rel * std::max(1.0, std::fabs(pa[i]))
-                            : pa[i] == pb[i] && std::signbit(pa[i]) == std::signbit(pb[i]);
-    if (!ok) {
-      ADD_FAILURE() << what << " at " << i << ": cpu " << pa[i] << " cuda " << pb[i];
-      ++bad;
-    }
-  }
+  st::cuda_testing::expect_close(cpu, cuda, what, rel);
 }
 
 // Tolerance of an add whose order differs from the CPU's (atomics).

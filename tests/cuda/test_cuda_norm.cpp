@@ -5,8 +5,6 @@
 // smoothing. The kernels are called directly through run_kernel (so the saved mean, rstd and
 // logsumexp are compared too) and through nn::functional with autograd on non-contiguous
 // inputs. Without a GPU every test is skipped with a message.
-#include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -16,6 +14,7 @@ namespace st = strata;
 namespace F = strata::nn::functional;
 using st::DType;
 using st::Tensor;
+using st::cuda_testing::expect_close;
 using st::cuda_testing::gpu;
 using st::cuda_testing::host;
 using st::cuda_testing::random;
@@ -33,24 +32,6 @@ double tol(DType dt) {
     case DType::Float32: return 3e-5;
     case DType::Float16: return 4e-3;
     default: return 3e-2;
-  }
-}
-
-void expect_close(const Tensor& cpu, const Tensor& cuda, DType dt, const std::string& what) {
-  ASSERT_TRUE(cuda.defined() && cpu.defined()) << what;
-  ASSERT_EQ(cuda.device().type, st::DeviceType::CUDA) << what;
-  ASSERT_EQ(cpu.dtype(), cuda.dtype()) << what;
-  ASSERT_EQ(cpu.shape(), cuda.shape()) << what;
-  Tensor a = cpu.contiguous().to(st::kFloat64), b = host(cuda).to(st::kFloat64).contiguous();
-  const double* pa = a.data_ptr<double>();
-  const double* pb = b.data_ptr<double>();
-  int64_t bad = 0;
-  for (int64_t i = 0; i < a.numel() && bad < 5; ++i) {
-    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
-    if (std::fabs(pa[i] - pb[i]) > tol(dt) * std::max(1.0, std::fabs(pa[i]))) {
-      ADD_FAILURE() << what << " at " << i << ": cpu " << pa[i] << " cuda " << pb[i];
-      ++bad;
-    }
   }
 }
 
@@ -76,7 +57,7 @@ void compare_kernel(st::OpId op, DType dt, const std::vector<Tensor>& ins, const
   st::run_kernel(op, dt, st::KernelCall{ins, cout_, params});
   st::run_kernel(op, dt, st::KernelCall{gin, gout, params});
   for (size_t k = 0; k < outs.size(); ++k)
-    if (outs[k].defined()) expect_close(cout_[k], gout[k], dt, what + " output " + std::to_string(k));
+    if (outs[k].defined()) expect_close(cout_[k], gout[k], what + " output " + std::to_string(k), tol(dt));
 }
 
 }  // namespace
@@ -158,7 +139,7 @@ TEST(CudaNorm, NormalizationLayersWithAutograd) {
         const std::string what = name(which == 0 ? "layer_norm" : which == 1 ? "rms_norm" : "layer_norm 2-d", dt, 15, n);
         for (size_t k = 0; k < c.size(); ++k) {
           ASSERT_EQ(c[k].defined(), g[k].defined()) << what << " output " << k;
-          if (c[k].defined()) expect_close(c[k], g[k], dt, what + " output " + std::to_string(k));
+          if (c[k].defined()) expect_close(c[k], g[k], what + " output " + std::to_string(k), tol(dt));
         }
       }
     }
@@ -216,7 +197,7 @@ TEST(CudaNorm, CrossEntropyWithAutograd) {
         };
         const auto cpu = run(false), cuda = run(true);
         const std::string what = name("cross_entropy", dt, rows, c) + " " + red;
-        expect_close(cpu[0], cuda[0], dt, what + " loss");
-        expect_close(cpu[1], cuda[1], dt, what + " grad");
+        expect_close(cpu[0], cuda[0], what + " loss", tol(dt));
+        expect_close(cpu[1], cuda[1], what + " grad", tol(dt));
       }
 }

@@ -45,35 +45,10 @@ double rel_tol(DType dt) {
   }
 }
 
-// Integers and bool must match exactly; floats within rel_tol * max(1, |cpu|) + atol, with NaN
-// matching NaN and infinities matching themselves.
+// cuda_testing::expect_close at rel_tol of the result's dtype, plus `atol` (integers and bool
+// exact).
 void expect_close(const Tensor& cpu, const Tensor& cuda, const std::string& what, double atol = 0) {
-  ASSERT_TRUE(cuda.device().is_cuda()) << what;
-  ASSERT_EQ(cpu.dtype(), cuda.dtype()) << what;
-  ASSERT_EQ(cpu.shape(), cuda.shape()) << what;
-  int bad = 0;
-  if (!st::is_floating(cpu.dtype())) {
-    Tensor a = cpu.contiguous().to(st::kInt64), b = host(cuda).contiguous().to(st::kInt64);
-    const int64_t *pa = a.data_ptr<int64_t>(), *pb = b.data_ptr<int64_t>();
-    for (int64_t i = 0; i < a.numel() && bad < 5; ++i)
-      if (pa[i] != pb[i]) {
-        ADD_FAILURE() << what << " at " << i << ": cpu " << pa[i] << " cuda " << pb[i];
-        ++bad;
-      }
-    return;
-  }
-  Tensor a = cpu.contiguous().to(st::kFloat64), b = host(cuda).contiguous().to(st::kFloat64);
-  const double *pa = a.data_ptr<double>(), *pb = b.data_ptr<double>();
-  const double tol = rel_tol(cpu.dtype());
-  for (int64_t i = 0; i < a.numel() && bad < 5; ++i) {
-    const bool ok = std::isnan(pa[i]) || std::isnan(pb[i])
-                        ? std::isnan(pa[i]) && std::isnan(pb[i])
-                        : pa[i] == pb[i] || std::fabs(pa[i] - pb[i]) <= tol * std::max(1.0, std::fabs(pa[i])) + atol;
-    if (!ok) {
-      ADD_FAILURE() << what << " at " << i << ": cpu " << pa[i] << " cuda " << pb[i];
-      ++bad;
-    }
-  }
+  st::cuda_testing::expect_close(cpu, cuda, what, rel_tol(cpu.dtype()), atol);
 }
 
 // A float64 CPU tensor of `shape` with values from `f(i)` (flat index), converted to `dt`.
