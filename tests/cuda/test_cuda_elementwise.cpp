@@ -1,5 +1,6 @@
 // CUDA elementwise kernels against the CPU kernels on fresh random inputs: every unary,
-// binary, comparison and where kernel registered for CUDA, each dtype it supports, odd sizes,
+// binary, activation-gradient, comparison and where kernel registered for CUDA, each dtype it
+// supports, odd sizes,
 // transposed and step-sliced views, broadcast inputs, and one case past 2^31 elements.
 // Without a GPU every test is skipped with a message (CTest reports them as skipped).
 #include <gtest/gtest.h>
@@ -145,6 +146,30 @@ TEST(CudaElementwise, Binary) {
   // bool + bool is or, bool * bool is and
   check_binary("add bool", [](const Tensor& a, const Tensor& b) { return a + b; }, st::kBool, 0, 1);
   check_binary("mul bool", [](const Tensor& a, const Tensor& b) { return a * b; }, st::kBool, 0, 1);
+}
+
+// The fused activation gradients (relu_backward ... gelu_tanh_backward), reached through
+// autograd: the gradient of each activation at x, with x itself as the upstream gradient.
+TEST(CudaElementwise, ActivationGradients) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  using Act = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, Act>> acts = {
+      {"relu", [](const Tensor& x) { return st::relu(x); }},
+      {"tanh", [](const Tensor& x) { return st::tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return st::sigmoid(x); }},
+      {"silu", [](const Tensor& x) { return st::silu(x); }},
+      {"gelu", [](const Tensor& x) { return st::gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return st::gelu(x, "tanh"); }},
+  };
+  for (const auto& [name, act] : acts)
+    for (DType dt : kFloat) {
+      Unary grad = [act = act](const Tensor& x) {
+        Tensor leaf = x.detach().requires_grad_();
+        return st::autograd::grad({act(leaf)}, {leaf}, {x})[0];
+      };
+      check_unary(std::string(name) + "_backward", grad, dt, -4, 4);
+    }
 }
 
 TEST(CudaElementwise, CompareLogicalWhere) {
