@@ -27,10 +27,13 @@ template <class T>
 void cuda_kernel(const KernelCall& call) {
   const Tensor& x = call.inputs[0];
   Tensor& y = call.outputs[0];
-  // The registry hands kernels no stream; strata orders its device work (copies included)
-  // on the legacy default stream, so the kernel goes there too (stream = null).
+  // The registry hands kernels no stream: strata's ops (the copy that made x contiguous, the
+  // allocation of y) run on the device's current stream, the legacy default one unless a
+  // StreamGuard chose a user stream, which does not synchronize with the default one; so the
+  // kernel goes on the current stream too.
+  void* stream = cuda::Stream::current(y.device().index).handle();
   const char* err = forward_cuda(x.data_ptr<T>(), y.data_ptr<T>(), y.numel(),
-                                 static_cast<T>(call.param<Params>().beta), y.device().index, nullptr);
+                                 static_cast<T>(call.param<Params>().beta), y.device().index, stream);
   STRATA_CHECK(err == nullptr, "[scaled_swish] CUDA kernel launch on {} failed: {}", y.device(), err);
 }
 
