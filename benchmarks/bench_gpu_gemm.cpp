@@ -1,8 +1,9 @@
 // bench_gpu's GEMM rows: strata::matmul beside the plainest direct cuBLASLt call for the same
-// problem (the heuristic's first algorithm with a 32 MiB workspace), so the ratio shows what
-// strata's planning, dispatch and allocation cost over the library underneath (target: 0.95
-// or better). Square 4096 and 8192 products in bf16, fp16 and fp32 on TF32 tensor cores, and
-// the two MLP products of a GPT-2-small layer at 8192 tokens in bf16. TFLOP/s count 2*m*n*k.
+// problem (the heuristic's first algorithm with a 32 MiB workspace, split-K sums in f32 as in
+// strata), so the ratio shows what strata's planning, dispatch and allocation cost over the
+// library underneath (target: 0.95 or better). Square 4096 and 8192 products in bf16, fp16
+// and fp32 on TF32 tensor cores, and the two MLP products of a GPT-2-small layer at 8192
+// tokens in bf16. TFLOP/s count 2*m*n*k.
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -62,6 +63,13 @@ class LtGemm {
     const uint64_t bytes = workspace_bytes;
     BENCH_LT_CHECK(
         cublasLtMatmulPreferenceSetAttribute(o_.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof(bytes)));
+    if (type == CUDA_R_16F || type == CUDA_R_16BF) {
+      // strata's own restriction (kernels/cuda/gemm.cpp): split-K partial sums reduced in f32,
+      // so the heuristic chooses among the same algorithms on both sides
+      const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      BENCH_LT_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(o_.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask)));
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     BENCH_LT_CHECK(
