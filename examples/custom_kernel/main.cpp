@@ -185,6 +185,22 @@ void check_cuda(st::Generator& gen) {
             fmt::format("{} n = {}: CUDA against CPU, max error {:.1e}", dtype, n, e));
     }
   }
+  {  // on a user stream, which does not wait for the default one: the kernel must follow the
+     // copy that makes the transposed input contiguous on that stream
+    Tensor x = st::randn({4096, 4096}, st::kFloat32, &gen);
+    Tensor xc = x.to(st::Device::cuda());
+    st::cuda::Stream::current().synchronize();
+    const st::cuda::Stream side = st::cuda::Stream::create();
+    Tensor yc;
+    {
+      st::cuda::StreamGuard guard(side);
+      yc = scaled_swish(xc.t(), kBeta);
+    }
+    side.synchronize();
+    double e = max_err(yc, scaled_swish(x.t(), kBeta));
+    check(e <= 1e-6,
+          fmt::format("float32 (4096, 4096) transposed, under a StreamGuard on a user stream: max error {:.1e}", e));
+  }
   // backward composes built-in ops, so it runs on the GPU once those ops have CUDA kernels
   bool ops_on_gpu = true;
   for (st::OpId op : {st::OpId::sigmoid, st::OpId::mul, st::OpId::add, st::OpId::sub, st::OpId::sum, st::OpId::fill})
