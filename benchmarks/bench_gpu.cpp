@@ -6,8 +6,9 @@
 //   adamw        strata::optim::AdamW on 100M float32 parameters: GB/s at 28 bytes per parameter
 //   gpt          a training step of a 6-layer GPT, width 512, context 256, batch 32: tokens/s
 // GPU rows are medians of CUDA-event timings after warm-up. Besides the table it prints one
-// "RESULT<TAB>key<TAB>value<TAB>unit<TAB>note" line per row; bench_gpu_torch.py prints the same
-// keys for PyTorch, and scripts/gpu-check.sh joins the two.
+// "RESULT<TAB>key<TAB>value<TAB>unit<TAB>note" line per row as soon as the row is measured, so
+// a run stopped by gpu-check's time limit keeps the rows it finished; bench_gpu_torch.py
+// prints the same keys for PyTorch, and scripts/gpu-check.sh joins the two.
 //
 //   bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt] [--reps N] [--warmup N]
 //             [--scale F] [--list]
@@ -58,6 +59,8 @@ void add_row(Context& ctx, Row row, const std::function<double()>& measure) {
     row.note = fmt::format("unavailable: {}", e.what());
     std::printf("%s\n", row.note.c_str());
   }
+  // the machine-readable line right away: a run cut short by its time limit keeps its rows
+  std::printf("RESULT\t%s\t%.3f\t%s\t%s\n", row.key.c_str(), row.value, row.unit.c_str(), row.note.c_str());
   std::fflush(stdout);
   ctx.rows.push_back(std::move(row));
 }
@@ -253,7 +256,5 @@ int main(int argc, char** argv) {
     all_ran = all_ran && !std::isnan(r.value);
   }
   std::printf("\n");
-  for (const Row& r : ctx.rows)
-    std::printf("RESULT\t%s\t%.3f\t%s\t%s\n", r.key.c_str(), r.value, r.unit.c_str(), r.note.c_str());
   return all_ran ? 0 : 1;
 }
