@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <random>
 
+#include "kernels/cpu/batch_norm.h"
 #include "nn/image_testing.h"
 
 using namespace strata;
@@ -418,6 +420,61 @@ TEST(BatchNorm, Float32GradientsMatchFloat64) {
       }
       for (size_t j = 0; j < 3; ++j) EXPECT_TRUE(all_close(gr[j], want[j], 1e-4, 1e-4)) << dt << " " << j;
     }
+}
+
+// Rows longer than one float run (Note [Float channel sums]: 1024 elements) with a mean away
+// from zero: float32 matches the same float32 inputs computed in float64, forward and backward.
+// (A mean hundreds of spreads from zero costs float32 its accuracy anyway: the saved mean is a
+// float, and its rounding shifts every normalized value of the channel alike.)
+TEST(BatchNorm, Float32LongRowsMatchFloat64) {
+  Generator g(120);
+  Tensor x32 = (randn({2, 3, 33, 37}, kFloat64, &g) * 0.5 + 5.0).to(kFloat32);
+  Tensor gy32 = randn({2, 3, 33, 37}, kFloat32, &g);
+  Tensor w64 = from_vector<double>({0.5, 2.0, -1.0}), b64 = from_vector<double>({0.1, -0.3, 2.0});
+  std::vector<std::vector<double>> want;
+  for (DType dt : {kFloat64, kFloat32}) {
+    Tensor x = x32.to(dt).detach().requires_grad_();
+    Tensor w = w64.to(dt).detach().requires_grad_(), b = b64.to(dt).detach().requires_grad_();
+    Tensor y = F::batch_norm(x, Tensor(), Tensor(), w, b, {true});
+    std::vector<Tensor> gr = autograd::grad({y}, {x, w, b}, {gy32.to(dt)});
+    if (want.empty()) {
+      want.push_back(values(y));
+      for (const Tensor& t : gr) want.push_back(values(t));
+      continue;
+    }
+    EXPECT_TRUE(all_close(y, want[0], 1e-4, 1e-4));
+    for (size_t j = 0; j < 3; ++j) EXPECT_TRUE(all_close(gr[j], want[j + 1], 1e-4, 1e-4)) << j;
+  }
+}
+
+// The kernel's sums themselves, where a shift rounded to float would show: sum(gy) and
+// sum(gy * (x - mean)) with x near 1000 and a mean that is not a float, rows of 15 (no vector),
+// 16, and 1221 (two float runs and a tail) elements, against float64 sums of the same floats.
+TEST(BatchNorm, ChannelSumsOfFloatsMatchFloat64) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> normal;
+  for (int64_t s : {15, 16, 1221}) {
+    SCOPED_TRACE(fmt::format("row of {}", s));
+    const cpu::ChannelShape sh{2, 3, s};
+    const cpu::ChannelStrides st{3 * s, s, 1};
+    std::vector<float> gy(static_cast<size_t>(6 * s)), x(gy.size());
+    for (size_t i = 0; i < gy.size(); ++i) gy[i] = float(normal(rng)), x[i] = float(1000 + 0.01 * normal(rng));
+    std::vector<double> mean(3, 0.0), want1(3, 0.0), want2(3, 0.0), abs2(3, 0.0);
+    for (size_t i = 0; i < x.size(); ++i) mean[(i / s) % 3] += x[i] / double(2 * s);
+    for (double& m : mean) m += 1e-9;  // certainly not a float
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t c = (i / s) % 3;
+      want1[c] += gy[i];
+      want2[c] += gy[i] * (x[i] - mean[c]);
+      abs2[c] += std::fabs(gy[i] * (x[i] - mean[c]));
+    }
+    std::vector<double> s1(3), s2(3);
+    cpu::channel_sums(gy.data(), x.data(), sh, st, nullptr, mean.data(), s1.data(), s2.data());
+    for (size_t c = 0; c < 3; ++c) {
+      EXPECT_NEAR(s1[c], want1[c], 1e-5 * double(2 * s));
+      EXPECT_NEAR(s2[c], want2[c], 1e-5 * abs2[c]) << "channel " << c;
+    }
+  }
 }
 
 TEST(BatchNorm, BadInputRaises) {
