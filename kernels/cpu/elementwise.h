@@ -28,10 +28,11 @@ inline void run_range(const StridedLoop<1 + sizeof...(In)>& loop, int64_t begin,
   }
   const int64_t inner = loop.ndim > 0 ? loop.shape[0] : 1;
   std::array<int64_t, N> s0{};
-  bool unit = true;
+  bool unit = true, unit_or_broadcast = true;
   for (int k = 0; k < N; ++k) {
     s0[k] = loop.ndim > 0 ? loop.strides[k][0] : 0;
     if (s0[k] != 1) unit = false;
+    if (s0[k] != 1 && (k == 0 || s0[k] != 0)) unit_or_broadcast = false;
   }
   int64_t pos = begin;
   while (pos < end) {
@@ -40,6 +41,8 @@ inline void run_range(const StridedLoop<1 + sizeof...(In)>& loop, int64_t begin,
     Out* o = out + off[0];
     if (unit) {
       for (int64_t j = 0; j < n; ++j) o[j] = f(in[off[I + 1] + j]...);
+    } else if (unit_or_broadcast) {
+      for (int64_t j = 0; j < n; ++j) o[j] = f(in[off[I + 1] + (s0[I + 1] ? j : 0)]...);
     } else {
       for (int64_t j = 0; j < n; ++j) o[j * s0[0]] = f(in[off[I + 1] + j * s0[I + 1]]...);
     }
