@@ -161,15 +161,19 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpId::mul, a, b, Kind::Arith);
-  autograd::record("mul", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
-    return Grads{g[0] * s[1], g[0] * s[0]};
+  // gradients only for inputs that need them: x * 0.5 or x * mask would otherwise compute a
+  // full product for the constant, only to have it dropped
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  autograd::record("mul", {a, b}, {out}, {a, b}, [need_a, need_b](const Grads& g, const Saved& s) {
+    return Grads{need_a ? g[0] * s[1] : Tensor(), need_b ? g[0] * s[0] : Tensor()};
   });
   return out;
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpId::div, a, b, Kind::TrueDiv);
-  autograd::record("div", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
-    return Grads{g[0] / s[1], -(g[0] * s[0]) / (s[1] * s[1])};
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  autograd::record("div", {a, b}, {out}, {a, b}, [need_a, need_b](const Grads& g, const Saved& s) {
+    return Grads{need_a ? g[0] / s[1] : Tensor(), need_b ? -(g[0] * s[0]) / (s[1] * s[1]) : Tensor()};
   });
   return out;
 }
@@ -232,8 +236,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor out = detail::make_tensor(shape, t, a.device());
   const Tensor ins[3] = {cond, ca, cb};
   run_kernel(OpId::where, t, KernelCall{ins, {&out, 1}});
-  autograd::record("where", {a, b}, {out}, {cond}, [](const Grads& g, const Saved& s) {
-    return Grads{where(s[0], g[0], 0), where(s[0], 0, g[0])};
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();  // masked_fill's value needs none
+  autograd::record("where", {a, b}, {out}, {cond}, [need_a, need_b](const Grads& g, const Saved& s) {
+    return Grads{need_a ? where(s[0], g[0], 0) : Tensor(), need_b ? where(s[0], 0, g[0]) : Tensor()};
   });
   return out;
 }

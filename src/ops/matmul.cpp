@@ -148,17 +148,26 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, std::string_view op) {
 
 // The gradients of a @ b, written with matmul itself; broadcast batch dims come back
 // unsummed and the engine reduces them to each input's shape.
-autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
-  if (a.dim() == 1 && b.dim() == 1) return {g * b, g * a};
-  if (a.dim() == 1) {  // (k) @ (..., k, n) -> (..., n)
+// Gradients for the operands that need them only (a product with data or a constant would
+// otherwise pay a whole GEMM for nothing).
+autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool need_a, bool need_b) {
+  Tensor ga, gb;
+  if (a.dim() == 1 && b.dim() == 1) {
+    if (need_a) ga = g * b;
+    if (need_b) gb = g * a;
+  } else if (a.dim() == 1) {  // (k) @ (..., k, n) -> (..., n)
     Tensor g2 = g.unsqueeze(-1).transpose(-1, -2);  // (..., 1, n)
-    return {matmul(g2, b.transpose(-1, -2)).squeeze(-2), matmul(a.unsqueeze(-1), g2)};
-  }
-  if (b.dim() == 1) {  // (..., m, k) @ (k) -> (..., m)
+    if (need_a) ga = matmul(g2, b.transpose(-1, -2)).squeeze(-2);
+    if (need_b) gb = matmul(a.unsqueeze(-1), g2);
+  } else if (b.dim() == 1) {  // (..., m, k) @ (k) -> (..., m)
     Tensor g2 = g.unsqueeze(-1);  // (..., m, 1)
-    return {matmul(g2, b.unsqueeze(0)), matmul(a.transpose(-1, -2), g2).squeeze(-1)};
+    if (need_a) ga = matmul(g2, b.unsqueeze(0));
+    if (need_b) gb = matmul(a.transpose(-1, -2), g2).squeeze(-1);
+  } else {
+    if (need_a) ga = matmul(g, b.transpose(-1, -2));
+    if (need_b) gb = matmul(a.transpose(-1, -2), g);
   }
-  return {matmul(g, b.transpose(-1, -2)), matmul(a.transpose(-1, -2), g)};
+  return {ga, gb};
 }
 
 Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
@@ -167,9 +176,11 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
     NoGradGuard no_grad;  // the reshapes and casts inside are not part of the graph
     out = matmul_forward(a, b, op);
   }
-  autograd::record("matmul", {a, b}, {out}, {a, b}, [](const autograd::Grads& g, const autograd::Saved& s) {
-    return matmul_backward(g[0], s[0], s[1]);
-  });
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  autograd::record("matmul", {a, b}, {out}, {a, b},
+                   [need_a, need_b](const autograd::Grads& g, const autograd::Saved& s) {
+                     return matmul_backward(g[0], s[0], s[1], need_a, need_b);
+                   });
   return out;
 }
 

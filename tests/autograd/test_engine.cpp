@@ -1,5 +1,8 @@
 // The backward engine: accumulation, retain_graph, create_graph, autograd::grad, hooks,
-// saved-tensor hooks, in-place detection, deep graphs and custom Functions.
+// saved-tensor hooks, in-place detection, deep graphs, custom Functions, and gradients
+// formed only for the inputs that need them.
+#include <map>
+
 #include "gradcheck.h"
 
 using namespace strata;
@@ -219,4 +222,43 @@ TEST(Engine, CustomFunction) {
   EXPECT_FALSE(outs[1].requires_grad());
   // no input requires grad: nothing is recorded
   EXPECT_FALSE(Cube::apply(ones({2}), 1.0).requires_grad());
+}
+
+namespace {
+// Counts the kernels run per op while alive.
+struct OpCounter : OpObserver {
+  std::map<OpId, int> calls;
+  OpCounter() { set_op_observer(this); }
+  ~OpCounter() override { set_op_observer(nullptr); }
+  void on_begin(OpId op, const KernelCall&) override { ++calls[op]; }
+  void on_end(OpId, const KernelCall&) override {}
+};
+}  // namespace
+
+// Backward computes gradients for the inputs that require them only: the product with a
+// constant (x * mask, x @ data, masked_fill's value) is never formed, and the gradients that
+// are formed stay right.
+TEST(Engine, GradientsOnlyForInputsThatNeedThem) {
+  Generator g(5);
+  Tensor x = randn({3, 4}, kFloat64, &g).requires_grad_(), c = randn({3, 4}, kFloat64, &g) + 3.0;
+  Tensor w = randn({4, 2}, kFloat64, &g).requires_grad_(), data = randn({5, 3}, kFloat64, &g);
+  Tensor mask = randn({3, 4}, kFloat64, &g) > 0.0;
+  Tensor loss = (x * c).sum() + (x / c).sum() + (c / (x * x + 1.0)).sum() + where(mask, x, c).sum() +
+                matmul(data, matmul(x, w)).sum();
+  OpCounter counter;
+  loss.backward();
+  EXPECT_EQ(counter.calls[OpId::matmul], 3);  // not 4: no gradient for `data`
+  EXPECT_FALSE(c.grad().defined());
+  // x's gradient against float64 formulas: c + 1/c - 2cx/(x^2+1)^2 + mask + (data^T 1) w^T row sums
+  std::vector<double> xv = values(x), cv = values(c), mv = values(mask.to(kFloat64)), dv = values(data),
+                      wv = values(w), want(12);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) {
+      const int k = i * 4 + j;
+      double col = 0;
+      for (int r = 0; r < 5; ++r) col += dv[r * 3 + i];
+      const double q = xv[k] * xv[k] + 1.0;
+      want[k] = cv[k] + 1.0 / cv[k] - 2.0 * cv[k] * xv[k] / (q * q) + mv[k] + col * (wv[j * 2] + wv[j * 2 + 1]);
+    }
+  EXPECT_TRUE(all_close(x.grad(), want, 1e-10, 1e-10));
 }
