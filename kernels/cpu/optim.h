@@ -50,14 +50,17 @@ inline void prefetch_ahead(const S* stream, int64_t i0, int64_t e) {
     __builtin_prefetch(stream + std::min(e - 1, i0 + kPrefetchAhead + l));
 }
 
-// body(i0, i1) over [b, e) in chunks, each chunk's streams prefetched ahead first. A null
-// stream (an optional state) is skipped.
-template <class Body, class... S>
-inline void prefetched_chunks(int64_t b, int64_t e, const Body& body, const S*... streams) {
-  for (int64_t i0 = b; i0 < e; i0 += kPrefetchChunk) {
-    ((streams ? prefetch_ahead(streams, i0, e) : void()), ...);
-    body(i0, std::min(e, i0 + kPrefetchChunk));
-  }
+// update(i) for every i in [0, n), on the OpenMP threads, in chunks whose streams are
+// prefetched ahead first. A null stream (an optional state) is skipped.
+template <class Update, class... S>
+inline void for_each_prefetched(int64_t n, const Update& update, const S*... streams) {
+  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i0 = b; i0 < e; i0 += kPrefetchChunk) {
+      ((streams ? prefetch_ahead(streams, i0, e) : void()), ...);
+      const int64_t i1 = std::min(e, i0 + kPrefetchChunk);
+      for (int64_t i = i0; i < i1; ++i) update(i);
+    }
+  });
 }
 
 // SGD runs in the parameter's own type (Note [SGD in the parameter's type]).
@@ -69,23 +72,13 @@ math::SgdConsts<T> sgd_consts_as(const math::SgdConsts<double>& c) {
 template <class T>
 void sgd_step(T* p, const T* g, int64_t n, const math::SgdConsts<double>& cd) {
   const math::SgdConsts<T> c = sgd_consts_as<T>(cd);
-  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    prefetched_chunks(
-        b, e, [&](int64_t i0, int64_t i1) { for (int64_t i = i0; i < i1; ++i) math::sgd_update(p[i], g[i], c); }, p, g);
-  });
+  for_each_prefetched(n, [&](int64_t i) { math::sgd_update(p[i], g[i], c); }, p, g);
 }
 
 template <class T>
 void sgd_momentum_step(T* p, const T* g, T* buf, bool first, int64_t n, const math::SgdConsts<double>& cd) {
   const math::SgdConsts<T> c = sgd_consts_as<T>(cd);
-  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    prefetched_chunks(
-        b, e,
-        [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i) math::sgd_momentum_update(p[i], g[i], buf[i], first, c);
-        },
-        p, g, buf);
-  });
+  for_each_prefetched(n, [&](int64_t i) { math::sgd_momentum_update(p[i], g[i], buf[i], first, c); }, p, g, buf);
 }
 
 // Note [Adam denominator in float]
@@ -114,50 +107,40 @@ struct AdamStep {
 template <class T>
 void adam_step(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const math::AdamConsts<double>& c) {
   const AdamStep<T> step{c};
-  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    if (vmax) {
-      prefetched_chunks(
-          b, e,
-          [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-              double pi = p[i], mi = m[i], vi = v[i], xi = vmax[i];
-              math::adam_moments(math::adam_grad(pi, double(g[i]), c), mi, vi, c);
-              xi = (xi >= vi || xi != xi) ? xi : vi;  // NaN-propagating max, as torch.maximum
-              step.apply(pi, mi, xi);
-              p[i] = T(pi), m[i] = T(mi), v[i] = T(vi), vmax[i] = T(xi);
-            }
-          },
-          p, g, m, v, vmax);
-    } else {
-      prefetched_chunks(
-          b, e,
-          [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-              double pi = p[i], mi = m[i], vi = v[i];
-              math::adam_moments(math::adam_grad(pi, double(g[i]), c), mi, vi, c);
-              step.apply(pi, mi, vi);
-              p[i] = T(pi), m[i] = T(mi), v[i] = T(vi);
-            }
-          },
-          p, g, m, v);
-    }
-  });
+  if (vmax) {
+    for_each_prefetched(
+        n,
+        [&](int64_t i) {
+          double pi = p[i], mi = m[i], vi = v[i], xi = vmax[i];
+          math::adam_moments(math::adam_grad(pi, double(g[i]), c), mi, vi, c);
+          xi = (xi >= vi || xi != xi) ? xi : vi;  // NaN-propagating max, as torch.maximum
+          step.apply(pi, mi, xi);
+          p[i] = T(pi), m[i] = T(mi), v[i] = T(vi), vmax[i] = T(xi);
+        },
+        p, g, m, v, vmax);
+  } else {
+    for_each_prefetched(
+        n,
+        [&](int64_t i) {
+          double pi = p[i], mi = m[i], vi = v[i];
+          math::adam_moments(math::adam_grad(pi, double(g[i]), c), mi, vi, c);
+          step.apply(pi, mi, vi);
+          p[i] = T(pi), m[i] = T(mi), v[i] = T(vi);
+        },
+        p, g, m, v);
+  }
 }
 
 template <class T>
 void adagrad_step(T* p, const T* g, T* sum, int64_t n, const math::AdagradConsts<double>& c) {
-  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    prefetched_chunks(
-        b, e,
-        [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i) {
-            double pi = p[i], si = sum[i];
-            math::adagrad_update(pi, double(g[i]), si, c);
-            p[i] = T(pi), sum[i] = T(si);
-          }
-        },
-        p, g, sum);
-  });
+  for_each_prefetched(
+      n,
+      [&](int64_t i) {
+        double pi = p[i], si = sum[i];
+        math::adagrad_update(pi, double(g[i]), si, c);
+        p[i] = T(pi), sum[i] = T(si);
+      },
+      p, g, sum);
 }
 
 // gavg is null unless centered, buf null unless momentum > 0.
@@ -165,20 +148,16 @@ template <class T>
 void rmsprop_step(T* p, const T* g, T* sq, T* gavg, T* buf, int64_t n, const math::RmspropConsts<double>& c) {
   auto run = [&](auto centered, auto momentum) {
     constexpr bool kC = decltype(centered)::value, kM = decltype(momentum)::value;
-    parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-      prefetched_chunks(
-          b, e,
-          [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-              double pi = p[i], si = sq[i], ai = kC ? double(gavg[i]) : 0.0, bi = kM ? double(buf[i]) : 0.0;
-              math::rmsprop_update<kC, kM>(pi, double(g[i]), si, ai, bi, c);
-              p[i] = T(pi), sq[i] = T(si);
-              if constexpr (kC) gavg[i] = T(ai);
-              if constexpr (kM) buf[i] = T(bi);
-            }
-          },
-          p, g, sq, gavg, buf);
-    });
+    for_each_prefetched(
+        n,
+        [&](int64_t i) {
+          double pi = p[i], si = sq[i], ai = kC ? double(gavg[i]) : 0.0, bi = kM ? double(buf[i]) : 0.0;
+          math::rmsprop_update<kC, kM>(pi, double(g[i]), si, ai, bi, c);
+          p[i] = T(pi), sq[i] = T(si);
+          if constexpr (kC) gavg[i] = T(ai);
+          if constexpr (kM) buf[i] = T(bi);
+        },
+        p, g, sq, gavg, buf);
   };
   using F = std::false_type;
   using Tr = std::true_type;
@@ -218,15 +197,9 @@ void lamb_moments_and_norms(const T* p, const T* g, T* m, T* v, int64_t n, const
 // LAMB pass 2: p -= scaled_lr * u, u recomputed from the new m, v (bitwise the u of pass 1).
 template <class T>
 void lamb_apply(T* p, const T* m, const T* v, int64_t n, double scaled_lr, const math::LambConsts<double>& c) {
-  parallel_for(0, n, kOptimGrain, [&](int64_t b, int64_t e) {
-    prefetched_chunks(
-        b, e,
-        [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i)
-            p[i] = T(double(p[i]) - scaled_lr * math::lamb_direction(double(p[i]), double(m[i]), double(v[i]), c));
-        },
-        p, m, v);
-  });
+  for_each_prefetched(
+      n, [&](int64_t i) { p[i] = T(double(p[i]) - scaled_lr * math::lamb_direction(double(p[i]), double(m[i]), double(v[i]), c)); },
+      p, m, v);
 }
 
 // Adam with both moments stored blockwise in 8 bits (kernels/common/quant8.h). Per block:
