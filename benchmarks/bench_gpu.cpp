@@ -25,6 +25,7 @@
 
 #include <strata/strata.hpp>
 
+#include "arg_reader.h"
 #include "bench_gpu.h"
 
 namespace bench_gpu {
@@ -176,33 +177,22 @@ using namespace bench_gpu;
 
 Settings parse(int argc, char** argv, bool& list_only) {
   Settings s;
-  auto value = [&](int& i) -> std::string {
-    if (i + 1 >= argc) usage(fmt::format("{} needs a value", argv[i]));
-    return argv[++i];
-  };
-  auto count = [&](int& i, int min) {
-    const std::string flag = argv[i], v = value(i);
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || n < min || n > 100000)
-      usage(fmt::format("{} takes an integer >= {}, not '{}'", flag, min, v));
-    return static_cast<int>(n);
-  };
+  const bench::ArgReader args(argc, argv, usage);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--only") {
-      std::stringstream list(value(i));
+      std::stringstream list(args.value(i));
       for (std::string name; std::getline(list, name, ',');) {
         if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
           usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt)", name));
         s.sections.push_back(name);
       }
     } else if (a == "--reps") {
-      s.reps = count(i, 1);
+      s.reps = args.count(i, 1, 100000);
     } else if (a == "--warmup") {
-      s.warmup = count(i, 0);
+      s.warmup = args.count(i, 0, 100000);
     } else if (a == "--scale") {
-      const std::string v = value(i);
+      const std::string v = args.value(i);
       char* end = nullptr;
       s.scale = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(s.scale > 0) || s.scale > 4)

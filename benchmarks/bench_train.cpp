@@ -23,6 +23,7 @@
 
 #include <strata/strata.hpp>
 
+#include "arg_reader.h"
 #include "machine.h"
 #include "resnet50/model.hpp"
 #include "train_models.hpp"
@@ -123,30 +124,20 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  auto value = [&](int& i) -> std::string {
-    if (i + 1 >= argc) usage(fmt::format("{} needs a value", argv[i]));
-    return argv[++i];
-  };
-  auto count = [&](int& i, int min) {
-    const std::string flag = argv[i], v = value(i);
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (*end != '\0' || n < min || n > 1000000) usage(fmt::format("{} takes an integer >= {}, not '{}'", flag, min, v));
-    return static_cast<int>(n);
-  };
+  const bench::ArgReader args(argc, argv, usage);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--workloads") {
-      std::stringstream list(value(i));
+      std::stringstream list(args.value(i));
       for (std::string w; std::getline(list, w, ',');) o.names.push_back(w);
     } else if (a == "--steps") {
-      o.steps = count(i, 1);
+      o.steps = args.count(i, 1, 1000000);
     } else if (a == "--rounds") {
-      o.rounds = count(i, 1);
+      o.rounds = args.count(i, 1, 1000000);
     } else if (a == "--warmup") {
-      o.warmup = count(i, 0);
+      o.warmup = args.count(i, 0, 1000000);
     } else if (a == "--device") {
-      const std::string d = value(i);
+      const std::string d = args.value(i);
       if (d != "cpu" && d != "cuda") usage("--device is cpu or cuda, not '" + d + "'");
       o.cuda = d == "cuda";
     } else if (a == "--phases") {
