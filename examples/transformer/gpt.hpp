@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include <strata/strata.hpp>
 
@@ -31,9 +32,10 @@ class CausalSelfAttention : public st::nn::Module {
   }
   st::Tensor forward(const st::Tensor& x) override {  // (B, T, C)
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / heads_;
-    st::Tensor qkv = qkv_(x);                                               // (B, T, 3C)
+    // one split (not three narrows), so that the gradient of qkv is one concatenation
+    const std::vector<st::Tensor> qkv = st::split(qkv_(x), C, 2);          // 3 x (B, T, C)
     auto heads = [&](int64_t i) {                                           // (B, H, T, hd)
-      return qkv.narrow(2, i * C, C).view({B, T, heads_, hd}).transpose(1, 2);
+      return qkv[static_cast<size_t>(i)].view({B, T, heads_, hd}).transpose(1, 2);
     };
     st::Tensor y = F::scaled_dot_product_attention(heads(0), heads(1), heads(2), {}, is_training() ? dropout_ : 0.0,
                                                    /*is_causal=*/true);

@@ -46,12 +46,18 @@ struct GeluBackward {
 };
 // gelu, tanh form: with u = k (x + c x^3) and t = tanh(u),
 // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
+// 1 + t and 1 - t vanish in the tails, and taking them from t would cancel (a few ulps of t
+// near -1 are a large part of 1 + t at x = -4). With e = exp(-2|u|), they are p = 2 / (1 + e)
+// and q = e p, in the order the sign of u sets, and 1 - t^2 = p q: no cancellation.
 struct GeluTanhBackward {
   template <class T> STRATA_HOST_DEVICE T operator()(T g, T x) const {
     const T k = T(kGeluTanhK), c = T(kGeluTanhC);
-    T x2 = x * x;
-    T t = fast_tanh(k * (x + c * x2 * x));
-    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x2));
+    const T x2 = x * x;
+    const T u = k * (x + c * x2 * x);
+    const T e = fast_exp(T(-2) * (u < T(0) ? -u : u));
+    const T p = T(2) / (T(1) + e), q = e * p;
+    const T one_plus_t = u < T(0) ? q : p;
+    return g * (T(0.5) * one_plus_t + T(0.5) * x * (p * q) * k * (T(1) + T(3) * c * x2));
   }
 };
 

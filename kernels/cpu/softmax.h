@@ -11,6 +11,7 @@
 
 #include "../common/convert.h"
 #include "../common/reduce_ops.h"
+#include "../common/softmax_math.h"
 #include "../common/vec_exp.h"
 #include "parallel.h"
 #include "reduce.h"
@@ -114,15 +115,63 @@ void softmax_cols(const T* x, T* y, int64_t n, int64_t inner, int64_t cw, bool l
   }
 }
 
-}  // namespace detail
-
-/// y = softmax(x) (or log_softmax when `log`) along the middle dim of (outer, n, inner).
+// The gradient of one contiguous row (see kernels/common/softmax_math.h), the row's sum in
+// kReduceLanes accumulators so that it vectorises.
 template <class T>
-void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
-  if (outer == 0 || n == 0 || inner == 0) return;
+void softmax_backward_row(const T* y, const T* g, T* dx, int64_t n, bool log) {
+  using C = compute_t<T>;
+  using Acc = math::acc_t<T>;
+  Acc part[kReduceLanes] = {};
+  int64_t i = 0;
+  for (; i + kReduceLanes <= n; i += kReduceLanes) {
+#pragma GCC unroll 1  // see Note [Lane loops] in reduce.h
+    for (int l = 0; l < kReduceLanes; ++l) {
+      const C gv = static_cast<C>(g[i + l]);
+      part[l] += log ? gv : gv * static_cast<C>(y[i + l]);
+    }
+  }
+  for (int l = 0; l < kReduceLanes && i + l < n; ++l) {
+    const C gv = static_cast<C>(g[i + l]);
+    part[l] += log ? gv : gv * static_cast<C>(y[i + l]);
+  }
+  for (int w = kReduceLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) part[l] += part[l + w];
+  const Acc total = part[0];
+  if (log) {
+    for (int64_t j = 0; j < n; ++j)
+      dx[j] = convert<T>(math::log_softmax_grad(static_cast<C>(y[j]), static_cast<C>(g[j]), total));
+  } else {
+    for (int64_t j = 0; j < n; ++j)
+      dx[j] = convert<T>(math::softmax_grad(static_cast<C>(y[j]), static_cast<C>(g[j]), total));
+  }
+}
+
+// Columns [0, cw) of an (n, inner) block.
+template <class T>
+void softmax_backward_cols(const T* y, const T* g, T* dx, int64_t n, int64_t inner, int64_t cw, bool log) {
+  using C = compute_t<T>;
+  using Acc = math::acc_t<T>;
+  Acc total[kSoftmaxCols] = {};
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < cw; ++j) {
+      const C gv = static_cast<C>(g[i * inner + j]);
+      total[j] += log ? gv : gv * static_cast<C>(y[i * inner + j]);
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < cw; ++j) {
+      const int64_t k = i * inner + j;
+      const C yv = static_cast<C>(y[k]), gv = static_cast<C>(g[k]);
+      dx[k] = convert<T>(log ? math::log_softmax_grad(yv, gv, total[j]) : math::softmax_grad(yv, gv, total[j]));
+    }
+}
+
+// Runs row(o, offset) over the rows of (outer, n, 1), or block(o, j0, cw, offset) over
+// blocks of up to kSoftmaxCols columns of (outer, n, inner), in parallel.
+template <class Row, class Block>
+void for_each_softmax_slice(int64_t outer, int64_t n, int64_t inner, const Row& row, const Block& block) {
   if (inner == 1) {
     parallel_for(0, outer, std::max<int64_t>(1, kSoftmaxGrain / n), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) detail::softmax_row(x + o * n, y + o * n, n, log);
+      for (int64_t o = b; o < e; ++o) row(o, o * n);
     });
     return;
   }
@@ -130,11 +179,39 @@ void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log
   const int64_t work = n * std::min(inner, kSoftmaxCols);
   parallel_for(0, outer * nchunk, std::max<int64_t>(1, kSoftmaxGrain / work), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      int64_t o = t / nchunk, j0 = (t % nchunk) * kSoftmaxCols;
-      int64_t off = o * n * inner + j0;
-      detail::softmax_cols(x + off, y + off, n, inner, std::min(kSoftmaxCols, inner - j0), log);
+      const int64_t o = t / nchunk, j0 = (t % nchunk) * kSoftmaxCols;
+      block(o * n * inner + j0, std::min(kSoftmaxCols, inner - j0));
     }
   });
+}
+
+}  // namespace detail
+
+/// y = softmax(x) (or log_softmax when `log`) along the middle dim of (outer, n, inner). With
+/// causal_rows = L > 0 (inner must be 1), row o keeps its first o % L + 1 elements and the
+/// rest are masked out (0, or -inf for log_softmax): a causal mask on (L, n) matrices.
+template <class T>
+void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows = 0) {
+  if (outer == 0 || n == 0 || inner == 0) return;
+  const T masked = log ? convert<T>(-INFINITY) : T(0);
+  detail::for_each_softmax_slice(
+      outer, n, inner,
+      [&](int64_t o, int64_t off) {
+        const int64_t keep = math::causal_row_length(o, causal_rows, n);
+        detail::softmax_row(x + off, y + off, keep, log);
+        std::fill(y + off + keep, y + off + n, masked);
+      },
+      [&](int64_t off, int64_t cw) { detail::softmax_cols(x + off, y + off, n, inner, cw, log); });
+}
+
+/// dx from y = softmax(x) (or log_softmax when `log`) and the gradient g in y, along the
+/// middle dim of (outer, n, inner). A causal softmax's masked elements (y = 0) get dx = 0.
+template <class T>
+void softmax_backward(const T* y, const T* g, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
+  if (outer == 0 || n == 0 || inner == 0) return;
+  detail::for_each_softmax_slice(
+      outer, n, inner, [&](int64_t, int64_t off) { detail::softmax_backward_row(y + off, g + off, dx + off, n, log); },
+      [&](int64_t off, int64_t cw) { detail::softmax_backward_cols(y + off, g + off, dx + off, n, inner, cw, log); });
 }
 
 }  // namespace strata::cpu

@@ -1,7 +1,8 @@
 // The one CUDA launcher for elementwise kernels: out[i] = f(in0[i], in1[i], ...) over a
 // StridedLoop (kernels/common/strided_loop.h, the same merged dims as the CPU driver).
 // Contiguous operands take a flat path with 16-byte vector loads/stores when every pointer is
-// aligned; otherwise an offset calculator turns the flat index into per-operand offsets.
+// aligned; otherwise an offset calculator turns the flat index into per-operand offsets, for
+// whole 16-byte vectors when every operand's innermost dim allows (vector_loop).
 // Indexing is 32-bit unless numel or any reachable offset may pass 2^31. Grid-stride loops,
 // so the grid size is bounded and independent of numel.
 #pragma once
@@ -82,6 +83,30 @@ __global__ void strided_kernel(Index n, OffsetCalc<1 + sizeof...(In), Index> cal
   strided_body(n, calc, f, out, std::index_sequence_for<In...>{}, in...);
 }
 
+// The strided loop over V-element vectors (see vector_loop): offsets in units of vectors.
+template <int V, class Index, class Out, class F, size_t... I, class... In>
+__device__ __forceinline__ void strided_vec_body(Index n, const OffsetCalc<1 + sizeof...(In), Index>& calc, F f,
+                                                 Out* out, std::index_sequence<I...>, const In*... in) {
+  constexpr int N = 1 + sizeof...(In);
+  const Index step = Index(gridDim.x) * blockDim.x;
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    Index off[N];
+    calc.get(i, off);
+    Vec<Out, V> o;
+    [&](auto... vs) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) o.v[j] = f(vs.v[j]...);
+    }(reinterpret_cast<const Vec<In, V>*>(in)[off[I + 1]]...);
+    reinterpret_cast<Vec<Out, V>*>(out)[off[0]] = o;
+  }
+}
+
+template <int V, class Index, class Out, class F, class... In>
+__global__ void strided_vec_kernel(Index n, OffsetCalc<1 + sizeof...(In), Index> calc, F f, Out* out,
+                                   const In*... in) {
+  strided_vec_body<V>(n, calc, f, out, std::index_sequence_for<In...>{}, in...);
+}
+
 inline constexpr int64_t kMaxBlocks = 65536;
 
 inline int grid_for(int64_t n) {
@@ -120,6 +145,27 @@ bool fits_int32(const StridedLoop<N>& loop) {
   return true;
 }
 
+// The loop in units of V-element vectors, when every operand runs unit-stride along the
+// innermost dim in whole 16-byte-aligned vectors (a transpose that keeps the last dim, such as
+// attention's head split and merge): dim 0 shrinks V times and the other strides, all multiples
+// of V, are divided by V. One offset calculation then serves V elements, read and written 16
+// bytes at a time. False when the loop is not of that kind.
+template <int V, int N>
+bool vector_loop(const StridedLoop<N>& loop, const void* const (&ptrs)[N], StridedLoop<N>& vec) {
+  if (V <= 1 || loop.ndim == 0 || loop.shape[0] % V != 0) return false;
+  for (int k = 0; k < N; ++k) {
+    if (loop.strides[k][0] != 1 || !aligned16(ptrs[k])) return false;
+    for (int d = 1; d < loop.ndim; ++d)
+      if (loop.shape[d] > 1 && loop.strides[k][d] % V != 0) return false;
+  }
+  vec = loop;
+  vec.shape[0] = loop.shape[0] / V;
+  vec.numel = loop.numel / V;
+  for (int k = 0; k < N; ++k)
+    for (int d = 1; d < loop.ndim; ++d) vec.strides[k][d] = loop.strides[k][d] / V;
+  return true;
+}
+
 /// Applies f elementwise on `stream`; returns the launch's error (cudaGetLastError), which the
 /// caller turns into an Error naming the op. f runs on the device: a __host__ __device__
 /// functor taking one value per input and returning the output value.
@@ -140,6 +186,21 @@ cudaError_t elementwise(const StridedLoop<1 + sizeof...(In)>& loop, cudaStream_t
     }
     if (head < n) flat_kernel<<<grid_for(n - head), kThreads, 0, stream>>>(n - head, f, out + head, (in + head)...);
     return cudaGetLastError();
+  }
+  constexpr int V = 16 / static_cast<int>(sizeof(Out));
+  if constexpr (V > 1 && ((sizeof(In) == sizeof(Out)) && ...)) {
+    const void* const ptrs[] = {out, in...};
+    StridedLoop<1 + sizeof...(In)> vec;
+    if (vector_loop<V>(loop, ptrs, vec)) {
+      const int64_t nv = vec.numel;
+      if (fits_int32(vec))
+        strided_vec_kernel<V, int32_t><<<grid_for(nv), kThreads, 0, stream>>>(
+            static_cast<int32_t>(nv), make_calc<1 + sizeof...(In), int32_t>(vec), f, out, in...);
+      else
+        strided_vec_kernel<V, int64_t><<<grid_for(nv), kThreads, 0, stream>>>(
+            nv, make_calc<1 + sizeof...(In), int64_t>(vec), f, out, in...);
+      return cudaGetLastError();
+    }
   }
   if (fits_int32(loop)) {
     strided_kernel<int32_t><<<grid_for(n), kThreads, 0, stream>>>(static_cast<int32_t>(n),

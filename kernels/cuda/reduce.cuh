@@ -27,14 +27,14 @@ namespace strata::cuda_kernels {
 // adjacent in memory, and y splits the reduced elements; columns combine in shared memory.
 // Other strides take the same paths with a general offset calculation (any number of dims).
 // When there are few outputs for their work, the reduced elements are cut into `split`
-// chunks, one block each, whose partials a second kernel combines in chunk order. Every
+// chunks of at least kSplitWork elements per block, one block each, whose partials a second kernel combines in chunk order. Every
 // choice depends only on the plan, so a result never depends on the GPU it ran on; each
 // thread folds its elements in increasing order, which the arg-reductions' fold relies on.
 namespace reduce_detail {
 
 inline constexpr int kBlockThreads = 256;
 inline constexpr int kMaxInnerLanes = 512;     // threads folding one output in the inner layout
-inline constexpr int64_t kSplitChunk = 8192;   // fewest reduced elements per block when split
+inline constexpr int64_t kSplitWork = 16384;   // fewest elements per block when split
 inline constexpr int64_t kTargetBlocks = 1024; // split until about this many blocks run
 inline constexpr int64_t kMaxGridX = int64_t(1) << 30;
 
@@ -65,9 +65,13 @@ inline Config make_config(const ReducePlan& p) {
     c.bx = pow2_at_least(ceil_div(R, 4), kMaxInnerLanes);
     c.by = c.bx < kBlockThreads ? kBlockThreads / c.bx : 1;
   }
-  c.groups = ceil_div(N, c.outer ? c.bx : c.by);
-  if (c.groups < kTargetBlocks && R >= 2 * kSplitChunk)
-    c.split = std::min(ceil_div(R, kSplitChunk), ceil_div(kTargetBlocks, c.groups));
+  const int64_t per_group = c.outer ? c.bx : c.by;  // outputs one block folds
+  c.groups = ceil_div(N, per_group);
+  // few groups (a bias gradient: 512 column sums over 8192 rows makes 16): split the reduced
+  // elements while each block keeps kSplitWork elements and each thread a few loads
+  const int64_t lanes = c.outer ? c.by : c.bx;
+  const int64_t max_split = std::min(R * per_group / kSplitWork, R / (4 * lanes));
+  if (c.groups < kTargetBlocks && max_split >= 2) c.split = std::min(max_split, ceil_div(kTargetBlocks, c.groups));
   c.chunk = ceil_div(R, c.split);
   c.split = ceil_div(R, c.chunk);
   return c;
@@ -154,19 +158,20 @@ __device__ __forceinline__ V block_reduce_y(V v, const Combine& combine, V* smem
   return v;
 }
 
-// Folds elements r, r + step, ... < re of one output into acc, loading four ahead.
+// Folds elements r, r + step, ... < re of one output into acc, loading eight ahead (enough
+// bytes in flight per thread to keep HBM busy; four left column sums at 75% of a copy).
 template <class Index, class T, class Op, class Acc>
 __device__ __forceinline__ Acc fold_span(const ReducePlan& p, const T* __restrict__ base, const Op& op, int64_t o,
                                          int64_t r, int64_t re, int64_t step, Acc acc) {
+  constexpr int kAhead = 8;
   if (p.nred <= 1) {  // one reduced dim (or none): offsets without divisions
     const Index s0 = static_cast<Index>(p.red_in[0]);
-    for (; r + 3 * step < re; r += 4 * step) {
-      const T x0 = base[static_cast<Index>(r) * s0], x1 = base[static_cast<Index>(r + step) * s0];
-      const T x2 = base[static_cast<Index>(r + 2 * step) * s0], x3 = base[static_cast<Index>(r + 3 * step) * s0];
-      acc = math::fold_element(op, acc, x0, o, r);
-      acc = math::fold_element(op, acc, x1, o, r + step);
-      acc = math::fold_element(op, acc, x2, o, r + 2 * step);
-      acc = math::fold_element(op, acc, x3, o, r + 3 * step);
+    for (; r + (kAhead - 1) * step < re; r += kAhead * step) {
+      T x[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) x[j] = base[static_cast<Index>(r + j * step) * s0];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) acc = math::fold_element(op, acc, x[j], o, r + j * step);
     }
     for (; r < re; r += step) acc = math::fold_element(op, acc, base[static_cast<Index>(r) * s0], o, r);
   } else {

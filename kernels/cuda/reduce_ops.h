@@ -54,9 +54,16 @@ cudaError_t logsumexp(const ReducePlan& plan, cudaStream_t s, T* out, const T* i
 template <class T>
 cudaError_t norm(const ReducePlan& plan, cudaStream_t s, T* out, const T* in, double p, const Scratch& scratch);
 
-// Along the middle dim of contiguous (outer, n, inner) arrays x and y.
+// Along the middle dim of contiguous (outer, n, inner) arrays x and y. causal_rows: as in
+// cpu::softmax (kernels/cpu/softmax.h), inner == 1 only.
 template <class T>  // floating T; log_softmax when `log`
-cudaError_t softmax(cudaStream_t s, T* y, const T* x, int64_t outer, int64_t n, int64_t inner, bool log);
+cudaError_t softmax(cudaStream_t s, T* y, const T* x, int64_t outer, int64_t n, int64_t inner, bool log,
+                    int64_t causal_rows = 0);
+// dx from softmax's (log_softmax's when `log`) output y and the gradient g in it
+// (kernels/common/softmax_math.h); contiguous (outer, n, inner) arrays.
+template <class T>
+cudaError_t softmax_backward(cudaStream_t s, T* dx, const T* y, const T* g, int64_t outer, int64_t n, int64_t inner,
+                             bool log);
 template <class T>  // int64_t or floating T, accumulating as the CPU's cpu::scan
 cudaError_t cumsum(cudaStream_t s, T* y, const T* x, int64_t outer, int64_t n, int64_t inner,
                    const Scratch& scratch);

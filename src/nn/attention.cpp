@@ -1,6 +1,6 @@
-// scaled_dot_product_attention composed of matmul and softmax, and MultiheadAttention on top
-// of it. The heads are strided views of the projections (no copies until the heads are merged
-// back for out_proj), and matmul reads them in place.
+// scaled_dot_product_attention composed of matmul and softmax (the causal mask fused into the
+// softmax), and MultiheadAttention on top of it. The heads are strided views of the
+// projections, made contiguous once for the batched products.
 #include <cmath>
 #include <limits>
 
@@ -14,6 +14,8 @@
 #include <strata/ops/matmul.hpp>
 #include <strata/ops/reduce.hpp>
 #include <strata/ops/unary.hpp>
+
+#include "ops/softmax_internal.h"
 
 namespace strata::nn {
 
@@ -38,8 +40,11 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   STRATA_CHECK(dropout_p >= 0 && dropout_p <= 1, "[{}] dropout_p must be in [0, 1], got {}", op, dropout_p);
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
-  // scaling q costs L * E multiplies rather than L * S on the scores
-  Tensor scores = matmul(sc == 1.0 ? q : q * sc, k.transpose(-2, -1));  // (..., L, S)
+  // scaling q costs L * E multiplies rather than L * S on the scores. The operands are made
+  // contiguous once, here: heads are strided views of a projection, which each product (two
+  // forward, four backward) would otherwise compact again for a batched GEMM.
+  const Tensor qs = (sc == 1.0 ? q : q * sc).contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  Tensor scores = matmul(qs, kc.transpose(-2, -1));  // (..., L, S)
   if (mask.defined()) {
     STRATA_CHECK(mask.device() == q.device(), "[{}] attn_mask is on {} but the query is on {}", op, mask.device(),
                  q.device());
@@ -53,10 +58,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     if (mask.dtype() == kBool) scores = blocking ? masked_fill(scores, mask, -kInf) : where(mask, scores, -kInf);
     else scores = scores + mask.to(scores.dtype());
   }
-  if (is_causal) scores = masked_fill(scores, triu(ones({L, S}, TensorOptions(kBool, q.device())), 1), -kInf);
-  Tensor weights = softmax(scores, -1);
+  // a causal mask rides in the softmax kernel: no mask tensor, no masked copy of the scores
+  Tensor weights = is_causal ? detail::causal_softmax(scores) : softmax(scores, -1);
   if (dropout_p > 0) weights = functional::dropout(weights, dropout_p, true, gen);
-  return matmul(weights, v);
+  return matmul(weights, vc);
 }
 
 }  // namespace

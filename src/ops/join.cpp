@@ -1,9 +1,12 @@
 // cat and stack (new tensors) and split / chunk (views of one tensor). cat records its
-// backward (slices of the gradient); stack, split and chunk are made of recorded views and cat.
+// backward (slices of the gradient), split (and chunk) one node whose backward is a cat;
+// stack is made of recorded views and cat.
 #include <algorithm>
 #include <cstdint>
 
+#include <strata/autograd/grad_mode.hpp>
 #include <strata/autograd/graph.hpp>
+#include <strata/ops/creation.hpp>
 #include <strata/ops/join.hpp>
 
 #include "core/tensor_internal.h"
@@ -82,6 +85,43 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return cat(parts, d);
 }
 
+namespace {
+
+// Views of t along dim d of the given sizes, recorded as one node whose backward is one cat of
+// the parts' gradients (zeros for a part that got none): a gradient of t's size is written
+// once, where a recorded view per part would give each part a zero-filled gradient of t's size
+// to add up.
+std::vector<Tensor> split_views(const Tensor& t, int64_t d, const std::vector<int64_t>& sizes) {
+  std::vector<Tensor> out;
+  out.reserve(sizes.size());
+  {
+    NoGradGuard no_grad;
+    int64_t start = 0;
+    for (int64_t s : sizes) {
+      out.push_back(t.narrow(d, start, s));
+      start += s;
+    }
+  }
+  if (autograd::any_requires_grad({&t})) {
+    autograd::record("split", {t}, out, {}, [d, sizes](const autograd::Grads& g, const autograd::Saved&) {
+      std::vector<Tensor> parts;
+      parts.reserve(sizes.size());
+      for (size_t i = 0; i < sizes.size(); ++i) parts.push_back(g[i]);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        if (parts[i].defined()) continue;
+        const Tensor& ref = *std::find_if(parts.begin(), parts.end(), [](const Tensor& p) { return p.defined(); });
+        Shape shape = ref.shape();
+        shape[static_cast<size_t>(d)] = sizes[i];
+        parts[i] = zeros(shape, TensorOptions(ref.dtype(), ref.device()));
+      }
+      return autograd::Grads{cat(parts, d)};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim) {
   STRATA_CHECK(t.defined(), "[split] input tensor is undefined");
   STRATA_CHECK(t.dim() > 0, "[split] cannot split a 0-d tensor");
@@ -91,13 +131,9 @@ std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim) {
   STRATA_CHECK(split_size > 0 || n == 0, "[split] split_size can only be 0 when dim {} has size 0, but it has size {}",
                d, n);
   const int64_t count = split_size == 0 ? 1 : std::max<int64_t>(n / split_size + (n % split_size != 0), 1);
-  std::vector<Tensor> out;
-  out.reserve(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t start = i * split_size;
-    out.push_back(t.narrow(d, start, std::min(split_size, n - start)));
-  }
-  return out;
+  std::vector<int64_t> sizes;
+  for (int64_t i = 0; i < count; ++i) sizes.push_back(std::min(split_size, n - i * split_size));
+  return split_views(t, d, sizes);
 }
 
 std::vector<Tensor> split_with_sizes(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim) {
@@ -112,14 +148,7 @@ std::vector<Tensor> split_with_sizes(const Tensor& t, const std::vector<int64_t>
     total += s;
   }
   STRATA_CHECK(total == n, "[split] split sizes {} do not sum to the size {} of dim {}", sizes, n, d);
-  std::vector<Tensor> out;
-  out.reserve(sizes.size());
-  int64_t start = 0;
-  for (int64_t s : sizes) {
-    out.push_back(t.narrow(d, start, s));
-    start += s;
-  }
-  return out;
+  return split_views(t, d, sizes);
 }
 
 std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim) {

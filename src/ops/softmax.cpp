@@ -1,6 +1,9 @@
-// Ops along one dim: softmax, log_softmax, cumsum and cumprod. The input is made contiguous
-// and seen as (outer, n, inner) around the dim; the loops are in kernels/cpu/softmax.h and
-// kernels/cpu/scan.h.
+// Ops along one dim: softmax, log_softmax (and their fused gradients), cumsum and cumprod.
+// The input is made contiguous and seen as (outer, n, inner) around the dim; the loops are in
+// kernels/cpu/softmax.h and kernels/cpu/scan.h.
+#include <algorithm>
+
+#include <strata/autograd/grad_mode.hpp>
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/unary.hpp>
@@ -11,6 +14,7 @@
 #include "kernels/cpu/scan.h"
 #include "kernels/cpu/softmax.h"
 #include "ops/dispatch.h"
+#include "ops/softmax_internal.h"
 
 namespace strata {
 
@@ -42,10 +46,29 @@ void cpu_softmax(const KernelCall& call) {
   const Tensor& x = call.inputs[0];
   Tensor& y = call.outputs[0];
   check_contiguous_pair(x, y, "softmax");
-  Extent e = extent_of(x, call.param<DimParams>().dim);
+  const SoftmaxParams& p = call.param<SoftmaxParams>();
+  Extent e = extent_of(x, p.dim);
+  STRATA_CHECK(p.causal_rows == 0 || e.inner == 1, "[softmax] a causal mask needs the last dim");
   dispatch<DTypeSet::Floating>(x.dtype(), "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    cpu::softmax(static_cast<const T*>(x.data()), static_cast<T*>(y.data()), e.outer, e.n, e.inner, Log);
+    cpu::softmax(static_cast<const T*>(x.data()), static_cast<T*>(y.data()), e.outer, e.n, e.inner, Log,
+                 p.causal_rows);
+  });
+}
+
+// inputs y, g; output dx: contiguous, of one shape and dtype.
+template <bool Log>
+void cpu_softmax_backward(const KernelCall& call) {
+  const char* op = Log ? "log_softmax_backward" : "softmax_backward";
+  const Tensor &y = call.inputs[0], &g = call.inputs[1];
+  Tensor& dx = call.outputs[0];
+  check_contiguous_pair(y, dx, op);
+  check_contiguous_pair(g, dx, op);
+  Extent e = extent_of(y, call.param<SoftmaxParams>().dim);
+  dispatch<DTypeSet::Floating>(y.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::softmax_backward(static_cast<const T*>(y.data()), static_cast<const T*>(g.data()), static_cast<T*>(dx.data()),
+                          e.outer, e.n, e.inner, Log);
   });
 }
 
@@ -61,31 +84,48 @@ void cpu_scan(const KernelCall& call) {
   });
 }
 
-Tensor along_dim(OpId op, const Tensor& x, int64_t dim, DType dtype) {
-  DimParams p{normalize_dim(dim, x.dim(), op_name(op))};
+Tensor along_dim(OpId op, const Tensor& x, int64_t dim, DType dtype, int64_t causal_rows = 0) {
+  SoftmaxParams p;
+  p.dim = normalize_dim(dim, x.dim(), op_name(op));
+  p.causal_rows = causal_rows;
   Tensor in = x.to(dtype).contiguous();
   Tensor out = detail::make_tensor(in.shape(), dtype, in.device());
   if (out.numel() > 0) run_kernel(op, dtype, KernelCall{{&in, 1}, {&out, 1}, &p});
   return out;
 }
 
-Tensor softmax_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+// dx of softmax (or log_softmax) from its output y and the gradient g in y, along dim d. One
+// fused kernel; while the backward itself records a graph (create_graph), the same formula
+// in differentiable ops.
+Tensor softmax_backward(OpId forward, const Tensor& y, const Tensor& g, int64_t d) {
+  const bool log = forward == OpId::log_softmax;
+  if (autograd::is_grad_enabled() && autograd::any_requires_grad({&y, &g}))
+    return log ? g - exp(y) * sum(g, {d}, true) : y * (g - sum(g * y, {d}, true));
+  const OpId op = log ? OpId::log_softmax_backward : OpId::softmax_backward;
+  Tensor ins[2] = {y.contiguous(), g.to(y.dtype()).contiguous()};
+  STRATA_CHECK(ins[1].shape() == y.shape() && ins[1].device() == y.device(),
+               "[{}] gradient {} on {} does not match the output {} on {}", op_name(op), ins[1].shape(),
+               ins[1].device(), y.shape(), y.device());
+  Tensor dx = detail::make_tensor(y.shape(), y.dtype(), y.device());
+  SoftmaxParams p;
+  p.dim = d;
+  if (dx.numel() > 0) run_kernel(op, y.dtype(), KernelCall{ins, {&dx, 1}, &p});
+  return dx;
+}
+
+Tensor softmax_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype, int64_t causal_rows = 0) {
   STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", op_name(op));
   DType t = dtype ? *dtype : x.dtype();
   STRATA_CHECK(is_floating(t), "[{}] needs a floating input or dtype, got {}", op_name(op), t);
   Tensor in = x.to(t);
-  Tensor y = along_dim(op, in, dim, t);
+  Tensor y = along_dim(op, in, dim, t, causal_rows);
   if (autograd::any_requires_grad({&in})) {
-    int64_t d = normalize_dim(dim, x.dim(), op_name(op));
-    if (op == OpId::softmax) {
-      autograd::record("softmax", {in}, {y}, {y}, [d](const autograd::Grads& g, const autograd::Saved& s) {
-        return autograd::Grads{s[0] * (g[0] - sum(g[0] * s[0], {d}, true))};
-      });
-    } else {
-      autograd::record("log_softmax", {in}, {y}, {y}, [d](const autograd::Grads& g, const autograd::Saved& s) {
-        return autograd::Grads{g[0] - exp(s[0]) * sum(g[0], {d}, true)};
-      });
-    }
+    const int64_t d = normalize_dim(dim, x.dim(), op_name(op));
+    // a causal softmax's masked outputs are 0 whatever the input: the plain softmax gradient,
+    // y (g - sum g y), is 0 there too
+    autograd::record(op == OpId::softmax ? "softmax" : "log_softmax", {in}, {y}, {y}, [op, d](const autograd::Grads& g, const autograd::Saved& s) {
+      return autograd::Grads{softmax_backward(op, s[0], g[0], d)};
+    });
   }
   return y;
 }
@@ -121,10 +161,18 @@ void register_softmax_kernels(KernelTable& table) {
   constexpr auto CPU = DeviceType::CPU;
   table.set(OpId::softmax, CPU, kFloatDTypes, cpu_softmax<false>);
   table.set(OpId::log_softmax, CPU, kFloatDTypes, cpu_softmax<true>);
+  table.set(OpId::softmax_backward, CPU, kFloatDTypes, cpu_softmax_backward<false>);
+  table.set(OpId::log_softmax_backward, CPU, kFloatDTypes, cpu_softmax_backward<true>);
   for (DType t : {kInt64, kFloat16, kBFloat16, kFloat32, kFloat64}) {
     table.set(OpId::cumsum, CPU, t, cpu_scan<false>);
     table.set(OpId::cumprod, CPU, t, cpu_scan<true>);
   }
+}
+
+Tensor causal_softmax(const Tensor& scores) {
+  STRATA_CHECK(scores.defined() && scores.dim() >= 2, "[softmax] a causal softmax needs (..., L, S) scores, got {}",
+               scores.defined() ? scores.shape() : Shape{});
+  return softmax_op(OpId::softmax, scores, -1, std::nullopt, std::max<int64_t>(scores.size(-2), 1));
 }
 }  // namespace detail
 

@@ -1,12 +1,14 @@
 // Ops along one dim: softmax and log_softmax (against a float64 reference, rows summing to
-// 1, agreement with exp(x - logsumexp), huge and infinite inputs) and the scans cumsum and
-// cumprod, over shapes, every dim, layouts and dtypes; thread-count independence; bad input.
+// 1, agreement with exp(x - logsumexp), huge and infinite inputs), their fused gradients
+// (against the float64 formula, and second-order gradients) and the scans cumsum and cumprod, over shapes, every dim, layouts and dtypes;
+// thread-count independence; bad input.
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include <strata/core/threads.hpp>
 
+#include "gradcheck.h"
 #include "testing.h"
 
 using namespace strata;
@@ -207,6 +209,48 @@ TEST(Softmax, ThreadCountDoesNotChangeResults) {
         EXPECT_EQ(std::memcmp(one[i].data(), two[i].data(), one[i].size() * sizeof(double)), 0)
             << "result " << i << " dim " << dim << " shape " << fmt::format("{}", x.shape());
     }
+}
+
+// The fused gradient kernels against dx = y (g - sum g y) and dx = g - exp(y) sum g, computed
+// in float64 from the rounded y and g, along every dim (rows and columns) of each dtype.
+TEST(Softmax, GradientMatchesFloat64Formula) {
+  Generator gen(7);
+  for (DType t : kFloatTypes)
+    for (const Shape& shape : {Shape{3, 5, 7}, Shape{2, 300}, Shape{1}, Shape{4, 0}})
+      for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim)
+        for (bool log : {false, true}) {
+          Tensor x = random_input(shape, t, 2.0, gen).requires_grad_();
+          Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);
+          Tensor g = random_input(shape, t, 1.0, gen);
+          Tensor dx = autograd::grad({y}, {x}, {g})[0];
+          std::vector<double> yv = values(y.detach()), gv = values(g), want(yv.size());
+          // the row totals, then the formula
+          std::vector<double> total(yv.size());
+          std::vector<double> idx(yv.size());
+          for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<double>(i);
+          along(idx, shape, dim, [&](std::vector<double>& line) {
+            double sum = 0;
+            for (double i : line) sum += log ? gv[size_t(i)] : gv[size_t(i)] * yv[size_t(i)];
+            for (double i : line) total[size_t(i)] = sum;
+          });
+          for (size_t i = 0; i < want.size(); ++i)
+            want[i] = log ? gv[i] - std::exp(yv[i]) * total[i] : yv[i] * (gv[i] - total[i]);
+          const double tol = t == kFloat64 ? 1e-12 : t == kFloat32 ? 2e-6 : t == kFloat16 ? 4e-3 : 3e-2;
+          EXPECT_TRUE(strata::testing::all_close(values(dx), want, tol, tol))
+              << (log ? "log_softmax " : "softmax ") << dtype_name(t) << " shape " << fmt::format("{}", shape)
+              << " dim " << dim;
+        }
+}
+
+// Gradients through a graph of the backward (create_graph) still come out: the backward is
+// then recorded from differentiable ops.
+TEST(Softmax, SecondOrderGradients) {
+  Generator gen(8);
+  for (bool log : {false, true}) {
+    Tensor x = random_input({3, 6}, kFloat64, 1.0, gen).requires_grad_();
+    EXPECT_TRUE(strata::testing::gradgradcheck(
+        [log](const std::vector<Tensor>& in) { return log ? log_softmax(in[0], 1) : softmax(in[0], 1); }, {x}));
+  }
 }
 
 TEST(Softmax, BadInput) {

@@ -269,7 +269,9 @@ TEST(CudaElementwise, PhiloxMatchesCpu) {
       Tensor ha = a.to(st::kFloat64), hb = b.to(st::Device::cpu()).to(st::kFloat64);
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(ha.data_ptr<double>()[i], hb.data_ptr<double>()[i]) << "rand " << st::dtype_name(dt) << " at " << i;
-      expect_close(st::randn({n}, cpu_opts, &g1), st::randn({n}, cuda_opts, &g2), "randn");
+      // the normal is computed in float for every dtype (kernels/common/philox.h)
+      st::cuda_testing::expect_close(st::randn({n}, cpu_opts, &g1), st::randn({n}, cuda_opts, &g2), "randn",
+                                     std::max(rel_tol(dt), rel_tol(st::kFloat32)));
     }
     for (DType dt : kInt) {
       auto cpu_opts = st::TensorOptions().dtype(dt);

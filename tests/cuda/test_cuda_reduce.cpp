@@ -174,11 +174,11 @@ namespace {
 
 // Runs f on the CPU tensor and on its GPU copy (the view taken on each device) along every dim.
 void check_along_dims(const std::string& name, const std::function<Tensor(const Tensor&, int64_t)>& f, DType dt,
-                      double lo, double hi) {
+                      double lo, double hi, double atol = 0) {
   auto check = [&](const std::string& label, const Tensor& x, const std::function<Tensor(const Tensor&)>& view) {
     Tensor xc = view(x), xg = view(gpu(x));
     for (int64_t d = 0; d < xc.dim(); ++d)
-      expect_close(f(xc, d), f(xg, d), name + " " + name_of(dt) + " " + label + " dim " + std::to_string(d));
+      expect_close(f(xc, d), f(xg, d), name + " " + name_of(dt) + " " + label + " dim " + std::to_string(d), atol);
   };
   auto same = [](const Tensor& t) { return t; };
   for (int64_t n : kRowSizes) {
@@ -203,12 +203,60 @@ TEST(CudaReduce, SoftmaxAndLogSoftmax) {
   }
 }
 
+// The fused gradient kernels, through autograd, with g = x / 4 (exact on both devices), along
+// every dim of the shapes above. Each device differentiates its own y, and in 16-bit types an
+// ulp of y moves the gradient by more than an ulp of it: y (g - sum g y) cancels, and exp(y)
+// of a log-probability near -11 carries y's ulp of 2^-7 as a 0.4% error; hence an absolute
+// tolerance of a few of the dtype's ulps at 1 there.
+TEST(CudaReduce, SoftmaxGradients) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  for (bool log : {false, true})
+    for (DType dt : kFloat) {
+      auto grad = [log](const Tensor& x, int64_t d) {
+        Tensor leaf = x.detach().requires_grad_();
+        Tensor y = log ? st::log_softmax(leaf, d) : st::softmax(leaf, d);
+        return st::autograd::grad({y}, {leaf}, {x * 0.25})[0];
+      };
+      const double atol = dt == st::kFloat16 || dt == st::kBFloat16 ? 8 * rel_tol(dt) : 0;
+      check_along_dims(log ? "log_softmax gradient" : "softmax gradient", grad, dt, -3, 3, atol);
+    }
+}
+
+// scaled_dot_product_attention's causal mask (fused into the softmax) and its gradients,
+// square and not, against the CPU.
+TEST(CudaReduce, CausalAttention) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  namespace F = st::nn::functional;
+  for (auto [L, S] : {std::pair<int64_t, int64_t>{5, 5}, {7, 3}, {3, 9}, {256, 256}})
+    for (DType dt : kFloat) {
+      const std::string at = " " + name_of(dt) + " L " + std::to_string(L) + " S " + std::to_string(S);
+      Tensor q = random({2, 3, L, 16}, dt), k = random({2, 3, S, 16}, dt), v = random({2, 3, S, 8}, dt);
+      Tensor go = random({2, 3, L, 8}, dt);
+      std::vector<Tensor> cpu_in = {q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+      std::vector<Tensor> gpu_in = {gpu(q).requires_grad_(), gpu(k).requires_grad_(), gpu(v).requires_grad_()};
+      Tensor yc = F::scaled_dot_product_attention(cpu_in[0], cpu_in[1], cpu_in[2], Tensor(), 0, true);
+      Tensor yg = F::scaled_dot_product_attention(gpu_in[0], gpu_in[1], gpu_in[2], Tensor(), 0, true);
+      // 16-bit scores and weights round between the products, differently in each order
+      const double atol = dt == st::kFloat16 || dt == st::kBFloat16 ? 8 * rel_tol(dt) : 0;
+      expect_close(yc, yg, "causal attention" + at, atol);
+      std::vector<Tensor> gc = st::autograd::grad({yc}, cpu_in, {go});
+      std::vector<Tensor> gg = st::autograd::grad({yg}, gpu_in, {gpu(go)});
+      for (size_t i = 0; i < 3; ++i)
+        expect_close(gc[i], gg[i], "causal attention gradient " + std::to_string(i) + at, atol);
+    }
+}
+
 TEST(CudaReduce, CumsumAndCumprod) {
   SKIP_WITHOUT_GPU();
   SEED_TRACE();
   for (DType dt : kAll) {
-    check_along_dims("cumsum", [](const Tensor& x, int64_t d) { return st::cumsum(x, d); }, dt, -1, 1);
-    check_along_dims("cumprod", [](const Tensor& x, int64_t d) { return st::cumprod(x, d); }, dt, 0.95, 1.05);
+    // a float64 scan over 65537 elements rounds its partial sums (up to a few hundred) in a
+    // different order on each device: about n * eps * |partial| apart, past rel_tol's 1e-12
+    const double atol = dt == st::kFloat64 ? 1e-10 : 0;
+    check_along_dims("cumsum", [](const Tensor& x, int64_t d) { return st::cumsum(x, d); }, dt, -1, 1, atol);
+    check_along_dims("cumprod", [](const Tensor& x, int64_t d) { return st::cumprod(x, d); }, dt, 0.95, 1.05, atol);
   }
 }
 

@@ -138,6 +138,28 @@ TEST(ScaledDotProductAttention, BoolFloatAndCausalMasks) {
   }
 }
 
+// is_causal (a masked softmax in one kernel) against the same mask passed as a bool tensor,
+// with more queries than keys and fewer, in every floating dtype; masked weights are exact
+// zeros, so the two agree to rounding.
+TEST(ScaledDotProductAttention, CausalMaskEveryShapeAndDtype) {
+  Generator g(4);
+  for (auto [L, S] : {std::pair<int64_t, int64_t>{5, 5}, {7, 3}, {3, 7}, {1, 4}, {130, 130}})
+    for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+      Tensor q = randn({2, 3, L, 8}, kFloat64, &g).to(t), k = randn({2, 3, S, 8}, kFloat64, &g).to(t);
+      Tensor v = randn({2, 3, S, 5}, kFloat64, &g).to(t);
+      Tensor allow = logical_not(triu(ones({L, S}, kBool), 1));
+      Tensor got = F::scaled_dot_product_attention(q, k, v, Tensor(), 0, true);
+      Tensor want = F::scaled_dot_product_attention(q.to(kFloat64), k.to(kFloat64), v.to(kFloat64), allow);
+      EXPECT_EQ(got.dtype(), t);
+      const double tol = t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-5 : t == kFloat16 ? 5e-3 : 4e-2;
+      EXPECT_TRUE(all_close(values(got), values(want), tol, tol)) << dtype_name(t) << " L " << L << " S " << S;
+    }
+  Tensor q = leaf(randn({1, 2, 6, 3}, kFloat64, &g)), k = leaf(randn({1, 2, 4, 3}, kFloat64, &g));
+  Tensor v = leaf(randn({1, 2, 4, 2}, kFloat64, &g));
+  EXPECT_TRUE(
+      gradcheck([](V in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0, true); }, {q, k, v}));
+}
+
 TEST(ScaledDotProductAttention, GradCheck) {
   Generator g(3);
   Tensor q = leaf(randn({1, 2, 3, 4}, kFloat64, &g), Layout::Transposed);

@@ -31,6 +31,14 @@ struct DimParams {
   int64_t dim = 0;
 };
 
+/// Parameters of softmax and log_softmax and their gradient ops (softmax_backward,
+/// log_softmax_backward). causal_rows = L > 0 (softmax only, along the last dim): the input
+/// is a stack of (L, n) matrices and row i of each keeps its columns j <= i, the others giving
+/// 0, as if masked to -inf first (attention's causal mask, fused).
+struct SoftmaxParams : DimParams {
+  int64_t causal_rows = 0;
+};
+
 /// Values and int64 indices of max / min along a dim, like torch.max(x, dim).
 struct MinMaxResult {
   Tensor values;

@@ -152,6 +152,39 @@ std::vector<ConvAlgorithm> timed_search(const ConvSignature& sig, const ConvCall
   return {};
 }
 
+// The workspace each candidate needs in the math type it runs in, which can exceed what the
+// library reported for the type it listed (float32 runs FMA math: Note [Convolution math]);
+// cuDNN rejects a call given less. Candidates it does not support so are dropped.
+std::vector<ConvAlgorithm> with_workspaces(const ConvSignature& sig, const ConvCall& c, std::vector<ConvAlgorithm> algos,
+                                           const char* op) {
+  std::vector<ConvAlgorithm> out;
+  for (ConvAlgorithm a : algos) {
+    cuda::cudnn_check(cudnnSetConvolutionMathType(c.conv_desc, a.math), "cudnnSetConvolutionMathType", op);
+    size_t bytes = 0;
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    switch (sig.kind) {
+      case ConvKind::Forward:
+        st = cudnnGetConvolutionForwardWorkspaceSize(c.handle, c.x_desc, c.w_desc, c.conv_desc, c.y_desc,
+                                                     static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), &bytes);
+        break;
+      case ConvKind::BackwardData:
+        st = cudnnGetConvolutionBackwardDataWorkspaceSize(c.handle, c.w_desc, c.y_desc, c.conv_desc, c.x_desc,
+                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), &bytes);
+        break;
+      case ConvKind::BackwardFilter:
+        st = cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            c.handle, c.x_desc, c.y_desc, c.conv_desc, c.w_desc, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+            &bytes);
+        break;
+    }
+    if (cuda::cudnn_not_supported(st)) continue;
+    cuda::cudnn_check(st, "cudnnGetConvolution*WorkspaceSize", op);
+    a.workspace = std::max(a.workspace, bytes);
+    out.push_back(a);
+  }
+  return out;
+}
+
 }  // namespace
 
 cudnnMathType_t initial_math(cudnnDataType_t dtype, bool tf32) {
@@ -184,7 +217,8 @@ std::vector<ConvAlgorithm> conv_algorithms(const ConvSignature& sig, const ConvC
   // searched without the lock (a timed search takes a while); two threads that race on one
   // signature both search, and the first result stays
   g_searches.fetch_add(1, std::memory_order_relaxed);
-  std::vector<ConvAlgorithm> found = sig.benchmark ? timed_search(sig, call, op) : heuristic(sig, call, op);
+  std::vector<ConvAlgorithm> found =
+      with_workspaces(sig, call, sig.benchmark ? timed_search(sig, call, op) : heuristic(sig, call, op), op);
   std::lock_guard<std::mutex> lock(g_mutex);
   return cache().emplace(sig, std::move(found)).first->second;
 }
