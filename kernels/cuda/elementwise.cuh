@@ -83,10 +83,27 @@ __global__ void strided_kernel(Index n, OffsetCalc<1 + sizeof...(In), Index> cal
   strided_body(n, calc, f, out, std::index_sequence_for<In...>{}, in...);
 }
 
-// The strided loop over V-element vectors (see vector_loop): offsets in units of vectors.
+// V copies of one value: an input broadcast along the innermost dim.
+template <int V, class T>
+__device__ __forceinline__ Vec<T, V> splat(T x) {
+  Vec<T, V> r;
+#pragma unroll
+  for (int j = 0; j < V; ++j) r.v[j] = x;
+  return r;
+}
+
+// The V-element vector of input p at offset off: in units of vectors, or of elements for an
+// input broadcast along the innermost dim (bit k of `splats` for input k).
+template <int V, class T>
+__device__ __forceinline__ Vec<T, V> load_vec(const T* p, int64_t off, bool broadcast) {
+  return broadcast ? splat<V>(p[off]) : reinterpret_cast<const Vec<T, V>*>(p)[off];
+}
+
+// The strided loop over V-element vectors (see vector_loop).
 template <int V, class Index, class Out, class F, size_t... I, class... In>
-__device__ __forceinline__ void strided_vec_body(Index n, const OffsetCalc<1 + sizeof...(In), Index>& calc, F f,
-                                                 Out* out, std::index_sequence<I...>, const In*... in) {
+__device__ __forceinline__ void strided_vec_body(Index n, const OffsetCalc<1 + sizeof...(In), Index>& calc,
+                                                 unsigned splats, F f, Out* out, std::index_sequence<I...>,
+                                                 const In*... in) {
   constexpr int N = 1 + sizeof...(In);
   const Index step = Index(gridDim.x) * blockDim.x;
   for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
@@ -96,15 +113,15 @@ __device__ __forceinline__ void strided_vec_body(Index n, const OffsetCalc<1 + s
     [&](auto... vs) {
 #pragma unroll
       for (int j = 0; j < V; ++j) o.v[j] = f(vs.v[j]...);
-    }(reinterpret_cast<const Vec<In, V>*>(in)[off[I + 1]]...);
+    }(load_vec<V>(in, off[I + 1], (splats >> (I + 1)) & 1u)...);
     reinterpret_cast<Vec<Out, V>*>(out)[off[0]] = o;
   }
 }
 
 template <int V, class Index, class Out, class F, class... In>
-__global__ void strided_vec_kernel(Index n, OffsetCalc<1 + sizeof...(In), Index> calc, F f, Out* out,
-                                   const In*... in) {
-  strided_vec_body<V>(n, calc, f, out, std::index_sequence_for<In...>{}, in...);
+__global__ void strided_vec_kernel(Index n, OffsetCalc<1 + sizeof...(In), Index> calc, unsigned splats, F f,
+                                   Out* out, const In*... in) {
+  strided_vec_body<V>(n, calc, splats, f, out, std::index_sequence_for<In...>{}, in...);
 }
 
 inline constexpr int64_t kMaxBlocks = 65536;
@@ -147,13 +164,20 @@ bool fits_int32(const StridedLoop<N>& loop) {
 
 // The loop in units of V-element vectors, when every operand runs unit-stride along the
 // innermost dim in whole 16-byte-aligned vectors (a transpose that keeps the last dim, such as
-// attention's head split and merge): dim 0 shrinks V times and the other strides, all multiples
-// of V, are divided by V. One offset calculation then serves V elements, read and written 16
-// bytes at a time. False when the loop is not of that kind.
+// attention's head split and merge), or is an input broadcast along it (stride 0: a scalar, a
+// per-row value): dim 0 shrinks V times and the unit-stride operands' other strides, all
+// multiples of V, are divided by V; a broadcast input keeps element strides, its bit set in
+// `splats`, and is read one element per vector. One offset calculation then serves V elements,
+// read and written 16 bytes at a time. False when the loop is not of that kind.
 template <int V, int N>
-bool vector_loop(const StridedLoop<N>& loop, const void* const (&ptrs)[N], StridedLoop<N>& vec) {
+bool vector_loop(const StridedLoop<N>& loop, const void* const (&ptrs)[N], StridedLoop<N>& vec, unsigned& splats) {
   if (V <= 1 || loop.ndim == 0 || loop.shape[0] % V != 0) return false;
+  splats = 0;
   for (int k = 0; k < N; ++k) {
+    if (k > 0 && loop.strides[k][0] == 0) {
+      splats |= 1u << k;
+      continue;
+    }
     if (loop.strides[k][0] != 1 || !aligned16(ptrs[k])) return false;
     for (int d = 1; d < loop.ndim; ++d)
       if (loop.shape[d] > 1 && loop.strides[k][d] % V != 0) return false;
@@ -161,8 +185,10 @@ bool vector_loop(const StridedLoop<N>& loop, const void* const (&ptrs)[N], Strid
   vec = loop;
   vec.shape[0] = loop.shape[0] / V;
   vec.numel = loop.numel / V;
-  for (int k = 0; k < N; ++k)
+  for (int k = 0; k < N; ++k) {
+    if (splats >> k & 1u) continue;
     for (int d = 1; d < loop.ndim; ++d) vec.strides[k][d] = loop.strides[k][d] / V;
+  }
   return true;
 }
 
@@ -191,14 +217,15 @@ cudaError_t elementwise(const StridedLoop<1 + sizeof...(In)>& loop, cudaStream_t
   if constexpr (V > 1 && ((sizeof(In) == sizeof(Out)) && ...)) {
     const void* const ptrs[] = {out, in...};
     StridedLoop<1 + sizeof...(In)> vec;
-    if (vector_loop<V>(loop, ptrs, vec)) {
+    unsigned splats = 0;
+    if (vector_loop<V>(loop, ptrs, vec, splats)) {
       const int64_t nv = vec.numel;
       if (fits_int32(vec))
         strided_vec_kernel<V, int32_t><<<grid_for(nv), kThreads, 0, stream>>>(
-            static_cast<int32_t>(nv), make_calc<1 + sizeof...(In), int32_t>(vec), f, out, in...);
+            static_cast<int32_t>(nv), make_calc<1 + sizeof...(In), int32_t>(vec), splats, f, out, in...);
       else
         strided_vec_kernel<V, int64_t><<<grid_for(nv), kThreads, 0, stream>>>(
-            nv, make_calc<1 + sizeof...(In), int64_t>(vec), f, out, in...);
+            nv, make_calc<1 + sizeof...(In), int64_t>(vec), splats, f, out, in...);
       return cudaGetLastError();
     }
   }

@@ -164,8 +164,14 @@ autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& 
     if (need_a) ga = matmul(g2, b.unsqueeze(0));
     if (need_b) gb = matmul(a.transpose(-1, -2), g2).squeeze(-1);
   } else {
-    if (need_a) ga = matmul(g, b.transpose(-1, -2));
-    if (need_b) gb = matmul(a.transpose(-1, -2), g);
+    // A gradient comes out in its input's layout: for an input that is a transposed view (its
+    // rows unit-stride, as attention's k^T), the transposed product, transposed back as a
+    // view, so that what consumes it later reads it in place rather than copying it.
+    auto transposed = [](const Tensor& t) { return t.stride(-2) == 1 && t.stride(-1) != 1 && t.size(-2) > 1; };
+    if (need_a)
+      ga = transposed(a) ? matmul(b, g.transpose(-1, -2)).transpose(-1, -2) : matmul(g, b.transpose(-1, -2));
+    if (need_b)
+      gb = transposed(b) ? matmul(g.transpose(-1, -2), a).transpose(-1, -2) : matmul(a.transpose(-1, -2), g);
   }
   return {ga, gb};
 }

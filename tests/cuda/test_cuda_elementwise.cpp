@@ -225,6 +225,36 @@ TEST(CudaElementwise, MoreThan2To31Elements) {
 // and fill through full/zeros/ones. Sources are whole numbers and halves in a range every
 // dtype holds (non-negative when the destination is uint8: a negative float to uint8 is
 // undefined in C++ and the host and device differ there).
+// Layouts that take the strided kernel over 16-byte vectors: a head split and merge that keeps
+// the last dim (and one whose last dim is not a whole number of vectors, which must not), a
+// strided tensor times a scalar tensor and plus a per-row value (broadcast inputs read one
+// element per vector), and an operand off 16-byte alignment. Exact against the CPU.
+TEST(CudaElementwise, StridedVectorPaths) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  for (DType dt : {st::kFloat32, st::kFloat64, st::kFloat16, st::kBFloat16, st::kInt8, st::kBool}) {
+    const std::string at = " " + std::string(st::dtype_name(dt));
+    for (int64_t hd : {64, 6}) {
+      Tensor x = random({2, 5, 3, hd}, dt, -2, 2);  // (B, T, H, hd) -> (B, H, T, hd) and back
+      Tensor heads = x.transpose(1, 2), gheads = gpu(x).transpose(1, 2);
+      st::cuda_testing::expect_close(heads.contiguous(), gheads.contiguous(), "head split hd " + std::to_string(hd) + at, 0);
+      Tensor merged = heads.contiguous().transpose(1, 2), gmerged = gheads.contiguous().transpose(1, 2);
+      st::cuda_testing::expect_close(merged.contiguous(), gmerged.contiguous(), "head merge" + at, 0);
+    }
+    if (dt == st::kBool) continue;
+    Tensor x = random({4, 6, 32}, dt, -2, 2), row = random({4, 6, 1}, dt, -2, 2);
+    Tensor xt = x.transpose(0, 1), gxt = gpu(x).transpose(0, 1);
+    Tensor two = st::full({}, 2, st::TensorOptions().dtype(dt));
+    st::cuda_testing::expect_close(xt * two, gxt * gpu(two), "strided times a scalar tensor" + at, 0);
+    st::cuda_testing::expect_close(xt + row.transpose(0, 1), gxt + gpu(row).transpose(0, 1), "plus a per-row value" + at,
+                                   0);
+    // rows of 32 starting one element in: the input is not 16-byte aligned, so the scalar kernel runs
+    Tensor off = random({4, 36}, dt, -2, 2);
+    st::cuda_testing::expect_close(off.slice(1, 1, 33).contiguous(), gpu(off).slice(1, 1, 33).contiguous(),
+                                   "unaligned" + at, 0);
+  }
+}
+
 TEST(CudaElementwise, CopyCastFill) {
   SKIP_WITHOUT_GPU();
   SEED_TRACE();
