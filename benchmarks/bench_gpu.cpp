@@ -5,12 +5,13 @@
 //   gemm         strata::matmul beside a direct cuBLASLt call (bench_gpu_gemm.cpp): TFLOP/s
 //   adamw        strata::optim::AdamW on 100M float32 parameters: GB/s at 28 bytes per parameter
 //   gpt          a training step of a 6-layer GPT, width 512, context 256, batch 32: tokens/s
+//   train        bench_train's mlp, cnn, resnet50 (batch 64) and gpt trained on the GPU: units/s
 // GPU rows are medians of CUDA-event timings after warm-up. Besides the table it prints one
 // "RESULT<TAB>key<TAB>value<TAB>unit<TAB>note" line per row as soon as the row is measured, so
 // a run stopped by gpu-check's time limit keeps the rows it finished; bench_gpu_torch.py
 // prints the same keys for PyTorch, and scripts/gpu-check.sh joins the two.
 //
-//   bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt] [--reps N] [--warmup N]
+//   bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--reps N] [--warmup N]
 //             [--scale F] [--list]
 // Without a visible GPU it says so and exits 0; exit 1 when a row could not run, 2 on bad
 // arguments.
@@ -169,7 +170,7 @@ using namespace bench_gpu;
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "bench_gpu: %s\nusage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt] [--reps N] "
+               "bench_gpu: %s\nusage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--reps N] "
                "[--warmup N] [--scale F] [--list]\n",
                why.c_str());
   std::exit(2);
@@ -184,7 +185,7 @@ Settings parse(int argc, char** argv, bool& list_only) {
       std::stringstream list(args.value(i));
       for (std::string name; std::getline(list, name, ',');) {
         if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
-          usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt)", name));
+          usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt, train)", name));
         s.sections.push_back(name);
       }
     } else if (a == "--reps") {
@@ -201,7 +202,7 @@ Settings parse(int argc, char** argv, bool& list_only) {
       list_only = true;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt] [--reps N] [--warmup N] "
+          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--reps N] [--warmup N] "
           "[--scale F] [--list]\n");
       std::exit(0);
     } else {

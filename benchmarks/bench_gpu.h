@@ -18,7 +18,7 @@ struct Settings {
   std::vector<std::string> sections;  // empty: all of kSections
 };
 
-inline const std::vector<std::string> kSections = {"copy", "elementwise", "reduce", "gemm", "adamw", "gpt"};
+inline const std::vector<std::string> kSections = {"copy", "elementwise", "reduce", "gemm", "adamw", "gpt", "train"};
 
 struct Row {
   std::string key;     // the id bench_gpu_torch.py prints for the same workload
@@ -51,7 +51,7 @@ long long scaled(const Settings& settings, long long nominal);
 
 void run_memory_rows(Context& ctx);    // copy, elementwise, reduce (bench_gpu.cpp)
 void run_gemm_rows(Context& ctx);      // bench_gpu_gemm.cpp
-void run_training_rows(Context& ctx);  // adamw, gpt (bench_gpu_train.cpp)
+void run_training_rows(Context& ctx);  // adamw, gpt, train (bench_gpu_train.cpp)
 
 bool wants(const Settings& settings, const std::string& section);
 

@@ -8,10 +8,12 @@ lines with bench_gpu's keys:
   sum_all_f32 (GB/s); gemm_{bf16,f16,tf32}_{4096,8192}, gemm_bf16_mlp_up, gemm_bf16_mlp_down
   (TFLOP/s, torch.matmul); adamw (GB/s at 28 bytes per parameter, torch.optim.AdamW with
   fused=True over 50 tensors); gpt_train (tokens/s, the Transformer example's GPT written in
-  torch.nn: pre-LayerNorm blocks, causal scaled_dot_product_attention, tanh GELU, tied output).
-float32 matmuls run without TF32 except in the gemm_tf32 rows, as in strata.
+  torch.nn: pre-LayerNorm blocks, causal scaled_dot_product_attention, tanh GELU, tied output);
+  train_mlp, train_cnn, train_resnet50, train_gpt (bench_train's workloads: samples, images or
+  tokens per second, torch.optim.AdamW / SGD with their default implementations).
+float32 matmuls and convolutions run without TF32 except in the gemm_tf32 rows, as in strata.
 
-  python3 bench_gpu_torch.py [--only copy,elementwise,reduce,gemm,adamw,gpt] [--reps N]
+  python3 bench_gpu_torch.py [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--reps N]
                              [--warmup N] [--scale F]
 Without torch, or without a GPU that torch sees, it prints one "SKIP ..." line and exits 0.
 """
@@ -21,7 +23,7 @@ import statistics
 import sys
 import time
 
-SECTIONS = ["copy", "elementwise", "reduce", "gemm", "adamw", "gpt"]
+SECTIONS = ["copy", "elementwise", "reduce", "gemm", "adamw", "gpt", "train"]
 
 
 def parse_args():
@@ -137,9 +139,9 @@ def adamw_row(torch, args):
     torch.cuda.empty_cache()
 
 
-def gpt_row(torch, args):
+def gpt_model(torch, vocab, context, layers, width, heads):
+    """The Transformer example's GPT in torch.nn (examples/transformer/gpt.hpp)."""
     nn, F = torch.nn, torch.nn.functional
-    vocab, context, layers, width, heads, batch = 256, 256, 6, 512, 8, 32
 
     class Block(nn.Module):
         def __init__(self):
@@ -168,33 +170,117 @@ def gpt_row(torch, args):
                 x = b(x)
             return self.ln_f(x) @ self.wte.weight.t()  # tied output embedding
 
+    return GPT()
+
+
+def train_rate(torch, args, model, opt, x, y, units_per_step):
+    """Units per second from the median of whole steps (forward, cross-entropy, zero_grad,
+    backward, optimizer step), each ending by reading the loss."""
+    F = torch.nn.functional
+
+    def step():
+        out = model(x)
+        loss = F.cross_entropy(out.flatten(0, 1) if out.dim() == 3 else out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(max(1, args.warmup)):
+        step()
+    seconds = []
+    for _ in range(args.reps):
+        t0 = time.perf_counter()
+        loss = step()
+        seconds.append(time.perf_counter() - t0)
+    if not math.isfinite(loss):
+        raise RuntimeError(f"the loss became {loss}")
+    return units_per_step / statistics.median(seconds)
+
+
+def gpt_row(torch, args):
+    vocab, context, batch = 256, 256, 32
+
     def measure():
         torch.manual_seed(1)
-        model = GPT().cuda()
+        model = gpt_model(torch, vocab, context, layers=6, width=512, heads=8).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
         x = torch.randint(0, vocab, (batch, context), device="cuda")
         y = torch.randint(0, vocab, (batch * context,), device="cuda")
-
-        def step():
-            loss = F.cross_entropy(model(x).flatten(0, 1), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            return loss.item()
-
-        for _ in range(max(1, args.warmup)):
-            step()
-        seconds = []
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            loss = step()
-            seconds.append(time.perf_counter() - t0)
-        if not math.isfinite(loss):
-            raise RuntimeError(f"the loss became {loss}")
-        return batch * context / statistics.median(seconds)
+        return train_rate(torch, args, model, opt, x, y, batch * context)
 
     row("gpt_train", "tokens/s", measure)
     torch.cuda.empty_cache()
+
+
+def train_rows(torch, args):
+    """bench_train's workloads (benchmarks/train_models.hpp, train_workload.h) on the GPU, with
+    its optimizers and hyperparameters; torchvision's ResNet-50 is the same v1.5 model."""
+    nn = torch.nn
+
+    def conv(i, o, k, stride, pad):
+        return nn.Conv2d(i, o, k, stride=stride, padding=pad, bias=False)
+
+    class BasicBlock(nn.Module):
+        def __init__(self, i, o, stride):
+            super().__init__()
+            self.conv1, self.bn1 = conv(i, o, 3, stride, 1), nn.BatchNorm2d(o)
+            self.conv2, self.bn2 = conv(o, o, 3, 1, 1), nn.BatchNorm2d(o)
+            self.downsample = (nn.Sequential(conv(i, o, 1, stride, 0), nn.BatchNorm2d(o))
+                               if stride != 1 or i != o else None)
+
+        def forward(self, x):
+            h = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+            return torch.relu(h + (self.downsample(x) if self.downsample is not None else x))
+
+    class Cnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.bn = conv(3, 64, 3, 1, 1), nn.BatchNorm2d(64)
+            blocks, i = [], 64
+            for width in (64, 128, 256):
+                for b in range(2):
+                    blocks.append(BasicBlock(i, width, 2 if b == 0 and width != 64 else 1))
+                    i = width
+            self.layers = nn.Sequential(*blocks)
+            self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.fc(self.pool(self.layers(torch.relu(self.bn(self.stem(x))))).flatten(1))
+
+    def mlp():
+        return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+    def resnet50():
+        import torchvision
+        return torchvision.models.resnet50(weights=None)
+
+    def gpt():
+        return gpt_model(torch, 256, 128, layers=6, width=256, heads=8)
+
+    # key, model, batch, input shape after the batch (None: tokens), classes, units per sample, adamw
+    workloads = [("train_mlp", mlp, 256, (784,), 10, 1, True), ("train_cnn", Cnn, 32, (3, 32, 32), 10, 1, False),
+                 ("train_resnet50", resnet50, 64, (3, 224, 224), 1000, 1, False),
+                 ("train_gpt", gpt, 16, None, 256, 128, True)]
+    for key, make, batch, shape, classes, units, adamw in workloads:
+        def measure():
+            torch.manual_seed(1)
+            model = make().cuda()
+            if adamw:
+                opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+            else:
+                opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+            if shape is None:
+                x = torch.randint(0, classes, (batch, 128), device="cuda")
+                y = torch.randint(0, classes, (batch * 128,), device="cuda")
+            else:
+                x = torch.randn((batch,) + shape, device="cuda")
+                y = torch.randint(0, classes, (batch,), device="cuda")
+            return train_rate(torch, args, model, opt, x, y, batch * units)
+
+        unit = "tokens/s" if key == "train_gpt" else "images/s" if key == "train_resnet50" else "samples/s"
+        row(key, unit, measure)
+        torch.cuda.empty_cache()
 
 
 def main():
@@ -208,11 +294,13 @@ def main():
         print(f"SKIP bench_gpu_torch: torch {torch.__version__} sees no CUDA device")
         return 0
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False  # convolutions in float32 too, as strata's by default
+    torch.backends.cudnn.allow_tf32 = False  # convolutions in float32 too, as strata's by default
     p = torch.cuda.get_device_properties(0)
     print(f"bench_gpu_torch: torch {torch.__version__} on {p.name} (compute capability {p.major}.{p.minor}); "
           f"{args.warmup} warm-up runs, median of {args.reps}, scale {args.scale:g}", flush=True)
     sections = [(memory_rows, True), (gemm_rows, "gemm" in args.only), (adamw_row, "adamw" in args.only),
-                (gpt_row, "gpt" in args.only)]
+                (gpt_row, "gpt" in args.only), (train_rows, "train" in args.only)]
     for run, wanted in sections:
         try:  # rows catch their own errors; this catches failures while making a section's inputs
             if wanted:

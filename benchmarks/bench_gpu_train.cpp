@@ -8,6 +8,8 @@
 //              8 heads, context 256, batch 32, float32 without TF32, on one fixed random batch;
 //              tokens/s from the median step. Any op without a CUDA kernel makes the row
 //              "unavailable: <message>".
+//   train_*    bench_train's workloads (mlp, cnn, resnet50 at batch 64, gpt) on the GPU: samples,
+//              images or tokens per second from the median of whole training steps
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <strata/strata.hpp>
 
 #include "bench_gpu.h"
+#include "train_models.hpp"
 #include "transformer/gpt.hpp"
 
 namespace bench_gpu {
@@ -91,12 +94,49 @@ void gpt_row(Context& ctx) {
                              std::max(1, ctx.settings.warmup) + ctx.settings.reps);
 }
 
+// bench_train's four workloads (benchmarks/train_models.hpp) trained on the GPU: whole steps
+// on one fixed synthetic batch, units per second from the median step.
+void train_rows(Context& ctx) {
+  struct Workload {
+    const char* key;
+    bench::Model model;
+    int64_t batch, units_per_sample;
+    const char* what;
+    const char* unit;
+  };
+  const Workload workloads[] = {
+      {"train_mlp", bench::Model::Mlp, 256, 1, "mlp 784-1024-1024-10, batch 256, AdamW", "samples/s"},
+      {"train_cnn", bench::Model::Cnn, 32, 1, "cnn ResNet-style 3x32x32, batch 32, SGD", "samples/s"},
+      {"train_resnet50", bench::Model::ResNet50, 64, 1, "resnet50 224x224, batch 64, SGD", "images/s"},
+      {"train_gpt", bench::Model::Gpt, 16, bench::kGptContext, "gpt 6x256, ctx 128, batch 16, AdamW", "tokens/s"},
+  };
+  for (const Workload& w : workloads) {
+    add_row(ctx, Row{.key = w.key, .what = w.what, .unit = w.unit}, [&] {
+      auto trainer = bench::make_strata_trainer({.model = w.model, .batch = w.batch, .seed = 1, .cuda = true});
+      for (int i = 0; i < std::max(1, ctx.settings.warmup); ++i) trainer->step();
+      std::vector<double> seconds;
+      for (int i = 0; i < ctx.settings.reps; ++i) {
+        const double t0 = bench::now_seconds();
+        trainer->step();  // ends by reading the loss
+        seconds.push_back(bench::now_seconds() - t0);
+      }
+      std::sort(seconds.begin(), seconds.end());
+      const size_t n = seconds.size();
+      const double median = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+      return static_cast<double>(w.batch * w.units_per_sample) / median;
+    });
+    st::cuda::empty_cache();
+  }
+}
+
 }  // namespace
 
 void run_training_rows(Context& ctx) {
   if (wants(ctx.settings, "adamw")) adamw_row(ctx);
   st::cuda::empty_cache();
   if (wants(ctx.settings, "gpt")) gpt_row(ctx);
+  st::cuda::empty_cache();
+  if (wants(ctx.settings, "train")) train_rows(ctx);
 }
 
 }  // namespace bench_gpu

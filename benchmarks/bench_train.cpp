@@ -33,10 +33,6 @@
 
 namespace bench {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 namespace {
 
 struct Workload {
@@ -55,38 +51,6 @@ std::vector<Workload> workloads(bool cuda) {
       {"resnet50", Model::ResNet50, cuda ? 64 : 8, 1, "images/s", 1, 2, 3},
       {"gpt", Model::Gpt, 16, kGptContext, "tokens/s", 2, 4, 5},
   };
-}
-
-std::unique_ptr<Trainer> make_strata_trainer(const TrainConfig& c) {
-  const st::Device dev = c.cuda ? st::Device::cuda() : st::kCPU;
-  st::manual_seed(c.seed);
-  st::Generator gen(c.seed);
-  const int64_t B = c.batch;
-  auto classes = [&](int64_t n, const st::Shape& shape) { return st::randint(0, n, shape, std::nullopt, &gen); };
-  std::unique_ptr<nn::Module> model;
-  st::Tensor x, y;
-  bool adamw = true;
-  switch (c.model) {
-    case Model::Mlp:
-      model = std::make_unique<Mlp>();
-      x = st::randn({B, 784}, {}, &gen), y = classes(10, {B});
-      break;
-    case Model::Cnn:
-      model = std::make_unique<Cnn>();
-      x = st::randn({B, 3, 32, 32}, {}, &gen), y = classes(10, {B}), adamw = false;
-      break;
-    case Model::ResNet50:
-      model = std::make_unique<resnet::ResNet50>();
-      x = st::randn({B, 3, 224, 224}, {}, &gen), y = classes(1000, {B}), adamw = false;
-      break;
-    case Model::Gpt:
-      model = std::make_unique<gpt::GPT>(gpt::Config{
-          .vocab = kGptVocab, .context = kGptContext, .layers = kGptLayers, .width = kGptWidth, .heads = kGptHeads});
-      x = classes(kGptVocab, {B, kGptContext}), y = classes(kGptVocab, {B * kGptContext});
-      break;
-  }
-  model->to(dev);
-  return std::make_unique<StrataTrainer>(std::move(model), adamw, x.to(dev), y.to(dev));
 }
 
 double median(std::vector<double> v) {

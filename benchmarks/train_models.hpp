@@ -1,6 +1,7 @@
-// The strata side of the end-to-end training benchmark: the two small models that have no
-// example of their own (the MLP and the CIFAR-sized ResNet-style CNN), and the trainer that
-// runs any model through one full training step. ResNet-50 and GPT come from examples/.
+// The strata side of the end-to-end training benchmarks (bench_train, and bench_gpu's train
+// rows): the two small models that have no example of their own (the MLP and the
+// CIFAR-sized ResNet-style CNN), the trainer that runs any model through one full training
+// step, and make_strata_trainer for a workload. ResNet-50 and GPT come from examples/.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,9 @@
 
 #include <strata/strata.hpp>
 
+#include "resnet50/model.hpp"
 #include "train_workload.h"
+#include "transformer/gpt.hpp"
 
 namespace bench {
 
@@ -118,5 +121,38 @@ class StrataTrainer final : public Trainer {
   std::unique_ptr<st::optim::Optimizer> opt_;
   st::Tensor x_, y_;
 };
+
+/// The strata model, optimizer and synthetic batch of a workload, on the GPU when c.cuda.
+inline std::unique_ptr<Trainer> make_strata_trainer(const TrainConfig& c) {
+  const st::Device dev = c.cuda ? st::Device::cuda() : st::kCPU;
+  st::manual_seed(c.seed);
+  st::Generator gen(c.seed);
+  const int64_t B = c.batch;
+  auto classes = [&](int64_t n, const st::Shape& shape) { return st::randint(0, n, shape, std::nullopt, &gen); };
+  std::unique_ptr<nn::Module> model;
+  st::Tensor x, y;
+  bool adamw = true;
+  switch (c.model) {
+    case Model::Mlp:
+      model = std::make_unique<Mlp>();
+      x = st::randn({B, 784}, {}, &gen), y = classes(10, {B});
+      break;
+    case Model::Cnn:
+      model = std::make_unique<Cnn>();
+      x = st::randn({B, 3, 32, 32}, {}, &gen), y = classes(10, {B}), adamw = false;
+      break;
+    case Model::ResNet50:
+      model = std::make_unique<resnet::ResNet50>();
+      x = st::randn({B, 3, 224, 224}, {}, &gen), y = classes(1000, {B}), adamw = false;
+      break;
+    case Model::Gpt:
+      model = std::make_unique<gpt::GPT>(gpt::Config{
+          .vocab = kGptVocab, .context = kGptContext, .layers = kGptLayers, .width = kGptWidth, .heads = kGptHeads});
+      x = classes(kGptVocab, {B, kGptContext}), y = classes(kGptVocab, {B * kGptContext});
+      break;
+  }
+  model->to(dev);
+  return std::make_unique<StrataTrainer>(std::move(model), adamw, x.to(dev), y.to(dev));
+}
 
 }  // namespace bench

@@ -2,6 +2,7 @@
 // (train_torch.cpp, C++17) are compiled apart from strata (C++20) and share only this header.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,7 +32,9 @@ constexpr double kSgdLr = 0.01, kSgdMomentum = 0.9, kSgdDecay = 1e-4;
 constexpr int64_t kGptLayers = 6, kGptWidth = 256, kGptHeads = 8, kGptContext = 128, kGptVocab = 256;
 
 /// Seconds since an arbitrary start, from one steady clock for both libraries.
-double now_seconds();
+inline double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 /// One model, its optimizer and one fixed synthetic batch. step() is a whole training step:
 /// forward, cross-entropy, zero_grad, backward, optimizer step; it returns the loss, read back
