@@ -6,14 +6,19 @@
 // the next thread instead of being destroyed: creating one costs milliseconds, and destroying
 // handles during static destruction, when CUDA may already be shut down, can crash. So the pool
 // lives as long as the process (as in PyTorch).
-// Workspaces belong to streams, not threads: work on one stream runs in order, so every GEMM
-// queued on a stream can share one buffer, whichever thread queued it. Each is a strata
-// Tensor from the caching allocator, allocated on its stream and kept for the process's life.
+// Workspaces belong to a stream and a thread's handles. Work on one stream runs in order, but
+// one GEMM can be several kernels (a split-K product, then the sum of its partials in the
+// workspace), and two threads queueing on one stream interleave them: thread B's product
+// overwrote thread A's partials before A's sum read them (seen on an H200, two threads on the
+// default stream). With a workspace per handle, which one thread uses at a time, each GEMM's
+// kernels have theirs to themselves. Each is a strata Tensor from the caching allocator,
+// allocated on its stream and kept for the process's life, as the handles are.
 #include "core/cuda/blas.h"
 
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -85,16 +90,17 @@ BlasHandles blas_handles(int device, std::string_view op) {
   return mine;
 }
 
-void* blas_workspace(int device, cudaStream_t stream, std::string_view op) {
+void* blas_workspace(int device, cudaStream_t stream, const BlasHandles& handles, std::string_view op) {
   static auto* mutex = new std::mutex;  // both never destroyed (Note [BLAS handles and workspaces])
-  static auto* spaces = new std::map<std::pair<int, cudaStream_t>, Tensor>;
+  static auto* spaces = new std::map<std::tuple<int, cudaStream_t, cublasLtHandle_t>, Tensor>;
   std::lock_guard<std::mutex> lock(*mutex);
-  auto it = spaces->find({device, stream});
+  const auto key = std::make_tuple(device, stream, handles.lt);
+  auto it = spaces->find(key);
   if (it == spaces->end()) {
     // the allocator gives a block to the current stream, which is then the only one using it
     STRATA_CHECK(current_stream(device) == stream, "[{}] a GEMM workspace must be made on the current stream", op);
     Tensor buffer = detail::make_tensor({static_cast<int64_t>(kBlasWorkspaceBytes)}, kUInt8, Device::cuda(device));
-    it = spaces->emplace(std::make_pair(device, stream), std::move(buffer)).first;
+    it = spaces->emplace(key, std::move(buffer)).first;
   }
   return it->second.data();
 }

@@ -24,8 +24,9 @@ struct BlasHandles {
 /// Errors name `op`.
 BlasHandles blas_handles(int device, std::string_view op);
 
-/// The GEMM workspace of (device, stream): kBlasWorkspaceBytes of device memory used only by
-/// work queued on `stream`, which must be the device's current stream when first asked for.
-void* blas_workspace(int device, cudaStream_t stream, std::string_view op);
+/// The GEMM workspace of (device, stream, handles): kBlasWorkspaceBytes of device memory used
+/// only by work queued on `stream` through `handles` (the calling thread's), made on `stream`,
+/// which must be the device's current stream when first asked for.
+void* blas_workspace(int device, cudaStream_t stream, const BlasHandles& handles, std::string_view op);
 
 }  // namespace strata::cuda

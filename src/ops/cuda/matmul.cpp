@@ -51,7 +51,7 @@ void run_plan(const detail::GemmPlan& plan, const Tensor& a, const Tensor& b, Te
   ctx.lt = handles.lt;
   ctx.blas = handles.blas;
   ctx.stream = cuda_launch::stream_for(c);
-  ctx.workspace = cuda::blas_workspace(device, ctx.stream, op);
+  ctx.workspace = cuda::blas_workspace(device, ctx.stream, handles, op);
   ctx.workspace_bytes = cuda::kBlasWorkspaceBytes;
 
   ck::GemmProblem p;
