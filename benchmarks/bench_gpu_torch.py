@@ -295,7 +295,6 @@ def main():
         return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False  # convolutions in float32 too, as strata's by default
-    torch.backends.cudnn.allow_tf32 = False  # convolutions in float32 too, as strata's by default
     p = torch.cuda.get_device_properties(0)
     print(f"bench_gpu_torch: torch {torch.__version__} on {p.name} (compute capability {p.major}.{p.minor}); "
           f"{args.warmup} warm-up runs, median of {args.reps}, scale {args.scale:g}", flush=True)
