@@ -277,3 +277,33 @@ example_line() {
              n, loss[1], last / k, k, (val == "" ? "-" : sprintf("%.3f", val)), med, (rc != 0 ? ", exit " rc : "")
     }' "$1"
 }
+
+# profile_gpt LOGS TORCH_SCRIPT TORCH_LD_PATH: ncu's per-kernel GPU times of two GPT training
+# steps (bench_gpu's gpt row at --warmup 1 --reps 1) in strata and in PyTorch, into
+# LOGS/ncu_strata.txt and LOGS/ncu_torch.txt. 1 when ncu is missing.
+profile_gpt() {
+  local ncu candidate
+  ncu=$(command -v ncu)
+  for candidate in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+    [[ -z $ncu && -x $candidate ]] && ncu=$candidate
+  done
+  [[ -n $ncu ]] || return 1
+  local args=(--clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel)
+  timeout -k 5 170 "$ncu" "${args[@]}" "$bundle/bench_gpu" --only gpt --warmup 1 --reps 1 >"$1/ncu_strata.txt" 2>&1
+  LD_LIBRARY_PATH=$3 timeout -k 5 170 "$ncu" "${args[@]}" python3 "$2" --only gpt --warmup 1 --reps 1 \
+    >"$1/ncu_torch.txt" 2>&1
+  return 0
+}
+
+# profile_lines LOGS RC: the table's profile part, the ten longest kernels of each library.
+profile_lines() {
+  if (($2 != 0)); then
+    echo "profile: ncu not found"
+    return
+  fi
+  local side
+  for side in strata torch; do
+    echo "profile, $side (two GPT steps; ncu_$side.txt):"
+    python3 "$root/scripts/ncu-summary.py" "$1/ncu_$side.txt" --top 10 2>&1 | cut -c1-150 | sed 's/^/  /'
+  done
+}

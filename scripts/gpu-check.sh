@@ -32,8 +32,10 @@
 # (nproc), STRATA_FORTUNES_DIR (/usr/share/games/fortunes); on the GPU machine
 # STRATA_GPU_TEST_TIMEOUT (90 s per test), STRATA_GPU_TEST_BUDGET (200 s for all tests),
 # STRATA_GPU_BENCH_TIMEOUT (120 s), STRATA_GPU_TORCH_TIMEOUT (100 s), STRATA_GPU_EXAMPLE_TIMEOUT
-# (90 s), STRATA_GPU_BENCH_ARGS (passed to both benchmarks, e.g. "--only gemm --reps 50").
-# At most about 8.5 minutes in all.
+# (90 s), STRATA_GPU_BENCH_ARGS (passed to both benchmarks, e.g. "--only gemm --reps 50"),
+# STRATA_GPU_PROFILE=1 (also time every kernel of two GPT training steps in strata and in
+# PyTorch with ncu, 170 s each at most: ncu_strata.txt, ncu_torch.txt, and the top kernels of
+# each in the table). At most about 8.5 minutes in all (about 14 with the profile).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 3
 root=$PWD
@@ -153,6 +155,12 @@ run_checks() {
   { echo "==== transformer (exit $example_rc)"; cat "$scratch/example.log"
     echo "==== metrics.csv"; cat "$ex/metrics.csv" 2>/dev/null; } >"$logs/example.log"
 
+  # ---- optional per-kernel profile ---------------------------------------------------------
+  local profile_rc=0
+  if [[ ${STRATA_GPU_PROFILE:-0} == 1 ]]; then
+    profile_gpt "$logs" "$py" "$orig_ld_path" || profile_rc=$?
+  fi
+
   {
     print_header
     echo
@@ -163,6 +171,10 @@ run_checks() {
     ((torch_rc == 0)) || echo "  bench_gpu_torch.py: exit $torch_rc: see bench.log"
     echo
     example_line "$ex/metrics.csv" "$example_rc" "$scratch/example.log"
+    if [[ ${STRATA_GPU_PROFILE:-0} == 1 ]]; then
+      echo
+      profile_lines "$logs" "$profile_rc"
+    fi
     echo "logs: $logs (summary.txt env.txt tests.log bench.log example.log)"
   } | tee "$logs/summary.txt"
 
