@@ -123,7 +123,8 @@ Tensor softmax_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dt
     const int64_t d = normalize_dim(dim, x.dim(), op_name(op));
     // a causal softmax's masked outputs are 0 whatever the input: the plain softmax gradient,
     // y (g - sum g y), is 0 there too
-    autograd::record(op == OpId::softmax ? "softmax" : "log_softmax", {in}, {y}, {y}, [op, d](const autograd::Grads& g, const autograd::Saved& s) {
+    const char* name = op == OpId::softmax ? "softmax" : "log_softmax";
+    autograd::record(name, {in}, {y}, {y}, [op, d](const autograd::Grads& g, const autograd::Saved& s) {
       return autograd::Grads{softmax_backward(op, s[0], g[0], d)};
     });
   }
