@@ -12,6 +12,12 @@
 
 namespace strata::math {
 
+// One element's part of its row's total: g y, or g for log_softmax.
+template <class C>
+STRATA_HOST_DEVICE C softmax_grad_term(C y, C g, bool log) {
+  return log ? g : g * y;
+}
+
 template <class C, class Acc>
 STRATA_HOST_DEVICE C softmax_grad(C y, C g, Acc total) {
   return y * (g - static_cast<C>(total));

@@ -125,15 +125,11 @@ void softmax_backward_row(const T* y, const T* g, T* dx, int64_t n, bool log) {
   int64_t i = 0;
   for (; i + kReduceLanes <= n; i += kReduceLanes) {
 #pragma GCC unroll 1  // see Note [Lane loops] in reduce.h
-    for (int l = 0; l < kReduceLanes; ++l) {
-      const C gv = static_cast<C>(g[i + l]);
-      part[l] += log ? gv : gv * static_cast<C>(y[i + l]);
-    }
+    for (int l = 0; l < kReduceLanes; ++l)
+      part[l] += math::softmax_grad_term(static_cast<C>(y[i + l]), static_cast<C>(g[i + l]), log);
   }
-  for (int l = 0; l < kReduceLanes && i + l < n; ++l) {
-    const C gv = static_cast<C>(g[i + l]);
-    part[l] += log ? gv : gv * static_cast<C>(y[i + l]);
-  }
+  for (int l = 0; l < kReduceLanes && i + l < n; ++l)
+    part[l] += math::softmax_grad_term(static_cast<C>(y[i + l]), static_cast<C>(g[i + l]), log);
   for (int w = kReduceLanes / 2; w > 0; w /= 2)
     for (int l = 0; l < w; ++l) part[l] += part[l + w];
   const Acc total = part[0];
@@ -153,10 +149,8 @@ void softmax_backward_cols(const T* y, const T* g, T* dx, int64_t n, int64_t inn
   using Acc = math::acc_t<T>;
   Acc total[kSoftmaxCols] = {};
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < cw; ++j) {
-      const C gv = static_cast<C>(g[i * inner + j]);
-      total[j] += log ? gv : gv * static_cast<C>(y[i * inner + j]);
-    }
+    for (int64_t j = 0; j < cw; ++j)
+      total[j] += math::softmax_grad_term(static_cast<C>(y[i * inner + j]), static_cast<C>(g[i * inner + j]), log);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < cw; ++j) {
       const int64_t k = i * inner + j;

@@ -38,11 +38,6 @@ struct RowOutput {
   }
 };
 
-template <class C>
-__device__ __forceinline__ C max_of(C a, C b) {
-  return math::max_nan(a, b);
-}
-
 // Rows along x (blockDim.x threads each, a power of two), blockDim.y rows per block. With
 // causal_rows, row r keeps its first causal_row_length(r) elements and writes `masked` past
 // them. Shared memory: blockDim.y * blockDim.x / 32 accumulators.
@@ -60,8 +55,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const int64_t keep = live ? math::causal_row_length(row, causal_rows, n) : 0;
     const T* xr = x + (live ? row : 0) * n;
     C m = math::lowest<C>();
-    for (int64_t i = threadIdx.x; i < keep; i += blockDim.x) m = max_of(m, static_cast<C>(xr[i]));
-    m = rd::block_reduce_x(m, [](C a, C b) { return max_of(a, b); }, reinterpret_cast<C*>(smem_bytes));
+    for (int64_t i = threadIdx.x; i < keep; i += blockDim.x) m = math::max_nan(m, static_cast<C>(xr[i]));
+    m = rd::block_reduce_x(m, [](C a, C b) { return math::max_nan(a, b); }, reinterpret_cast<C*>(smem_bytes));
     Acc s = 0;
     for (int64_t i = threadIdx.x; i < keep; i += blockDim.x) s += static_cast<Acc>(std::exp(static_cast<C>(xr[i]) - m));
     s = rd::block_reduce_x(s, [](Acc a, Acc b) { return a + b; }, reinterpret_cast<Acc*>(smem_bytes));
@@ -88,8 +83,8 @@ __global__ void __launch_bounds__(rd::kBlockThreads)
     const int64_t base = live ? (col / inner) * n * inner + col % inner : 0;
     const int64_t len = live ? n : 0;
     C m = math::lowest<C>();
-    for (int64_t i = threadIdx.y; i < len; i += blockDim.y) m = max_of(m, static_cast<C>(x[base + i * inner]));
-    m = rd::block_reduce_y(m, [](C a, C b) { return max_of(a, b); }, reinterpret_cast<C*>(smem_bytes));
+    for (int64_t i = threadIdx.y; i < len; i += blockDim.y) m = math::max_nan(m, static_cast<C>(x[base + i * inner]));
+    m = rd::block_reduce_y(m, [](C a, C b) { return math::max_nan(a, b); }, reinterpret_cast<C*>(smem_bytes));
     Acc s = 0;
     for (int64_t i = threadIdx.y; i < len; i += blockDim.y)
       s += static_cast<Acc>(std::exp(static_cast<C>(x[base + i * inner]) - m));
@@ -99,12 +94,6 @@ __global__ void __launch_bounds__(rd::kBlockThreads)
       for (int64_t i = threadIdx.y; i < n; i += blockDim.y) y[base + i * inner] = out(x[base + i * inner]);
     }
   }
-}
-
-// The gradient's contribution of one element to its row's total: g y, or g for log_softmax.
-template <class C>
-__device__ __forceinline__ C grad_term(C y, C g, bool log) {
-  return log ? g : g * y;
 }
 
 template <class T, class C, class Acc>
@@ -129,7 +118,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     Acc total = 0;
     if (live)
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        total += grad_term(static_cast<C>(y[row * n + i]), static_cast<C>(g[row * n + i]), log);
+        total += math::softmax_grad_term(static_cast<C>(y[row * n + i]), static_cast<C>(g[row * n + i]), log);
     total = rd::block_reduce_x(total, [](Acc a, Acc c) { return a + c; }, smem);
     if (live)
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
@@ -155,7 +144,7 @@ __global__ void __launch_bounds__(rd::kBlockThreads)
     if (live)
       for (int64_t i = threadIdx.y; i < n; i += blockDim.y) {
         const int64_t k = base + i * inner;
-        total += grad_term(static_cast<C>(y[k]), static_cast<C>(g[k]), log);
+        total += math::softmax_grad_term(static_cast<C>(y[k]), static_cast<C>(g[k]), log);
       }
     total = rd::block_reduce_y(total, [](Acc a, Acc c) { return a + c; }, smem);
     if (live)

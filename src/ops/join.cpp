@@ -2,6 +2,7 @@
 // backward (slices of the gradient), split (and chunk) one node whose backward is a cat;
 // stack is made of recorded views and cat.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -104,9 +105,7 @@ std::vector<Tensor> split_views(const Tensor& t, int64_t d, const std::vector<in
   }
   if (autograd::any_requires_grad({&t})) {
     autograd::record("split", {t}, out, {}, [d, sizes](const autograd::Grads& g, const autograd::Saved&) {
-      std::vector<Tensor> parts;
-      parts.reserve(sizes.size());
-      for (size_t i = 0; i < sizes.size(); ++i) parts.push_back(g[i]);
+      std::vector<Tensor> parts(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
       for (size_t i = 0; i < parts.size(); ++i) {
         if (parts[i].defined()) continue;
         const Tensor& ref = *std::find_if(parts.begin(), parts.end(), [](const Tensor& p) { return p.defined(); });

@@ -1,6 +1,6 @@
-// CUDA launchers of softmax, log_softmax, their gradients, cumsum and cumprod (src/ops/softmax.cpp), whose
-// public ops hand the kernels a contiguous input and output seen as (outer, n, inner) around
-// the dim. Kernels: kernels/cuda/softmax.cu and kernels/cuda/scan.cu.
+// CUDA launchers of softmax, log_softmax, their gradients, cumsum and cumprod
+// (src/ops/softmax.cpp), whose public ops hand the kernels a contiguous input and output seen
+// as (outer, n, inner) around the dim. Kernels: kernels/cuda/softmax.cu and kernels/cuda/scan.cu.
 #include <strata/ops/reduce.hpp>
 
 #include "core/registry_internal.h"
