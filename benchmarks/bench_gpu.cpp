@@ -11,7 +11,8 @@
 // a run stopped by gpu-check's time limit keeps the rows it finished; bench_gpu_torch.py
 // prints the same keys for PyTorch, and scripts/gpu-check.sh joins the two.
 //
-//   bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--reps N] [--warmup N]
+//   bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--workloads mlp,cnn,resnet50,gpt]
+//             [--reps N] [--warmup N]
 //             [--scale F] [--list]
 // Without a visible GPU it says so and exits 0; exit 1 when a row could not run, 2 on bad
 // arguments.
@@ -170,8 +171,8 @@ using namespace bench_gpu;
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "bench_gpu: %s\nusage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--reps N] "
-               "[--warmup N] [--scale F] [--list]\n",
+               "bench_gpu: %s\nusage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] "
+               "[--workloads mlp,cnn,resnet50,gpt] [--reps N] [--warmup N] [--scale F] [--list]\n",
                why.c_str());
   std::exit(2);
 }
@@ -188,6 +189,13 @@ Settings parse(int argc, char** argv, bool& list_only) {
           usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt, train)", name));
         s.sections.push_back(name);
       }
+    } else if (a == "--workloads") {
+      std::stringstream list(args.value(i));
+      for (std::string name; std::getline(list, name, ',');) {
+        if (name != "mlp" && name != "cnn" && name != "resnet50" && name != "gpt")
+          usage(fmt::format("unknown workload '{}' (mlp, cnn, resnet50, gpt)", name));
+        s.workloads.push_back(name);
+      }
     } else if (a == "--reps") {
       s.reps = args.count(i, 1, 100000);
     } else if (a == "--warmup") {
@@ -202,8 +210,8 @@ Settings parse(int argc, char** argv, bool& list_only) {
       list_only = true;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--reps N] [--warmup N] "
-          "[--scale F] [--list]\n");
+          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--workloads mlp,cnn,resnet50,gpt] "
+          "[--reps N] [--warmup N] [--scale F] [--list]\n");
       std::exit(0);
     } else {
       usage("unknown argument '" + a + "'");

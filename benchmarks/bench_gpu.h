@@ -16,6 +16,7 @@ struct Settings {
   int reps = 20;                      // timed runs; a row reports their median
   double scale = 1.0;                 // multiplies the sizes of the memory-bound rows (copy, elementwise, sums, AdamW)
   std::vector<std::string> sections;  // empty: all of kSections
+  std::vector<std::string> workloads;  // the train section's (mlp, cnn, resnet50, gpt); empty: all
 };
 
 inline const std::vector<std::string> kSections = {"copy", "elementwise", "reduce", "gemm", "adamw", "gpt", "train"};

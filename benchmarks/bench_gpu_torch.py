@@ -13,7 +13,8 @@ lines with bench_gpu's keys:
   tokens per second, torch.optim.AdamW / SGD with their default implementations).
 float32 matmuls and convolutions run without TF32 except in the gemm_tf32 rows, as in strata.
 
-  python3 bench_gpu_torch.py [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--reps N]
+  python3 bench_gpu_torch.py [--only copy,elementwise,reduce,gemm,adamw,gpt,train]
+                             [--workloads mlp,cnn,resnet50,gpt] [--reps N]
                              [--warmup N] [--scale F]
 Without torch, or without a GPU that torch sees, it prints one "SKIP ..." line and exits 0.
 """
@@ -29,11 +30,15 @@ SECTIONS = ["copy", "elementwise", "reduce", "gemm", "adamw", "gpt", "train"]
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    p.add_argument("--workloads", default="mlp,cnn,resnet50,gpt", help="the train section's workloads")
     p.add_argument("--reps", type=int, default=20, help="timed runs per row (median)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs before each row")
     p.add_argument("--scale", type=float, default=1.0, help="size factor of the memory-bound rows, (0, 4]")
     a = p.parse_args()
     a.only = [s for s in a.only.split(",") if s]
+    a.workloads = [s for s in a.workloads.split(",") if s]
+    if any(w not in ("mlp", "cnn", "resnet50", "gpt") for w in a.workloads):
+        p.error("--workloads takes mlp, cnn, resnet50 and gpt")
     bad = [s for s in a.only if s not in SECTIONS]
     if bad:
         p.error(f"unknown section(s) {', '.join(bad)} ({', '.join(SECTIONS)})")
@@ -263,6 +268,9 @@ def train_rows(torch, args):
                  ("train_resnet50", resnet50, 64, (3, 224, 224), 1000, 1, False),
                  ("train_gpt", gpt, 16, None, 256, 128, True)]
     for key, make, batch, shape, classes, units, adamw in workloads:
+        if key[len("train_"):] not in args.workloads:
+            continue
+
         def measure():
             torch.manual_seed(1)
             model = make().cuda()

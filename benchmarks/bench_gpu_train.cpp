@@ -110,7 +110,10 @@ void train_rows(Context& ctx) {
       {"train_resnet50", bench::Model::ResNet50, 64, 1, "resnet50 224x224, batch 64, SGD", "images/s"},
       {"train_gpt", bench::Model::Gpt, 16, bench::kGptContext, "gpt 6x256, ctx 128, batch 16, AdamW", "tokens/s"},
   };
+  const std::vector<std::string>& only = ctx.settings.workloads;
   for (const Workload& w : workloads) {
+    const std::string name = std::string(w.key).substr(6);  // without "train_"
+    if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
     add_row(ctx, Row{.key = w.key, .what = w.what, .unit = w.unit}, [&] {
       auto trainer = bench::make_strata_trainer({.model = w.model, .batch = w.batch, .seed = 1, .cuda = true});
       for (int i = 0; i < std::max(1, ctx.settings.warmup); ++i) trainer->step();

@@ -53,8 +53,8 @@ struct BasicBlock : nn::Module {
                                     std::make_unique<nn::Sequential>(conv(in, out, 1, stride, 0), nn::BatchNorm2d(out)));
   }
   st::Tensor forward(const st::Tensor& x) override {
-    st::Tensor h = bn2(conv2(F::relu(bn1(conv1(x)))));
-    return F::relu(h + (downsample ? (*downsample)(x) : x));
+    const st::Tensor h = bn1.forward_relu(conv1(x));
+    return bn2.forward_relu(conv2(h), downsample ? (*downsample)(x) : x);
   }
   std::string name() const override { return "BasicBlock"; }
 };
@@ -80,7 +80,7 @@ struct Cnn : nn::Module {
     register_module("fc", fc);
   }
   st::Tensor forward(const st::Tensor& x) override {
-    return fc(pool(layers(F::relu(bn(stem(x))))).flatten(1));
+    return fc(pool(layers(bn.forward_relu(stem(x)))).flatten(1));
   }
   std::string name() const override { return "Cnn"; }
 };

@@ -61,13 +61,13 @@ make_bundle() {
   tests=$(ctest --test-dir "$build" -N -L cuda | sed -n 's/^ *Test *#[0-9]*: *//p' | tr '\n' ' ')
   [[ -n ${tests// /} ]] || { echo "gpu-check: no test labelled cuda in $build" >&2; return 1; }
   # shellcheck disable=SC2086
-  cmake --build "$build" -j "$jobs" --target $tests bench_gpu transformer strata-tokenize || return 1
+  cmake --build "$build" -j "$jobs" --target $tests bench_gpu transformer resnet50 strata-tokenize || return 1
 
   rm -rf "$bundle"
   mkdir -p "$bundle/lib" "$bundle/data"
   local bins=()
   for exe in $tests; do bins+=("$build/tests/$exe"); done
-  bins+=("$build/benchmarks/bench_gpu" "$build/examples/transformer" "$build/tools/strata-tokenize")
+  bins+=("$build/benchmarks/bench_gpu" "$build/examples/transformer" "$build/examples/resnet50" "$build/tools/strata-tokenize")
   for exe in "${bins[@]}"; do cp "$exe" "$bundle/" || return 1; done
   cp "$root/benchmarks/bench_gpu_torch.py" "$bundle/"
 
@@ -80,7 +80,7 @@ make_bundle() {
     [[ $soname =~ $NOT_BUNDLED ]] || cp -L "$path" "$bundle/lib/$soname" || return 1
   done <<<"$deps"
   strip --strip-unneeded "$bundle"/lib/*
-  strip "$bundle"/test_* "$bundle/bench_gpu" "$bundle/transformer" "$bundle/strata-tokenize"
+  strip "$bundle"/test_* "$bundle/bench_gpu" "$bundle/transformer" "$bundle/resnet50" "$bundle/strata-tokenize"
   if ! readelf -d "$bundle/bench_gpu" | grep -q 'RUNPATH.*\$ORIGIN/lib'; then
     echo "gpu-check: bench_gpu has no RUNPATH \$ORIGIN/lib:" \
       "$(readelf -d "$bundle/bench_gpu" | grep -E 'RPATH|RUNPATH')" >&2
@@ -138,7 +138,7 @@ bundle_loader_check() {
   unpacked=$(mktemp -d /tmp/strata-gpu-bundle-check.XXXXXX)
   unpack_libs "$unpacked" || { rm -rf "$unpacked"; return 1; }
   path=$unpacked:$bundle/lib:$(cuda_toolkit_lib)
-  for exe in "$bundle"/test_* "$bundle/bench_gpu" "$bundle/transformer" "$bundle/strata-tokenize"; do
+  for exe in "$bundle"/test_* "$bundle/bench_gpu" "$bundle/transformer" "$bundle/resnet50" "$bundle/strata-tokenize"; do
     missing+=$(env -i PATH="$PATH" LD_LIBRARY_PATH="$path" ldd "$exe" |
       awk -v e="${exe##*/}" '/not found/ {printf " %s: %s", e, $1}')
   done
@@ -278,10 +278,34 @@ example_line() {
     }' "$1"
 }
 
-# profile_gpt LOGS TORCH_SCRIPT TORCH_LD_PATH: ncu's per-kernel GPU times of two GPT training
-# steps (bench_gpu's gpt row at --warmup 1 --reps 1) in strata and in PyTorch, into
-# LOGS/ncu_strata.txt and LOGS/ncu_torch.txt. 1 when ncu is missing.
-profile_gpt() {
+# resnet_line METRICS_CSV EXIT LOG: the ResNet-50 example's first and last loss and its mean
+# images/s past the timing warm-up (its own last line).
+resnet_line() {
+  if [[ ! -s $1 ]]; then
+    echo "example resnet50: no metrics (exit $2): $(grep -m1 -i 'error' "$3" | cut -c1-150)"
+    return
+  fi
+  local rate
+  rate=$(grep -m1 '^mean throughput' "$3" | sed 's/^mean throughput //')
+  awk -F, -v rc="$2" -v rate="${rate:--}" '
+    NR > 1 { n++; if (n == 1) first = $2; last = $2 }
+    END {
+      printf "example resnet50 (synthetic 224x224, batch 64, channels-last, cuDNN benchmark, cuda): %d steps, " \
+             "loss %.3f at step 1, %.3f at the last, %s%s\n", n, first, last, rate, (rc != 0 ? ", exit " rc : "")
+    }' "$1"
+}
+
+# profile_steps WHAT LOGS TORCH_SCRIPT TORCH_LD_PATH: ncu's per-kernel GPU times of two training
+# steps (--warmup 1 --reps 1) of WHAT in strata and in PyTorch, into LOGS/ncu_strata.txt and
+# LOGS/ncu_torch.txt: gpt is bench_gpu's gpt_train row, mlp, cnn and resnet50 its train_* rows.
+# 1 when ncu is missing, 2 for an unknown WHAT.
+profile_steps() {
+  local rows
+  case $1 in
+    gpt) rows=(--only gpt) ;;
+    mlp | cnn | resnet50) rows=(--only train --workloads "$1") ;;
+    *) return 2 ;;
+  esac
   local ncu candidate
   ncu=$(command -v ncu)
   for candidate in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
@@ -289,21 +313,22 @@ profile_gpt() {
   done
   [[ -n $ncu ]] || return 1
   local args=(--clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel)
-  timeout -k 5 170 "$ncu" "${args[@]}" "$bundle/bench_gpu" --only gpt --warmup 1 --reps 1 >"$1/ncu_strata.txt" 2>&1
-  LD_LIBRARY_PATH=$3 timeout -k 5 170 "$ncu" "${args[@]}" python3 "$2" --only gpt --warmup 1 --reps 1 \
-    >"$1/ncu_torch.txt" 2>&1
+  timeout -k 5 170 "$ncu" "${args[@]}" "$bundle/bench_gpu" "${rows[@]}" --warmup 1 --reps 1 >"$2/ncu_strata.txt" 2>&1
+  LD_LIBRARY_PATH=$4 timeout -k 5 170 "$ncu" "${args[@]}" python3 "$3" "${rows[@]}" --warmup 1 --reps 1 \
+    >"$2/ncu_torch.txt" 2>&1
   return 0
 }
 
-# profile_lines LOGS RC: the table's profile part, the ten longest kernels of each library.
+# profile_lines WHAT LOGS RC: the table's profile part, the ten longest kernels of each library.
 profile_lines() {
-  if (($2 != 0)); then
-    echo "profile: ncu not found"
-    return
-  fi
+  case $3 in
+    0) ;;
+    1) echo "profile: ncu not found"; return ;;
+    *) echo "profile: unknown workload '$1' (gpt, mlp, cnn, resnet50)"; return ;;
+  esac
   local side
   for side in strata torch; do
-    echo "profile, $side (two GPT steps; ncu_$side.txt):"
-    python3 "$root/scripts/ncu-summary.py" "$1/ncu_$side.txt" --top 10 2>&1 | cut -c1-150 | sed 's/^/  /'
+    echo "profile, $side (two $1 training steps; ncu_$side.txt):"
+    python3 "$root/scripts/ncu-summary.py" "$2/ncu_$side.txt" --top 10 2>&1 | cut -c1-150 | sed 's/^/  /'
   done
 }

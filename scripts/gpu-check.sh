@@ -7,23 +7,25 @@
 #       needed): configures build-gpu/ (Release, CUDA for $STRATA_CUDA_ARCHS or 90, no oneDNN,
 #       so the CPU side of the CUDA tests runs on Eigen; no MPI; -march=x86-64-v3 instead of the
 #       build host's -march=native, since the GPU host's CPU is unknown), builds the tests
-#       labelled cuda, bench_gpu, the transformer example and strata-tokenize, and copies them
-#       into gpu-bundle/ with every shared library they need except the system's (glibc,
-#       libstdc++, libgcc) and NVIDIA's (the driver's libcuda, cuDNN, cuBLAS, NCCL), stripped,
-#       with RUNPATH $ORIGIN/lib, libraries over 8 MiB (libstrata) xz-compressed; tokenizes a
-#       small corpus into gpu-bundle/data/; prints the size and checks the programs load.
+#       labelled cuda, bench_gpu, the transformer and resnet50 examples and strata-tokenize,
+#       and copies them into gpu-bundle/ with every shared library they need except the
+#       system's (glibc, libstdc++, libgcc) and NVIDIA's (the driver's libcuda, cuDNN,
+#       cuBLAS, NCCL), stripped, with RUNPATH $ORIGIN/lib, libraries over 8 MiB (libstrata)
+#       xz-compressed; tokenizes a small corpus into gpu-bundle/data/; prints the size and
+#       checks the programs load.
 #   scripts/gpu-check.sh            on the GPU machine: finds the GPU (nvidia-smi), unpacks
 #       libstrata into a temporary folder and puts it, gpu-bundle/lib, the pip packages'
 #       NVIDIA library folders and the toolkit's lib64 on LD_LIBRARY_PATH, runs every bundled
 #       test (per-test timeout), bench_gpu and benchmarks/bench_gpu_torch.py, trains the
-#       example for 60 steps with --device cuda, and prints one table. Without a GPU it runs
-#       the tests (which skip), says "no GPU visible" and stops. Without gpu-bundle/ it first
+#       Transformer example for 60 steps and the ResNet-50 example for 40 (synthetic images)
+#       with --device cuda, and prints one table. Without a GPU it runs the tests (which
+#       skip), says "no GPU visible" and stops. Without gpu-bundle/ it first
 #       runs the --bundle stage there, and names the packages missing when that cannot work.
 #       Full logs go to $OUT when set (the device tool's output folder; five files, six with
 #       build.log), else to gpu-bundle/logs/.
 #
 # With the device tool (docs/gpu.md): run `scripts/gpu-check.sh --bundle` here, then one `run`
-# call with command `scripts/gpu-check.sh`, carry ["gpu-bundle"] and timeout_s 560; everything
+# call with command `scripts/gpu-check.sh`, carry ["gpu-bundle"] and timeout_s 590; everything
 # the run reads besides the working tree (binaries, libraries, token shards) is in gpu-bundle/.
 #
 # Exit status: 0 when no test failed, 1 when a test failed, crashed, timed out or was not run,
@@ -32,10 +34,12 @@
 # (nproc), STRATA_FORTUNES_DIR (/usr/share/games/fortunes); on the GPU machine
 # STRATA_GPU_TEST_TIMEOUT (90 s per test), STRATA_GPU_TEST_BUDGET (200 s for all tests),
 # STRATA_GPU_BENCH_TIMEOUT (120 s), STRATA_GPU_TORCH_TIMEOUT (100 s), STRATA_GPU_EXAMPLE_TIMEOUT
-# (90 s), STRATA_GPU_BENCH_ARGS (passed to both benchmarks, e.g. "--only gemm --reps 50"),
-# STRATA_GPU_PROFILE=1 (also time every kernel of two GPT training steps in strata and in
-# PyTorch with ncu, 170 s each at most: ncu_strata.txt, ncu_torch.txt, and the top kernels of
-# each in the table). At most about 8.5 minutes in all (about 14 with the profile).
+# (90 s), STRATA_GPU_RESNET_TIMEOUT (60 s, the ResNet-50 example), STRATA_GPU_BENCH_ARGS
+# (passed to both benchmarks, e.g. "--only gemm --reps 50"),
+# STRATA_GPU_PROFILE=gpt|mlp|cnn|resnet50 (1 = gpt: also time every kernel of two training
+# steps of that workload, bench_gpu's gpt_train row or a train_* row, in strata and in PyTorch
+# with ncu, 170 s each at most: ncu_strata.txt, ncu_torch.txt, and the top kernels of each in
+# the table). At most about 9.5 minutes in all (about 15 with the profile).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 3
 root=$PWD
@@ -152,13 +156,20 @@ run_checks() {
     --context 128 --batch 32 --steps 60 --warmup 10 --log-every 10 --eval-every 60 --eval-batches 4 \
     --sample-tokens 64 --checkpoint ckpt.safetensors --weights model.safetensors --metrics metrics.csv) \
     >"$scratch/example.log" 2>&1 || example_rc=$?
+  local resnet_rc=0
+  (cd "$ex" && timeout -k 5 "${STRATA_GPU_RESNET_TIMEOUT:-60}" "$bundle/resnet50" --device cuda --batch 64 \
+    --steps 40 --warmup 5 --channels-last --cudnn-benchmark --workers 4 --log-every 10 --timing-warmup 10 \
+    --metrics resnet50.csv) >"$scratch/resnet50.log" 2>&1 || resnet_rc=$?
   { echo "==== transformer (exit $example_rc)"; cat "$scratch/example.log"
-    echo "==== metrics.csv"; cat "$ex/metrics.csv" 2>/dev/null; } >"$logs/example.log"
+    echo "==== metrics.csv"; cat "$ex/metrics.csv" 2>/dev/null
+    echo "==== resnet50 (exit $resnet_rc)"; cat "$scratch/resnet50.log"
+    echo "==== resnet50.csv"; cat "$ex/resnet50.csv" 2>/dev/null; } >"$logs/example.log"
 
   # ---- optional per-kernel profile ---------------------------------------------------------
-  local profile_rc=0
-  if [[ ${STRATA_GPU_PROFILE:-0} == 1 ]]; then
-    profile_gpt "$logs" "$py" "$orig_ld_path" || profile_rc=$?
+  local profile_rc=0 profile=${STRATA_GPU_PROFILE:-0}
+  [[ $profile == 1 ]] && profile=gpt
+  if [[ $profile != 0 ]]; then
+    profile_steps "$profile" "$logs" "$py" "$orig_ld_path" || profile_rc=$?
   fi
 
   {
@@ -171,15 +182,16 @@ run_checks() {
     ((torch_rc == 0)) || echo "  bench_gpu_torch.py: exit $torch_rc: see bench.log"
     echo
     example_line "$ex/metrics.csv" "$example_rc" "$scratch/example.log"
-    if [[ ${STRATA_GPU_PROFILE:-0} == 1 ]]; then
+    resnet_line "$ex/resnet50.csv" "$resnet_rc" "$scratch/resnet50.log"
+    if [[ $profile != 0 ]]; then
       echo
-      profile_lines "$logs" "$profile_rc"
+      profile_lines "$profile" "$logs" "$profile_rc"
     fi
     echo "logs: $logs (summary.txt env.txt tests.log bench.log example.log)"
   } | tee "$logs/summary.txt"
 
   ((any_test_failed)) && exit 1
-  ((bench_rc != 0 || example_rc != 0)) && exit 2
+  ((bench_rc != 0 || example_rc != 0 || resnet_rc != 0)) && exit 2
   exit 0
 }
 

@@ -24,7 +24,7 @@ struct ConvBN : nn::Module {
     register_module("conv", conv);
     register_module("bn", bn);
   }
-  st::Tensor forward(const st::Tensor& x) override { return nn::functional::relu(bn(conv(x))); }
+  st::Tensor forward(const st::Tensor& x) override { return bn.forward_relu(conv(x)); }
   std::string name() const override { return "ConvBN"; }
 };
 
@@ -39,7 +39,7 @@ struct ResidualBlock : nn::Module {
     register_module("conv", conv);
     register_module("bn", bn);
   }
-  st::Tensor forward(const st::Tensor& x) override { return nn::functional::relu(x + bn(conv(first(x)))); }
+  st::Tensor forward(const st::Tensor& x) override { return bn.forward_relu(conv(first(x)), x); }
   std::string name() const override { return "ResidualBlock"; }
 };
 

@@ -50,11 +50,10 @@ struct Bottleneck : nn::Module {
                                                          nn::BatchNorm2d(out)));
   }
   st::Tensor forward(const st::Tensor& x) override {
-    namespace F = nn::functional;
-    st::Tensor h = F::relu(bn1(conv1(x)));
-    h = F::relu(bn2(conv2(h)));
-    h = bn3(conv3(h));
-    return F::relu(h + (downsample ? (*downsample)(x) : x));
+    // BN, ReLU and the shortcut's add in one pass each (BatchNorm2d::forward_relu)
+    st::Tensor h = bn1.forward_relu(conv1(x));
+    h = bn2.forward_relu(conv2(h));
+    return bn3.forward_relu(conv3(h), downsample ? (*downsample)(x) : x);
   }
   std::string name() const override { return "Bottleneck"; }
 };
@@ -92,7 +91,7 @@ struct ResNet50 : nn::Module {
     STRATA_CHECK(x.dim() == 4 && x.size(1) == 3,
                  "[resnet50] expected images of shape (N, 3, H, W), got {} dims with {} channels", x.dim(),
                  x.dim() > 1 ? x.size(1) : 0);
-    st::Tensor h = maxpool(nn::functional::relu(bn1(conv1(x))));
+    st::Tensor h = maxpool(bn1.forward_relu(conv1(x)));
     h = layer4(layer3(layer2(layer1(h))));
     return fc(avgpool(h).flatten(1));
   }

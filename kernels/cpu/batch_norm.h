@@ -21,6 +21,7 @@
 #include <omp.h>
 
 #include "../common/half.h"
+#include "../common/unary_math.h"
 #include "parallel.h"
 
 namespace strata::cpu {
@@ -162,26 +163,45 @@ void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelS
     }
 }
 
+/// What the forward may fuse after its affine pass: a residual added (same strides as the
+/// data; null: none) and a ReLU.
+template <class T>
+struct ChannelEpilogue {
+  const T* residual = nullptr;
+  bool relu = false;
+};
+
 /// out = a[c] * u + b[c] * v + k[c], with u, v and out sharing the strides st; v and b may
-/// be null (the term is dropped). Coefficients are in T's compute type.
+/// be null (the term is dropped). Coefficients are in T's compute type. The epilogue then
+/// adds its residual and applies its ReLU, in the same pass.
 template <class T>
 void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, const ChannelStrides& st,
-                    const compute_t<T>* a, const compute_t<T>* b, const compute_t<T>* k) {
+                    const compute_t<T>* a, const compute_t<T>* b, const compute_t<T>* k,
+                    const ChannelEpilogue<T>& epilogue = {}) {
   using C = compute_t<T>;
   if (sh.n * sh.s == 0 || sh.c == 0) return;
   const bool with_v = v != nullptr && b != nullptr;
+  const T* res = epilogue.residual;
+  const bool relu = epilogue.relu;
+  // one element at offset o of channel c
+  auto value = [&](int64_t o, C ac, C bc, C kc) {
+    C r = with_v ? ac * static_cast<C>(u[o]) + bc * static_cast<C>(v[o]) + kc : ac * static_cast<C>(u[o]) + kc;
+    if (res) r += static_cast<C>(res[o]);
+    return T(relu ? math::Relu{}(r) : r);
+  };
   if (bn_detail::channels_inner(sh, st)) {
     parallel_for(0, sh.n * sh.s, std::max<int64_t>(1, kDefaultGrain / sh.c), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t off = (r / sh.s) * st.n + (r % sh.s) * st.s;
-        const T* ur = u + off;
-        T* o = out + off;
-        if (with_v) {
-          const T* vr = v + off;
-          for (int64_t c = 0; c < sh.c; ++c)
-            o[c * st.c] = T(a[c] * static_cast<C>(ur[c * st.c]) + b[c] * static_cast<C>(vr[c * st.c]) + k[c]);
-        } else {
+        if (!with_v && !res && !relu) {  // the plain forward: its own loop, so it vectorizes
+          const T* ur = u + off;
+          T* o = out + off;
           for (int64_t c = 0; c < sh.c; ++c) o[c * st.c] = T(a[c] * static_cast<C>(ur[c * st.c]) + k[c]);
+          continue;
+        }
+        for (int64_t c = 0; c < sh.c; ++c) {
+          const int64_t o = off + c * st.c;
+          out[o] = value(o, a[c], with_v ? b[c] : C(0), k[c]);
         }
       }
     });
@@ -190,16 +210,25 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
   parallel_for(0, sh.n * sh.c, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(sh.s, 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t c = r % sh.c, off = (r / sh.c) * st.n + c * st.c;
-      const T* ur = u + off;
-      T* o = out + off;
       const C ac = a[c], bc = with_v ? b[c] : C(0), kc = k[c];
-      if (with_v) {
-        const T* vr = v + off;
-        for (int64_t i = 0; i < sh.s; ++i)
-          o[i * st.s] = T(ac * static_cast<C>(ur[i * st.s]) + bc * static_cast<C>(vr[i * st.s]) + kc);
-      } else {
-        for (int64_t i = 0; i < sh.s; ++i) o[i * st.s] = T(ac * static_cast<C>(ur[i * st.s]) + kc);
+      if (st.s == 1) {  // contiguous runs: the common case, in loops the compiler vectorizes
+        const T* ur = u + off;
+        T* o = out + off;
+        if (with_v) {
+          const T* vr = v + off;
+          for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + bc * static_cast<C>(vr[i]) + kc);
+        } else if (res) {
+          const T* rr = res + off;
+          if (relu) for (int64_t i = 0; i < sh.s; ++i) o[i] = T(math::Relu{}(ac * static_cast<C>(ur[i]) + kc + static_cast<C>(rr[i])));
+          else for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + kc + static_cast<C>(rr[i]));
+        } else if (relu) {
+          for (int64_t i = 0; i < sh.s; ++i) o[i] = T(math::Relu{}(ac * static_cast<C>(ur[i]) + kc));
+        } else {
+          for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + kc);
+        }
+        continue;
       }
+      for (int64_t i = 0; i < sh.s; ++i) out[off + i * st.s] = value(off + i * st.s, ac, bc, kc);
     }
   });
 }

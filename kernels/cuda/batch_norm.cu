@@ -3,6 +3,7 @@
 //
 //   channel sums    s1[c] = sum (u - su[c]),  s2[c] = sum (u - su[c]) * (v - sv[c])   in double
 //   channel affine  out = a[c] * u + b[c] * v + k[c]                                 in compute_t<T>
+//                   (the forward then adds an optional residual and applies an optional ReLU)
 //
 // with the per-channel statistics and coefficients computed between them by one thread per
 // channel, from the same double-precision formulas as the CPU (so mean, var and the
@@ -17,6 +18,8 @@
 #include <cstdint>
 
 #include "../common/half.h"
+#include "../common/unary_math.h"
+#include "elementwise.cuh"
 #include "nn_ops.h"
 
 namespace strata::cuda_kernels {
@@ -238,36 +241,78 @@ __global__ void channel_total_kernel(ChannelLayout l, int64_t splits, const doub
   out[c] = T(static_cast<C>(s1));
 }
 
-// out[i] = a[c] * u[i] (+ b[c] * v[i]) + k[c] over the dense data, i its memory offset.
+// The affine pass over the dense data: out = a[c] * u (+ b[c] * v) + k[c], then the forward's
+// epilogue: + r (the residual), ReLU. v, b and r may be null.
+template <class T>
+struct AffineArgs {
+  const T* u;
+  const T* v;
+  const T* r;
+  T* out;
+  const double *a, *b, *k;
+  bool relu;
+};
+
 template <class T, class I>
-__global__ void affine_kernel(I total, I C, I S, bool channels_inner, const T* __restrict__ u,
-                              const T* __restrict__ v, T* __restrict__ out, const double* __restrict__ a,
-                              const double* __restrict__ b, const double* __restrict__ k) {
+__device__ __forceinline__ T affine_value(const AffineArgs<T>& p, compute_t<T> x, compute_t<T> vx, compute_t<T> rx,
+                                          I c) {
+  using Cp = compute_t<T>;
+  Cp y = p.v ? static_cast<Cp>(p.a[c]) * x + static_cast<Cp>(p.b[c]) * vx + static_cast<Cp>(p.k[c])
+             : static_cast<Cp>(p.a[c]) * x + static_cast<Cp>(p.k[c]);
+  if (p.r) y += rx;
+  return T(p.relu ? math::Relu{}(y) : y);
+}
+
+// One element per step, i its memory offset.
+template <class T, class I>
+__global__ void affine_kernel(I total, I C, I S, bool channels_inner, AffineArgs<T> p) {
   using Cp = compute_t<T>;
   const I step = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const I c = channels_inner ? i % C : (i / S) % C;
-    const Cp x = static_cast<Cp>(u[i]);
-    if (v) out[i] = T(static_cast<Cp>(a[c]) * x + static_cast<Cp>(b[c]) * static_cast<Cp>(v[i]) + static_cast<Cp>(k[c]));
-    else out[i] = T(static_cast<Cp>(a[c]) * x + static_cast<Cp>(k[c]));
+    p.out[i] = affine_value(p, static_cast<Cp>(p.u[i]), p.v ? static_cast<Cp>(p.v[i]) : Cp(0),
+                            p.r ? static_cast<Cp>(p.r[i]) : Cp(0), c);
+  }
+}
+
+// V elements (16 bytes) per step: V consecutive channels of one position (channels-last, C % V
+// == 0) or V positions of one channel (NCHW, S % V == 0); every pointer 16-byte aligned.
+template <class T, int V, class I>
+__global__ void affine_vec_kernel(I nvec, I C, I S, bool channels_inner, AffineArgs<T> p) {
+  using Cp = compute_t<T>;
+  using VT = Vec<T, V>;
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < nvec; i += step) {
+    const I e = i * V, c0 = channels_inner ? e % C : (e / S) % C;
+    const VT u = reinterpret_cast<const VT*>(p.u)[i];
+    VT v{}, r{}, o;
+    if (p.v) v = reinterpret_cast<const VT*>(p.v)[i];
+    if (p.r) r = reinterpret_cast<const VT*>(p.r)[i];
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      o.v[j] = affine_value(p, static_cast<Cp>(u.v[j]), static_cast<Cp>(v.v[j]), static_cast<Cp>(r.v[j]),
+                            channels_inner ? c0 + j : c0);
+    reinterpret_cast<VT*>(p.out)[i] = o;
   }
 }
 
 template <class T>
-cudaError_t launch_affine(const ChannelLayout& l, cudaStream_t s, const T* u, const T* v, T* out, const double* a,
-                          const double* b, const double* k) {
+cudaError_t launch_affine(const ChannelLayout& l, cudaStream_t s, const AffineArgs<T>& p) {
   const int64_t total = l.n * l.c * l.s;
   if (total == 0) return cudaSuccess;
-  const int64_t blocks = std::min<int64_t>(ceil_div(total, kAffineThreads), 65536);
-  if (total < (int64_t(1) << 31)) {
-    using I = uint32_t;
-    affine_kernel<T, I><<<static_cast<unsigned>(blocks), kAffineThreads, 0, s>>>(
-        I(total), I(l.c), I(l.s > 0 ? l.s : 1), l.channels_inner, u, v, out, a, b, k);
-  } else {
-    using I = uint64_t;
-    affine_kernel<T, I><<<static_cast<unsigned>(blocks), kAffineThreads, 0, s>>>(
-        I(total), I(l.c), I(l.s > 0 ? l.s : 1), l.channels_inner, u, v, out, a, b, k);
-  }
+  constexpr int V = 16 / sizeof(T);
+  const bool vec = aligned16(p.u) && aligned16(p.out) && (!p.v || aligned16(p.v)) && (!p.r || aligned16(p.r)) &&
+                   (l.channels_inner ? l.c % V == 0 : l.s % V == 0);
+  const int64_t work = vec ? total / V : total;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(work, kAffineThreads), 65536));
+  auto launch = [&](auto index) {
+    using I = decltype(index);
+    const I c = I(l.c), sp = I(l.s > 0 ? l.s : 1);
+    if (vec) affine_vec_kernel<T, V, I><<<blocks, kAffineThreads, 0, s>>>(I(work), c, sp, l.channels_inner, p);
+    else affine_kernel<T, I><<<blocks, kAffineThreads, 0, s>>>(I(work), c, sp, l.channels_inner, p);
+  };
+  if (total < (int64_t(1) << 31)) launch(uint32_t{});
+  else launch(uint64_t{});
   return cudaGetLastError();
 }
 
@@ -284,7 +329,7 @@ template <class T>
 cudaError_t batch_norm_forward(const ChannelLayout& l, cudaStream_t s, const T* x, T* y, const compute_t<T>* weight,
                                const compute_t<T>* bias, const compute_t<T>* running_mean,
                                const compute_t<T>* running_var, compute_t<T>* mean, compute_t<T>* var, double eps,
-                               bool training, double* scratch) {
+                               bool training, const T* residual, bool relu, double* scratch) {
   using S = compute_t<T>;
   if (l.c <= 0) return cudaSuccess;
   const SumPlan p = sum_plan(l);
@@ -297,7 +342,7 @@ cudaError_t batch_norm_forward(const ChannelLayout& l, cudaStream_t s, const T* 
       l, p.splits, x, scratch, weight, bias, running_mean, running_var, mean, var, eps, training, coef);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  return launch_affine<T>(l, s, x, nullptr, y, coef, nullptr, coef + l.c);
+  return launch_affine<T>(l, s, AffineArgs<T>{x, nullptr, residual, y, coef, nullptr, coef + l.c, relu});
 }
 
 template <class T>
@@ -318,8 +363,8 @@ cudaError_t batch_norm_backward(const ChannelLayout& l, cudaStream_t s, const T*
       l, p.splits, have_sums, scratch, weight, mean, var, gweight, gbias, eps, training, coef);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  return launch_affine<T>(l, s, gy, training ? x : nullptr, gx, coef, training ? coef + l.c : nullptr,
-                          coef + 2 * l.c);
+  return launch_affine<T>(l, s, AffineArgs<T>{gy, training ? x : nullptr, nullptr, gx, coef,
+                                              training ? coef + l.c : nullptr, coef + 2 * l.c, false});
 }
 
 template <class T>
@@ -337,7 +382,7 @@ cudaError_t channel_sum(const ChannelLayout& l, cudaStream_t s, const T* u, T* o
   template cudaError_t batch_norm_forward<T>(const ChannelLayout&, cudaStream_t, const T*, T*,                   \
                                              const compute_t<T>*, const compute_t<T>*, const compute_t<T>*,      \
                                              const compute_t<T>*, compute_t<T>*, compute_t<T>*, double, bool,    \
-                                             double*);                                                           \
+                                             const T*, bool, double*);                                           \
   template cudaError_t batch_norm_backward<T>(const ChannelLayout&, cudaStream_t, const T*, const T*, T*,        \
                                               const compute_t<T>*, const compute_t<T>*, const compute_t<T>*,     \
                                               compute_t<T>*, compute_t<T>*, double, bool, double*);              \

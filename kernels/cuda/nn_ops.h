@@ -70,13 +70,14 @@ int64_t batch_norm_scratch_doubles(const ChannelLayout& l);
 
 /// Training: mean and biased var of the batch per channel (from shifted sums in double);
 /// eval: running_mean / running_var copied to mean / var. Then y = (x - mean) / sqrt(var +
-/// eps) * weight + bias. weight, bias may be null; running_* are read only in eval mode.
+/// eps) * weight + bias, plus residual (null: none, else x's layout), then ReLU when relu.
+/// weight, bias may be null; running_* are read only in eval mode.
 /// Per-channel arrays hold compute_t<T> values (float, or double for double data).
 template <class T>
 cudaError_t batch_norm_forward(const ChannelLayout& l, cudaStream_t s, const T* x, T* y, const compute_t<T>* weight,
                                const compute_t<T>* bias, const compute_t<T>* running_mean,
                                const compute_t<T>* running_var, compute_t<T>* mean, compute_t<T>* var, double eps,
-                               bool training, double* scratch);
+                               bool training, const T* residual, bool relu, double* scratch);
 
 /// gx from gy, x and the saved mean / var (the batch's in training, the running ones in
 /// eval); gweight = sum gy * (x - mean) / sqrt(var + eps), gbias = sum gy, when not null.

@@ -3,9 +3,10 @@
 //
 // Kernel contracts (x, y, gy, gx share one dense layout, viewed as (N, C, S); per-channel
 // tensors are (C) contiguous in the statistics dtype: f32 for f16/bf16/f32 data, f64 for f64):
-//   batch_norm           inputs (x, weight?, bias?, mean?, var?)  outputs (y, mean, var)
+//   batch_norm           inputs (x, weight?, bias?, mean?, var?, residual?)  outputs (y, mean, var)
 //                        training: mean / biased var of the batch are computed and written;
-//                        eval: the given mean / var are used and copied out
+//                        eval: the given mean / var are used and copied out; with
+//                        params.relu, y = relu(normalized + residual) (residual: x's layout)
 //   batch_norm_backward  inputs (gy, x, weight?, mean, var)        outputs (gx, gweight?, gbias?)
 // Double backward is not supported: the backward runs the kernel directly and records nothing.
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "core/registry_internal.h"
 #include "kernels/cpu/batch_norm.h"
 #include "nn/memory_format.h"
+#include "ops/activation_grad.h"
 #include "ops/dispatch.h"
 
 namespace strata::nn {
@@ -82,6 +84,9 @@ void cpu_batch_norm(const KernelCall& call) {
   const ChannelView v = channel_view(x);
   STRATA_CHECK(y.dtype() == x.dtype() && same_layout(v, channel_view(y)), "[batch_norm] output layout differs");
   const int64_t C = v.shape.c, M = v.shape.n * v.shape.s;
+  const Tensor* residual = call.inputs.size() > 5 && call.inputs[5].defined() ? &call.inputs[5] : nullptr;
+  STRATA_CHECK(!residual || (residual->dtype() == x.dtype() && same_layout(v, channel_view(*residual))),
+               "[batch_norm] the residual must share the input's dtype and layout");
   dispatch<DTypeSet::Floating>(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using S = compute_t<T>;
@@ -112,7 +117,8 @@ void cpu_batch_norm(const KernelCall& call) {
       a[c] = static_cast<S>(scale);
       k[c] = static_cast<S>((b ? double(b[c]) : 0.0) - double(mean[c]) * scale);
     }
-    cpu::channel_affine<T>(xp, nullptr, static_cast<T*>(y.data()), v.shape, v.strides, a.data(), nullptr, k.data());
+    cpu::channel_affine<T>(xp, nullptr, static_cast<T*>(y.data()), v.shape, v.strides, a.data(), nullptr, k.data(),
+                           {residual ? static_cast<const T*>(residual->data()) : nullptr, p.relu});
   });
 }
 
@@ -180,33 +186,43 @@ void register_batch_norm_kernels(KernelTable& table) {
 
 namespace strata::nn {
 
-namespace functional {
+namespace {
 
-Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, const BatchNormArgs& args) {
-  STRATA_CHECK(input.defined(), "[batch_norm] input tensor is undefined");
-  STRATA_CHECK(input.dim() >= 2, "[batch_norm] expects an input of shape (N, C, *), got {}", input.shape());
-  STRATA_CHECK(is_floating(input.dtype()), "[batch_norm] expects a floating input, got {}", input.dtype());
+// batch_norm, and batch_norm_relu when `relu`: y = relu(normalized + residual), the ReLU's
+// gradient mask taken from y in the backward.
+Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                     const Tensor& bias, const F::BatchNormArgs& args, bool relu, const Tensor& residual) {
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
+  STRATA_CHECK(input.defined(), "[{}] input tensor is undefined", op);
+  STRATA_CHECK(input.dim() >= 2, "[{}] expects an input of shape (N, C, *), got {}", op, input.shape());
+  STRATA_CHECK(is_floating(input.dtype()), "[{}] expects a floating input, got {}", op, input.dtype());
   check_channel_tensor("weight", weight, input);
   check_channel_tensor("bias", bias, input);
   check_channel_tensor("running_mean", running_mean, input);
   check_channel_tensor("running_var", running_var, input);
-  STRATA_CHECK(args.eps >= 0 && std::isfinite(args.eps), "[batch_norm] eps must be non-negative, got {}", args.eps);
+  if (residual.defined()) {
+    STRATA_CHECK(residual.shape() == input.shape() && residual.dtype() == input.dtype() &&
+                     residual.device() == input.device(),
+                 "[{}] the residual ({} {} on {}) must match the input ({} {} on {})", op, residual.shape(),
+                 residual.dtype(), residual.device(), input.shape(), input.dtype(), input.device());
+  }
+  STRATA_CHECK(args.eps >= 0 && std::isfinite(args.eps), "[{}] eps must be non-negative, got {}", op, args.eps);
   const int64_t C = input.size(1), M = C > 0 ? input.numel() / C : 0;
   if (args.training) {
-    STRATA_CHECK(M > 1, "[batch_norm] expects more than 1 value per channel when training, got input of shape {}",
+    STRATA_CHECK(M > 1, "[{}] expects more than 1 value per channel when training, got input of shape {}", op,
                  input.shape());
   } else {
     STRATA_CHECK(running_mean.defined() && running_var.defined(),
-                 "[batch_norm] needs running_mean and running_var when not training");
+                 "[{}] needs running_mean and running_var when not training", op);
   }
   const DType s = stat_dtype(input.dtype());
   const MemoryFormat f = format_of(input);
-  const BatchNormParams params{args.training, args.eps};
-  Tensor xd, w, y, mean, var;
+  const BatchNormParams params{args.training, args.eps, relu};
+  Tensor xd, rd, w, y, mean, var;
   {
     NoGradGuard no_grad;
     xd = dense(input, f);
+    if (residual.defined()) rd = dense(residual, f);
     w = as_stat(weight, s);
     y = detail::empty_in(input.shape(), input.dtype(), input.device(), f);
     mean = strata::detail::make_tensor({C}, s, input.device());
@@ -215,8 +231,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
       mean.copy_(running_mean);
       var.copy_(running_var);
     } else {
-      const Tensor ins[5] = {xd, w, as_stat(bias, s), args.training ? Tensor() : as_stat(running_mean, s),
-                             args.training ? Tensor() : as_stat(running_var, s)};
+      const Tensor ins[6] = {xd, w, as_stat(bias, s), args.training ? Tensor() : as_stat(running_mean, s),
+                             args.training ? Tensor() : as_stat(running_var, s), rd};
       Tensor outs[3] = {y, mean, var};
       run_kernel(OpId::batch_norm, input.dtype(), KernelCall{ins, outs, &params});
     }
@@ -229,11 +245,16 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     }
   }
   const bool need_w = weight.defined() && weight.requires_grad(), need_b = bias.defined() && bias.requires_grad();
-  const bool need_x = input.requires_grad();
-  autograd::record("batch_norm", {input, weight, bias}, {y}, {xd, w, mean, var},
-                   [params, f, s, need_x, need_w, need_b](const autograd::Grads& g, const autograd::Saved& sv) {
+  const bool need_x = input.requires_grad(), need_r = residual.defined() && residual.requires_grad();
+  std::vector<Tensor> saved{xd, w, mean, var};
+  if (relu) saved.push_back(y);
+  autograd::record(op, {input, weight, bias, residual}, {y}, saved,
+                   [params, f, s, need_x, need_w, need_b, need_r](const autograd::Grads& g, const autograd::Saved& sv) {
                      NoGradGuard no_grad;
                      const Tensor x = dense(sv[0], f);  // a saved-tensor hook may have changed its layout
+                     // the gradient of the normalized values (and of the residual): the ReLU's mask applied
+                     const Tensor gn = params.relu ? dense(relu_backward(dense(g[0], f), dense(sv[4], f)), f)
+                                                   : dense(g[0], f);
                      // gx is always computed (the kernel's first output) and dropped when not needed
                      Tensor outs[3] = {detail::empty_in(x.shape(), x.dtype(), x.device(), f),
                                        need_w ? strata::detail::make_tensor({x.size(1)}, s, x.device()) : Tensor(),
@@ -242,12 +263,26 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                        for (Tensor& o : outs)
                          if (o.defined()) o.zero_();
                      } else {
-                       const Tensor ins[5] = {dense(g[0], f), x, sv[1], sv[2], sv[3]};
+                       const Tensor ins[5] = {gn, x, sv[1], sv[2], sv[3]};
                        run_kernel(OpId::batch_norm_backward, x.dtype(), KernelCall{ins, outs, &params});
                      }
-                     return autograd::Grads{need_x ? outs[0] : Tensor(), outs[1], outs[2]};
+                     return autograd::Grads{need_x ? outs[0] : Tensor(), outs[1], outs[2], need_r ? gn : Tensor()};
                    });
   return y;
+}
+
+}  // namespace
+
+namespace functional {
+
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, const BatchNormArgs& args) {
+  return batch_norm_op(input, running_mean, running_var, weight, bias, args, false, Tensor());
+}
+
+Tensor batch_norm_relu(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, const BatchNormArgs& args, const Tensor& residual) {
+  return batch_norm_op(input, running_mean, running_var, weight, bias, args, true, residual);
 }
 
 }  // namespace functional
@@ -288,7 +323,11 @@ void BatchNormBase::reset_parameters() {
 
 std::string BatchNormBase::describe() const { return fmt::format("{}({})", name(), num_features); }
 
-Tensor BatchNormBase::forward(const Tensor& input) {
+Tensor BatchNormBase::forward(const Tensor& input) { return run(input, false, Tensor()); }
+
+Tensor BatchNormBase::forward_relu(const Tensor& input, const Tensor& residual) { return run(input, true, residual); }
+
+Tensor BatchNormBase::run(const Tensor& input, bool relu, const Tensor& residual) {
   STRATA_CHECK(input.defined(), "[{}] input tensor is undefined", describe());
   check_rank(input);
   STRATA_CHECK(input.size(1) == num_features, "[{}] expects {} channels (dim 1), got input of shape {}", describe(),
@@ -297,6 +336,10 @@ Tensor BatchNormBase::forward(const Tensor& input) {
   STRATA_CHECK(!is_training() || input.numel() / num_features > 1,
                "[{}] expects more than 1 value per channel when training, got input of shape {}", describe(),
                input.shape());
+  STRATA_CHECK(!residual.defined() || (residual.shape() == input.shape() && residual.dtype() == input.dtype() &&
+                                        residual.device() == input.device()),
+               "[{}] the residual ({} {} on {}) must match the input ({} {} on {})", describe(), residual.shape(),
+               residual.dtype(), residual.device(), input.shape(), input.dtype(), input.device());
   double factor = options.momentum.value_or(0.0);
   if (is_training() && options.track_running_stats) {
     {
@@ -308,8 +351,10 @@ Tensor BatchNormBase::forward(const Tensor& input) {
   }
   const bool use_batch_stats = is_training() || !options.track_running_stats;
   const bool update = !is_training() || options.track_running_stats;
-  return F::batch_norm(input, update ? running_mean : Tensor(), update ? running_var : Tensor(), weight, bias,
-                       {use_batch_stats, factor, options.eps});
+  const Tensor rm = update ? running_mean : Tensor(), rv = update ? running_var : Tensor();
+  const F::BatchNormArgs args{use_batch_stats, factor, options.eps};
+  return relu ? F::batch_norm_relu(input, rm, rv, weight, bias, args, residual)
+              : F::batch_norm(input, rm, rv, weight, bias, args);
 }
 
 void BatchNorm1d::check_rank(const Tensor& input) const {

@@ -333,6 +333,23 @@ TEST(CudaPool, AdaptiveAvgPool) {
 
 // ---- batch norm ----------------------------------------------------------------------------------
 
+// One batch-norm call's output, running statistics and leaves (input, weight, bias and any
+// residual), whose gradients are compared too.
+struct BatchNormRun {
+  Tensor y, running_mean, running_var;
+  std::vector<Tensor> leaves;
+};
+
+void expect_same_batch_norm(const BatchNormRun& cpu, const BatchNormRun& cuda, DType dt) {
+  const double tol = elem_tol(dt), stat_tol = elem_tol(dt == st::kFloat64 ? st::kFloat64 : st::kFloat32);
+  expect_close(cpu.y, cuda.y, tol, "output");
+  expect_close(cpu.running_mean, cuda.running_mean, stat_tol, "running mean");
+  expect_close(cpu.running_var, cuda.running_var, stat_tol, "running var");
+  const char* names[] = {"input gradient", "weight gradient", "bias gradient", "residual gradient"};
+  for (size_t i = 0; i < cpu.leaves.size(); ++i)
+    expect_close(cpu.leaves[i].grad(), cuda.leaves[i].grad(), 10 * tol, names[i]);
+}
+
 TEST(CudaBatchNorm, TrainAndEvalWithRunningStatistics) {
   SKIP_WITHOUT_GPU();
   SEED_TRACE();
@@ -357,14 +374,53 @@ TEST(CudaBatchNorm, TrainAndEvalWithRunningStatistics) {
         Tensor xg = leaf(xg0), wg = leaf(gpu(w)), bg = leaf(gpu(b)), rmg = gpu(rm), rvg = gpu(rv);
         Tensor yg = F::batch_norm(xg, rmg, rvg, wg, bg, a);
         yg.backward(in.nhwc ? gpu(gy).to(MemoryFormat::ChannelsLast) : gpu(gy));
-        const double tol = elem_tol(dt);
-        expect_close(yc, yg, tol, "output");
-        expect_close(rmc, rmg, elem_tol(s), "running mean");
-        expect_close(rvc, rvg, elem_tol(s), "running var");
-        expect_close(xc.grad(), xg.grad(), 10 * tol, "input gradient");
-        expect_close(wc.grad(), wg.grad(), 10 * tol, "weight gradient");
-        expect_close(bc.grad(), bg.grad(), 10 * tol, "bias gradient");
+        expect_same_batch_norm({yc, rmc, rvc, {xc, wc, bc}}, {yg, rmg, rvg, {xg, wg, bg}}, dt);
       }
+}
+
+// relu(batch_norm(x) + residual) in one kernel against the CPU's. The shapes take both of the
+// affine pass's paths: 16-byte vectors (NCHW with H * W a multiple of 8, channels-last with C a
+// multiple of 8) and one element at a time (odd sizes, and an input 4 bytes past alignment).
+TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  struct Input { const char* name; st::Shape shape; bool nhwc; bool misaligned; };
+  const std::vector<Input> inputs = {{"NCHW vectors", {3, 5, 4, 6}, false, false},
+                                     {"NHWC vectors", {3, 16, 3, 5}, true, false},
+                                     {"NCHW odd", {2, 3, 5, 7}, false, false},
+                                     {"NHWC odd", {2, 6, 3, 3}, true, false},
+                                     {"NCHW misaligned", {2, 4, 4, 4}, false, true}};
+  for (DType dt : kFloats)
+    for (const Input& in : inputs)
+      for (bool with_residual : {false, true})
+        for (bool training : {true, false}) {
+          SCOPED_TRACE(std::string(in.name) + " " + name(dt) + (with_residual ? " residual" : "") +
+                       (training ? " training" : " eval"));
+          const DType s = dt == st::kFloat64 ? st::kFloat64 : st::kFloat32;
+          const int64_t c = in.shape[1];
+          const Tensor x = random(in.shape, dt, -2, 3), w = random({c}, s, 0.5, 1.5), b = random({c}, s);
+          const Tensor r = with_residual ? random(in.shape, dt) : Tensor();
+          const Tensor rm = random({c}, s), rv = random({c}, s, 0.5, 2);
+          const F::BatchNormArgs a{training, 0.1, 1e-5};
+          Tensor xc = leaf(x), wc = leaf(w), bc = leaf(b), rc = r.defined() ? leaf(r) : Tensor();
+          Tensor rmc = rm.clone(), rvc = rv.clone();
+          Tensor yc = F::batch_norm_relu(xc, rmc, rvc, wc, bc, a, rc);
+          const Tensor gy = random(yc.shape(), dt);
+          yc.backward(gy);
+          Tensor xg0 = in_layout(gpu(x), in.nhwc);
+          if (in.misaligned) {  // the same values one element into a larger buffer
+            Tensor big = st::empty({x.numel() + 1}, st::TensorOptions(dt, st::Device::cuda()));
+            xg0 = big.narrow(0, 1, x.numel()).view(in.shape);
+            xg0.copy_(gpu(x));
+          }
+          Tensor xg = leaf(xg0), wg = leaf(gpu(w)), bg = leaf(gpu(b));
+          Tensor rg = r.defined() ? leaf(in_layout(gpu(r), in.nhwc)) : Tensor(), rmg = gpu(rm), rvg = gpu(rv);
+          Tensor yg = F::batch_norm_relu(xg, rmg, rvg, wg, bg, a, rg);
+          yg.backward(in_layout(gpu(gy), in.nhwc));
+          std::vector<Tensor> cpu_leaves{xc, wc, bc}, gpu_leaves{xg, wg, bg};
+          if (with_residual) cpu_leaves.push_back(rc), gpu_leaves.push_back(rg);
+          expect_same_batch_norm({yc, rmc, rvc, cpu_leaves}, {yg, rmg, rvg, gpu_leaves}, dt);
+        }
 }
 
 // ---- a small network ------------------------------------------------------------------------------

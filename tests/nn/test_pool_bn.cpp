@@ -497,3 +497,98 @@ TEST(BatchNorm, BadInputRaises) {
   EXPECT_TRUE(all_close(bn.running_mean, {0, 0, 0}, 0, 0));
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);
 }
+
+// ---- batch_norm_relu: BN, the residual add and ReLU in one pass --------------------------------
+
+// relu(batch_norm(x) + residual) through the three separate ops, on its own copies of the
+// running statistics; returns the output, and the gradients of x, weight, bias and residual.
+namespace {
+
+struct BnReluResult {
+  Tensor y, rm, rv;
+  std::vector<Tensor> grads;
+};
+
+BnReluResult bn_relu_run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& r0,
+                         const Tensor& rm0, const Tensor& rv0, const Tensor& gy, bool training) {
+  Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+  Tensor r = r0.defined() ? r0.detach().requires_grad_() : Tensor();
+  Tensor rm = rm0.clone(), rv = rv0.clone();
+  const F::BatchNormArgs a{training, 0.1, 1e-5};
+  Tensor y = fused ? F::batch_norm_relu(x, rm, rv, w, b, a, r)
+                   : F::relu(r.defined() ? F::batch_norm(x, rm, rv, w, b, a) + r : F::batch_norm(x, rm, rv, w, b, a));
+  std::vector<Tensor> inputs{x, w, b};
+  if (r.defined()) inputs.push_back(r);
+  return {y, rm, rv, autograd::grad({y}, inputs, {gy})};
+}
+
+}  // namespace
+
+TEST(BatchNormRelu, MatchesBatchNormAddReluComposed) {
+  Generator g(130);
+  for (DType dt : {kFloat32, kFloat64})
+    for (Image l : {Image::NCHW, Image::NHWC, Image::Sliced, Image::SlicedNHWC})
+      for (int residual : {0, 1, 2})  // none, in the input's layout, in NCHW
+        for (bool training : {true, false}) {
+          SCOPED_TRACE(fmt::format("{} {} residual {} training {}", dt, strata::testing::image_name(l), residual,
+                                   training));
+          // shifted so that about a third of the outputs are cut by the ReLU
+          Tensor x = as_image((randn({3, 4, 5, 4}, kFloat64, &g) * 2.0 + 1.0).to(dt), l);
+          Tensor w = randn({4}, dt, &g), b = randn({4}, dt, &g);
+          Tensor rm = randn({4}, dt, &g), rv = rand({4}, dt, &g) + 0.5;
+          Tensor r = residual == 0 ? Tensor()
+                     : residual == 1 ? as_image(randn({3, 4, 5, 4}, dt, &g), l)
+                                     : randn({3, 4, 5, 4}, dt, &g);
+          Tensor gy = as_image(randn({3, 4, 5, 4}, dt, &g), l);
+          const BnReluResult want = bn_relu_run(false, x, w, b, r, rm, rv, gy, training);
+          const BnReluResult got = bn_relu_run(true, x, w, b, r, rm, rv, gy, training);
+          const double t = dt == kFloat64 ? 1e-12 : 1e-5;
+          EXPECT_TRUE(has_format(got.y, expected_format(x, l)));
+          EXPECT_TRUE(all_close(got.y, values(want.y), t, t));
+          EXPECT_GT(values(eq(got.y, 0.0).to(kFloat64).sum())[0], 10.0);  // the ReLU did cut
+          EXPECT_TRUE(all_close(got.rm, values(want.rm), t, t));
+          EXPECT_TRUE(all_close(got.rv, values(want.rv), t, t));
+          ASSERT_EQ(got.grads.size(), want.grads.size());
+          for (size_t j = 0; j < got.grads.size(); ++j)
+            EXPECT_TRUE(all_close(got.grads[j], values(want.grads[j]), 10 * t, 10 * t)) << "gradient " << j;
+        }
+}
+
+TEST(BatchNormRelu, GradientsByFiniteDifferences) {
+  Generator g(140);
+  for (Image l : {Image::NCHW, Image::NHWC}) {
+    SCOPED_TRACE(strata::testing::image_name(l));
+    Tensor x = as_image(randn({3, 4, 3, 2}, kFloat64, &g), l).requires_grad_();
+    Tensor r = randn({3, 4, 3, 2}, kFloat64, &g).requires_grad_();
+    Tensor w = randn({4}, kFloat64, &g).requires_grad_(), b = randn({4}, kFloat64, &g).requires_grad_();
+    EXPECT_TRUE(gradcheck(
+        [&](V in) { return F::batch_norm_relu(in[0], Tensor(), Tensor(), in[1], in[2], {true}, in[3]); },
+        {x, w, b, r}));
+    EXPECT_TRUE(gradcheck([&](V in) { return F::batch_norm_relu(in[0], Tensor(), Tensor(), in[1], in[2], {true}); },
+                          {x, w, b}));
+  }
+}
+
+TEST(BatchNormRelu, LayerForwardReluTracksStatisticsLikeForward) {
+  Generator g(150);
+  nn::BatchNorm2d fused(3), plain(3);
+  Tensor x = randn({2, 3, 4, 4}, kFloat32, &g), r = randn({2, 3, 4, 4}, kFloat32, &g);
+  Tensor y = fused.forward_relu(x, r);
+  EXPECT_TRUE(all_close(y, values(F::relu(plain(x) + r)), 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(fused.running_mean, values(plain.running_mean), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(fused.running_var, values(plain.running_var), 1e-6, 1e-6));
+  EXPECT_EQ(fused.num_batches_tracked.item<int64_t>(), 1);
+  fused.eval(), plain.eval();
+  EXPECT_TRUE(all_close(fused.forward_relu(x), values(F::relu(plain(x))), 1e-5, 1e-5));
+}
+
+TEST(BatchNormRelu, BadInputRaises) {
+  nn::BatchNorm2d bn(3);
+  Tensor x = randn({2, 3, 4, 4});
+  EXPECT_TRUE(throws_with([&] { bn.forward_relu(x, randn({2, 3, 4, 5})); }, {"BatchNorm2d(3)", "residual", "[2, 3, 4, 5]"}));
+  EXPECT_TRUE(throws_with([&] { bn.forward_relu(x, randn({2, 3, 4, 4}, kFloat64)); }, {"BatchNorm2d(3)", "residual", "float64"}));
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);  // failed calls are not counted
+  EXPECT_TRUE(throws_with([&] { F::batch_norm_relu(x, zeros({3}), ones({3}), Tensor(), Tensor(), {}, randn({3, 4, 4})); },
+                          {"batch_norm_relu", "residual", "[3, 4, 4]"}));
+  EXPECT_TRUE(throws_with([&] { F::batch_norm_relu(x, Tensor(), Tensor()); }, {"batch_norm_relu", "running_mean"}));
+}

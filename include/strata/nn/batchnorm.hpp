@@ -7,6 +7,7 @@
 //
 //   nn::BatchNorm2d bn(64);
 //   nn::BatchNorm1d bn1(128, {.momentum = std::nullopt, .affine = false});
+//   y = bn.forward_relu(x, shortcut);   // relu(bn(x) + shortcut), one pass
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,9 @@ struct BatchNormOptions {
 class STRATA_API BatchNormBase : public Module {
  public:
   Tensor forward(const Tensor& input) override;
+  /// relu(forward(input) + residual) in one pass (functional::batch_norm_relu); residual
+  /// optional, of the input's shape.
+  Tensor forward_relu(const Tensor& input, const Tensor& residual = Tensor());
   /// running_mean = 0, running_var = 1, num_batches_tracked = 0.
   void reset_running_stats();
   /// reset_running_stats(), weight = 1, bias = 0.
@@ -44,6 +48,9 @@ class STRATA_API BatchNormBase : public Module {
   /// Raises Error naming the layer unless the input's rank is one this layer accepts.
   virtual void check_rank(const Tensor& input) const = 0;
   std::string describe() const;
+
+ private:
+  Tensor run(const Tensor& input, bool relu, const Tensor& residual);
 };
 
 class STRATA_API BatchNorm1d : public BatchNormBase {

@@ -130,6 +130,14 @@ STRATA_API Tensor batch_norm(const Tensor& input, const Tensor& running_mean, co
                              const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                              const BatchNormArgs& args = {});
 
+/// relu(batch_norm(input, ...) + residual), residual optional (same shape as input), with
+/// the normalization, the residual add and the ReLU in one pass over the data: ResNet's
+/// "BN, ReLU" and "BN, add the shortcut, ReLU". The same values and gradients as the three
+/// ops (the ReLU's gradient is 0 where the output is 0).
+STRATA_API Tensor batch_norm_relu(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                                  const BatchNormArgs& args = {}, const Tensor& residual = Tensor());
+
 }  // namespace strata::nn::functional
 
 namespace strata::nn {
@@ -141,10 +149,12 @@ struct Pool2dParams {
   int64_t divisor = 0;  // 0: no override
 };
 
-/// Kernel parameters of batch_norm and batch_norm_backward.
+/// Kernel parameters of batch_norm and batch_norm_backward. relu (forward only): the output
+/// is relu(normalized + residual), the residual being the forward's optional 6th input.
 struct BatchNormParams {
   bool training = false;
   double eps = 1e-5;
+  bool relu = false;
 };
 
 }  // namespace strata::nn

@@ -5,7 +5,7 @@
 //
 // Kernel contracts (as on the CPU; per-channel tensors (C) contiguous in the statistics dtype,
 // f32 for f16/bf16/f32 data, f64 for f64):
-//   batch_norm           inputs (x, weight?, bias?, mean?, var?)  outputs (y, mean, var)
+//   batch_norm           inputs (x, weight?, bias?, mean?, var?, residual?)  outputs (y, mean, var)
 //   batch_norm_backward  inputs (gy, x, weight?, mean, var)        outputs (gx, gweight?, gbias?)
 #include <strata/nn/functional_conv.hpp>
 #include <strata/ops/creation.hpp>
@@ -75,6 +75,12 @@ void cuda_batch_norm(const KernelCall& call) {
   STRATA_CHECK(y.dtype() == x.dtype() && same_layout(l, channel_layout(y)), "[batch_norm] output layout differs");
   check_device(y, x);
   STRATA_CHECK(!p.training || l.n * l.s > 0, "[batch_norm] no values per channel");
+  const Tensor* residual = call.inputs.size() > 5 && call.inputs[5].defined() ? &call.inputs[5] : nullptr;
+  if (residual) {
+    STRATA_CHECK(residual->dtype() == x.dtype() && same_layout(l, channel_layout(*residual)),
+                 "[batch_norm] the residual must share the input's dtype and layout");
+    check_device(*residual, x);
+  }
   cuda::DeviceGuard guard(x.device().index);
   dispatch<DTypeSet::Floating>(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -88,7 +94,9 @@ void cuda_batch_norm(const KernelCall& call) {
     Tensor scratch = scratch_for(l, x.device());
     cuda_launch::check_launch(ck::batch_norm_forward<T>(l, cuda_launch::stream_for(x), static_cast<const T*>(x.data()),
                                                         static_cast<T*>(y.data()), w, b, rm, rv, mean, var, p.eps,
-                                                        p.training, static_cast<double*>(scratch.data())),
+                                                        p.training,
+                                                        residual ? static_cast<const T*>(residual->data()) : nullptr,
+                                                        p.relu, static_cast<double*>(scratch.data())),
                               "batch_norm");
   });
 }
