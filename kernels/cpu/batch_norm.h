@@ -182,8 +182,8 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
   if (sh.n * sh.s == 0 || sh.c == 0) return;
   const bool with_v = v != nullptr && b != nullptr;
   const T* res = epilogue.residual;
-  const bool relu = epilogue.relu;
-  // one element at offset o of channel c
+  const bool relu = epilogue.relu, plain = !res && !relu;
+  // one element at offset o of channel c, the general form
   auto value = [&](int64_t o, C ac, C bc, C kc) {
     C r = with_v ? ac * static_cast<C>(u[o]) + bc * static_cast<C>(v[o]) + kc : ac * static_cast<C>(u[o]) + kc;
     if (res) r += static_cast<C>(res[o]);
@@ -193,15 +193,17 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
     parallel_for(0, sh.n * sh.s, std::max<int64_t>(1, kDefaultGrain / sh.c), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t off = (r / sh.s) * st.n + (r % sh.s) * st.s;
-        if (!with_v && !res && !relu) {  // the plain forward: its own loop, so it vectorizes
-          const T* ur = u + off;
-          T* o = out + off;
+        const T* ur = u + off;
+        T* o = out + off;
+        if (plain && with_v) {  // the backward
+          const T* vr = v + off;
+          for (int64_t c = 0; c < sh.c; ++c)
+            o[c * st.c] = T(a[c] * static_cast<C>(ur[c * st.c]) + b[c] * static_cast<C>(vr[c * st.c]) + k[c]);
+        } else if (plain) {  // the plain forward
           for (int64_t c = 0; c < sh.c; ++c) o[c * st.c] = T(a[c] * static_cast<C>(ur[c * st.c]) + k[c]);
-          continue;
-        }
-        for (int64_t c = 0; c < sh.c; ++c) {
-          const int64_t o = off + c * st.c;
-          out[o] = value(o, a[c], with_v ? b[c] : C(0), k[c]);
+        } else {
+          for (int64_t c = 0; c < sh.c; ++c)
+            o[c * st.c] = value(off + c * st.c, a[c], with_v ? b[c] : C(0), k[c]);
         }
       }
     });
@@ -211,24 +213,29 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t c = r % sh.c, off = (r / sh.c) * st.n + c * st.c;
       const C ac = a[c], bc = with_v ? b[c] : C(0), kc = k[c];
-      if (st.s == 1) {  // contiguous runs: the common case, in loops the compiler vectorizes
-        const T* ur = u + off;
-        T* o = out + off;
-        if (with_v) {
-          const T* vr = v + off;
-          for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + bc * static_cast<C>(vr[i]) + kc);
-        } else if (res) {
-          const T* rr = res + off;
-          if (relu) for (int64_t i = 0; i < sh.s; ++i) o[i] = T(math::Relu{}(ac * static_cast<C>(ur[i]) + kc + static_cast<C>(rr[i])));
-          else for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + kc + static_cast<C>(rr[i]));
-        } else if (relu) {
-          for (int64_t i = 0; i < sh.s; ++i) o[i] = T(math::Relu{}(ac * static_cast<C>(ur[i]) + kc));
-        } else {
-          for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + kc);
-        }
+      const T* ur = u + off;
+      T* o = out + off;
+      if (st.s != 1 || (with_v && !plain)) {
+        for (int64_t i = 0; i < sh.s; ++i) o[i * st.s] = value(off + i * st.s, ac, bc, kc);
         continue;
       }
-      for (int64_t i = 0; i < sh.s; ++i) out[off + i * st.s] = value(off + i * st.s, ac, bc, kc);
+      // contiguous runs, the common case, in loops the compiler vectorizes
+      if (with_v) {
+        const T* vr = v + off;
+        for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + bc * static_cast<C>(vr[i]) + kc);
+      } else if (res) {
+        const T* rr = res + off;
+        if (relu) {
+          for (int64_t i = 0; i < sh.s; ++i)
+            o[i] = T(math::Relu{}(ac * static_cast<C>(ur[i]) + kc + static_cast<C>(rr[i])));
+        } else {
+          for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + kc + static_cast<C>(rr[i]));
+        }
+      } else if (relu) {
+        for (int64_t i = 0; i < sh.s; ++i) o[i] = T(math::Relu{}(ac * static_cast<C>(ur[i]) + kc));
+      } else {
+        for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + kc);
+      }
     }
   });
 }

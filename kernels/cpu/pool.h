@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "../common/half.h"
 #include "parallel.h"
@@ -103,6 +104,96 @@ inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1
 
 }  // namespace pool_detail
 
+namespace pool_detail {
+
+// The taps k in [first, end) of a window starting at `start` (stride `dil` between taps, `k`
+// taps) that land inside [0, size); first is not capped by k (an empty window keeps the
+// position of its first tap at or past 0, as max_pool2d_forward's index does).
+struct TapRange {
+  int64_t first, end;
+};
+
+inline TapRange taps_inside(int64_t start, int64_t k, int64_t dil, int64_t size) {
+  const int64_t first = start < 0 ? (-start + dil - 1) / dil : 0;
+  const int64_t last = size - 1 - start;  // taps with start + t * dil <= size - 1
+  const int64_t end = last < 0 ? 0 : std::min(k, last / dil + 1);
+  return {first, end};
+}
+
+// max_pool2d_forward for planes with unit w strides (NCHW): one (n, c) plane per task. Each
+// output row's interior (windows wholly inside the row) runs tap by tap across the row, a
+// loop without branches the compiler vectorizes; the border windows run one at a time. Taps
+// are visited in the same order (ky, then kx) either way, so ties and NaNs pick alike.
+template <class T>
+void max_pool2d_planes(const T* x, const Strides4& xs, T* y, int64_t* indices, const Strides4& ys,
+                       const Pool2dGeometry& g) {
+  using C = compute_t<T>;
+  const int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(g.oh * g.ow * g.kh * g.kw, 1));
+  // outputs [lo, hi) of a row have every tap inside it
+  const int64_t lo = std::min(g.ow, (g.pw + g.sw - 1) / g.sw);
+  const int64_t span = g.iw - 1 - (g.kw - 1) * g.dw + g.pw;  // w0 + (kw - 1) dw <= iw - 1
+  const int64_t hi = span < 0 ? lo : std::max(lo, std::min(g.ow, span / g.sw + 1));
+  parallel_for(0, g.n * g.c, grain, [&](int64_t b, int64_t e) {
+    std::vector<C> best(static_cast<size_t>(g.ow));
+    std::vector<int64_t> at(static_cast<size_t>(g.ow));
+    std::vector<int32_t> tap(static_cast<size_t>(g.ow));
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / g.c, c = r % g.c;
+      const T* xp = x + n * xs.n + c * xs.c;
+      T* yp = y + n * ys.n + c * ys.c;
+      int64_t* ip = indices + n * ys.n + c * ys.c;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        const int64_t h0 = oy * g.sh - g.ph;
+        const TapRange ty = taps_inside(h0, g.kh, g.dh, g.ih);
+        const int64_t first_row = (h0 + ty.first * g.dh) * g.iw;
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const int64_t w0 = ox * g.sw - g.pw;
+          const TapRange tx = taps_inside(w0, g.kw, g.dw, g.iw);
+          best[ox] = -std::numeric_limits<C>::infinity();
+          at[ox] = first_row + w0 + tx.first * g.dw;
+          if (ox >= lo && ox < hi) continue;  // interior: below
+          for (int64_t ky = ty.first; ky < ty.end; ++ky) {
+            const int64_t h = h0 + ky * g.dh;
+            for (int64_t kx = tx.first; kx < tx.end; ++kx) {
+              const int64_t w = w0 + kx * g.dw;
+              const C v = static_cast<C>(xp[h * xs.h + w]);
+              if (v > best[ox] || std::isnan(v)) best[ox] = v, at[ox] = h * g.iw + w;
+            }
+          }
+        }
+        // the interior tracks the winning tap's number (ky * kw + kx) in 32 bits, as wide as
+        // the values, so that value and tap select together in one vector lane
+        C* __restrict bp = best.data();
+        int32_t* __restrict tp = tap.data();
+        const int64_t sw = g.sw;  // a local: the stores below cannot change it
+        for (int64_t ox = lo; ox < hi; ++ox) tp[ox] = -1;
+        for (int64_t ky = ty.first; ky < ty.end; ++ky) {
+          const T* __restrict row = xp + (h0 + ky * g.dh) * xs.h;
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const int64_t shift = kx * g.dw - g.pw;
+            const int32_t t = static_cast<int32_t>(ky * g.kw + kx);
+            for (int64_t ox = lo; ox < hi; ++ox) {
+              const C v = static_cast<C>(row[ox * sw + shift]);
+              const bool take = v > bp[ox] || v != v;
+              bp[ox] = take ? v : bp[ox];
+              tp[ox] = take ? t : tp[ox];
+            }
+          }
+        }
+        for (int64_t ox = lo; ox < hi; ++ox)
+          if (tp[ox] >= 0)
+            at[ox] = (h0 + tp[ox] / g.kw * g.dh) * g.iw + ox * g.sw - g.pw + tp[ox] % g.kw * g.dw;
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          yp[oy * ys.h + ox] = T(best[ox]);
+          ip[oy * ys.h + ox] = at[ox];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace pool_detail
+
 /// y and indices share the strides ys; indices hold h * iw + w of each window's maximum
 /// (NaN counts as the maximum, as in PyTorch).
 template <class T>
@@ -110,6 +201,7 @@ void max_pool2d_forward(const T* x, const Strides4& xs, T* y, int64_t* indices, 
                         const Pool2dGeometry& g) {
   using C = compute_t<T>;
   const bool cl = xs.c == 1 && ys.c == 1;
+  if (!cl && xs.w == 1 && ys.w == 1) return pool_detail::max_pool2d_planes(x, xs, y, indices, ys, g);
   pool_detail::for_each_window(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
     const int64_t h0 = oy * g.sh - g.ph, w0 = ox * g.sw - g.pw;
     int64_t hs = h0, ws = w0;

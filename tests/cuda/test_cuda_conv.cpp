@@ -380,7 +380,8 @@ TEST(CudaBatchNorm, TrainAndEvalWithRunningStatistics) {
 
 // relu(batch_norm(x) + residual) in one kernel against the CPU's. The shapes take both of the
 // affine pass's paths: 16-byte vectors (NCHW with H * W a multiple of 8, channels-last with C a
-// multiple of 8) and one element at a time (odd sizes, and an input 4 bytes past alignment).
+// multiple of 8) and one element at a time (odd sizes, and input and residual one element past
+// alignment).
 TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
   SKIP_WITHOUT_GPU();
   SEED_TRACE();
@@ -407,14 +408,16 @@ TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
           Tensor yc = F::batch_norm_relu(xc, rmc, rvc, wc, bc, a, rc);
           const Tensor gy = random(yc.shape(), dt);
           yc.backward(gy);
-          Tensor xg0 = in_layout(gpu(x), in.nhwc);
-          if (in.misaligned) {  // the same values one element into a larger buffer
-            Tensor big = st::empty({x.numel() + 1}, st::TensorOptions(dt, st::Device::cuda()));
-            xg0 = big.narrow(0, 1, x.numel()).view(in.shape);
-            xg0.copy_(gpu(x));
-          }
-          Tensor xg = leaf(xg0), wg = leaf(gpu(w)), bg = leaf(gpu(b));
-          Tensor rg = r.defined() ? leaf(in_layout(gpu(r), in.nhwc)) : Tensor(), rmg = gpu(rm), rvg = gpu(rv);
+          // on the GPU in the case's layout, or one element into a larger buffer (misaligned)
+          auto on_gpu = [&](const Tensor& t) {
+            if (!in.misaligned) return in_layout(gpu(t), in.nhwc);
+            Tensor big = st::empty({t.numel() + 1}, st::TensorOptions(dt, st::Device::cuda()));
+            Tensor view = big.narrow(0, 1, t.numel()).view(in.shape);
+            view.copy_(gpu(t));
+            return view;
+          };
+          Tensor xg = leaf(on_gpu(x)), wg = leaf(gpu(w)), bg = leaf(gpu(b));
+          Tensor rg = r.defined() ? leaf(on_gpu(r)) : Tensor(), rmg = gpu(rm), rvg = gpu(rv);
           Tensor yg = F::batch_norm_relu(xg, rmg, rvg, wg, bg, a, rg);
           yg.backward(in_layout(gpu(gy), in.nhwc));
           std::vector<Tensor> cpu_leaves{xc, wc, bc}, gpu_leaves{xg, wg, bg};

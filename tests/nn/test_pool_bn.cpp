@@ -73,7 +73,8 @@ MaxRef max_reference(const PoolCase& k, const Arr4& x) {
               const int64_t iy = oy * s.h - k.padding.h + ky * k.dilation.h;
               const int64_t ix = ox * s.w - k.padding.w + kx * k.dilation.w;
               if (iy < 0 || iy >= x.h || ix < 0 || ix >= x.w) continue;
-              if (at < 0 || x(n, c, iy, ix) > best) best = x(n, c, iy, ix), at = iy * x.w + ix;
+              const double v = x(n, c, iy, ix);
+              if (at < 0 || v > best || std::isnan(v)) best = v, at = iy * x.w + ix;  // the last NaN wins
             }
           r.y(n, c, oy, ox) = best;
           r.idx(n, c, oy, ox) = static_cast<double>(at);
@@ -159,6 +160,30 @@ TEST(MaxPool2d, NaNPropagatesAndUnbatchedInput) {
   Generator g(5);
   Tensor b = randn({2, 3, 6, 6}, kFloat64, &g);
   EXPECT_TRUE(all_close(F::max_pool2d(b[1], 3, {.stride = 2}), values(F::max_pool2d(b, 3, {.stride = 2})[1]), 0, 0));
+}
+
+// Ties and NaNs decide the index: the first of equal maxima in window order, the last NaN.
+// Values from {0, 1, 2} with NaNs sprinkled in, on planes wide enough for a window interior
+// (which NCHW data runs across a whole row at once) and borders.
+TEST(MaxPool2d, TiesAndNaNsPickTheReferenceIndex) {
+  std::mt19937 rng(11);
+  for (const PoolCase& k : {PoolCase{{2, 3, 17, 19}, 3, Size2(2), 1}, PoolCase{{1, 2, 16, 21}, 3, Size2(1), 2, 2},
+                            PoolCase{{1, 2, 9, 40}, {2, 4}, Size2(2, 3), {1, 2}, 1, true}}) {
+    std::vector<double> v(static_cast<size_t>(k.in[0] * k.in[1] * k.in[2] * k.in[3]));
+    for (double& e : v) e = rng() % 50 == 0 ? NAN : double(rng() % 3);
+    Tensor x64 = from_vector<double>(v, k.in);
+    const MaxRef ref = max_reference(k, Arr4(x64));
+    for (DType dt : {kFloat32, kFloat64})
+      for (Image l : strata::testing::all_images()) {
+        SCOPED_TRACE(fmt::format("{} {} {}", k.in, dt, strata::testing::image_name(l)));
+        auto r = F::max_pool2d_with_indices(as_image(x64.to(dt), l), k.k,
+                                            {k.stride, k.padding, k.dilation, k.ceil_mode});
+        EXPECT_TRUE(all_close(r.indices, ref.idx.v, 0, 0));
+        const std::vector<double> y = values(r.output);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_TRUE(std::isnan(ref.y.v[i]) ? std::isnan(y[i]) : y[i] == ref.y.v[i]) << "output " << i;
+      }
+  }
 }
 
 TEST(MaxPool2d, GradientsByFiniteDifferences) {
