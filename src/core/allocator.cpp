@@ -2,10 +2,21 @@
 // of two, so at most 25% slack); freed blocks go to a free list per class and are reused by
 // the next request of that class. Cached bytes are capped (STRATA_CPU_CACHE_LIMIT_MB,
 // default 4096); past the cap, frees go straight back to the system.
+//
+// Note [Huge pages]
+// Blocks of 2 MiB and more start on a 2 MiB boundary and ask Linux for transparent huge pages
+// (madvise MADV_HUGEPAGE, honoured where THP is "always" or "madvise"), as PyTorch's CPU
+// allocator does. Kernels that stream over large operands, a GEMM's packing most of all, then
+// miss the TLB 512 times less often: on a 2-core KVM guest dnnl_sgemm ran 12-17% faster at
+// 1024^3 to 4096^3 with its operands in huge pages. STRATA_CPU_HUGE_PAGES=0 turns this off.
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <strata/core/allocator.hpp>
 #include <strata/core/error.hpp>
@@ -15,6 +26,18 @@ namespace strata {
 namespace {
 
 constexpr size_t kAlignment = 64;
+constexpr size_t kHugePage = size_t(2) << 20;
+
+// A fresh block of `bytes` (a size class), or null.
+void* system_alloc(size_t bytes, bool huge_pages) {
+  if (!huge_pages || bytes < kHugePage) return std::aligned_alloc(kAlignment, bytes);
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePage, bytes) != 0) return nullptr;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+  return p;
+}
 
 size_t size_class(size_t n) {
   if (n <= 512) return (n + 63) & ~size_t(63);
@@ -28,6 +51,7 @@ class CachingCpuAllocator final : public Allocator {
  public:
   CachingCpuAllocator() {
     if (const char* env = std::getenv("STRATA_CPU_CACHE_LIMIT_MB")) cache_limit_ = size_t(std::atoll(env)) << 20;
+    if (const char* env = std::getenv("STRATA_CPU_HUGE_PAGES")) huge_pages_ = std::atoi(env) != 0;
   }
   ~CachingCpuAllocator() override { empty_cache(); }
 
@@ -43,11 +67,11 @@ class CachingCpuAllocator final : public Allocator {
       cached_bytes_ -= cls;
       ++stats_.num_cache_hits;
     } else {
-      p = std::aligned_alloc(kAlignment, cls);
+      p = system_alloc(cls, huge_pages_);
       if (!p) {
         // give the cache back and try once more before failing
         release_cache_locked();
-        p = std::aligned_alloc(kAlignment, cls);
+        p = system_alloc(cls, huge_pages_);
       }
       STRATA_CHECK(p != nullptr, "[cpu allocator] out of memory allocating {} bytes ({} in use, {} reserved)", nbytes,
                    stats_.bytes_in_use, stats_.bytes_reserved);
@@ -103,6 +127,7 @@ class CachingCpuAllocator final : public Allocator {
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t cached_bytes_ = 0;
   size_t cache_limit_ = size_t(4096) << 20;
+  bool huge_pages_ = true;  // Note [Huge pages]
   MemoryStats stats_;
 };
 

@@ -1,5 +1,6 @@
 // Tensor basics: factories, views and the bounds they are held to, dtype promotion and
 // conversion, the caching allocator, from_blob, printing.
+#include <cstdlib>
 #include <limits>
 
 #include "testing.h"
@@ -237,6 +238,20 @@ TEST(Allocator, CachesAndCounts) {
   EXPECT_EQ(&pinned_allocator(), &cpu_allocator());  // no GPU: pinned falls back to CPU memory
   Tensor pinned = ones({3}).pin_memory();
   EXPECT_TRUE(all_close(pinned, {1, 1, 1}, 0, 0));
+}
+
+// Note [Huge pages]: blocks of 2 MiB and more start on a 2 MiB boundary, where a transparent
+// huge page can back them; smaller ones keep the 64-byte alignment and their size class.
+TEST(Allocator, LargeBlocksAlignToHugePages) {
+  if (const char* env = std::getenv("STRATA_CPU_HUGE_PAGES"); env && std::atoi(env) == 0) GTEST_SKIP();
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  for (int64_t n : {int64_t(512) << 10, int64_t(640) << 10, int64_t(5) << 20}) {  // 2, 2.5 and 20 MiB of floats
+    Tensor t = full({n}, 3.0f);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % kHuge, 0u) << n;
+    EXPECT_EQ(t.sum().item<double>(), 3.0 * double(n));
+  }
+  Tensor small = empty({1000}, kFloat32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
 }
 
 TEST(Tensor, Printing) {
