@@ -4,8 +4,11 @@
 // worker threads; SGD with momentum (optionally Nesterov) or LAMB runs under a linear warmup and
 // cosine decay, with label smoothing. A progress line per interval shows step, loss, lr,
 // images/s and elapsed time, a metrics CSV gets one row per step, and the end prints the mean
-// images/s after the first few steps. --print-params-only builds the model, prints its
-// parameter count and exits.
+// images/s after the first few steps. --checkpoint saves the whole run (model, optimizer,
+// schedule, generator, loader position) every --checkpoint-every steps and at the end, and
+// --resume continues one exactly (Note [Exact resume] in train_loop.hpp). --print-params-only
+// builds the model, prints its parameter count and exits.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -48,6 +51,12 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--timing-warmup", o.timing_warmup, "first steps left out of the final images/s")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics", o.metrics, "CSV file: one row per step");
+  app.add_option("--checkpoint", o.checkpoint, "checkpoint file (default: none), written at the end of the run");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", o.resume, "continue the run saved in --checkpoint (same model and optimizer)");
+  app.add_option("--stop-after", o.stop_after, "stop after this step, with a checkpoint (0: run all steps)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--print-params-only", o.print_params_only, "build the model, print its parameter count, exit");
 }
 
@@ -70,6 +79,8 @@ int main(int argc, char** argv) {
     }
     if (o.lr == 0) o.lr = o.optimizer == "lamb" ? 5e-3 : 0.1 * static_cast<double>(o.batch) / 256;
     STRATA_CHECK(o.warmup < o.steps, "[resnet50] --warmup ({}) must be less than --steps ({})", o.warmup, o.steps);
+    STRATA_CHECK(!o.checkpoint.empty() || (!o.resume && o.stop_after == 0 && o.checkpoint_every == 0),
+                 "[resnet50] --resume, --stop-after and --checkpoint-every need --checkpoint PATH");
     const st::Device device =
         o.device == "cuda" || (o.device == "auto" && st::cuda::is_available()) ? st::Device::cuda() : st::kCPU;
     if (device.type == st::DeviceType::CUDA) {
@@ -98,11 +109,26 @@ int main(int argc, char** argv) {
 
     auto opt = make_optimizer(model, o);
     st::optim::WarmupDecayLR schedule(*opt, o.warmup, o.steps, o.min_lr, st::optim::WarmupDecayLR::Decay::Cosine);
-    const double ips = train(o, model, *opt, schedule, data, loader, device);
-    if (o.steps > o.timing_warmup)
+    st::io::TrainingState state{.model = &model, .optimizer = opt.get(), .scheduler = st::io::stateful(schedule),
+                                .config = {{"model", "resnet50"}, {"classes", std::to_string(data.classes)}}};
+    int64_t start = 0;
+    if (o.resume) {
+      const st::io::Checkpoint progress = example::resume(o.checkpoint, state, "resnet50");
+      loader.load_state(st::data::LoaderState::from_map(progress.loader));
+      start = progress.step;
+    }
+    const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+    if (start >= end) {
+      std::printf("nothing to run: the checkpoint is at step %lld of %lld\n", (long long)start, (long long)end);
+      return 0;
+    }
+    const double ips = train(o, model, *opt, schedule, data, loader, device, state, start);
+    if (end - start > o.timing_warmup)
       std::printf("mean throughput %.2f images/s (after the first %lld steps)\n", ips, (long long)o.timing_warmup);
     else
       std::printf("mean throughput %.2f images/s (over all steps)\n", ips);
+    if (end < o.steps)
+      std::printf("stopped after step %lld of %lld; continue with --resume\n", (long long)end, (long long)o.steps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

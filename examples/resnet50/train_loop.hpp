@@ -1,6 +1,13 @@
 // The example's options, data, optimizer and training loop: ImageNet-style augmentation of an
 // ImageFolder (or synthetic images of the same shape), SGD with momentum or LAMB under a linear
-// warmup and cosine decay, label smoothing, and a metrics CSV with one row per step.
+// warmup and cosine decay, label smoothing, a metrics CSV with one row per step, and
+// checkpoints that a later run continues exactly (--checkpoint, --resume).
+//
+// Note [Exact resume]: a checkpoint holds the model (with BatchNorm's running statistics), the
+// optimizer, the schedule, the default generator and the loader's position (epoch and batches
+// delivered); the images are a function of (seed, index, epoch), so a resumed run sees the
+// batches the uninterrupted one would have and, on the CPU with the same thread count, logs the
+// same losses.
 //
 // Throughput: the first `timing_warmup` steps are left out of the final images/s, as they
 // include one-off costs (allocator growth, worker start-up, first-touch of the weights).
@@ -16,6 +23,7 @@
 
 #include <strata/strata.hpp>
 
+#include "../common/checkpoints.hpp"
 #include "model.hpp"
 
 namespace resnet {
@@ -48,8 +56,14 @@ struct Options {
   int64_t log_every = 10;
   int64_t timing_warmup = 2;
   std::string metrics = "resnet50_metrics.csv";
+  std::string checkpoint;        // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // 0: at the end only
+  bool resume = false;
+  int64_t stop_after = 0;  // stop (with a checkpoint) after this step; the schedule still spans `steps`
   bool print_params_only = false;
 };
+
+inline constexpr const char* kMetricsHeader = "step,loss,lr,images_per_s,elapsed_s";
 
 // Training data: an ImageFolder with RandomResizedCrop, horizontal flips and ImageNet
 // normalization, or (no --data) standard-normal synthetic images, which are already in the
@@ -96,19 +110,33 @@ inline std::unique_ptr<st::optim::Optimizer> make_optimizer(ResNet50& model, con
   return std::make_unique<st::optim::SGD>(Groups{{weights, decay}, {others, no_decay}}, decay);
 }
 
-// Runs o.steps steps, cycling over the loader's epochs; returns the mean images/s over the
-// steps after the first timing_warmup (over all steps when there are no more).
+// Runs steps [start, end), cycling over the loader's epochs, and checkpoints into `state` when
+// o.checkpoint is set (every o.checkpoint_every steps and at the end); returns the mean images/s
+// over the steps after the first timing_warmup of this run (over all of them when there are no
+// more).
 inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt, st::optim::LRScheduler& schedule,
-                    TrainData& data, st::data::DataLoader<st::data::Example>& loader, st::Device device) {
-  std::ofstream csv(o.metrics);
+                    TrainData& data, st::data::DataLoader<st::data::Example>& loader, st::Device device,
+                    const st::io::TrainingState& state, int64_t start) {
+  const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+  std::ofstream csv;
+  if (start > 0) {
+    example::trim_metrics(o.metrics, start, kMetricsHeader, "resnet50");  // rows past the checkpoint would repeat
+    csv.open(o.metrics, std::ios::app);
+  } else {
+    csv.open(o.metrics);
+    csv << kMetricsHeader << '\n';
+  }
   STRATA_CHECK(csv.good(), "[resnet50] cannot write the metrics file {}", o.metrics);
-  csv << "step,loss,lr,images_per_s,elapsed_s\n";
+  auto save = [&](int64_t step) {
+    csv.flush();  // the CSV holds every row the checkpoint covers
+    example::save_checkpoint(o.checkpoint, state, {.step = step, .loader = loader.state().to_map()});
+  };
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   double running = 0, timed_s = 0, all_s = 0;
-  int64_t running_n = 0, step = 0, timed_images = 0, all_images = 0;
+  int64_t running_n = 0, step = start, timed_images = 0, all_images = 0;
   auto last = Clock::now();
-  while (step < o.steps) {
+  while (step < end) {
     if (data.folder) data.folder->set_epoch(static_cast<uint64_t>(loader.epoch()));  // before the pass starts
     for (auto& batch : loader) {
       st::Tensor x = batch.input.to(device);
@@ -128,7 +156,7 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       ++step;
       all_s += step_s;
       all_images += n;
-      if (step > o.timing_warmup) {
+      if (step - start > o.timing_warmup) {
         timed_s += step_s;
         timed_images += n;
       }
@@ -138,7 +166,7 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       const double elapsed = std::chrono::duration<double>(now - t0).count();
       csv << step << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.2f}", ips)
           << ',' << fmt::format("{:.2f}", elapsed) << '\n';
-      if (step % o.log_every == 0 || step == o.steps) {
+      if (step % o.log_every == 0 || step == end) {
         std::printf("step %5lld/%lld  loss %.4f  lr %.2e  %7.2f img/s  elapsed %6.1fs\n", (long long)step,
                     (long long)o.steps, running / static_cast<double>(running_n), lr, ips, elapsed);
         std::fflush(stdout);
@@ -146,7 +174,9 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
         running = 0;
         running_n = 0;
       }
-      if (step == o.steps) break;  // mid-pass: the loader's workers are stopped with it
+      if (!o.checkpoint.empty() && (step == end || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0)))
+        save(step);
+      if (step == end) break;  // mid-pass: the loader's workers are stopped with it
     }
   }
   if (timed_images == 0) return static_cast<double>(all_images) / std::max(all_s, 1e-9);

@@ -6,8 +6,10 @@
 #   - a channels-last run with Nesterov momentum starts from the same loss (same seed, same
 #     weights, only the memory layout differs); LAMB also lowers the loss;
 #   - a tiny ImageFolder of PNG files trains for 2 steps;
-#   - --cudnn-benchmark on the CPU says it has no effect; --amp and a missing --data folder
-#     fail with a message.
+#   - 6 steps straight equal 3 steps (--stop-after), then --resume to 6, mid-epoch: the same
+#     loss and lr at every step and byte-identical final checkpoints;
+#   - --cudnn-benchmark on the CPU says it has no effect; --amp, a missing --data folder,
+#     --resume without --checkpoint and a missing checkpoint fail with a message.
 # usage: resnet50_test.sh RESNET50 WORK_DIR
 set -euo pipefail
 example=$1 work=$2
@@ -67,16 +69,27 @@ grep -q '^data: 8 images of 32x32 from folder, 2 classes' folder.txt ||
 losses folder.csv | awk '{ if (!($1 > 0 && $1 < 10)) bad = 1 } END { exit bad }' ||
   fail "ImageFolder losses out of range"
 
-set +e
-"$example" "${tiny[@]}" --steps 2 --amp 2>err.txt
-rc=$?
-set -e
-[[ $rc == 1 ]] || fail "--amp exited with $rc, not 1"
-grep -q 'not available yet' err.txt || fail "the --amp refusal does not say why"
-set +e
-"$example" "${tiny[@]}" --steps 2 --data "$work/no-such-dir" 2>err.txt
-rc=$?
-set -e
-[[ $rc == 1 ]] || fail "a missing ImageFolder root exited with $rc, not 1"
-grep -q 'no-such-dir' err.txt || fail "the missing-folder error does not name the folder"
+# exact resume: 2 batches per epoch, so the run stops in the middle of epoch 1
+ck=(--synthetic-size 8 --batch 4 --warmup 1)
+"$example" "${tiny[@]}" "${ck[@]}" --steps 6 --checkpoint straight.ckpt --metrics straight.csv >/dev/null
+"$example" "${tiny[@]}" "${ck[@]}" --steps 6 --checkpoint split.ckpt --stop-after 3 --metrics split.csv |
+  tee stopped.txt
+grep -q 'stopped after step 3 of 6; continue with --resume' stopped.txt || fail "no stop line"
+"$example" "${tiny[@]}" "${ck[@]}" --steps 6 --checkpoint split.ckpt --resume --metrics split.csv | tee resumed.txt
+grep -q 'resumed from split.ckpt at step 3' resumed.txt || fail "no resume line"
+diff <(cut -d, -f1-3 straight.csv) <(cut -d, -f1-3 split.csv) || fail "the resumed run's losses or lrs differ"
+cmp straight.ckpt split.ckpt || fail "the resumed run's final checkpoint differs"
+
+# refused: exit status 1 and a message on stderr that contains NEEDLE
+expect_refusal() {
+  local what=$1 needle=$2 rc=0
+  shift 2
+  "$example" "${tiny[@]}" --steps 2 "$@" 2>err.txt || rc=$?
+  [[ $rc == 1 ]] || fail "$what exited with $rc, not 1"
+  grep -q -- "$needle" err.txt || fail "the refusal of $what does not say '$needle': $(cat err.txt)"
+}
+expect_refusal "--resume without --checkpoint" 'need --checkpoint' --resume
+expect_refusal "--resume from a missing checkpoint" 'no checkpoint at none.ckpt' --checkpoint none.ckpt --resume
+expect_refusal "--amp" 'not available yet' --amp
+expect_refusal "a missing ImageFolder root" 'no-such-dir' --data "$work/no-such-dir"
 echo "PASS: $params parameters; SGD loss $first -> $last; LAMB loss $lamb_first -> $lamb_last"
