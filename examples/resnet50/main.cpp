@@ -3,7 +3,7 @@
 // training step rather than the disk and the JPEG decoder. Batches come from a DataLoader with
 // worker threads; SGD with momentum (optionally Nesterov) or LAMB runs under a linear warmup and
 // cosine decay, with label smoothing. A progress line per interval shows step, loss, lr,
-// images/s and elapsed time, a metrics CSV gets one row per step, and the end prints the mean
+// images/s and elapsed time, --val-data adds validation loss and top-1/top-5 accuracy, a metrics CSV gets one row per step, and the end prints the mean
 // images/s after the first few steps. --checkpoint saves the whole run (model, optimizer,
 // schedule, generator, loader position) every --checkpoint-every steps and at the end, and
 // --resume continues one exactly (Note [Exact resume] in train_loop.hpp). --print-params-only
@@ -24,6 +24,9 @@ using namespace resnet;
 void add_options(CLI::App& app, Options& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --x overrides
   app.add_option("--data", o.data, "ImageFolder root (root/<class>/<image>); default: synthetic images");
+  app.add_option("--val-data", o.val_data, "ImageFolder of validation images (the same classes as --data)");
+  app.add_option("--eval-every", o.eval_every, "steps between validations (0: at the end only)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--synthetic-size", o.synthetic_size, "synthetic images per epoch")->check(CLI::PositiveNumber);
   app.add_option("--image-size", o.image_size, "training resolution (square)")->check(CLI::Range(32, 4096));
   app.add_option("--classes", o.classes, "classes of the synthetic data")->check(CLI::PositiveNumber);
@@ -100,6 +103,14 @@ int main(int argc, char** argv) {
                 o.data.empty() ? "synthetic data" : o.data.c_str(), (long long)data.classes, (long long)loader.size(),
                 (long long)o.batch);
 
+    std::shared_ptr<st::data::ImageFolder> val_data = make_val_data(o, data);
+    std::unique_ptr<st::data::DataLoader<st::data::Example>> val_loader;
+    if (val_data) {
+      val_loader = std::make_unique<st::data::DataLoader<st::data::Example>>(
+          val_data, st::data::LoaderOptions{.batch_size = o.batch, .num_workers = o.workers});
+      std::printf("validation: %lld images from %s\n", (long long)val_data->size(), o.val_data.c_str());
+    }
+
     ResNet50 model({.classes = data.classes, .zero_init_residual = o.zero_init_residual});
     model.to(device);
     std::printf("model: ResNet-50 v1.5, %lld parameters, on %s%s; %s, peak lr %g, %lld steps (%lld warmup)\n",
@@ -122,7 +133,7 @@ int main(int argc, char** argv) {
       std::printf("nothing to run: the checkpoint is at step %lld of %lld\n", (long long)start, (long long)end);
       return 0;
     }
-    const double ips = train(o, model, *opt, schedule, data, loader, device, state, start);
+    const double ips = train(o, model, *opt, schedule, data, loader, val_loader.get(), device, state, start);
     if (end - start > o.timing_warmup)
       std::printf("mean throughput %.2f images/s (after the first %lld steps)\n", ips, (long long)o.timing_warmup);
     else

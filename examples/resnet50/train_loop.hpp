@@ -1,7 +1,8 @@
 // The example's options, data, optimizer and training loop: ImageNet-style augmentation of an
 // ImageFolder (or synthetic images of the same shape), SGD with momentum or LAMB under a linear
-// warmup and cosine decay, label smoothing, a metrics CSV with one row per step, and
-// checkpoints that a later run continues exactly (--checkpoint, --resume).
+// warmup and cosine decay, label smoothing, a metrics CSV with one row per step, validation
+// (loss, top-1 and top-5 accuracy) on a second ImageFolder, and checkpoints that a later run
+// continues exactly (--checkpoint, --resume).
 //
 // Note [Exact resume]: a checkpoint holds the model (with BatchNorm's running statistics), the
 // optimizer, the schedule, the default generator and the loader's position (epoch and batches
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +33,9 @@ namespace resnet {
 namespace F = strata::nn::functional;
 
 struct Options {
-  std::string data;  // ImageFolder root; empty: synthetic images
+  std::string data;      // ImageFolder root; empty: synthetic images
+  std::string val_data;  // ImageFolder root of validation images, the same classes; empty: none
+  int64_t eval_every = 0;  // steps between validations (0: at the end only)
   int64_t synthetic_size = 256;
   int64_t image_size = 224;
   int64_t classes = 1000;  // synthetic data only; an ImageFolder has one class per folder
@@ -63,7 +67,7 @@ struct Options {
   bool print_params_only = false;
 };
 
-inline constexpr const char* kMetricsHeader = "step,loss,lr,images_per_s,elapsed_s";
+inline constexpr const char* kMetricsHeader = "step,loss,lr,images_per_s,elapsed_s,val_loss,val_top1,val_top5";
 
 // Training data: an ImageFolder with RandomResizedCrop, horizontal flips and ImageNet
 // normalization, or (no --data) standard-normal synthetic images, which are already in the
@@ -91,6 +95,52 @@ inline TrainData make_data(const Options& o) {
   return d;
 }
 
+// Validation images: resized so the shorter side is image_size * 256 / 224 (256 for 224), the
+// central image_size square, ImageNet normalization (torchvision's evaluation transform). The
+// folder must hold the training folder's classes, in the same order.
+inline std::shared_ptr<st::data::ImageFolder> make_val_data(const Options& o, const TrainData& train) {
+  if (o.val_data.empty()) return nullptr;
+  STRATA_CHECK(train.folder, "[resnet50] --val-data needs --data: synthetic training images have no classes to "
+                             "validate against");
+  using namespace st::data;
+  Compose pipeline({Resize(o.image_size * 256 / 224), CenterCrop(o.image_size), ToTensor(),
+                    Normalize(kImageNetMean, kImageNetStd)});
+  auto val = std::make_shared<ImageFolder>(o.val_data, pipeline, o.seed);
+  STRATA_CHECK(val->classes() == train.folder->classes(),
+               "[resnet50] the validation folder's classes ({}) differ from the training folder's ({})",
+               fmt::join(val->classes(), ", "), fmt::join(train.folder->classes(), ", "));
+  return val;
+}
+
+struct Validation {
+  double loss = 0, top1 = 0, top5 = 0;  // mean cross entropy (no smoothing), accuracies in %
+  int64_t images = 0;
+};
+
+// One pass over `loader` in eval mode (BatchNorm's running statistics), without autograd.
+inline Validation evaluate(ResNet50& model, st::data::DataLoader<st::data::Example>& loader, st::Device device,
+                           bool channels_last) {
+  st::NoGradGuard no_grad;
+  model.eval();
+  double loss = 0;
+  int64_t correct1 = 0, correct5 = 0, n = 0;
+  for (auto& batch : loader) {
+    st::Tensor x = batch.input.to(device);
+    if (channels_last) x = x.to(st::MemoryFormat::ChannelsLast);
+    const st::Tensor y = batch.target.to(device), logits = model(x);
+    loss += F::cross_entropy(logits, y, {.reduction = "sum"}).item<double>();
+    const int64_t k = std::min<int64_t>(5, logits.size(1));
+    const st::Tensor hits = st::eq(std::get<1>(st::topk(logits, k, 1)), y.unsqueeze(1));  // (B, k), best first
+    correct1 += hits.narrow(1, 0, 1).sum().item<int64_t>();
+    correct5 += hits.sum().item<int64_t>();
+    n += y.size(0);
+  }
+  model.train();
+  if (n == 0) return {};
+  const double scale = 100.0 / static_cast<double>(n);
+  return {loss / static_cast<double>(n), correct1 * scale, correct5 * scale, n};
+}
+
 // SGD (optionally Nesterov) or LAMB; weight decay on conv and linear weights only, not on
 // BatchNorm parameters or biases, as is usual for ResNets.
 inline std::unique_ptr<st::optim::Optimizer> make_optimizer(ResNet50& model, const Options& o) {
@@ -110,12 +160,14 @@ inline std::unique_ptr<st::optim::Optimizer> make_optimizer(ResNet50& model, con
   return std::make_unique<st::optim::SGD>(Groups{{weights, decay}, {others, no_decay}}, decay);
 }
 
-// Runs steps [start, end), cycling over the loader's epochs, and checkpoints into `state` when
+// Runs steps [start, end), cycling over the loader's epochs, validates on `val_loader` (when
+// given; every o.eval_every steps and at the end) and checkpoints into `state` when
 // o.checkpoint is set (every o.checkpoint_every steps and at the end); returns the mean images/s
 // over the steps after the first timing_warmup of this run (over all of them when there are no
 // more).
 inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt, st::optim::LRScheduler& schedule,
-                    TrainData& data, st::data::DataLoader<st::data::Example>& loader, st::Device device,
+                    TrainData& data, st::data::DataLoader<st::data::Example>& loader,
+                    st::data::DataLoader<st::data::Example>* val_loader, st::Device device,
                     const st::io::TrainingState& state, int64_t start) {
   const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
   std::ofstream csv;
@@ -165,7 +217,13 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       const double ips = static_cast<double>(n) / std::max(step_s, 1e-9);
       const double elapsed = std::chrono::duration<double>(now - t0).count();
       csv << step << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.2f}", ips)
-          << ',' << fmt::format("{:.2f}", elapsed) << '\n';
+          << ',' << fmt::format("{:.2f}", elapsed);
+      std::optional<Validation> val;
+      if (val_loader && (step == end || (o.eval_every > 0 && step % o.eval_every == 0))) {
+        val = evaluate(model, *val_loader, device, o.channels_last);
+        last = Clock::now();  // validation time is not training time
+      }
+      csv << (val ? fmt::format(",{},{:.2f},{:.2f}", val->loss, val->top1, val->top5) : std::string(",,,")) << '\n';
       if (step % o.log_every == 0 || step == end) {
         std::printf("step %5lld/%lld  loss %.4f  lr %.2e  %7.2f img/s  elapsed %6.1fs\n", (long long)step,
                     (long long)o.steps, running / static_cast<double>(running_n), lr, ips, elapsed);
@@ -173,6 +231,11 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
         csv.flush();
         running = 0;
         running_n = 0;
+      }
+      if (val) {
+        std::printf("validation at step %lld: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%lld images)\n",
+                    (long long)step, val->loss, val->top1, val->top5, (long long)val->images);
+        std::fflush(stdout);
       }
       if (!o.checkpoint.empty() && (step == end || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0)))
         save(step);

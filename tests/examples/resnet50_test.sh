@@ -5,11 +5,12 @@
 #     clearly, and the metrics CSV has one row per step;
 #   - a channels-last run with Nesterov momentum starts from the same loss (same seed, same
 #     weights, only the memory layout differs); LAMB also lowers the loss;
-#   - a tiny ImageFolder of PNG files trains for 2 steps;
+#   - a tiny ImageFolder of PNG files trains for 2 steps, validated on itself after each;
 #   - 6 steps straight equal 3 steps (--stop-after), then --resume to 6, mid-epoch: the same
 #     loss and lr at every step and byte-identical final checkpoints;
 #   - --cudnn-benchmark on the CPU says it has no effect; --amp, a missing --data folder,
-#     --resume without --checkpoint and a missing checkpoint fail with a message.
+#     --resume without --checkpoint, a missing checkpoint, --val-data without --data and
+#     validation classes unlike the training ones fail with a message.
 # usage: resnet50_test.sh RESNET50 WORK_DIR
 set -euo pipefail
 example=$1 work=$2
@@ -61,13 +62,19 @@ for cls, base in (('blue', (30, 30, 200)), ('red', (200, 30, 30))):
     for i in range(4):
         png(f'folder/{cls}/{i}.png', 48, 40, lambda: tuple(min(255, c + random.randrange(40)) for c in base))
 EOF
-"$example" --data folder --image-size 32 --batch 4 --steps 2 --warmup 0 --device cpu --workers 2 --threads 2 \
-  --log-every 1 --metrics folder.csv | tee folder.txt
+"$example" --data folder --val-data folder --eval-every 1 --image-size 32 --batch 4 --steps 2 --warmup 0 \
+  --device cpu --workers 2 --threads 2 --log-every 1 --metrics folder.csv | tee folder.txt
 grep -q '^data: 8 images of 32x32 from folder, 2 classes' folder.txt ||
   fail "the ImageFolder was not read as 8 images in 2 classes"
 [[ $(losses folder.csv | wc -l) == 2 ]] || fail "expected 2 rows in the ImageFolder run's CSV"
 losses folder.csv | awk '{ if (!($1 > 0 && $1 < 10)) bad = 1 } END { exit bad }' ||
   fail "ImageFolder losses out of range"
+grep -qE '^validation at step 2: loss [0-9.]+  top-1 [0-9.]+%  top-5 100.00%  \(8 images\)$' folder.txt ||
+  fail "no validation line after step 2 (with 2 classes, top-5 is 100%)"
+# every row validated (--eval-every 1): loss, then top-1 and top-5 in percent
+tail -n +2 folder.csv | awk -F, '{ if (!($6 > 0 && $7 >= 0 && $7 <= 100 && $8 == 100)) bad = 1 } END { exit bad }' ||
+  fail "the metrics CSV lacks validation columns: $(cat folder.csv)"
+mkdir -p other/green && cp folder/red/0.png other/green/
 
 # exact resume: 2 batches per epoch, so the run stops in the middle of epoch 1
 ck=(--synthetic-size 8 --batch 4 --warmup 1)
@@ -92,4 +99,7 @@ expect_refusal "--resume without --checkpoint" 'need --checkpoint' --resume
 expect_refusal "--resume from a missing checkpoint" 'no checkpoint at none.ckpt' --checkpoint none.ckpt --resume
 expect_refusal "--amp" 'not available yet' --amp
 expect_refusal "a missing ImageFolder root" 'no-such-dir' --data "$work/no-such-dir"
+expect_refusal "--val-data without --data" 'needs --data' --val-data folder
+expect_refusal "validation classes unlike the training ones" 'classes (green) differ' --data folder \
+  --val-data other --image-size 32
 echo "PASS: $params parameters; SGD loss $first -> $last; LAMB loss $lamb_first -> $lamb_last"
