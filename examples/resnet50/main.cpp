@@ -3,11 +3,12 @@
 // training step rather than the disk and the JPEG decoder. Batches come from a DataLoader with
 // worker threads; SGD with momentum (optionally Nesterov) or LAMB runs under a linear warmup and
 // cosine decay, with label smoothing. A progress line per interval shows step, loss, lr,
-// images/s and elapsed time, --val-data adds validation loss and top-1/top-5 accuracy, a metrics CSV gets one row per step, and the end prints the mean
-// images/s after the first few steps. --checkpoint saves the whole run (model, optimizer,
-// schedule, generator, loader position) every --checkpoint-every steps and at the end, and
-// --resume continues one exactly (Note [Exact resume] in train_loop.hpp). --print-params-only
-// builds the model, prints its parameter count and exits.
+// images/s and elapsed time; --val-data adds validation loss and top-1/top-5 accuracy; a
+// metrics CSV gets one row per step; the end prints the mean images/s after the first few
+// steps. --checkpoint saves the whole run (model, optimizer, schedule, generator, loader
+// position) every --checkpoint-every steps and at the end, and --resume continues one exactly
+// (Note [Exact resume] in train_loop.hpp). --print-params-only builds the model, prints its
+// parameter count and exits.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -121,7 +122,7 @@ int main(int argc, char** argv) {
     auto opt = make_optimizer(model, o);
     st::optim::WarmupDecayLR schedule(*opt, o.warmup, o.steps, o.min_lr, st::optim::WarmupDecayLR::Decay::Cosine);
     st::io::TrainingState state{.model = &model, .optimizer = opt.get(), .scheduler = st::io::stateful(schedule),
-                                .config = {{"model", "resnet50"}, {"classes", std::to_string(data.classes)}}};
+                                .config = run_config(o, data)};
     int64_t start = 0;
     if (o.resume) {
       const st::io::Checkpoint progress = example::resume(o.checkpoint, state, "resnet50");

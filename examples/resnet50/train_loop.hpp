@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -141,6 +142,17 @@ inline Validation evaluate(ResNet50& model, st::data::DataLoader<st::data::Examp
   return {loss / static_cast<double>(n), correct1 * scale, correct5 * scale, n};
 }
 
+// What a checkpoint must agree on to be continued exactly (Note [Exact resume]): the model's
+// classes and the batches it is fed. load_checkpoint refuses another, naming the keys.
+inline std::map<std::string, std::string> run_config(const Options& o, const TrainData& data) {
+  return {{"model", "resnet50"},
+          {"classes", std::to_string(data.classes)},
+          {"data", o.data.empty() ? fmt::format("synthetic:{}", o.synthetic_size) : o.data},
+          {"image_size", std::to_string(o.image_size)},
+          {"batch", std::to_string(o.batch)},
+          {"seed", std::to_string(o.seed)}};
+}
+
 // SGD (optionally Nesterov) or LAMB; weight decay on conv and linear weights only, not on
 // BatchNorm parameters or biases, as is usual for ResNets.
 inline std::unique_ptr<st::optim::Optimizer> make_optimizer(ResNet50& model, const Options& o) {
@@ -161,7 +173,7 @@ inline std::unique_ptr<st::optim::Optimizer> make_optimizer(ResNet50& model, con
 }
 
 // Runs steps [start, end), cycling over the loader's epochs, validates on `val_loader` (when
-// given; every o.eval_every steps and at the end) and checkpoints into `state` when
+// given; every o.eval_every steps and after the last of o.steps) and checkpoints into `state` when
 // o.checkpoint is set (every o.checkpoint_every steps and at the end); returns the mean images/s
 // over the steps after the first timing_warmup of this run (over all of them when there are no
 // more).
@@ -219,7 +231,7 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       csv << step << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.2f}", ips)
           << ',' << fmt::format("{:.2f}", elapsed);
       std::optional<Validation> val;
-      if (val_loader && (step == end || (o.eval_every > 0 && step % o.eval_every == 0))) {
+      if (val_loader && (step == o.steps || (o.eval_every > 0 && step % o.eval_every == 0))) {
         val = evaluate(model, *val_loader, device, o.channels_last);
         last = Clock::now();  // validation time is not training time
       }
@@ -237,8 +249,10 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
                     (long long)step, val->loss, val->top1, val->top5, (long long)val->images);
         std::fflush(stdout);
       }
-      if (!o.checkpoint.empty() && (step == end || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0)))
+      if (!o.checkpoint.empty() && (step == end || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
         save(step);
+        last = Clock::now();  // nor is saving
+      }
       if (step == end) break;  // mid-pass: the loader's workers are stopped with it
     }
   }

@@ -161,8 +161,9 @@ void max_pool2d_planes(const T* x, const Strides4& xs, T* y, int64_t* indices, c
             }
           }
         }
-        // the interior tracks the winning tap's number (ky * kw + kx) in 32 bits, as wide as
-        // the values, so that value and tap select together in one vector lane
+        // the interior tracks the winning tap's number in 32 bits, as wide as the values, so
+        // that value and tap select together in one vector lane: (ky - ty.first) * kw + kx,
+        // below rows inside x kw <= ih * iw (max_pool2d_forward sends larger planes elsewhere)
         C* __restrict bp = best.data();
         int32_t* __restrict tp = tap.data();
         const int64_t sw = g.sw;  // a local: the stores below cannot change it
@@ -171,7 +172,7 @@ void max_pool2d_planes(const T* x, const Strides4& xs, T* y, int64_t* indices, c
           const T* __restrict row = xp + (h0 + ky * g.dh) * xs.h;
           for (int64_t kx = 0; kx < g.kw; ++kx) {
             const int64_t shift = kx * g.dw - g.pw;
-            const int32_t t = static_cast<int32_t>(ky * g.kw + kx);
+            const int32_t t = static_cast<int32_t>((ky - ty.first) * g.kw + kx);
             for (int64_t ox = lo; ox < hi; ++ox) {
               const C v = static_cast<C>(row[ox * sw + shift]);
               const bool take = v > bp[ox] || v != v;
@@ -182,7 +183,7 @@ void max_pool2d_planes(const T* x, const Strides4& xs, T* y, int64_t* indices, c
         }
         for (int64_t ox = lo; ox < hi; ++ox)
           if (tp[ox] >= 0)
-            at[ox] = (h0 + tp[ox] / g.kw * g.dh) * g.iw + ox * g.sw - g.pw + tp[ox] % g.kw * g.dw;
+            at[ox] = (h0 + (ty.first + tp[ox] / g.kw) * g.dh) * g.iw + ox * g.sw - g.pw + tp[ox] % g.kw * g.dw;
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           yp[oy * ys.h + ox] = T(best[ox]);
           ip[oy * ys.h + ox] = at[ox];
@@ -201,7 +202,9 @@ void max_pool2d_forward(const T* x, const Strides4& xs, T* y, int64_t* indices, 
                         const Pool2dGeometry& g) {
   using C = compute_t<T>;
   const bool cl = xs.c == 1 && ys.c == 1;
-  if (!cl && xs.w == 1 && ys.w == 1) return pool_detail::max_pool2d_planes(x, xs, y, indices, ys, g);
+  // planes whose tap numbers fit in 32 bits (pool_detail::max_pool2d_planes)
+  const bool small_taps = std::min(g.kh, g.ih) * std::min(g.kw, g.iw) < (int64_t(1) << 31);
+  if (!cl && xs.w == 1 && ys.w == 1 && small_taps) return pool_detail::max_pool2d_planes(x, xs, y, indices, ys, g);
   pool_detail::for_each_window(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
     const int64_t h0 = oy * g.sh - g.ph, w0 = ox * g.sw - g.pw;
     int64_t hs = h0, ws = w0;

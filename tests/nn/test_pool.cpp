@@ -184,6 +184,17 @@ TEST(MaxPool2d, TiesAndNaNsPickTheReferenceIndex) {
   }
 }
 
+// A window of more than 2^31 taps (a kernel 1.4e9 rows tall, padded to match, over a 1 x 3
+// plane): the NCHW path numbers the taps of the rows inside the plane only, so the index of
+// the maximum is still right.
+TEST(MaxPool2d, HugeKernelKeepsTheIndex) {
+  Tensor x = from_vector<float>({0, 2, 1}, Shape{1, 1, 1, 3});
+  auto r = F::max_pool2d_with_indices(x, {1431655767, 3}, {.stride = Size2(1), .padding = {715827883, 0}});
+  ASSERT_EQ(r.output.shape(), (Shape{1, 1, 1, 1}));
+  EXPECT_EQ(r.output.item<float>(), 2.0f);
+  EXPECT_EQ(r.indices.item<int64_t>(), 1);
+}
+
 TEST(MaxPool2d, GradientsByFiniteDifferences) {
   uint64_t seed = 20;
   for (const PoolCase& k : pool_cases())
