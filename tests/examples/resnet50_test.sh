@@ -9,7 +9,8 @@
 #   - 6 steps straight equal 3 steps (--stop-after), then --resume to 6, mid-epoch: the same
 #     loss and lr at every step and byte-identical final checkpoints;
 #   - --cudnn-benchmark on the CPU says it has no effect; --amp, a missing --data folder,
-#     --resume without --checkpoint, a missing checkpoint, --val-data without --data and
+#     --resume without --checkpoint, a missing checkpoint, a resume with another batch size,
+#     --val-data without --data and
 #     validation classes unlike the training ones fail with a message.
 # usage: resnet50_test.sh RESNET50 WORK_DIR
 set -euo pipefail
@@ -97,6 +98,7 @@ expect_refusal() {
 }
 expect_refusal "--resume without --checkpoint" 'need --checkpoint' --resume
 expect_refusal "--resume from a missing checkpoint" 'no checkpoint at none.ckpt' --checkpoint none.ckpt --resume
+expect_refusal "--resume with another batch size" 'batch' "${ck[@]}" --batch 2 --steps 6 --checkpoint split.ckpt --resume
 expect_refusal "--amp" 'not available yet' --amp
 expect_refusal "a missing ImageFolder root" 'no-such-dir' --data "$work/no-such-dir"
 expect_refusal "--val-data without --data" 'needs --data' --val-data folder
