@@ -184,6 +184,39 @@ TEST(MaxPool2d, TiesAndNaNsPickTheReferenceIndex) {
   }
 }
 
+// Random geometries (kernel, stride, padding up to half the dilated kernel, dilation, ceil
+// mode, planes narrower than the kernel) on values with ties and NaNs: the NCHW path, which
+// runs each row's interior at once, agrees with the reference in values and indices.
+TEST(MaxPool2d, RandomGeometriesMatchTheReference) {
+  std::mt19937 rng(17);
+  auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
+  int checked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t kh = pick(1, 4), kw = pick(1, 5), dh = pick(1, 3), dw = pick(1, 3);
+    const int64_t ph = pick(0, (dh * (kh - 1) + 1) / 2), pw = pick(0, (dw * (kw - 1) + 1) / 2);
+    const PoolCase k{{1, 2, pick(1, 9), pick(1, 23)}, {kh, kw}, Size2(pick(1, 3), pick(1, 3)), {ph, pw},
+                     {dh, dw}, rng() % 2 == 0};
+    if (k.in[2] + 2 * ph < dh * (kh - 1) + 1 || k.in[3] + 2 * pw < dw * (kw - 1) + 1)
+      continue;  // the dilated kernel does not fit the padded input: the op refuses these
+    std::vector<double> v(static_cast<size_t>(2 * k.in[2] * k.in[3]));
+    for (double& e : v) e = rng() % 40 == 0 ? NAN : double(rng() % 4);
+    Tensor x = from_vector<double>(v, k.in);
+    const MaxRef ref = max_reference(k, Arr4(x));
+    bool skip = false;  // windows with no tap inside the input have no defined index
+    for (double i : ref.idx.v) skip = skip || i < 0;
+    if (skip) continue;
+    SCOPED_TRACE(fmt::format("trial {}: in {} k {}x{} s {}x{} p {}x{} d {}x{} ceil {}", trial, k.in, kh, kw,
+                             k.stride->h, k.stride->w, ph, pw, dh, dw, k.ceil_mode));
+    auto r = F::max_pool2d_with_indices(x.to(kFloat32), k.k, {k.stride, k.padding, k.dilation, k.ceil_mode});
+    ASSERT_TRUE(all_close(r.indices, ref.idx.v, 0, 0));
+    const std::vector<double> y = values(r.output);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_TRUE(std::isnan(ref.y.v[i]) ? std::isnan(y[i]) : y[i] == ref.y.v[i]) << "output " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 150);
+}
+
 // A window of more than 2^31 taps (a kernel 1.4e9 rows tall, padded to match, over a 1 x 3
 // plane): the NCHW path numbers the taps of the rows inside the plane only, so the index of
 // the maximum is still right.
