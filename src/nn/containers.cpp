@@ -1,4 +1,8 @@
 // Sequential, ModuleList and ModuleDict.
+#include <typeinfo>
+
+#include <strata/nn/activation.hpp>
+#include <strata/nn/batchnorm.hpp>
 #include <strata/nn/containers.hpp>
 
 namespace strata::nn {
@@ -8,9 +12,30 @@ Module& ModuleList::operator[](size_t i) const {
   return *items_[i];
 }
 
+namespace {
+
+// BatchNorm1d/2d itself, not a subclass that may have its own forward.
+BatchNormBase* plain_batch_norm(Module& m) {
+  const std::type_info& t = typeid(m);
+  return t == typeid(BatchNorm2d) || t == typeid(BatchNorm1d) ? static_cast<BatchNormBase*>(&m) : nullptr;
+}
+
+}  // namespace
+
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (Module* m : *this) x = m->forward(x);
+  const size_t n = size();
+  for (size_t i = 0; i < n; ++i) {
+    Module& m = (*this)[i];
+    // a batch norm followed by a ReLU runs as one pass (forward_relu): the same values and
+    // gradients, one read and write of the activations fewer
+    if (BatchNormBase* bn = plain_batch_norm(m); bn && i + 1 < n && typeid((*this)[i + 1]) == typeid(ReLU)) {
+      x = bn->forward_relu(x);
+      ++i;
+      continue;
+    }
+    x = m.forward(x);
+  }
   return x;
 }
 

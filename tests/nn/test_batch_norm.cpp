@@ -340,3 +340,39 @@ TEST(BatchNormRelu, BadInputRaises) {
                           {"batch_norm_relu", "residual", "[3, 4, 4]"}));
   EXPECT_TRUE(throws_with([&] { F::batch_norm_relu(x, Tensor(), Tensor()); }, {"batch_norm_relu", "running_mean"}));
 }
+
+// Sequential runs BatchNorm2d then ReLU as one batch_norm_relu: the same output and gradients
+// as the two modules called in turn; a ReLU subclass (its own forward) is left alone.
+TEST(BatchNormRelu, SequentialFusesBatchNormThenRelu) {
+  Generator g(160);
+  nn::Sequential fused(nn::Conv2d(3, 4, 3, {.padding = 1}), nn::BatchNorm2d(4), nn::ReLU(), nn::Conv2d(4, 2, 1));
+  nn::Sequential plain(nn::Conv2d(3, 4, 3, {.padding = 1}), nn::BatchNorm2d(4), nn::ReLU(), nn::Conv2d(4, 2, 1));
+  {
+    NoGradGuard no_grad;
+    auto a = fused.parameters(), b = plain.parameters();
+    for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
+  }
+  Tensor x = randn({2, 3, 5, 5}, kFloat32, &g);
+  Tensor want = x;
+  for (nn::Module* m : plain) want = m->forward(want);  // each module on its own
+  Tensor got = fused(x);
+  EXPECT_TRUE(all_close(got, values(want), 1e-6, 1e-6));
+  // the last conv's input came from one batch_norm_relu node
+  const auto& edges = got.grad_fn()->next_edges;
+  ASSERT_FALSE(edges.empty());
+  ASSERT_TRUE(edges[0].valid());
+  EXPECT_EQ(edges[0].node->name(), "batch_norm_relu");
+  got.sum().backward(), want.sum().backward();
+  auto a = fused.parameters(), b = plain.parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(all_close(a[i].grad(), values(b[i].grad()), 1e-5, 1e-5)) << i;
+  auto& bn_fused = fused.at<nn::BatchNorm2d>(1);
+  EXPECT_TRUE(all_close(bn_fused.running_var, values(plain.at<nn::BatchNorm2d>(1).running_var), 1e-6, 1e-6));
+
+  struct CountingReLU : nn::ReLU {
+    int calls = 0;
+    Tensor forward(const Tensor& input) override { return ++calls, nn::ReLU::forward(input); }
+  };
+  nn::Sequential custom(nn::BatchNorm2d(3), CountingReLU());
+  custom(x);
+  EXPECT_EQ(custom.at<CountingReLU>(1).calls, 1);
+}
