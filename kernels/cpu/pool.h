@@ -102,10 +102,6 @@ inline AvgWindow avg_window(const Pool2dGeometry& g, int64_t oy, int64_t ox, boo
 inline int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
 inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
 
-}  // namespace pool_detail
-
-namespace pool_detail {
-
 // The taps k in [first, end) of a window starting at `start` (stride `dil` between taps, `k`
 // taps) that land inside [0, size); first is not capped by k (an empty window keeps the
 // position of its first tap at or past 0, as max_pool2d_forward's index does).

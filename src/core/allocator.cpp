@@ -6,9 +6,10 @@
 // Note [Huge pages]
 // Blocks of 2 MiB and more start on a 2 MiB boundary and ask Linux for transparent huge pages
 // (madvise MADV_HUGEPAGE, honoured where THP is "always" or "madvise"), as PyTorch's CPU
-// allocator does. Kernels that stream over large operands, a GEMM's packing most of all, then
-// miss the TLB 512 times less often: on a 2-core KVM guest dnnl_sgemm ran 12-17% faster at
-// 1024^3 to 4096^3 with its operands in huge pages. STRATA_CPU_HUGE_PAGES=0 turns this off.
+// allocator does when THP_MEM_ALLOC_ENABLE is set. Kernels that stream over large operands, a
+// GEMM's packing most of all, then miss the TLB 512 times less often: on a 2-core KVM guest
+// dnnl_sgemm ran 8-17% faster at 1024^3 to 4096^3 with its operands in huge pages.
+// STRATA_CPU_HUGE_PAGES=0 turns this off.
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
