@@ -333,11 +333,14 @@ TEST(BatchNormRelu, LayerForwardReluTracksStatisticsLikeForward) {
 TEST(BatchNormRelu, BadInputRaises) {
   nn::BatchNorm2d bn(3);
   Tensor x = randn({2, 3, 4, 4});
-  EXPECT_TRUE(throws_with([&] { bn.forward_relu(x, randn({2, 3, 4, 5})); }, {"BatchNorm2d(3)", "residual", "[2, 3, 4, 5]"}));
-  EXPECT_TRUE(throws_with([&] { bn.forward_relu(x, randn({2, 3, 4, 4}, kFloat64)); }, {"BatchNorm2d(3)", "residual", "float64"}));
+  EXPECT_TRUE(throws_with([&] { bn.forward_relu(x, randn({2, 3, 4, 5})); },
+                          {"BatchNorm2d(3)", "residual", "[2, 3, 4, 5]"}));
+  EXPECT_TRUE(throws_with([&] { bn.forward_relu(x, randn({2, 3, 4, 4}, kFloat64)); },
+                          {"BatchNorm2d(3)", "residual", "float64"}));
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);  // failed calls are not counted
-  EXPECT_TRUE(throws_with([&] { F::batch_norm_relu(x, zeros({3}), ones({3}), Tensor(), Tensor(), {}, randn({3, 4, 4})); },
-                          {"batch_norm_relu", "residual", "[3, 4, 4]"}));
+  EXPECT_TRUE(throws_with(
+      [&] { F::batch_norm_relu(x, zeros({3}), ones({3}), Tensor(), Tensor(), {}, randn({3, 4, 4})); },
+      {"batch_norm_relu", "residual", "[3, 4, 4]"}));
   EXPECT_TRUE(throws_with([&] { F::batch_norm_relu(x, Tensor(), Tensor()); }, {"batch_norm_relu", "running_mean"}));
 }
 
