@@ -1,6 +1,8 @@
 // Tensor accessors, and the checked construction of tensors and views (the view ops
 // themselves, with their backward, are in src/ops/view.cpp).
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 
 #include <strata/core/tensor.hpp>
@@ -53,10 +55,52 @@ Tensor make_tensor(const Shape& shape, DType dtype, Device device, Allocator* al
 
 }  // namespace detail
 
+namespace detail {
+
+std::pair<int64_t, int64_t> integer_range(DType t) {
+  switch (t) {
+    case DType::Bool: return {0, 1};
+    case DType::UInt8: return {0, 255};
+    case DType::Int8: return {-128, 127};
+    case DType::Int32: return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    default: return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+  }
+}
+
+void check_writable(const Tensor& self, std::string_view op) {
+  if (self.numel() <= 1) return;
+  for (int64_t d = 0; d < self.dim(); ++d)
+    STRATA_CHECK(self.strides()[d] != 0 || self.shape()[d] <= 1, "[{}] the destination of shape {} and strides {} "
+                 "has elements that share memory (an expanded view); clone it first", op, self.shape(), self.strides());
+}
+
+void check_scalar_fits(Scalar value, DType t, std::string_view op) {
+  if (!is_integral(t)) return;
+  const auto [lo, hi] = integer_range(t);
+  if (value.is_floating()) {
+    const double d = std::trunc(value.to_double());
+    // 2^63 rounds up from int64's max as a double, so the upper test is strict
+    const bool fits = std::isfinite(d) && d >= static_cast<double>(lo) &&
+                      (t == DType::Int64 ? d < 9223372036854775808.0 : d <= static_cast<double>(hi));
+    STRATA_CHECK(fits, "[{}] value {} cannot be converted to {} without overflow", op, value.to_double(), t);
+  } else {
+    const int64_t i = value.to_int();
+    STRATA_CHECK(i >= lo && i <= hi, "[{}] value {} cannot be converted to {} without overflow", op, i, t);
+  }
+}
+
+}  // namespace detail
+
 using detail::make_view;
 
-int64_t Tensor::size(int64_t d) const { return shape()[normalize_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[normalize_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  STRATA_CHECK(dim() > 0, "[size] dim {} is out of range: the tensor is 0-d", d);
+  return shape()[normalize_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  STRATA_CHECK(dim() > 0, "[stride] dim {} is out of range: the tensor is 0-d", d);
+  return strides()[normalize_dim(d, dim(), "stride")];
+}
 
 int64_t Tensor::numel() const {
   int64_t n = 1;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string_view>
+#include <utility>
 
 #include <strata/core/tensor.hpp>
 
@@ -14,5 +15,16 @@ Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offse
 /// Raises Error naming `op` unless every element of the layout lies inside `storage`.
 void check_in_bounds(const Storage& storage, const Shape& shape, const Strides& strides, int64_t offset, DType dtype,
                      std::string_view op);
+
+/// Raises Error naming `op` when two elements of `self`, a tensor about to be written, share
+/// one address (a stride of 0 over more than one element: an expanded view).
+void check_writable(const Tensor& self, std::string_view op);
+
+/// The values an integer dtype holds, [lo, hi] (bool: [0, 1]); floating dtypes: the int64 range.
+std::pair<int64_t, int64_t> integer_range(DType t);
+
+/// Raises Error naming `op` unless `value` fits a tensor of dtype `t`: integer dtypes take
+/// finite values whose integer part is in their range (floats and bool take any value).
+void check_scalar_fits(Scalar value, DType t, std::string_view op);
 
 }  // namespace strata::detail

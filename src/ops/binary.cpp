@@ -82,6 +82,7 @@ void check_inplace(const Tensor& self, const Tensor& other, OpId op) {
 Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div = false) {
   check_pair(self, other, op);
   check_inplace(self, other, op);
+  detail::check_writable(self, fmt::format("{}_", op_name(op)));
   Shape shape = broadcast_shapes(self.shape(), other.shape(), op_name(op));
   STRATA_CHECK(shape == self.shape(), "[{}_] result of shape {} does not fit the destination of shape {}",
                op_name(op), shape, self.shape());
@@ -263,6 +264,8 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   STRATA_CHECK(b == shape(), "[masked_fill] mask of shape {} does not broadcast to the tensor's shape {}",
                mask.shape(), shape());
   check_inplace(*this, mask, OpId::where);
+  detail::check_writable(*this, "masked_fill_");
+  detail::check_scalar_fits(value, dtype(), "masked_fill");
   Tensor v = full({}, value, TensorOptions(dtype(), device()));
   const Tensor ins[3] = {mask, v, *this};
   Tensor out = *this;

@@ -89,6 +89,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   Shape b = broadcast_shapes(shape(), src.shape(), "copy_");
   STRATA_CHECK(b == shape(), "[copy_] source of shape {} does not broadcast to destination shape {}", src.shape(),
                shape());
+  detail::check_writable(*this, "copy_");
   if (numel() == 0) return *this;
   if (src.device() != device()) {
     Tensor s = src.expand(shape()).contiguous();
@@ -104,6 +105,8 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
 Tensor& Tensor::fill_(Scalar value) {
   STRATA_CHECK(!autograd::any_requires_grad({this}), "[fill_] in-place fill of a tensor that requires grad; run it "
                "under NoGradGuard");
+  detail::check_scalar_fits(value, dtype(), "fill_");
+  detail::check_writable(*this, "fill_");
   FillParams p{value};
   Tensor out = *this;
   if (numel() > 0) run_kernel(OpId::fill, dtype(), KernelCall{{}, {&out, 1}, &p});

@@ -108,6 +108,7 @@ Tensor empty(const Shape& shape, TensorOptions o) {
 }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
+  detail::check_scalar_fits(value, o.dtype_, "full");
   Tensor t = empty(shape, o);
   t.fill_(value);
   return t;
@@ -176,8 +177,15 @@ Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, std::optional<TensorOptions> o, Generator* gen) {
   STRATA_CHECK(low < high, "[randint] low {} must be less than high {}", low, high);
-  Tensor t = empty(shape, o.value_or(TensorOptions(kInt64)));
-  STRATA_CHECK(t.dtype() != kBool, "[randint] bool output is not supported");
+  // the kernels take the bounds as doubles: they must be exact there
+  constexpr int64_t kExact = int64_t(1) << 53;
+  STRATA_CHECK(low >= -kExact && high <= kExact, "[randint] bounds [{}, {}) must lie within +-2^53", low, high);
+  const TensorOptions opts = o.value_or(TensorOptions(kInt64));
+  STRATA_CHECK(opts.dtype_ != kBool, "[randint] bool output is not supported");
+  const auto [lo, hi] = detail::integer_range(opts.dtype_);
+  STRATA_CHECK(low >= lo && high - 1 <= hi && (opts.dtype_ != kFloat16 || (low >= -65504 && high - 1 <= 65504)),
+               "[randint] values in [{}, {}) do not fit {}", low, high, opts.dtype_);
+  Tensor t = empty(shape, opts);
   draw(OpId::randint, t, reserve_params(gen_or_default(gen), t.numel(), 2, double(low), double(high)));
   return t;
 }
@@ -209,8 +217,13 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void
     span = 1;
     for (size_t d = 0; d < shape.size(); ++d) {
       STRATA_CHECK(st[d] >= 0, "[from_blob] negative stride in {}", st);
-      span += (shape[d] - 1) * st[d];
+      int64_t reach = 0;
+      STRATA_CHECK(!__builtin_mul_overflow(shape[d] - 1, st[d], &reach) && !__builtin_add_overflow(span, reach, &span),
+                   "[from_blob] shape {} with strides {} reaches past 2^63 elements", shape, st);
     }
+    int64_t bytes = 0;
+    STRATA_CHECK(!__builtin_mul_overflow(span, static_cast<int64_t>(itemsize(dtype)), &bytes),
+                 "[from_blob] shape {} with strides {} spans more than 2^63 bytes of {}", shape, st, dtype);
   }
   auto storage = Storage::wrap(data, static_cast<size_t>(span) * itemsize(dtype), device, std::move(deleter));
   auto impl = std::make_shared<TensorImpl>();

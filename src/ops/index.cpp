@@ -4,6 +4,8 @@
 // value is checked before a kernel runs, so a failed call writes nothing. The functional forms
 // record their backward, written with these same ops; the in-place forms refuse tensors that
 // require grad.
+#include <limits>
+
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
@@ -125,12 +127,7 @@ Tensor broadcast_index(const Tensor& index, const Shape& shape, int64_t dim) {
   return make_view(index, shape, st, index.storage_offset());
 }
 
-// Written-to tensors must not have two elements at one address (an expanded tensor).
-void check_writable(const Tensor& self, std::string_view op) {
-  for (int64_t d = 0; d < self.dim(); ++d)
-    STRATA_CHECK(self.stride(d) != 0 || self.size(d) <= 1, "[{}] the destination of shape {} and strides {} has "
-                 "elements that share memory (an expanded view); clone it first", op, self.shape(), self.strides());
-}
+using detail::check_writable;
 
 // A read-only operand that shares memory with the destination is copied first, so writes
 // cannot change what is still to be read.
@@ -375,11 +372,16 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   if (indices.numel() > 0) {
     auto [lo, hi] = index_range(indices);
     STRATA_CHECK(lo >= 0, "[one_hot] class index {} is negative", lo);
-    if (classes < 0) classes = hi + 1;
+    if (classes < 0) {
+      STRATA_CHECK(hi < std::numeric_limits<int64_t>::max(), "[one_hot] class index {} leaves no room for a count of "
+                   "classes; pass num_classes", hi);
+      classes = hi + 1;
+    }
     STRATA_CHECK(hi < classes, "[one_hot] class index {} is out of range for {} classes", hi, classes);
   }
   Shape shape = indices.shape();
   shape.push_back(classes);
+  checked_numel(shape, "one_hot");
   Tensor out = zeros(shape, TensorOptions(kInt64, indices.device()));
   if (out.numel() == 0) return out;
   Tensor ix = indices.unsqueeze(-1);

@@ -73,6 +73,7 @@ Tensor& unary_inplace(OpId op, Tensor& x, const void* params = nullptr) {
   STRATA_CHECK(!autograd::any_requires_grad({&x}), "[{}_] in-place op on a tensor that requires grad; use the "
                "out-of-place op, or run it under NoGradGuard", op_name(op));
   STRATA_CHECK(x.dtype() != kBool, "[{}_] not supported for bool tensors", op_name(op));
+  detail::check_writable(x, fmt::format("{}_", op_name(op)));
   Tensor in = x, out = x;
   run_kernel(op, x.dtype(), KernelCall{{&in, 1}, {&out, 1}, params});
   x.storage()->bump_version();

@@ -86,7 +86,8 @@ std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_s
   Strides out(new_shape.size());
   int64_t numel = 1;
   for (int64_t s : old_shape) numel *= s;
-  if (numel == 0) return contiguous_strides(new_shape);
+  // no elements, or a 0-d tensor (whose one element any all-ones shape views)
+  if (numel == 0 || old_shape.empty()) return contiguous_strides(new_shape);
   int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
   int64_t chunk_base = old_strides.empty() ? 1 : old_strides.back();
   int64_t tensor_numel = 1, view_numel = 1;
@@ -161,8 +162,8 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
-  if (dim() == 0) return *this;
   int64_t a = normalize_dim(dim0, dim(), "transpose"), b = normalize_dim(dim1, dim(), "transpose");
+  if (dim() == 0) return *this;  // dims 0 and -1 name the 0-d tensor itself
   Shape s = shape();
   Strides st = strides();
   std::swap(s[a], s[b]);
@@ -188,8 +189,11 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape();
   Strides st = strides();
-  s[d] = (end - start + step - 1) / step;
-  st[d] = strides()[d] * step;
+  s[d] = end > start ? (end - start - 1) / step + 1 : 0;  // no overflow whatever the step
+  if (s[d] > 1)
+    STRATA_CHECK(!__builtin_mul_overflow(strides()[d], step, &st[d]),
+                 "[slice] stride {} times step {} overflows int64 (dim {} of shape {})", strides()[d], step, d,
+                 shape());
   return selecting_view("slice", *this, make_view(*this, s, st, storage_offset() + start * strides()[d]),
                         [d, start, end, step](const Tensor& t) { return t.slice(d, start, end, step); });
 }
@@ -261,8 +265,8 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
-  if (dim() == 0) return *this;
   d = normalize_dim(d, dim(), "squeeze");
+  if (dim() == 0) return *this;
   if (shape()[d] != 1) return *this;
   Shape s = shape();
   Strides st = strides();
@@ -298,6 +302,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 }
 
 Tensor Tensor::unflatten(int64_t d, const Shape& sizes) const {
+  STRATA_CHECK(dim() > 0, "[unflatten] cannot unflatten a 0-d tensor");
   d = normalize_dim(d, dim(), "unflatten");
   Shape s(shape().begin(), shape().begin() + d);
   Shape inner = infer_shape(sizes, shape()[d], "unflatten");

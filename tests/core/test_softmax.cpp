@@ -48,7 +48,7 @@ const std::vector<DType> kFloatTypes = {kFloat32, kFloat64, kFloat16, kBFloat16}
 const std::vector<Layout> kLayouts = {Layout::Contiguous, Layout::Transposed, Layout::Sliced};
 
 Tensor random_input(const Shape& shape, DType dtype, double scale, Generator& g) {
-  if (!is_floating(dtype)) return randint(-3, 4, shape, TensorOptions(dtype), &g);
+  if (!is_floating(dtype)) return randint(dtype == kUInt8 ? 0 : -3, 4, shape, TensorOptions(dtype), &g);
   Tensor t = empty(shape, kFloat64);
   normal_(t, 0, scale, &g);
   return t.to(dtype);

@@ -254,6 +254,106 @@ TEST(Allocator, LargeBlocksAlignToHugePages) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
 }
 
+// ---- bad input that once crashed or gave invalid tensors -------------------------------------
+
+namespace {
+
+// f() raises strata::Error whose message contains `needle`.
+template <class F>
+::testing::AssertionResult raises(F&& f, const std::string& needle) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(needle) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "message '" << e.what() << "' lacks '" << needle << "'";
+  }
+  return ::testing::AssertionFailure() << "no Error (wanted '" << needle << "')";
+}
+
+}  // namespace
+
+TEST(BadInput, ZeroDimTensorsDimsAndViews) {
+  Tensor s = scalar_tensor(3.0);
+  EXPECT_TRUE(raises([&] { s.size(0); }, "[size] dim 0 is out of range"));
+  EXPECT_TRUE(raises([&] { s.stride(-1); }, "[stride]"));
+  EXPECT_TRUE(raises([&] { s.unflatten(0, {1}); }, "[unflatten] cannot unflatten a 0-d tensor"));
+  EXPECT_TRUE(raises([&] { s.transpose(0, 1); }, "[transpose] dim 1 is out of range"));
+  EXPECT_TRUE(raises([&] { s.squeeze(1); }, "[squeeze] dim 1 is out of range"));
+  EXPECT_EQ(s.transpose(0, -1).dim(), 0);
+  // a 0-d tensor views as any all-ones shape, as in PyTorch
+  EXPECT_EQ(s.view({1}).shape(), (Shape{1}));
+  EXPECT_EQ(s.reshape({-1}).shape(), (Shape{1}));
+  EXPECT_EQ(s.reshape({1, 1, 1}).item<double>(), 3.0);
+  EXPECT_EQ(s.flatten().shape(), (Shape{1}));
+}
+
+TEST(BadInput, SliceWithHugeSteps) {
+  Tensor t = arange(24).view({2, 3, 4});
+  Tensor a = t.slice(2, 1, 4, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(a.shape(), (Shape{2, 3, 1}));
+  EXPECT_TRUE(all_close(a.flatten(), {1, 5, 9, 13, 17, 21}, 0, 0));
+  EXPECT_EQ(zeros({10}).slice(0, 2, 10, std::numeric_limits<int64_t>::max() - 5).shape(), (Shape{1}));
+  EXPECT_EQ(zeros({10}).slice(0, 10, 10, 3).numel(), 0);
+  EXPECT_TRUE(all_close(arange(10).slice(0, 1, 10, 4), {1, 5, 9}, 0, 0));
+}
+
+TEST(BadInput, RandintBoundsAndDtypes) {
+  EXPECT_TRUE(raises([] { randint(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), {4}); },
+                     "within +-2^53"));
+  EXPECT_TRUE(raises([] { randint(int64_t(1) << 53, (int64_t(1) << 53) + 1, {4}); }, "within +-2^53"));
+  EXPECT_TRUE(raises([] { randint(0, 1000, {4}, TensorOptions(kUInt8)); }, "do not fit uint8"));
+  EXPECT_TRUE(raises([] { randint(-200, 200, {4}, TensorOptions(kInt8)); }, "do not fit int8"));
+  EXPECT_TRUE(raises([] { randint(0, 70000, {4}, TensorOptions(kFloat16)); }, "do not fit float16"));
+  Tensor edge = randint(-(int64_t(1) << 53), int64_t(1) << 53, {64});
+  for (double v : values(edge)) EXPECT_TRUE(v >= -9007199254740992.0 && v < 9007199254740992.0);
+  for (double v : values(randint(0, 256, {300}, TensorOptions(kUInt8)))) EXPECT_TRUE(v >= 0 && v <= 255);
+}
+
+TEST(BadInput, ScalarsThatDoNotFitAnIntegerDtype) {
+  EXPECT_TRUE(raises([] { full({2}, NAN, TensorOptions(kInt64)); }, "[full] value nan cannot be converted to int64"));
+  EXPECT_TRUE(raises([] { full({2}, INFINITY, TensorOptions(kInt32)); }, "cannot be converted to int32"));
+  EXPECT_TRUE(raises([] { full({2}, 300, TensorOptions(kUInt8)); }, "value 300 cannot be converted to uint8"));
+  EXPECT_TRUE(raises([] { full({2}, int64_t(1) << 40, TensorOptions(kInt32)); }, "cannot be converted to int32"));
+  EXPECT_TRUE(raises([] { zeros({2}, TensorOptions(kInt8)).fill_(-129); }, "[fill_]"));
+  EXPECT_TRUE(raises([] { full({2}, 9.3e18, TensorOptions(kInt64)); }, "cannot be converted to int64"));
+  Tensor m = from_vector<bool>({true, false});
+  EXPECT_TRUE(raises([&] { zeros({2}, TensorOptions(kInt32)).masked_fill_(m, NAN); }, "[masked_fill]"));
+  // what fits is taken: truncation toward zero, as PyTorch's fill does
+  EXPECT_TRUE(all_close(full({2}, -7.9, TensorOptions(kInt8)), {-7, -7}, 0, 0));
+  EXPECT_TRUE(all_close(full({1}, 255, TensorOptions(kUInt8)), {255}, 0, 0));
+  EXPECT_TRUE(all_close(full({1}, 2.5, TensorOptions(kBool)), {1}, 0, 0));
+  EXPECT_EQ(Scalar(NAN).to_int(), 0);
+  EXPECT_EQ(Scalar(1e300).to_int(), std::numeric_limits<int64_t>::max());
+}
+
+TEST(BadInput, FromBlobSpansThatOverflow) {
+  float buf[4] = {1, 2, 3, 4};
+  EXPECT_TRUE(raises([&] { from_blob(buf, {(int64_t(1) << 62) + 1}, kFloat32); }, "[from_blob]"));
+  EXPECT_TRUE(raises([&] { from_blob(buf, {3}, kFloat32, {}, Strides{std::numeric_limits<int64_t>::max()}); },
+                     "[from_blob]"));
+  EXPECT_TRUE(all_close(from_blob(buf, {2}, kFloat32, {}, Strides{2}), {1, 3}, 0, 0));
+}
+
+TEST(BadInput, WritesIntoExpandedViews) {
+  Tensor base = zeros({1});
+  Tensor e = base.expand({3});
+  EXPECT_TRUE(raises([&] { e.fill_(2); }, "[fill_] the destination of shape [3] and strides [0]"));
+  EXPECT_TRUE(raises([&] { e.copy_(arange(3).to(kFloat32)); }, "[copy_]"));
+  EXPECT_TRUE(raises([&] { e.add_(arange(3).to(kFloat32)); }, "[add_]"));
+  EXPECT_TRUE(raises([&] { e.relu_(); }, "[relu_]"));
+  EXPECT_TRUE(raises([&] { e.masked_fill_(from_vector<bool>({true, false, true}), 2); }, "[masked_fill_]"));
+  EXPECT_EQ(base.item<float>(), 0.0f);  // nothing was written
+  // one element, or none, cannot collide
+  zeros({1}).expand({1, 1}).fill_(1);
+  zeros({1, 0}).expand({3, 0}).fill_(1);
+}
+
+TEST(BadInput, OneHotClassCountOverflow) {
+  Tensor big = from_vector<int64_t>({std::numeric_limits<int64_t>::max()});
+  EXPECT_TRUE(raises([&] { one_hot(big); }, "[one_hot] class index 9223372036854775807 leaves no room"));
+  EXPECT_TRUE(raises([] { one_hot(zeros({4}, TensorOptions(kInt64)), int64_t(1) << 62); }, "one_hot"));
+}
+
 TEST(Tensor, Printing) {
   EXPECT_EQ(fmt::format("{}", from_vector<float>({1, 2, 3})), "tensor([1., 2., 3.])");
   EXPECT_EQ(fmt::format("{}", from_vector<float>({1.5f, -2.25f})), "tensor([ 1.5000, -2.2500])");

@@ -26,7 +26,14 @@ class Scalar {
   Kind kind() const { return kind_; }
   bool is_floating() const { return kind_ == Kind::Float; }
   double to_double() const { return kind_ == Kind::Float ? d_ : static_cast<double>(i_); }
-  int64_t to_int() const { return kind_ == Kind::Float ? static_cast<int64_t>(d_) : i_; }
+  /// A floating value truncated toward zero, saturating at the int64 range; NaN gives 0.
+  int64_t to_int() const {
+    if (kind_ != Kind::Float) return i_;
+    if (!(d_ == d_)) return 0;
+    if (d_ >= 9223372036854775807.0) return INT64_MAX;
+    if (d_ <= -9223372036854775808.0) return INT64_MIN;
+    return static_cast<int64_t>(d_);
+  }
   template <class T> T to() const {
     if constexpr (std::is_same_v<T, bool>) return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
     else if constexpr (std::is_integral_v<T>) return static_cast<T>(to_int());
