@@ -129,6 +129,15 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<TensorOptions
   double count_d = std::ceil((e - s) / st);
   STRATA_CHECK(count_d < 9.2e18, "[arange] range of {} elements is too large", count_d);
   RangeParams p{s, st, static_cast<int64_t>(count_d), e, false};
+  if (p.count > 0 && is_integral(opts.dtype_)) {
+    // the kernels step in double: integer values must be exact there, and fit the dtype
+    const double last = s + static_cast<double>(p.count - 1) * st;
+    const auto [lo, hi] = detail::integer_range(opts.dtype_);
+    STRATA_CHECK(std::fabs(s) <= 9007199254740992.0 && std::fabs(last) <= 9007199254740992.0,
+                 "[arange] integer values past 2^53 are not supported (start {}, end {})", s, e);
+    STRATA_CHECK(std::min(s, last) >= static_cast<double>(lo) && std::max(s, last) <= static_cast<double>(hi),
+                 "[arange] values from {} to {} do not fit {}", s, last, opts.dtype_);
+  }
   Tensor t = empty({p.count}, opts);
   if (p.count) run_kernel(OpId::arange, t.dtype(), KernelCall{{}, {&t, 1}, &p});
   return t;

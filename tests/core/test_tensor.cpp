@@ -326,6 +326,15 @@ TEST(BadInput, ScalarsThatDoNotFitAnIntegerDtype) {
   EXPECT_EQ(Scalar(1e300).to_int(), std::numeric_limits<int64_t>::max());
 }
 
+TEST(BadInput, IntegerArangeBeyondDoublesOrItsDtype) {
+  EXPECT_TRUE(raises([] { arange((int64_t(1) << 53) + 1, (int64_t(1) << 53) + 4, 1); }, "past 2^53"));
+  EXPECT_TRUE(
+      raises([] { arange(0, 300, 1, TensorOptions(kUInt8)); }, "[arange] values from 0 to 299 do not fit uint8"));
+  EXPECT_TRUE(all_close(arange(250, 256, 2, TensorOptions(kUInt8)), {250, 252, 254}, 0, 0));
+  const double base = 4503599627370496.0;  // 2^52: integers are still exact as doubles
+  EXPECT_TRUE(all_close(arange(int64_t(1) << 52, (int64_t(1) << 52) + 3, 1), {base, base + 1, base + 2}, 0, 0));
+}
+
 TEST(BadInput, FromBlobSpansThatOverflow) {
   float buf[4] = {1, 2, 3, 4};
   EXPECT_TRUE(raises([&] { from_blob(buf, {(int64_t(1) << 62) + 1}, kFloat32); }, "[from_blob]"));
