@@ -104,17 +104,9 @@ std::vector<Tensor> split_views(const Tensor& t, int64_t d, const std::vector<in
     }
   }
   if (autograd::any_requires_grad({&t})) {
-    autograd::record("split", {t}, out, {}, [d, sizes](const autograd::Grads& g, const autograd::Saved&) {
-      std::vector<Tensor> parts(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
-      for (size_t i = 0; i < parts.size(); ++i) {
-        if (parts[i].defined()) continue;
-        const Tensor& ref = *std::find_if(parts.begin(), parts.end(), [](const Tensor& p) { return p.defined(); });
-        Shape shape = ref.shape();
-        shape[static_cast<size_t>(d)] = sizes[i];
-        parts[i] = zeros(shape, TensorOptions(ref.dtype(), ref.device()));
-      }
-      return autograd::Grads{cat(parts, d)};
-    });
+    // the node hands its backward a defined gradient per part (zeros for unused ones)
+    autograd::record("split", {t}, out, {},
+                     [d](const autograd::Grads& g, const autograd::Saved&) { return autograd::Grads{cat(g, d)}; });
   }
   return out;
 }
