@@ -3,7 +3,9 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
+#include <stdexcept>
 #include <vector>
 
 #include <strata/core/registry.hpp>
@@ -78,7 +80,14 @@ void run_kernel(OpId op, DType dtype, const KernelCall& call) {
   }
   OpObserver* obs = r.observer.load(std::memory_order_acquire);
   if (obs) obs->on_begin(op, call);
-  (*fn)(call);
+  try {
+    (*fn)(call);
+  } catch (const std::bad_alloc&) {  // a kernel's own scratch space (sort buffers, partial sums)
+    detail::throw_error("[{}] out of host memory for the kernel's scratch space ({} on {})", op_name(op), dtype,
+                        device);
+  } catch (const std::length_error&) {
+    detail::throw_error("[{}] the kernel's scratch space is too large ({} on {})", op_name(op), dtype, device);
+  }
   if (obs) obs->on_end(op, call);
 }
 

@@ -132,11 +132,11 @@ void cpu_conv2d_backward_weight(const KernelCall& call) {
 
 void check_args(const char* op, Size2 stride, Size2 padding, Size2 dilation, int64_t groups) {
   STRATA_CHECK(stride.h > 0 && stride.w > 0 && stride.h < kMaxArg && stride.w < kMaxArg,
-               "[{}] stride must be positive, got {}", op, stride);
+               "[{}] stride must be in [1, 2^31), got {}", op, stride);
   STRATA_CHECK(padding.h >= 0 && padding.w >= 0 && padding.h < kMaxArg && padding.w < kMaxArg,
-               "[{}] padding must be non-negative, got {}", op, padding);
+               "[{}] padding must be in [0, 2^31), got {}", op, padding);
   STRATA_CHECK(dilation.h > 0 && dilation.w > 0 && dilation.h < kMaxArg && dilation.w < kMaxArg,
-               "[{}] dilation must be positive, got {}", op, dilation);
+               "[{}] dilation must be in [1, 2^31), got {}", op, dilation);
   STRATA_CHECK(groups > 0, "[{}] groups must be positive, got {}", op, groups);
 }
 

@@ -50,6 +50,7 @@ void check_class_target(const Tensor& input, const Tensor& target, const Tensor&
   STRATA_CHECK(target.device() == input.device(), "[{}] target is on {} but the input is on {}", op, target.device(),
                input.device());
   const int64_t c = input.size(1);
+  STRATA_CHECK(c > 0, "[{}] input of shape {} has no classes: dim 1 must not be empty", op, input.shape());
   if (weight.defined()) {
     STRATA_CHECK(weight.shape() == Shape{c} && is_floating(weight.dtype()),
                  "[{}] weight must be a floating tensor of shape ({}), got {} {}", op, c, weight.dtype(),

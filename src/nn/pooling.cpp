@@ -169,11 +169,11 @@ int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil
 Pool2dParams pool_params(const char* op, const Tensor& x, Size2 k, std::optional<Size2> stride, Size2 pad,
                          Size2 dil, bool ceil_mode, bool is_max, int64_t& oh, int64_t& ow) {
   const Size2 s = stride.value_or(k);
-  STRATA_CHECK(k.h > 0 && k.w > 0 && k.h < kMaxArg && k.w < kMaxArg, "[{}] kernel_size must be positive, got {}", op,
-               k);
-  STRATA_CHECK(s.h > 0 && s.w > 0 && s.h < kMaxArg && s.w < kMaxArg, "[{}] stride must be positive, got {}", op, s);
+  STRATA_CHECK(k.h > 0 && k.w > 0 && k.h < kMaxArg && k.w < kMaxArg, "[{}] kernel_size must be in [1, 2^31), got {}",
+               op, k);
+  STRATA_CHECK(s.h > 0 && s.w > 0 && s.h < kMaxArg && s.w < kMaxArg, "[{}] stride must be in [1, 2^31), got {}", op, s);
   STRATA_CHECK(dil.h > 0 && dil.w > 0 && dil.h < kMaxArg && dil.w < kMaxArg,
-               "[{}] dilation must be positive, got {}", op, dil);
+               "[{}] dilation must be in [1, 2^31), got {}", op, dil);
   // the largest padding that leaves every window a real element
   const Size2 half = is_max ? Size2(((k.h - 1) * dil.h + 1) / 2, ((k.w - 1) * dil.w + 1) / 2) : Size2(k.h / 2, k.w / 2);
   STRATA_CHECK(pad.h >= 0 && pad.w >= 0 && pad.h <= half.h && pad.w <= half.w,
@@ -283,7 +283,7 @@ Tensor avg_pool2d(const Tensor& input, Size2 kernel_size, const AvgPool2dArgs& a
 Tensor adaptive_avg_pool2d(const Tensor& input, Size2 output_size) {
   check_input("adaptive_avg_pool2d", input);
   STRATA_CHECK(output_size.h > 0 && output_size.w > 0 && output_size.h < kMaxArg && output_size.w < kMaxArg,
-               "[adaptive_avg_pool2d] output_size must be positive, got {}", output_size);
+               "[adaptive_avg_pool2d] output_size must be in [1, 2^31), got {}", output_size);
   if (input.dim() == 3) return adaptive_avg_pool2d(input.unsqueeze(0), output_size).squeeze(0);
   const MemoryFormat f = suggested_format(input);
   Tensor y = run_forward(OpId::adaptive_avg_pool2d, input, out_shape(input, output_size.h, output_size.w), f, nullptr);

@@ -95,9 +95,18 @@ void check_device(const Tensor& a, const Tensor& b, std::string_view what, std::
   STRATA_CHECK(a.device() == b.device(), "[{}] {} is on {} but the input is on {}", op, what, b.device(), a.device());
 }
 
+// t with its expanded (stride 0) dims narrowed to one element: each stored value once, so a
+// huge expanded index is scanned in the time its storage takes.
+Tensor stored_values(const Tensor& t) {
+  Shape shape = t.shape();
+  for (int64_t k = 0; k < t.dim(); ++k)
+    if (t.stride(k) == 0) shape[k] = std::min<int64_t>(shape[k], 1);
+  return make_view(t, shape, t.strides(), t.storage_offset());
+}
+
 // The smallest and largest index value (read from a CPU copy when the index lives elsewhere).
 std::pair<int64_t, int64_t> index_range(const Tensor& index) {
-  Tensor host = index.device().is_cpu() ? index : index.to(kCPU);
+  Tensor host = stored_values(index.device().is_cpu() ? index : index.to(kCPU));
   auto loop = make_loop<1>(host, {}, "index");
   int64_t lo = 0, hi = 0;
   dispatch_index(host.dtype(), [&](auto itag) {
@@ -242,28 +251,32 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
-Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  int64_t d = check_scatter(self, index, &src, dim, "scatter_");
+namespace {
+
+// The in-place scatter family, named for its error messages by the public form that called it
+// (scatter_ or scatter, ...).
+Tensor& scatter_src(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, std::string_view op) {
+  int64_t d = check_scatter(self, index, &src, dim, op);
   run_scatter(OpId::scatter, self, d, at_least_1d(index), at_least_1d(src), 1);
   return self;
 }
 
-Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, Scalar value) {
-  int64_t d = check_scatter(self, index, nullptr, dim, "scatter_");
+Tensor& scatter_value(Tensor& self, int64_t dim, const Tensor& index, Scalar value, std::string_view op) {
+  int64_t d = check_scatter(self, index, nullptr, dim, op);
   Tensor ix = at_least_1d(index);
   Tensor v = full({}, value, TensorOptions(self.dtype(), self.device())).expand(ix.shape());
   run_scatter(OpId::scatter, self, d, ix, v, 1);
   return self;
 }
 
-Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  int64_t d = check_scatter(self, index, &src, dim, "scatter_add_");
+Tensor& scatter_add_src(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, std::string_view op) {
+  int64_t d = check_scatter(self, index, &src, dim, op);
   run_scatter(OpId::scatter_add, self, d, at_least_1d(index), at_least_1d(src), 1);
   return self;
 }
 
-Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha) {
-  constexpr std::string_view op = "index_add_";
+Tensor& index_add_src(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha,
+                      std::string_view op) {
   check_defined(self, "self", op);
   check_defined(src, "src", op);
   check_no_grad(self, &src, op);
@@ -285,6 +298,24 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   check_index_values(index, s.size(d), d, op);
   run_scatter(OpId::index_add, self, d, broadcast_index(index, want, d), c, alpha);
   return self;
+}
+
+}  // namespace
+
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  return scatter_src(self, dim, index, src, "scatter_");
+}
+
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, Scalar value) {
+  return scatter_value(self, dim, index, value, "scatter_");
+}
+
+Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  return scatter_add_src(self, dim, index, src, "scatter_add_");
+}
+
+Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha) {
+  return index_add_src(self, dim, index, src, alpha, "index_add_");
 }
 
 namespace {
@@ -323,7 +354,7 @@ Tensor out_of_place(const Tensor& x, std::string_view op, F&& inplace) {
 // Note: with repeated indices, scatter's src gradient follows PyTorch (every src position
 // gets the gradient of the element it points at), although only the last one was written.
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  Tensor out = out_of_place(x, "scatter", [&](Tensor& o) { scatter_(o, dim, index, src); });
+  Tensor out = out_of_place(x, "scatter", [&](Tensor& o) { scatter_src(o, dim, index, src, "scatter"); });
   if (autograd::any_requires_grad({&x, &src})) {
     autograd::record("scatter", {x, src}, {out}, {index}, [dim, ss = src.shape()](const Grads& g, const Saved& s) {
       return Grads{scatter(g[0], dim, s[0], Scalar(0)), pad_to(gather(g[0], dim, s[0]), ss)};
@@ -333,7 +364,7 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
 }
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) {
-  Tensor out = out_of_place(x, "scatter", [&](Tensor& o) { scatter_(o, dim, index, value); });
+  Tensor out = out_of_place(x, "scatter", [&](Tensor& o) { scatter_value(o, dim, index, value, "scatter"); });
   if (autograd::any_requires_grad({&x})) {
     autograd::record("scatter", {x}, {out}, {index}, [dim](const Grads& g, const Saved& s) {
       return Grads{scatter(g[0], dim, s[0], Scalar(0))};
@@ -343,7 +374,7 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) 
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  Tensor out = out_of_place(x, "scatter_add", [&](Tensor& o) { scatter_add_(o, dim, index, src); });
+  Tensor out = out_of_place(x, "scatter_add", [&](Tensor& o) { scatter_add_src(o, dim, index, src, "scatter_add"); });
   if (autograd::any_requires_grad({&x, &src})) {
     autograd::record("scatter_add", {x, src}, {out}, {index}, [dim, ss = src.shape()](const Grads& g, const Saved& s) {
       return Grads{g[0], pad_to(gather(g[0], dim, s[0]), ss)};
@@ -353,7 +384,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha) {
-  Tensor out = out_of_place(x, "index_add", [&](Tensor& o) { index_add_(o, dim, index, src, alpha); });
+  Tensor out = out_of_place(x, "index_add", [&](Tensor& o) { index_add_src(o, dim, index, src, alpha, "index_add"); });
   if (autograd::any_requires_grad({&x, &src})) {
     autograd::record("index_add", {x, src}, {out}, {index}, [dim, alpha](const Grads& g, const Saved& s) {
       Tensor gs = index_select(g[0], dim, s[0]);

@@ -350,6 +350,25 @@ TEST(IndexErrors, BadIndicesNameTheOpValueDimAndSize) {
   expect_error([&] { index_select(x, 1, from_vector<int32_t>({-1})); }, {"[index_select]", "-1", "dim 1"});
   expect_error([&] { one_hot(from_vector<int64_t>({0, -2}), 3); }, {"[one_hot]", "-2"});
   expect_error([&] { one_hot(from_vector<int64_t>({0, 3}), 3); }, {"[one_hot]", "3"});
+  // the out-of-place forms name themselves, not the in-place form they run
+  Tensor bad = from_vector<int64_t>({5}), src = zeros({1});
+  expect_error([&] { scatter(zeros({3}), 0, bad, src); }, {"[scatter]", "5"});
+  expect_error([&] { scatter(zeros({3}), 0, bad, Scalar(1.0)); }, {"[scatter]", "5"});
+  expect_error([&] { scatter_add(zeros({3}), 0, bad, src); }, {"[scatter_add]", "5"});
+  expect_error([&] { index_add(zeros({3}), 0, bad, src); }, {"[index_add]", "5"});
+  expect_error([&] { scatter_(x, 1, from_vector<int64_t>({9}, Shape{1, 1}), x); }, {"[scatter_]", "9"});
+}
+
+TEST(IndexErrors, HugeExpandedIndexIsCheckedByItsStoredValues) {
+  // 2^40 positions that all hold one stored value: refused as fast as a one-element index
+  const int64_t huge = int64_t(1) << 40;
+  Tensor bad = from_vector<int64_t>({7}).expand({huge});
+  expect_error([&] { index_select(zeros({3}), 0, bad); }, {"[index_select]", "7", "size 3"});
+  Tensor wide = zeros({3, 1}).expand({3, huge});
+  expect_error([&] { gather(wide, 0, from_vector<int64_t>({-4}, Shape{1, 1}).expand({2, huge})); }, {"[gather]", "-4"});
+  // a broadcast row still has every stored value checked
+  Tensor row = from_vector<int64_t>({0, 1, 2, 3}, Shape{1, 4}).expand({huge, 4});
+  expect_error([&] { gather(zeros({1, 3}).expand({huge, 3}), 1, row); }, {"[gather]", "3", "size 3"});
 }
 
 TEST(IndexErrors, BadArguments) {

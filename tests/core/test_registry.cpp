@@ -1,5 +1,9 @@
 // The kernel registry: overriding a built-in kernel at run time, adding a new op with its
 // own kernel, the observer hook, and the errors for missing kernels.
+#include <limits>
+#include <new>
+#include <vector>
+
 #include "testing.h"
 
 using namespace strata;
@@ -58,6 +62,26 @@ TEST(Registry, NewOpWithOwnKernel) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("test_axpy"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos);
+  }
+}
+
+TEST(Registry, KernelOutOfScratchMemoryRaisesError) {
+  // a kernel whose own buffers (sort scratch, partial sums) cannot be allocated reports an
+  // Error naming the op, not a bare std::bad_alloc
+  OpId op = ext::register_op("test_scratch_hungry", 1, false);
+  ext::register_kernel(op, DeviceType::CPU, kFloat32, [](const KernelCall&) { throw std::bad_alloc(); });
+  ext::register_kernel(op, DeviceType::CPU, kFloat64, [](const KernelCall&) {
+    std::vector<float>(std::numeric_limits<size_t>::max() / 2);  // throws std::length_error
+  });
+  for (DType t : {kFloat32, kFloat64}) {
+    Tensor x = zeros({2}, t), out = empty({2}, t);
+    try {
+      run_kernel(op, t, KernelCall{{&x, 1}, {&out, 1}, nullptr});
+      FAIL() << "no error for " << fmt::format("{}", t);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[test_scratch_hungry]"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("scratch"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -387,6 +387,7 @@ TEST(Conv2d, BadInputRaises) {
   // arguments
   EXPECT_TRUE(throws_with([&] { F::conv2d(x, w, Tensor(), {.stride = 0}); }, {"stride"}));
   EXPECT_TRUE(throws_with([&] { F::conv2d(x, w, Tensor(), {.stride = {1, -2}}); }, {"stride"}));
+  EXPECT_TRUE(throws_with([&] { F::conv2d(x, w, Tensor(), {.stride = {int64_t(1) << 31, 1}}); }, {"stride", "2^31"}));
   EXPECT_TRUE(throws_with([&] { F::conv2d(x, w, Tensor(), {.padding = -1}); }, {"padding"}));
   EXPECT_TRUE(throws_with([&] { F::conv2d(x, w, Tensor(), {.dilation = 0}); }, {"dilation"}));
   EXPECT_TRUE(throws_with([&] { F::conv2d(x, w, Tensor(), {.groups = 0}); }, {"groups"}));

@@ -186,6 +186,10 @@ TEST(CrossEntropy, BadInput) {
   EXPECT_NO_THROW(F::cross_entropy(xs, targets({0, -100, 2, 3, -100, 0}, {2, 3})));
   EXPECT_NO_THROW(F::cross_entropy(xs, targets({0, 9, 2, 3, 9, 0}, {2, 3}), {.ignore_index = 9}));
   EXPECT_TRUE(throws_with([&] { F::cross_entropy(xs, targets({0, 5, 2, 3, 1, 0}, {2, 3}).to(kInt32)); }, {"5"}));
+  // an input without classes, even when every target is ignored
+  const Tensor ignored = targets({-100, -100, -100}, {3});
+  EXPECT_TRUE(throws_with([&] { F::cross_entropy(zeros({3, 0}), ignored); }, {"[cross_entropy]", "no classes"}));
+  EXPECT_TRUE(throws_with([&] { F::nll_loss(zeros({3, 0}), ignored); }, {"[nll_loss]", "no classes"}));
 }
 
 TEST(NLLLoss, MatchesReferenceAndGradCheck) {

@@ -317,6 +317,7 @@ TEST(Pooling, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { F::avg_pool2d(randn({1, 2, 3, 8, 8}), 2); }, {"[avg_pool2d]", "4-d"}));
   EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 0); }, {"kernel_size"}));
   EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, {2, -1}); }, {"kernel_size"}));
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, {int64_t(1) << 31, 1}); }, {"kernel_size", "[1, 2^31)"}));
   EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 2, {.stride = Size2(0)}); }, {"stride"}));
   EXPECT_TRUE(throws_with([&] { F::avg_pool2d(x, 2, {.stride = Size2(-1)}); }, {"stride"}));
   EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 2, {.dilation = 0}); }, {"dilation"}));
