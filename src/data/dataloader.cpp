@@ -5,11 +5,13 @@
 // finish them in any order. Finished batches wait in a map keyed by batch number, and the
 // training loop takes batch k only when it is there, so batches arrive in sampler order
 // whatever the number of workers or their timing. A worker takes batch k only while
-// k < next_to_deliver + window, which bounds the memory held ahead of the loop. Every batch
+// k - next_to_deliver < window, which bounds the memory held ahead of the loop. Every batch
 // taken produces an entry (a batch or the exception it raised), so the loop never waits for
 // a batch that will not come.
 #include <strata/data/dataloader.hpp>
 
+#include <algorithm>
+#include <climits>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -91,13 +93,14 @@ LoaderCore::LoaderCore(int64_t dataset_size, LoaderOptions options, FetchFn fetc
   STRATA_CHECK(options_.prefetch >= 1, "[DataLoader] prefetch must be at least 1, got {}", options_.prefetch);
   STRATA_CHECK(dataset_size >= 0, "[DataLoader] the dataset reports a negative size {}", dataset_size);
   if (options_.sampler) {
-    STRATA_CHECK(!options_.shuffle, "[DataLoader] shuffle and a custom sampler exclude each other; let the sampler shuffle");
+    STRATA_CHECK(!options_.shuffle,
+                 "[DataLoader] shuffle and a custom sampler exclude each other; let the sampler shuffle");
     sampler_ = options_.sampler;
   } else {
     make_default_sampler();
   }
   int64_t n = sampler_->size(), bs = options_.batch_size;
-  num_batches_ = options_.drop_last ? n / bs : (n + bs - 1) / bs;
+  num_batches_ = n / bs + (!options_.drop_last && n % bs != 0);  // (n + bs - 1) / bs overflows for a huge bs
 }
 
 LoaderCore::~LoaderCore() { stop_workers(); }
@@ -127,43 +130,71 @@ void LoaderCore::stop_workers() {
   pipeline_.reset();
 }
 
-void LoaderCore::start_pass() {
+// A pass at the last int64 epoch could not advance past it, so none runs there.
+static void check_epoch(int64_t epoch) {
+  STRATA_CHECK(epoch < INT64_MAX, "[DataLoader] epoch {} is past the last one a loader can run ({})", epoch,
+               INT64_MAX - 1);
+}
+
+std::shared_ptr<void> LoaderCore::start_pass() {
   stop_workers();
+  in_pass_ = false;
   if (!resume_pending_) {  // the previous pass was abandoned part-way: its epoch is over
-    ++epoch_;
+    ++epoch_;              // no overflow: that pass ran, so epoch_ < INT64_MAX
     delivered_ = 0;
+    resume_pending_ = true;
   }
-  resume_pending_ = false;
+  // Until the pass is under way, a failure leaves the position for the next call to retry.
+  check_epoch(epoch_);
   order_ = sampler_->indices(epoch_);
   STRATA_CHECK(static_cast<int64_t>(order_.size()) == sampler_->size(),
                "[DataLoader] the sampler returned {} indices for epoch {} but its size is {}", order_.size(), epoch_,
                sampler_->size());
+  if (options_.num_workers > 0 && delivered_ < num_batches_) start_workers();
+  resume_pending_ = false;
   in_pass_ = true;
-  if (options_.num_workers == 0 || delivered_ >= num_batches_) return;
+  auto pass = std::make_shared<int64_t>(epoch_);
+  pass_ = pass;
+  return pass;
+}
+
+void LoaderCore::start_workers() {
   pipeline_ = std::make_unique<Pipeline>();
   Pipeline& p = *pipeline_;
   p.next_job = p.next_deliver = delivered_;
   p.end_job = num_batches_;
-  p.window = options_.prefetch * options_.num_workers;
-  for (int64_t w = 0; w < options_.num_workers; ++w) {
-    p.threads.emplace_back([this, &p] {
-      std::unique_lock<std::mutex> lock(p.mutex);
-      for (;;) {
-        p.work_cv.wait(lock, [&] { return p.stop || p.next_job >= p.end_job || p.next_job < p.next_deliver + p.window; });
-        if (p.stop || p.next_job >= p.end_job) return;
-        int64_t b = p.next_job++;
-        lock.unlock();
-        Pipeline::Result r;
-        try {
-          r.batch = fetch_(batch_indices(b), b);
-        } catch (...) {
-          r.error = std::current_exception();
-        }
-        lock.lock();
-        p.ready.emplace(b, std::move(r));
-        p.ready_cv.notify_all();
-      }
-    });
+  const int64_t workers = options_.num_workers, prefetch = options_.prefetch;
+  p.window = prefetch > INT64_MAX / workers ? INT64_MAX : prefetch * workers;  // saturated: no bound
+  // More threads than batches left would have nothing to do.
+  const int64_t threads = std::min(workers, num_batches_ - delivered_);
+  try {
+    for (int64_t w = 0; w < threads; ++w) p.threads.emplace_back([this, &p] { work(p); });
+  } catch (const std::exception& e) {  // std::system_error when the system refuses another thread
+    size_t started = p.threads.size();
+    stop_workers();
+    strata::detail::throw_error(
+        "[DataLoader] could not start worker thread {} of num_workers = {}: {}; lower num_workers", started + 1,
+        workers, e.what());
+  }
+}
+
+void LoaderCore::work(Pipeline& p) {
+  std::unique_lock<std::mutex> lock(p.mutex);
+  for (;;) {
+    // next_job >= next_deliver, so the difference cannot overflow as next_deliver + window could.
+    p.work_cv.wait(lock, [&] { return p.stop || p.next_job >= p.end_job || p.next_job - p.next_deliver < p.window; });
+    if (p.stop || p.next_job >= p.end_job) return;
+    int64_t b = p.next_job++;
+    lock.unlock();
+    Pipeline::Result r;
+    try {
+      r.batch = fetch_(batch_indices(b), b);
+    } catch (...) {
+      r.error = std::current_exception();
+    }
+    lock.lock();
+    p.ready.emplace(b, std::move(r));
+    p.ready_cv.notify_all();
   }
 }
 
@@ -172,7 +203,7 @@ BatchPtr LoaderCore::next() {
   if (delivered_ >= num_batches_) {  // the pass is complete: point at the next epoch
     stop_workers();
     in_pass_ = false;
-    ++epoch_;
+    ++epoch_;  // no overflow: the pass ran, so epoch_ < INT64_MAX
     delivered_ = 0;
     resume_pending_ = true;
     return nullptr;
@@ -197,7 +228,7 @@ BatchPtr LoaderCore::next() {
       batch = std::move(r.batch);
     }
   } catch (...) {
-    // The pass ends here; the failed batch is not counted as delivered.
+    // The pass ends here, abandoned: the next one starts the next epoch (Note [Abandoned pass]).
     stop_workers();
     in_pass_ = false;
     throw;
@@ -208,23 +239,57 @@ BatchPtr LoaderCore::next() {
 
 void LoaderCore::set_epoch(int64_t epoch) {
   STRATA_CHECK(epoch >= 0, "[DataLoader] negative epoch {}", epoch);
-  load_state(LoaderState{epoch, 0, options_.seed});
+  LoaderState s;
+  s.epoch = epoch;
+  s.seed = options_.seed;
+  load_state(s);
 }
 
+bool LoaderCore::abandoned() const { return !resume_pending_ && (!in_pass_ || pass_.expired()); }
+
+int64_t LoaderCore::epoch() const { return abandoned() ? epoch_ + 1 : epoch_; }
+
 LoaderState LoaderCore::state() const {
-  // A fully delivered epoch is the start of the next one, so that a resumed run does not
-  // begin with an empty pass.
-  if (delivered_ >= num_batches_ && num_batches_ > 0) return LoaderState{epoch_ + 1, 0, options_.seed};
-  return LoaderState{epoch_, delivered_, options_.seed};
+  LoaderState s;
+  s.epoch = epoch_;
+  s.batches = delivered_;
+  s.seed = options_.seed;
+  s.dataset_size = dataset_size_;
+  s.samples = sampler_->size();
+  s.batch_size = options_.batch_size;
+  s.shuffle = options_.shuffle;
+  s.drop_last = options_.drop_last;
+  // A pass left early (its iterators gone, or a batch raised) is over: the next pass starts
+  // the next epoch (Note [Abandoned pass] in dataloader.hpp), and so does the state. A fully
+  // delivered epoch is the start of the next one too, so that a resumed run does not begin
+  // with an empty pass. Either way a pass ran at epoch_, so epoch_ + 1 does not overflow.
+  if (abandoned() || (delivered_ >= num_batches_ && num_batches_ > 0)) {
+    s.epoch = epoch_ + 1;
+    s.batches = 0;
+  }
+  return s;
 }
 
 void LoaderCore::load_state(const LoaderState& state) {
   STRATA_CHECK(state.epoch >= 0 && state.batches >= 0, "[DataLoader] invalid state: epoch {}, batches {}", state.epoch,
                state.batches);
-  STRATA_CHECK(state.batches <= num_batches_, "[DataLoader] the state has {} batches delivered but an epoch has only {}",
-               state.batches, num_batches_);
+  check_epoch(state.epoch);
+  // A state from a loader that batches differently would resume another sequence silently.
+  auto same = [](const auto& saved, auto here, const char* what) {
+    STRATA_CHECK(!saved || *saved == here,
+                 "[DataLoader] the state was taken with {} = {} but this loader has {}: its batches would differ", what,
+                 *saved, here);
+  };
+  same(state.dataset_size, dataset_size_, "dataset size");
+  same(state.samples, sampler_->size(), "samples per epoch (the sampler's size)");
+  same(state.batch_size, options_.batch_size, "batch_size");
+  same(state.shuffle, options_.shuffle, "shuffle");
+  same(state.drop_last, options_.drop_last, "drop_last");
+  STRATA_CHECK(state.batches <= num_batches_,
+               "[DataLoader] the state has {} batches delivered but an epoch has only {}", state.batches, num_batches_);
   if (state.seed != options_.seed) {
-    STRATA_CHECK(!options_.sampler, "[DataLoader] the state's seed {} differs from the seed {} of this loader's custom sampler",
+    STRATA_CHECK(!options_.sampler,
+                 "[DataLoader] the state's seed {} differs from the seed {} of this loader's custom sampler",
                  state.seed, options_.seed);
     options_.seed = state.seed;
     make_default_sampler();
@@ -234,7 +299,7 @@ void LoaderCore::load_state(const LoaderState& state) {
   epoch_ = state.epoch;
   delivered_ = state.batches;
   if (delivered_ == num_batches_ && num_batches_ > 0) {
-    ++epoch_;
+    ++epoch_;  // no overflow: check_epoch above
     delivered_ = 0;
   }
   resume_pending_ = true;

@@ -53,10 +53,13 @@ DistributedSampler::DistributedSampler(int64_t n, int64_t rank, int64_t world_si
   STRATA_CHECK(n >= 0, "[DistributedSampler] negative size {}", n);
   STRATA_CHECK(world_size >= 1, "[DistributedSampler] world_size must be at least 1, got {}", world_size);
   STRATA_CHECK(rank >= 0 && rank < world_size, "[DistributedSampler] rank {} is outside [0, {})", rank, world_size);
-  per_rank_ = options.drop_last ? n / world_size : (n + world_size - 1) / world_size;
+  // ceil(n / world) without forming n + world - 1, which overflows for a world near INT64_MAX.
+  per_rank_ = n / world_size + (!options.drop_last && n % world_size != 0);
 }
 
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  std::vector<int64_t> mine;
+  if (per_rank_ == 0) return mine;
   std::vector<int64_t> order;
   if (options_.shuffle) {
     order = random_permutation(n_, options_.seed, epoch);
@@ -64,13 +67,13 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
     order.resize(static_cast<size_t>(n_));
     std::iota(order.begin(), order.end(), int64_t{0});
   }
-  // Pad by repeating from the start (more than once when world_size > n), or cut the tail.
-  auto total = static_cast<size_t>(per_rank_ * world_);
-  for (size_t i = 0; order.size() < total; ++i) order.push_back(order[i]);
-  order.resize(total);
-  std::vector<int64_t> mine;
+  // Position p of the padded order (padded by repeating from the start, more than once when
+  // world_size > n) is order[p % n]; it is not built, since per_rank * world_size can be
+  // far larger than n. Positions stay below per_rank * world_size < n + world_size <= 2^64.
   mine.reserve(static_cast<size_t>(per_rank_));
-  for (size_t i = static_cast<size_t>(rank_); i < total; i += static_cast<size_t>(world_)) mine.push_back(order[i]);
+  auto n = static_cast<uint64_t>(n_), world = static_cast<uint64_t>(world_);
+  for (uint64_t k = 0, p = static_cast<uint64_t>(rank_); k < static_cast<uint64_t>(per_rank_); ++k, p += world)
+    mine.push_back(order[p % n]);
   return mine;
 }
 

@@ -1,14 +1,21 @@
 // DataLoader: coverage of every sample once per epoch, batch order independent of the worker
 // count, drop_last, collation, exact mid-epoch resume, worker errors, bounded prefetch, and
-// that abandoning or destroying a loader mid-epoch never hangs (a watchdog aborts if it does).
+// that abandoning or destroying a loader mid-epoch never hangs (a watchdog aborts if it does);
+// then bad input: sizes and epochs at the int64 limits, workers the system cannot start, a
+// moved-from loader, states from another loader, and collate functions throwing anything.
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <numeric>
 #include <thread>
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "testing.h"
 
@@ -192,18 +199,21 @@ TEST(DataLoader, MidEpochResumeGivesTheSameBatches) {
   const size_t per_epoch = 8;
   ASSERT_EQ(want.size(), 3 * per_epoch);
   for (size_t stop_after : {size_t{0}, size_t{3}, size_t{8}, size_t{11}, size_t{16}}) {
-    // Interrupted run: deliver `stop_after` batches, checkpoint the state, drop the loader.
-    std::map<std::string, int64_t> saved;
+    // Interrupted run: deliver `stop_after` batches, checkpoint the state, drop the loader. The
+    // checkpoint is taken inside the loop: once a pass is left, the loader moves on to the next
+    // epoch (AbandonedPassStateIsWhatTheLoaderDoesNext).
     std::vector<sd::Example> got;
+    std::map<std::string, int64_t> saved;
     {
       sd::DataLoader<sd::Example> first(data, opts);
+      saved = first.state().to_map();
       while (got.size() < stop_after) {
         for (auto& b : first) {
           got.push_back(b);
+          if (got.size() == stop_after) saved = first.state().to_map();
           if (got.size() == stop_after || got.size() % per_epoch == 0) break;
         }
       }
-      saved = first.state().to_map();
     }
     // Resumed run with another worker count, restored from the key/value form.
     sd::LoaderOptions other = opts;
@@ -241,7 +251,9 @@ TEST(DataLoader, WorkerErrorNamesTheSampleAndNeverHangs) {
     std::vector<int64_t> want(12);
     std::iota(want.begin(), want.end(), 0);
     EXPECT_EQ(seen, want) << "the batches before the bad one arrive, in order, once";
-    EXPECT_EQ(loader->state().batches, 3) << "the failed batch is not counted as delivered";
+    // The failed pass is over: the next one, and the state, start the next epoch.
+    EXPECT_EQ(loader->state().epoch, 1);
+    EXPECT_EQ(loader->state().batches, 0);
     loader.reset();  // joins the workers
   }
 }
@@ -256,7 +268,9 @@ TEST(DataLoader, EarlyBreakAndDestructionDoNotHang) {
       (void)b;
       if (++k == 2) break;
     }
-    EXPECT_EQ(loader.state(), (sd::LoaderState{0, 2, 0}));
+    EXPECT_EQ(loader.state().epoch, 1) << "the abandoned epoch is over";
+    EXPECT_EQ(loader.state().batches, 0);
+    EXPECT_EQ(loader.epoch(), 1);
     // A new pass after a break starts the next epoch, complete.
     auto next = pass(loader);
     EXPECT_EQ(next.size(), 100u);
@@ -287,4 +301,287 @@ TEST(DataLoader, PrefetchIsBounded) {
     EXPECT_LE(data->calls.load(), (delivered + prefetch * workers) * bs) << "after batch " << delivered;
   }
   EXPECT_EQ(data->calls.load(), 60);
+}
+
+namespace {
+
+// Rows of `rows(n)` as std::vector<Tensor> samples.
+std::shared_ptr<sd::TensorListDataset> list_rows(int64_t n) {
+  return std::make_shared<sd::TensorListDataset>(
+      std::vector<st::Tensor>{st::arange(3 * n, st::TensorOptions(st::kFloat32)).view({n, 3}), st::arange(n)});
+}
+
+std::vector<std::vector<st::Tensor>> list_pass(sd::DataLoader<std::vector<st::Tensor>>& loader) {
+  std::vector<std::vector<st::Tensor>> out;
+  for (auto& b : loader) out.push_back(b);
+  return out;
+}
+
+void expect_same_lists(const std::vector<std::vector<st::Tensor>>& a, const std::vector<std::vector<st::Tensor>>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    ASSERT_EQ(a[k].size(), b[k].size());
+    for (size_t j = 0; j < a[k].size(); ++j) EXPECT_TRUE(st::equal(a[k][j], b[k][j])) << "batch " << k;
+  }
+}
+
+// Fails at sample `bad` the first time only.
+class FailsOnce : public sd::Dataset<sd::Example> {
+ public:
+  FailsOnce(std::shared_ptr<sd::TensorDataset> inner, int64_t bad) : inner_(std::move(inner)), bad_(bad) {}
+  int64_t size() const override { return inner_->size(); }
+  sd::Example get(int64_t i) const override {
+    if (i == bad_ && !failed_.exchange(true)) throw std::runtime_error("transient");
+    return inner_->get(i);
+  }
+
+ private:
+  std::shared_ptr<sd::TensorDataset> inner_;
+  int64_t bad_;
+  mutable std::atomic<bool> failed_{false};
+};
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const st::Error& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a strata::Error";
+  }
+  return "no exception";
+}
+
+// Expects `expr` to raise a strata::Error whose message contains `text`.
+#define EXPECT_ERROR_HAS(expr, text)                                        \
+  do {                                                                      \
+    std::string what_ = error_of([&] { (void)(expr); });                    \
+    EXPECT_NE(what_.find(text), std::string::npos) << #expr << ": " << what_; \
+  } while (0)
+
+}  // namespace
+
+TEST(DataLoaderBadInput, BatchSizeNearInt64Max) {
+  for (int64_t bs : {INT64_MAX, INT64_MAX - 1, int64_t{1} << 62}) {
+    sd::DataLoader<sd::Example> loader(rows(8), {.batch_size = bs, .num_workers = 1});
+    ASSERT_EQ(loader.size(), 1);
+    auto batches = pass(loader);
+    ASSERT_EQ(batches.size(), 1u);
+    EXPECT_EQ(targets_of(batches[0]), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+    sd::DataLoader<sd::Example> dropped(rows(8), {.batch_size = bs, .drop_last = true});
+    EXPECT_EQ(dropped.size(), 0);
+    EXPECT_TRUE(pass(dropped).empty());
+  }
+}
+
+TEST(DataLoaderBadInput, HugePrefetchMeansNoBound) {
+  Watchdog dog(60);
+  for (int64_t prefetch : {int64_t{1} << 62, INT64_MAX}) {
+    sd::DataLoader<sd::Example> loader(rows(20), {.batch_size = 2, .num_workers = 2, .prefetch = prefetch});
+    std::vector<int64_t> seen;
+    for (int epoch = 0; epoch < 2; ++epoch)
+      for (auto& b : loader) {
+        auto t = targets_of(b);
+        seen.insert(seen.end(), t.begin(), t.end());
+      }
+    std::vector<int64_t> want(20);
+    std::iota(want.begin(), want.end(), 0);
+    want.insert(want.end(), want.begin(), want.end());
+    EXPECT_EQ(seen, want) << "prefetch " << prefetch;
+  }
+}
+
+TEST(DataLoaderBadInput, WorkersTheSystemCannotStart) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer reserves more address space than the limit this test sets";
+#elif !defined(__linux__)
+  GTEST_SKIP() << "reads the address space size from /proc";
+#else
+  Watchdog dog(120);
+  sd::DataLoader<sd::Example> loader(rows(512), {.batch_size = 1, .num_workers = 256});
+  // Leave room for a few thread stacks (8 MiB each by default) only, so that most of the 256
+  // workers cannot start.
+  long pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  ASSERT_GT(pages, 0);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = std::min<rlim_t>(old.rlim_max, static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (48 << 20));
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &low), 0);
+  std::string what = error_of([&] { loader.begin(); });
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  EXPECT_NE(what.find("could not start worker thread"), std::string::npos) << what;
+  EXPECT_NE(what.find("num_workers = 256"), std::string::npos) << what;
+  // The threads that started were joined; the failed pass did not start, so the next one (with
+  // threads to spare now) is the whole of epoch 0.
+  EXPECT_EQ(loader.state().epoch, 0);
+  EXPECT_EQ(loader.state().batches, 0);
+  auto batches = pass(loader);
+  ASSERT_EQ(batches.size(), 512u);
+  for (int64_t k = 0; k < 512; ++k) EXPECT_EQ(targets_of(batches[k]), (std::vector<int64_t>{k}));
+  EXPECT_EQ(loader.epoch(), 1);
+#endif
+}
+
+TEST(DataLoader, AbandonedPassStateIsWhatTheLoaderDoesNext) {
+  Watchdog dog(60);
+  for (int64_t workers : {0, 2}) {
+    sd::LoaderOptions opts{.batch_size = 2, .shuffle = true, .num_workers = workers, .seed = 1};
+    sd::DataLoader<std::vector<st::Tensor>> live(list_rows(8), opts);
+    sd::LoaderState inside;
+    int k = 0;
+    for (auto& b : live) {
+      (void)b;
+      inside = live.state();  // the pass is live: its rest comes next
+      if (++k == 2) break;
+    }
+    EXPECT_EQ(inside.epoch, 0);
+    EXPECT_EQ(inside.batches, 2);
+    const sd::LoaderState after = live.state();  // the pass was abandoned
+    EXPECT_EQ(after.epoch, 1);
+    EXPECT_EQ(after.batches, 0);
+    EXPECT_EQ(live.epoch(), 1);
+    // Re-iterating the live loader and restoring `after` into a fresh one agree.
+    sd::DataLoader<std::vector<st::Tensor>> restored(list_rows(8), opts);
+    restored.load_state(after);
+    auto next = list_pass(live);
+    EXPECT_EQ(next.size(), 4u);
+    expect_same_lists(next, list_pass(restored));
+    // A state taken inside the loop resumes the rest of epoch 0.
+    sd::DataLoader<std::vector<st::Tensor>> reference(list_rows(8), opts), resumed(list_rows(8), opts);
+    resumed.load_state(inside);
+    auto epoch0 = list_pass(reference);
+    expect_same_lists(list_pass(resumed), {epoch0.begin() + 2, epoch0.end()});
+  }
+  // The same after a batch fails.
+  for (int64_t workers : {0, 2}) {
+    sd::LoaderOptions opts{.batch_size = 3, .shuffle = true, .num_workers = workers, .seed = 4};
+    sd::DataLoader<sd::Example> live(std::make_shared<FailsOnce>(rows(12), 5), opts);
+    EXPECT_THROW(pass(live), st::Error);
+    const sd::LoaderState after = live.state();
+    EXPECT_EQ(after.epoch, 1);
+    EXPECT_EQ(after.batches, 0);
+    sd::DataLoader<sd::Example> restored(rows(12), opts);
+    restored.load_state(after);
+    auto next = pass(live);
+    EXPECT_EQ(next.size(), 4u);
+    expect_same_batches(next, pass(restored));
+    EXPECT_EQ(live.state(), restored.state());
+  }
+}
+
+TEST(DataLoader, StateRecordsWhatFixesTheBatches) {
+  sd::LoaderOptions opts{.batch_size = 3, .shuffle = true, .seed = 8};
+  sd::DataLoader<sd::Example> loader(rows(10), opts);
+  sd::LoaderState s;
+  for (auto& b : loader) {
+    (void)b;
+    s = loader.state();
+    break;
+  }
+  EXPECT_EQ(s.batches, 1);
+  EXPECT_EQ(s.dataset_size, 10);
+  EXPECT_EQ(s.samples, 10);
+  EXPECT_EQ(s.batch_size, 3);
+  EXPECT_EQ(s.shuffle, true);
+  EXPECT_EQ(s.drop_last, false);
+  EXPECT_EQ(sd::LoaderState::from_map(s.to_map()), s);
+
+  // The dataset grew (with the same number of batches per epoch): another permutation.
+  sd::DataLoader<sd::Example> grown(rows(11), opts);
+  EXPECT_ERROR_HAS(grown.load_state(s), "dataset size = 10 but this loader has 11");
+  sd::LoaderOptions other = opts;
+  other.batch_size = 4;
+  EXPECT_ERROR_HAS(sd::DataLoader<sd::Example>(rows(10), other).load_state(s), "batch_size = 3 but this loader has 4");
+  other = opts;
+  other.drop_last = true;
+  EXPECT_ERROR_HAS(sd::DataLoader<sd::Example>(rows(10), other).load_state(s), "drop_last = false");
+  other = opts;
+  other.shuffle = false;
+  EXPECT_ERROR_HAS(sd::DataLoader<sd::Example>(rows(10), other).load_state(s), "shuffle = true");
+  // A DistributedSampler share for another world size: the same dataset, another sampler size.
+  auto share = [](int64_t world) {
+    return sd::LoaderOptions{.batch_size = 1, .sampler = std::make_shared<sd::DistributedSampler>(12, 0, world)};
+  };
+  sd::DataLoader<sd::Example> two(rows(12), share(2)), three(rows(12), share(3));
+  EXPECT_ERROR_HAS(three.load_state(two.state()), "samples per epoch (the sampler's size) = 6 but this loader has 4");
+  // A refused state changes nothing.
+  EXPECT_EQ(grown.state().epoch, 0);
+  EXPECT_EQ(grown.state().seed, 8u);
+
+  // A state from an older checkpoint (epoch, batches and seed only) is not checked.
+  auto old_map = s.to_map();
+  for (const char* key : {"dataset_size", "samples", "batch_size", "shuffle", "drop_last"}) old_map.erase(key);
+  sd::LoaderState old = sd::LoaderState::from_map(old_map);
+  EXPECT_FALSE(old.dataset_size.has_value());
+  grown.load_state(old);
+  EXPECT_EQ(grown.state().epoch, 0);
+  EXPECT_EQ(grown.state().batches, 1);
+}
+
+TEST(DataLoaderBadInput, EpochsThatCannotAdvance) {
+  sd::DataLoader<sd::Example> loader(rows(5), {.batch_size = 2, .shuffle = true});
+  EXPECT_ERROR_HAS(loader.set_epoch(INT64_MAX), "past the last one a loader can run");
+  sd::LoaderState s;
+  s.epoch = INT64_MAX;
+  EXPECT_ERROR_HAS(loader.load_state(s), "past the last one a loader can run");
+  EXPECT_EQ(loader.epoch(), 0) << "a refused epoch changes nothing";
+  // The last epoch runs; after it, none can start.
+  loader.set_epoch(INT64_MAX - 1);
+  EXPECT_EQ(pass(loader).size(), 3u);
+  EXPECT_EQ(loader.epoch(), INT64_MAX);
+  EXPECT_EQ(loader.state().epoch, INT64_MAX);
+  EXPECT_ERROR_HAS(loader.begin(), "epoch 9223372036854775807 is past the last one");
+  // Abandoned at the last epoch: the same.
+  loader.set_epoch(INT64_MAX - 1);
+  for (auto& b : loader) {
+    (void)b;
+    break;
+  }
+  EXPECT_EQ(loader.state().epoch, INT64_MAX);
+  EXPECT_ERROR_HAS(loader.begin(), "past the last one");
+  EXPECT_EQ(loader.epoch(), INT64_MAX);
+  loader.set_epoch(0);  // and the loader is still usable
+  EXPECT_EQ(pass(loader).size(), 3u);
+}
+
+TEST(DataLoaderBadInput, MovedFromLoader) {
+  sd::DataLoader<sd::Example> a(rows(4), {.batch_size = 2, .num_workers = 1});
+  sd::DataLoader<sd::Example> b(std::move(a));
+  const char* moved = "this DataLoader was moved from";
+  EXPECT_ERROR_HAS(a.size(), moved);  // NOLINT(bugprone-use-after-move): the point of the test
+  EXPECT_ERROR_HAS(a.state(), moved);
+  EXPECT_ERROR_HAS(a.begin(), moved);
+  EXPECT_ERROR_HAS(a.epoch(), moved);
+  EXPECT_ERROR_HAS(a.options(), moved);
+  EXPECT_ERROR_HAS(a.set_epoch(1), moved);
+  EXPECT_ERROR_HAS(a.load_state(sd::LoaderState{}), moved);
+  EXPECT_EQ(pass(b).size(), 2u);
+}
+
+TEST(DataLoaderBadInput, ThrowingAnythingIsWrapped) {
+  Watchdog dog(60);
+  for (int64_t workers : {0, 2}) {
+    sd::LoaderOptions opts{.batch_size = 2, .num_workers = workers};
+    sd::DataLoader<sd::Example> loader(rows(4), opts, [](std::vector<sd::Example>&&) -> sd::Example { throw 42; });
+    std::string what = error_of([&] { pass(loader); });
+    EXPECT_NE(what.find("collating batch 0 failed: an exception that is not a std::exception"), std::string::npos)
+        << "workers " << workers << ": " << what;
+    sd::DataLoader<sd::Example> loader2(rows(4), opts, [](std::vector<sd::Example>&& s) -> sd::Example {
+      if (s.size() == 2) throw std::runtime_error("odd batch");
+      return {};
+    });
+    what = error_of([&] { pass(loader2); });
+    EXPECT_NE(what.find("collating batch 0 failed: odd batch"), std::string::npos) << what;
+  }
+  // The sample path, for comparison.
+  class Throws : public sd::Dataset<sd::Example> {
+   public:
+    int64_t size() const override { return 3; }
+    sd::Example get(int64_t) const override { throw "a string"; }
+  };
+  sd::DataLoader<sd::Example> loader(std::make_shared<Throws>(), {.num_workers = 1});
+  EXPECT_ERROR_HAS(pass(loader), "loading sample 0 (batch 0) failed: an exception that is not a std::exception");
 }

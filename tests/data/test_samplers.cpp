@@ -1,6 +1,7 @@
 // Samplers (permutations, reproducibility, distributed shares), the tensor-backed datasets
 // and LoaderState's key/value form.
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <set>
 
@@ -152,5 +153,60 @@ TEST(LoaderState, MapRoundTrip) {
     FAIL() << "a missing key must raise";
   } catch (const st::Error& e) {
     EXPECT_NE(std::string(e.what()).find("batches"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Samplers, DistributedWorldSizesUpToInt64Max) {
+  // ceil(10 / INT64_MAX) is 1: every rank gets one index, the order repeating.
+  sd::DistributedSamplerOptions plain{.shuffle = false};
+  sd::DistributedSampler huge(10, 0, INT64_MAX, plain);
+  EXPECT_EQ(huge.size(), 1);
+  EXPECT_EQ(huge.indices(0), (std::vector<int64_t>{0}));
+  EXPECT_EQ(sd::DistributedSampler(10, INT64_MAX - 1, INT64_MAX, plain).indices(0),
+            (std::vector<int64_t>{(INT64_MAX - 1) % 10}));
+  // 2^40 ranks over 10 samples: the padded order is not built (it would hold 2^40 entries).
+  const int64_t world = int64_t{1} << 40;
+  EXPECT_EQ(sd::DistributedSampler(10, 5, world, plain).indices(0), (std::vector<int64_t>{5}));
+  EXPECT_EQ(sd::DistributedSampler(10, 12, world, plain).indices(0), (std::vector<int64_t>{2}));
+  sd::DistributedSampler shuffled(10, 13, world, {.seed = 3});
+  EXPECT_EQ(shuffled.indices(4), (std::vector<int64_t>{sd::random_permutation(10, 3, 4)[3]}));
+  EXPECT_EQ(sd::DistributedSampler(10, 5, world, {.drop_last = true}).size(), 0);
+  EXPECT_TRUE(sd::DistributedSampler(10, 5, world, {.drop_last = true}).indices(0).empty());
+  EXPECT_TRUE(sd::DistributedSampler(0, 5, world).indices(0).empty());
+  // A dataset of n near INT64_MAX: only the sizes, nothing is materialized.
+  EXPECT_EQ(sd::DistributedSampler(INT64_MAX, 0, 2).size(), INT64_MAX / 2 + 1);
+  EXPECT_EQ(sd::DistributedSampler(INT64_MAX, 0, INT64_MAX).size(), 1);
+}
+
+TEST(LoaderState, OptionalKeys) {
+  sd::LoaderState s{3, 17, 5};
+  s.dataset_size = 100;
+  s.samples = 50;
+  s.batch_size = 8;
+  s.shuffle = true;
+  s.drop_last = false;
+  auto m = s.to_map();
+  EXPECT_EQ(m.at("dataset_size"), 100);
+  EXPECT_EQ(m.at("samples"), 50);
+  EXPECT_EQ(m.at("batch_size"), 8);
+  EXPECT_EQ(m.at("shuffle"), 1);
+  EXPECT_EQ(m.at("drop_last"), 0);
+  EXPECT_EQ(sd::LoaderState::from_map(m), s);
+  // A map from a checkpoint written before these keys existed: they stay unset.
+  std::map<std::string, int64_t> old{{"epoch", 3}, {"batches", 17}, {"seed", 5}};
+  sd::LoaderState o = sd::LoaderState::from_map(old);
+  EXPECT_EQ(o, (sd::LoaderState{3, 17, 5}));
+  EXPECT_FALSE(o.dataset_size || o.samples || o.batch_size || o.shuffle || o.drop_last);
+  EXPECT_EQ(o.to_map(), old);
+  for (auto [key, bad] : std::vector<std::pair<std::string, int64_t>>{
+           {"dataset_size", -1}, {"samples", -2}, {"batch_size", 0}, {"shuffle", 2}, {"drop_last", -1}}) {
+    auto broken = m;
+    broken[key] = bad;
+    try {
+      sd::LoaderState::from_map(broken);
+      FAIL() << key << " = " << bad << " must raise";
+    } catch (const st::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
   }
 }

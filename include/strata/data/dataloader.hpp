@@ -9,6 +9,12 @@
 // constructor. Batches arrive in the same order for every worker count (Note [Reorder
 // buffer] in src/data/dataloader.cpp), so a run is reproducible from its seed, and
 // state() / load_state() resume a pass mid-epoch.
+//
+// Note [Abandoned pass]: a pass is live while one of its iterators exists. Leaving it early
+// (a break, or a batch that raised) abandons it, and the next pass starts the next epoch, as a
+// new Python iterator does. state() always says where this loader's next batch comes from:
+// inside the loop, the rest of the live pass; after an abandoned pass, the start of the next
+// epoch. So to resume mid-epoch from a checkpoint, take state() inside the loop, before a break.
 #pragma once
 
 #include <concepts>
@@ -39,7 +45,7 @@ struct LoaderOptions {
   /// Threads that fetch and collate whole batches; 0 builds batches in the calling thread.
   int64_t num_workers = 0;
   /// Batches each worker may build ahead of the training loop (the queue holds at most
-  /// prefetch * num_workers batches).
+  /// prefetch * num_workers batches; a product past INT64_MAX means no bound).
   int64_t prefetch = 2;
   /// Return batches whose tensors are in page-locked memory (Tensor::pin_memory).
   bool pin_memory = false;
@@ -79,12 +85,15 @@ class STRATA_API LoaderCore {
   LoaderCore(const LoaderCore&) = delete;
   LoaderCore& operator=(const LoaderCore&) = delete;
 
-  /// Starts a pass: resumes a restored position, or else begins the next epoch.
-  void start_pass();
+  /// Starts a pass: resumes a restored position, or else begins the next epoch. The pass is
+  /// live while the returned token is held (by its iterators; Note [Abandoned pass]). If it
+  /// raises, no pass started and the next call retries the same position.
+  std::shared_ptr<void> start_pass();
   /// The next batch of the pass, or null once the pass is over.
   BatchPtr next();
   int64_t num_batches() const { return num_batches_; }
-  int64_t epoch() const { return epoch_; }
+  /// The epoch of the live pass, or the one the next pass starts.
+  int64_t epoch() const;
   void set_epoch(int64_t epoch);
   LoaderState state() const;
   void load_state(const LoaderState& state);
@@ -93,6 +102,9 @@ class STRATA_API LoaderCore {
  private:
   struct Pipeline;
   std::vector<int64_t> batch_indices(int64_t batch) const;
+  bool abandoned() const;  // a pass was left early; the next one starts epoch_ + 1
+  void start_workers();
+  void work(Pipeline& p);  // one worker thread's loop
   void stop_workers();
   void make_default_sampler();
 
@@ -105,6 +117,7 @@ class STRATA_API LoaderCore {
   int64_t delivered_ = 0;       // batches of epoch_ handed out
   bool resume_pending_ = true;  // the next pass starts at (epoch_, delivered_)
   bool in_pass_ = false;
+  std::weak_ptr<void> pass_;    // the live pass's token, expired once its iterators are gone
   std::vector<int64_t> order_;  // the sampler's indices for epoch_
   std::unique_ptr<Pipeline> pipeline_;
 };
@@ -132,12 +145,14 @@ class DataLoader {
                     }) {
         collate = [](std::vector<Sample>&& s) -> Batch { return default_collate(std::move(s)); };
       } else {
-        STRATA_CHECK(false, "[DataLoader] no default collation for this sample and batch type: pass a collate function");
+        STRATA_CHECK(false,
+                     "[DataLoader] no default collation for this sample and batch type: pass a collate function");
       }
     }
     bool pin = options.pin_memory;
     if constexpr (!requires(const Batch& b) { { pin_memory(b) } -> std::convertible_to<Batch>; }) {
-      STRATA_CHECK(!pin, "[DataLoader] pin_memory is set but no pin_memory(const Batch&) overload exists for this batch type");
+      STRATA_CHECK(!pin, "[DataLoader] pin_memory is set but no pin_memory(const Batch&) overload exists for "
+                         "this batch type");
     }
     std::shared_ptr<const Dataset<Sample>> data = std::move(dataset);
     int64_t size = data->size();
@@ -162,6 +177,8 @@ class DataLoader {
         }
       } catch (const std::exception& e) {
         detail::throw_collate_error(b, e.what());
+      } catch (...) {
+        detail::throw_collate_error(b, "an exception that is not a std::exception");
       }
       return out;
     };
@@ -184,32 +201,43 @@ class DataLoader {
 
    private:
     friend class DataLoader;
-    iterator(detail::LoaderCore* core, detail::BatchPtr batch) : core_(core), batch_(std::move(batch)) {}
+    iterator(detail::LoaderCore* core, detail::BatchPtr batch, std::shared_ptr<void> pass)
+        : core_(core), batch_(std::move(batch)), pass_(std::move(pass)) {}
     detail::LoaderCore* core_ = nullptr;
     detail::BatchPtr batch_;
+    std::shared_ptr<void> pass_;  // keeps the pass live (Note [Abandoned pass])
   };
 
-  /// Starts a pass (one epoch, or the rest of a restored one). Starting a new pass before
-  /// the previous one ended abandons it; its next epoch begins.
+  /// Starts a pass (one epoch, or the rest of a restored one). Starting a new pass before the
+  /// previous one ended abandons it; its next epoch begins (Note [Abandoned pass]).
   iterator begin() {
-    core_->start_pass();
-    return iterator(core_.get(), core_->next());
+    std::shared_ptr<void> pass = core().start_pass();
+    detail::BatchPtr first = core_->next();
+    return iterator(core_.get(), std::move(first), std::move(pass));
   }
   std::default_sentinel_t end() const { return {}; }
 
   /// Batches per epoch.
-  int64_t size() const { return core_->num_batches(); }
+  int64_t size() const { return core().num_batches(); }
   /// The epoch in progress, or the one the next pass starts.
-  int64_t epoch() const { return core_->epoch(); }
-  /// Makes the next pass start at the beginning of `epoch`.
-  void set_epoch(int64_t epoch) { core_->set_epoch(epoch); }
-  /// The position to store in a checkpoint.
-  LoaderState state() const { return core_->state(); }
-  /// Restores a position: the next pass produces the batches that followed it.
-  void load_state(const LoaderState& state) { core_->load_state(state); }
-  const LoaderOptions& options() const { return core_->options(); }
+  int64_t epoch() const { return core().epoch(); }
+  /// Makes the next pass start at the beginning of `epoch` (below INT64_MAX).
+  void set_epoch(int64_t epoch) { core().set_epoch(epoch); }
+  /// The position to store in a checkpoint: where this loader's next batch comes from (the
+  /// rest of the live pass, or after an abandoned one the next epoch; Note [Abandoned pass]).
+  LoaderState state() const { return core().state(); }
+  /// Restores a position: the next pass produces the batches that followed it. Raises
+  /// strata::Error if the state was taken from a loader that batches differently (another
+  /// dataset size, sampler size, batch_size, shuffle or drop_last).
+  void load_state(const LoaderState& state) { core().load_state(state); }
+  const LoaderOptions& options() const { return core().options(); }
 
  private:
+  detail::LoaderCore& core() const {
+    STRATA_CHECK(core_ != nullptr, "[DataLoader] this DataLoader was moved from; use the one it was moved to");
+    return *core_;
+  }
+
   std::unique_ptr<detail::LoaderCore> core_;
 };
 

@@ -61,7 +61,9 @@ struct DistributedSamplerOptions {
 /// The share of rank `rank` out of `world_size`, as PyTorch's DistributedSampler: every rank
 /// draws the same (shuffled with (seed, epoch)) order, padded or cut to a multiple of
 /// world_size, and takes every world_size-th index starting at `rank`. The ranks' shares
-/// are disjoint apart from padding and together cover the dataset once per epoch.
+/// are disjoint apart from padding and together cover the dataset once per epoch. A
+/// world_size above n is allowed, as in PyTorch (each rank gets one index, the order repeating);
+/// the padded order is never built, so indices() costs O(n + size()) whatever world_size is.
 class STRATA_API DistributedSampler : public Sampler {
  public:
   DistributedSampler(int64_t n, int64_t rank, int64_t world_size, DistributedSamplerOptions options = {});
