@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,21 @@ inline double rtol_for(DType t) {
     case kFloat16: return 2e-3;
     default: return 0;
   }
+}
+
+/// True when calling f raises strata::Error whose message contains every one of `parts`.
+template <class F>
+::testing::AssertionResult throws_with(F&& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    std::string what = e.what();
+    for (const char* p : parts)
+      if (what.find(p) == std::string::npos)
+        return ::testing::AssertionFailure() << "message \"" << what << "\" lacks \"" << p << "\"";
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "no strata::Error was raised";
 }
 
 }  // namespace strata::testing

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
@@ -85,6 +86,11 @@ Args parse(int argc, char** argv) {
   if (a.out.empty()) usage("--out is required");
   if (a.files.empty()) usage("no input files");
   if (a.fraction_given && a.val.empty()) usage("--val-fraction needs --val");
+  if (!a.val.empty()) {  // one file for both would end up holding only the validation tokens
+    std::error_code e1, e2;
+    if (a.val == a.out || std::filesystem::weakly_canonical(a.val, e1) == std::filesystem::weakly_canonical(a.out, e2))
+      usage("--val and --out must name different files, got " + a.val + " for both");
+  }
   if (a.eot && a.dtype != sd::TokenDType::kU16) usage("--eot needs --dtype u16 (token 256 does not fit in u8)");
   return a;
 }
@@ -124,6 +130,8 @@ int main(int argc, char** argv) {
         if (args.eot) val->append(kEndOfText);
       }
     }
+    // both outputs were checked when their writers opened (a folder or a device is refused
+    // there), so the two renames below are all that is left to fail
     int64_t train_count = train.count();
     train.close();
     std::printf("%s: %lld tokens\n", args.out.c_str(), static_cast<long long>(train_count));

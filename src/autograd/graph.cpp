@@ -1,5 +1,6 @@
 // Graph building: grad mode, saved tensors (with version checks and pack/unpack hooks),
 // recording an op's node, and the leaf accumulator.
+#include <algorithm>
 #include <atomic>
 
 #include <strata/autograd/graph.hpp>
@@ -27,6 +28,21 @@ AutogradMeta& meta_of(const Tensor& t) {
   TensorImpl& impl = t.impl();
   if (!impl.autograd) impl.autograd = std::make_shared<AutogradMeta>();
   return *impl.autograd;
+}
+
+// True when t's elements fill their span of memory exactly once, in any dim order (contiguous,
+// channels-last, transposed), so writing into it in place touches each element alone.
+bool is_dense(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that step
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;
+  for (auto [stride, size] : dims) {
+    if (stride != span) return false;
+    span *= size;
+  }
+  return true;
 }
 
 }  // namespace
@@ -118,14 +134,20 @@ Grads AccumulateGrad::apply(Grads&& grads) {
   Tensor g = std::move(grads[0]);
   for (auto& hook : meta.hooks) {
     Tensor r = hook(g);
-    if (r.defined()) g = r;
+    if (!r.defined()) continue;
+    STRATA_CHECK(r.shape() == leaf.shape() && r.dtype() == leaf.dtype() && r.device() == leaf.device(),
+                 "[autograd] a gradient hook of a leaf of shape {} ({}, {}) returned a gradient of shape {} ({}, {})",
+                 leaf.shape(), leaf.dtype(), leaf.device(), r.shape(), r.dtype(), r.device());
+    g = r;
   }
   if (!meta.grad.defined()) {
-    // Keep the incoming tensor only when nothing else can see it; otherwise a later in-place
-    // accumulation would write through to another tensor.
+    // The stored gradient is the user's to write into (accumulation, zero_grad, clipping): keep
+    // the incoming tensor only when it is dense (not an expanded or strided view) and nothing
+    // else can see it. create_graph records the copy.
     bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1;
-    meta.grad = is_grad_enabled() ? g : (exclusive ? g.detach() : g.detach().clone());
-  } else if (is_grad_enabled()) {
+    if (is_grad_enabled()) meta.grad = is_dense(g) ? g : g.clone();
+    else meta.grad = exclusive && is_dense(g) ? g.detach() : g.detach().clone();
+  } else if (is_grad_enabled() || !is_dense(meta.grad)) {
     meta.grad = meta.grad + g;  // create_graph: the sum is part of the recorded graph
   } else {
     meta.grad.add_(g);

@@ -40,6 +40,7 @@ void Tensor::set_grad(const Tensor& g) const {
   if (g.defined()) {
     STRATA_CHECK(g.shape() == shape(), "[set_grad] gradient of shape {} for a tensor of shape {}", g.shape(), shape());
     STRATA_CHECK(g.device() == device(), "[set_grad] gradient on {} for a tensor on {}", g.device(), device());
+    STRATA_CHECK(g.dtype() == dtype(), "[set_grad] gradient of dtype {} for a tensor of dtype {}", g.dtype(), dtype());
   }
   meta(*this).grad = g;
 }

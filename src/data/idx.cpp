@@ -107,13 +107,25 @@ void write_idx(const std::string& path, const Tensor& t, bool gzip) {
     z_stream zs{};
     STRATA_CHECK(deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK,
                  "[write_idx] {}: cannot start gzip compression", path);
-    std::vector<uint8_t> out(deflateBound(&zs, static_cast<uLong>(bytes.size())) + 32);
-    zs.next_in = bytes.data();
-    zs.avail_in = static_cast<uInt>(bytes.size());
-    zs.next_out = out.data();
-    zs.avail_out = static_cast<uInt>(out.size());
-    const int rc = deflate(&zs, Z_FINISH);
-    out.resize(zs.total_out);
+    // zlib counts bytes in 32 bits: the input goes in 64 MiB pieces, the output comes out in 16 MiB ones
+    constexpr size_t kInChunk = size_t(64) << 20, kOutChunk = size_t(16) << 20;
+    std::vector<uint8_t> out;
+    size_t fed = 0;
+    int rc = Z_OK;
+    while (rc == Z_OK || rc == Z_BUF_ERROR) {
+      if (zs.avail_in == 0 && fed < bytes.size()) {
+        const size_t n = std::min(kInChunk, bytes.size() - fed);
+        zs.next_in = bytes.data() + fed;
+        zs.avail_in = static_cast<uInt>(n);
+        fed += n;
+      }
+      const size_t done = out.size();
+      out.resize(done + kOutChunk);
+      zs.next_out = out.data() + done;
+      zs.avail_out = static_cast<uInt>(kOutChunk);
+      rc = deflate(&zs, fed == bytes.size() ? Z_FINISH : Z_NO_FLUSH);
+      out.resize(out.size() - zs.avail_out);
+    }
     deflateEnd(&zs);
     STRATA_CHECK(rc == Z_STREAM_END, "[write_idx] {}: gzip compression failed ({})", path, rc);
     bytes = std::move(out);

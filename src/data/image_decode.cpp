@@ -1,11 +1,15 @@
 // JPEG (TurboJPEG API of libjpeg-turbo) and PNG (libpng) decoding into 8-bit RGB Images.
 // Both decoders read the header first and check the declared size against kMaxImageSide and
 // kMaxImagePixels before allocating pixel memory. Every error names the file.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <csetjmp>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <system_error>
 
 #include <png.h>
 #include <turbojpeg.h>
@@ -157,6 +161,12 @@ Image decode_image(std::span<const uint8_t> bytes, const std::string& name) {
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  STRATA_CHECK(!ec && std::filesystem::exists(status), "[read_image] cannot open {}: {}", path,
+               ec ? ec.message() : std::strerror(ENOENT));
+  // a directory opens as a stream on some file systems, and reports a size of 2^63 - 1
+  STRATA_CHECK(std::filesystem::is_regular_file(status), "[read_image] {} is not a regular file", path);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   STRATA_CHECK(in.good(), "[read_image] cannot open {}", path);
   const std::streamoff size = in.tellg();

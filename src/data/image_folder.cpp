@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <set>
 
 #include <strata/data/image_folder.hpp>
 #include <strata/ops/creation.hpp>
@@ -31,8 +32,18 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, uint64_t 
     std::vector<std::string> files;
     const fs::path dir = fs::path(root) / classes_[c];
     auto options = fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
-    for (fs::recursive_directory_iterator it(dir, options, ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_regular_file(ec) && is_image_file(it->path().string())) files.push_back(it->path().string());
+    // symlinked folders are followed once each: a link back up (to the root, the class folder
+    // or a folder already listed) would repeat samples, or loop forever
+    std::set<fs::path> seen{fs::canonical(root, ec), fs::canonical(dir, ec)};
+    for (fs::recursive_directory_iterator it(dir, options, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->is_directory(ec)) {
+        std::error_code resolve;  // a folder that cannot be resolved is listed as it is
+        const fs::path real = fs::canonical(it->path(), resolve);
+        if (!resolve && !seen.insert(real).second) it.disable_recursion_pending();
+      } else if (it->is_regular_file(ec) && is_image_file(it->path().string())) {
+        files.push_back(it->path().string());
+      }
+    }
     STRATA_CHECK(!ec, "[ImageFolder] cannot list {}: {}", dir.string(), ec.message());
     STRATA_CHECK(!files.empty(), "[ImageFolder] class folder {} holds no .jpg, .jpeg or .png file", dir.string());
     std::sort(files.begin(), files.end());

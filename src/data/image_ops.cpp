@@ -12,8 +12,11 @@ namespace strata::data {
 namespace {
 
 void check_box(const Image& image, const CropBox& box, const char* op) {
-  STRATA_CHECK(box.height > 0 && box.width > 0 && box.top >= 0 && box.left >= 0 &&
-                   box.top + box.height <= image.height && box.left + box.width <= image.width,
+  check_image(image, op);
+  // written so that no sum can overflow
+  STRATA_CHECK(box.height > 0 && box.width > 0 && box.top >= 0 && box.left >= 0 && box.top < image.height &&
+                   box.left < image.width && box.height <= image.height - box.top &&
+                   box.width <= image.width - box.left,
                "[{}] box (top {}, left {}, {}x{}) does not lie inside the {}x{} image", op, box.top, box.left,
                box.height, box.width, image.height, image.width);
 }
@@ -86,6 +89,7 @@ Image resize_bilinear(const Image& image, int64_t out_height, int64_t out_width,
 }
 
 Image hflip(const Image& image) {
+  check_image(image, "hflip");
   Image out(image.height, image.width);
   for (int64_t y = 0; y < image.height; ++y)
     for (int64_t x = 0; x < image.width; ++x)
@@ -93,10 +97,15 @@ Image hflip(const Image& image) {
   return out;
 }
 
+void check_image(const Image& image, std::string_view op) {
+  const int64_t h = image.height, w = image.width;
+  STRATA_CHECK(h >= 0 && w >= 0 && (h == 0 || w <= kMaxImagePixels / h) &&
+                   image.pixels.size() == static_cast<size_t>(h * w * Image::channels),
+               "[{}] the image holds {} bytes, not {}x{}x3", op, image.pixels.size(), h, w);
+}
+
 Tensor image_to_tensor(const Image& image) {
-  STRATA_CHECK(static_cast<int64_t>(image.pixels.size()) == image.height * image.width * Image::channels,
-               "[image_to_tensor] the image holds {} bytes, not {}x{}x3", image.pixels.size(), image.height,
-               image.width);
+  check_image(image, "image_to_tensor");
   Tensor t = empty({image.height, image.width, Image::channels}, kUInt8);
   if (!image.pixels.empty()) std::memcpy(t.data(), image.pixels.data(), image.pixels.size());
   return t;

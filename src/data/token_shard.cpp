@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include <strata/core/error.hpp>
+#include <strata/io/atomic_file.hpp>
 
 namespace strata::data {
 namespace {
@@ -52,15 +53,16 @@ uint64_t token_max(TokenDType dtype) { return (uint64_t{1} << (8 * token_bytes(d
 TokenShardWriter::TokenShardWriter(std::string path, TokenDType dtype) : path_(std::move(path)), dtype_(dtype) {
   STRATA_CHECK(valid_dtype(static_cast<uint32_t>(dtype)), "[TokenShardWriter] unknown token dtype code {}",
                static_cast<uint32_t>(dtype));
-  STRATA_CHECK(!path_.empty() && path_.back() != '/', "[TokenShardWriter] \"{}\" does not name a file", path_);
-  std::string name = path_.substr(path_.find_last_of('/') == std::string::npos ? 0 : path_.find_last_of('/') + 1);
-  std::string pattern = folder_of(path_) + "/." + name + ".tmp-XXXXXX";
+  dest_ = io::atomic_destination(path_, "TokenShardWriter");
+  std::string pattern = folder_of(dest_) + "/" + io::temporary_prefix(dest_) + "XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   int fd = ::mkstemp(buf.data());
   STRATA_CHECK(fd >= 0, "[TokenShardWriter] cannot create a temporary file for {}: {}", path_, std::strerror(errno));
   temp_ = buf.data();
-  (void)::fchmod(fd, 0644);  // mkstemp makes 0600; a shard is a normal readable file
+  // mkstemp makes 0600: a shard is a normal readable file, and a replaced one keeps its mode
+  struct stat old {};
+  (void)::fchmod(fd, ::stat(dest_.c_str(), &old) == 0 ? old.st_mode & 07777 : 0644);
   file_ = ::fdopen(fd, "wb");
   if (!file_) {
     int err = errno;
@@ -96,7 +98,7 @@ void TokenShardWriter::append(std::span<const uint32_t> tokens) {
                  tokens[i], i, width);
     put_le(bytes.data() + i * width, tokens[i], width);
   }
-  if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
     int err = errno;
     abandon();
     STRATA_CHECK(false, "[TokenShardWriter] writing {} failed: {}", path_, std::strerror(err));
@@ -129,7 +131,7 @@ void TokenShardWriter::close() {
     ::unlink(temp_.c_str());
     STRATA_CHECK(false, "[TokenShardWriter] closing {} failed: {}", path_, std::strerror(err));
   }
-  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+  if (::rename(temp_.c_str(), dest_.c_str()) != 0) {
     int err = errno;
     ::unlink(temp_.c_str());
     STRATA_CHECK(false, "[TokenShardWriter] renaming the temporary onto {} failed: {}", path_, std::strerror(err));
@@ -198,7 +200,7 @@ uint32_t TokenShard::at(int64_t i) const {
 
 void TokenShard::read(int64_t start, int64_t count, int64_t* out) const {
   STRATA_CHECK(start >= 0 && count >= 0 && start <= count_ - count,
-               "[TokenShard] tokens [{}, {}) are outside [0, {}) of {}", start, start + count, count_, path_);
+               "[TokenShard] {} tokens from {} are outside [0, {}) of {}", count, start, count_, path_);
   const uint8_t* p = tokens_ + static_cast<size_t>(start) * token_bytes(dtype_);
   switch (dtype_) {
     case TokenDType::kU8:

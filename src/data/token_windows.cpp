@@ -28,7 +28,9 @@ TokenWindowDataset::TokenWindowDataset(std::vector<std::shared_ptr<const TokenSh
                                        int64_t stride)
     : shards_(std::move(shards)), context_(context), stride_(stride == 0 ? context : stride) {
   STRATA_CHECK(!shards_.empty(), "[TokenWindowDataset] needs at least one shard");
-  STRATA_CHECK(context >= 1, "[TokenWindowDataset] context must be at least 1, got {}", context);
+  // a window holds context + 1 tokens, and each is a tensor of `context` int64 values
+  STRATA_CHECK(context >= 1 && context < (int64_t{1} << 40), "[TokenWindowDataset] context must be in [1, 2^40), got {}",
+               context);
   STRATA_CHECK(stride_ >= 1, "[TokenWindowDataset] stride must be at least 1, got {}", stride);
   int64_t windows = 0, starts = 0;
   for (size_t k = 0; k < shards_.size(); ++k) {
@@ -47,7 +49,7 @@ Example TokenWindowDataset::window(int64_t shard, int64_t start) const {
   STRATA_CHECK(shard >= 0 && shard < static_cast<int64_t>(shards_.size()),
                "[TokenWindowDataset] shard {} is outside [0, {})", shard, shards_.size());
   const TokenShard& s = *shards_[static_cast<size_t>(shard)];
-  STRATA_CHECK(start >= 0 && start + context_ + 1 <= s.size(),
+  STRATA_CHECK(start >= 0 && start <= s.size() - context_ - 1,
                "[TokenWindowDataset] a window of {} tokens at {} does not fit in shard {} ({} tokens)", context_ + 1,
                start, shard, s.size());
   // Two reads rather than two views of one buffer, so an in-place op on the input cannot

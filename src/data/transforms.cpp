@@ -22,6 +22,7 @@ uint64_t splitmix64(uint64_t x) {
 
 const Image& need_image(const ImageOrTensor& value, const char* op) {
   STRATA_CHECK(std::holds_alternative<Image>(value), "[{}] expects an Image; place it before ToTensor", op);
+  check_image(std::get<Image>(value), op);
   return std::get<Image>(value);
 }
 

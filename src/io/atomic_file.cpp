@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -29,10 +30,9 @@ std::string folder_of(const std::string& path) {
 int open_temporary(const std::string& path, std::string& temp) {
   static std::atomic<uint64_t> counter{0};
   std::random_device rd;
-  std::string folder = folder_of(path);
-  std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  const std::string folder = folder_of(path), prefix = temporary_prefix(path);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    temp = fmt::format("{}/.{}.tmp-{}-{}-{:08x}", folder, base, ::getpid(), counter++, rd());
+    temp = fmt::format("{}/{}{}-{}-{:08x}", folder, prefix, ::getpid(), counter++, rd());
     int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0 || errno != EEXIST) return fd;
   }
@@ -42,11 +42,36 @@ int open_temporary(const std::string& path, std::string& temp) {
 
 }  // namespace
 
+std::string temporary_prefix(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string_view base = std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1);
+  return fmt::format(".{}.tmp-", base.substr(0, 100));
+}
+
+std::string atomic_destination(const std::string& path, std::string_view op) {
+  STRATA_CHECK(!path.empty() && path.back() != '/', "[{}] \"{}\" does not name a file", op, path);
+  std::string dest = path;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char* real = ::realpath(path.c_str(), nullptr);  // null for a dangling link: the link is replaced
+    if (real) {
+      dest = real;
+      std::free(real);
+    }
+  }
+  if (::stat(dest.c_str(), &st) == 0)
+    STRATA_CHECK(S_ISREG(st.st_mode), "[{}] {} exists and is not a regular file; it cannot be replaced", op, dest);
+  return dest;
+}
+
 void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write) {
-  STRATA_CHECK(!path.empty() && path.back() != '/', "[atomic_file] \"{}\" does not name a file", path);
+  STRATA_CHECK(static_cast<bool>(write), "[atomic_file] no write function given for {}", path);
+  const std::string dest = atomic_destination(path, "atomic_file");
   std::string temp;
-  int fd = open_temporary(path, temp);
+  int fd = open_temporary(dest, temp);
   STRATA_CHECK(fd >= 0, "[atomic_file] cannot create a temporary file for {}: {}", path, std::strerror(errno));
+  struct stat old {};
+  if (::stat(dest.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 07777);  // a replaced file keeps its mode
   std::FILE* f = ::fdopen(fd, "wb");
   if (!f) {
     int err = errno;
@@ -76,10 +101,14 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   int rc = std::fclose(f);
   f = nullptr;
   if (rc != 0) fail("fclose");
-  if (::rename(temp.c_str(), path.c_str()) != 0) fail("rename");
+  if (::rename(temp.c_str(), dest.c_str()) != 0) {
+    int err = errno;
+    ::unlink(temp.c_str());
+    STRATA_CHECK(false, "[atomic_file] writing {} failed at rename: {}", path, std::strerror(err));
+  }
   // Makes the rename itself durable; a folder that cannot be opened or synced (some
   // filesystems refuse) leaves the new file in place, so it is not an error.
-  int dir = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dir = ::open(folder_of(dest).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     ::fsync(dir);
     ::close(dir);

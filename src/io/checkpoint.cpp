@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include <strata/core/error.hpp>
+#include <strata/io/atomic_file.hpp>
 #include <strata/io/safetensors.hpp>
 
 #include "io/checkpoint_format.h"
@@ -44,13 +45,14 @@ void put_state(TensorMap& tensors, Metadata& meta, const std::string& part, cons
 }
 
 // Note [Stale temporaries]: a writer killed mid-save leaves the temporary that
-// write_file_atomically (atomic_file.cpp) names "<folder>/.<file>.tmp-<pid>-<n>-<hex>". Before
-// writing, we remove those of `path` whose writer process no longer exists; a live writer's
-// temporary (another process saving the same path) is left alone.
+// write_file_atomically (atomic_file.cpp) names "<folder>/<temporary_prefix><pid>-<n>-<hex>".
+// Before writing, we remove those of `path` whose writer process no longer exists; a live
+// writer's temporary (another process saving the same path) is left alone.
 void remove_stale_temporaries(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  std::string prefix = fmt::format(".{}.tmp-", std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1));
+  const std::string dest = atomic_destination(path, "checkpoint");  // where the temporaries are
+  size_t slash = dest.find_last_of('/');
+  std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : dest.substr(0, slash);
+  std::string prefix = temporary_prefix(dest);
   DIR* dir = ::opendir(folder.c_str());
   if (!dir) return;  // the save itself will report an unusable folder
   std::vector<std::string> stale;

@@ -93,6 +93,10 @@ Plan make_plan(const TensorMap& tensors, const Metadata& metadata) {
   }
   h += '}';
   h.append((8 - h.size() % 8) % 8, ' ');  // 8 + N stays a multiple of 8
+  // refused before anything is written: readers (this one too) refuse larger headers
+  STRATA_CHECK(h.size() <= kMaxSafetensorsHeaderBytes,
+               "[safetensors] the header of {} bytes (names, shapes and metadata) is larger than the format's limit "
+               "of {} bytes", h.size(), kMaxSafetensorsHeaderBytes);
   return plan;
 }
 

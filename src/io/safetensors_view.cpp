@@ -14,9 +14,7 @@
 namespace strata::io {
 namespace {
 
-// The reference implementation's limit on the header, which bounds what a hostile file
-// can make a reader allocate.
-constexpr uint64_t kMaxHeaderSize = 100'000'000;
+constexpr uint64_t kMaxHeaderSize = kMaxSafetensorsHeaderBytes;
 
 struct FormatDType {
   std::string_view name;

@@ -1,6 +1,7 @@
 // scaled_dot_product_attention composed of matmul and softmax (the causal mask fused into the
 // softmax), and MultiheadAttention on top of it. The heads are strided views of the
 // projections, made contiguous once for the batched products.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -38,6 +39,17 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   STRATA_CHECK(k.size(-2) == v.size(-2), "[{}] key {} and value {} differ in their sequence dim (-2)", op, k.shape(),
                v.shape());
   STRATA_CHECK(dropout_p >= 0 && dropout_p <= 1, "[{}] dropout_p must be in [0, 1], got {}", op, dropout_p);
+  for (int64_t i = 3; i <= std::max({q.dim(), k.dim(), v.dim()}); ++i) {  // batch dims broadcast, as products need
+    int64_t n = 1;
+    bool ok = true;
+    for (const Tensor* t : {&q, &k, &v}) {
+      const int64_t s = i <= t->dim() ? t->size(-i) : 1;
+      ok = ok && (s == 1 || n == 1 || s == n);
+      n = s == 1 ? n : s;
+    }
+    STRATA_CHECK(ok, "[{}] the batch dims of query {}, key {} and value {} do not broadcast", op, q.shape(),
+                 k.shape(), v.shape());
+  }
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
   // scaling q costs L * E multiplies rather than L * S on the scores. The operands are made
@@ -46,6 +58,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const Tensor qs = (sc == 1.0 ? q : q * sc).contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor scores = matmul(qs, kc.transpose(-2, -1));  // (..., L, S)
   if (mask.defined()) {
+    STRATA_CHECK(mask.dtype() == kBool || is_floating(mask.dtype()),
+                 "[{}] attn_mask must be bool or floating (added to the scores), got {}", op, mask.dtype());
     STRATA_CHECK(mask.device() == q.device(), "[{}] attn_mask is on {} but the query is on {}", op, mask.device(),
                  q.device());
     // the mask must broadcast to the scores without growing them
@@ -163,7 +177,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   if (added.defined()) mask = blocked.defined() ? where(blocked, -kInf, added.to(qp.dtype())) : added;
 
   const double p = is_training() ? options.dropout : 0.0;
-  Tensor o = attention(heads(qp), heads(kp), heads(vp), mask, true, is_causal, p, std::nullopt, nullptr, me);
+  Tensor o = attention(heads(qp), heads(kp), heads(vp), mask, true, is_causal, p, std::nullopt, options.generator, me);
   // (N, H, L, head_dim) -> (A, B, E): the one copy, then out_proj
   o = o.permute(bd == 0 ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{2, 0, 1, 3});
   o = o.reshape(bd == 0 ? Shape{N, L, E} : Shape{L, N, E});

@@ -19,6 +19,7 @@
 #include <strata/ops/creation.hpp>
 
 #include "core/registry_internal.h"
+#include "core/tensor_internal.h"
 #include "kernels/cpu/batch_norm.h"
 #include "nn/memory_format.h"
 #include "ops/activation_grad.h"
@@ -207,6 +208,12 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
                  residual.dtype(), residual.device(), input.shape(), input.dtype(), input.device());
   }
   STRATA_CHECK(args.eps >= 0 && std::isfinite(args.eps), "[{}] eps must be non-negative, got {}", op, args.eps);
+  if (args.training && running_mean.defined() && running_var.defined()) {  // checked before either is written
+    STRATA_CHECK(args.momentum >= 0 && args.momentum <= 1, "[{}] momentum must be in [0, 1], got {}", op,
+                 args.momentum);
+    strata::detail::check_writable(running_mean, op);
+    strata::detail::check_writable(running_var, op);
+  }
   const int64_t C = input.size(1), M = C > 0 ? input.numel() / C : 0;
   if (args.training) {
     STRATA_CHECK(M > 1, "[{}] expects more than 1 value per channel when training, got input of shape {}", op,
@@ -341,20 +348,20 @@ Tensor BatchNormBase::run(const Tensor& input, bool relu, const Tensor& residual
                "[{}] the residual ({} {} on {}) must match the input ({} {} on {})", describe(), residual.shape(),
                residual.dtype(), residual.device(), input.shape(), input.dtype(), input.device());
   double factor = options.momentum.value_or(0.0);
-  if (is_training() && options.track_running_stats) {
-    {
-      NoGradGuard no_grad;
-      num_batches_tracked.add_(1);
-    }
-    // momentum = None: the cumulative average over the batches seen so far
-    if (!options.momentum) factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
-  }
+  const bool track = is_training() && options.track_running_stats;
+  // momentum = None: the cumulative average over the batches seen so far, this one included
+  if (track && !options.momentum) factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>() + 1);
   const bool use_batch_stats = is_training() || !options.track_running_stats;
   const bool update = !is_training() || options.track_running_stats;
   const Tensor rm = update ? running_mean : Tensor(), rv = update ? running_var : Tensor();
   const F::BatchNormArgs args{use_batch_stats, factor, options.eps};
-  return relu ? F::batch_norm_relu(input, rm, rv, weight, bias, args, residual)
-              : F::batch_norm(input, rm, rv, weight, bias, args);
+  Tensor y = relu ? F::batch_norm_relu(input, rm, rv, weight, bias, args, residual)
+                  : F::batch_norm(input, rm, rv, weight, bias, args);
+  if (track) {  // counted once the call succeeded
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1);
+  }
+  return y;
 }
 
 void BatchNorm1d::check_rank(const Tensor& input) const {

@@ -91,6 +91,8 @@ void check_trailing(const Tensor& x, const Shape& normalized, std::string_view l
 
 LayerNorm::LayerNorm(Shape shape, LayerNormOptions opts) : normalized_shape(std::move(shape)), options(opts) {
   STRATA_CHECK(!normalized_shape.empty(), "[LayerNorm] normalized_shape must not be empty");
+  for (int64_t d : normalized_shape)
+    STRATA_CHECK(d >= 0, "[LayerNorm] normalized_shape {} has a negative size", normalized_shape);
   if (options.elementwise_affine) {
     weight = register_parameter("weight", ones(normalized_shape));
     if (options.bias) bias = register_parameter("bias", zeros(normalized_shape));
@@ -104,6 +106,8 @@ Tensor LayerNorm::forward(const Tensor& input) {
 
 RMSNorm::RMSNorm(Shape shape, RMSNormOptions opts) : normalized_shape(std::move(shape)), options(opts) {
   STRATA_CHECK(!normalized_shape.empty(), "[RMSNorm] normalized_shape must not be empty");
+  for (int64_t d : normalized_shape)
+    STRATA_CHECK(d >= 0, "[RMSNorm] normalized_shape {} has a negative size", normalized_shape);
   if (options.elementwise_affine) weight = register_parameter("weight", ones(normalized_shape));
 }
 

@@ -143,13 +143,15 @@ template <class F> void Module::for_each_tensor(F&& f) {
 }
 
 Module& Module::to(Device device, DType dtype) {
+  STRATA_CHECK(is_floating(dtype), "[{}] to(): parameters can only be converted to a floating dtype, got {}", name(),
+               dtype);
   NoGradGuard no_grad;
   for_each_tensor([&](Tensor& t, bool) {
     DType target = is_floating(t.dtype()) ? dtype : t.dtype();
     if (t.device() == device && t.dtype() == target) return;
-    Tensor moved = t.to(device, target);
-    if (t.grad().defined()) t.set_grad(t.grad().to(device, target));
+    Tensor moved = t.to(device, target), grad = t.grad().defined() ? t.grad().to(device, target) : Tensor();
     t.set_data(moved);
+    if (grad.defined()) t.set_grad(grad);
   });
   return *this;
 }
@@ -158,20 +160,22 @@ Module& Module::to(Device device) {
   NoGradGuard no_grad;
   for_each_tensor([&](Tensor& t, bool) {
     if (t.device() == device) return;
-    Tensor moved = t.to(device);
-    if (t.grad().defined()) t.set_grad(t.grad().to(device));
+    Tensor moved = t.to(device), grad = t.grad().defined() ? t.grad().to(device) : Tensor();
     t.set_data(moved);
+    if (grad.defined()) t.set_grad(grad);
   });
   return *this;
 }
 
 Module& Module::to(DType dtype) {
+  STRATA_CHECK(is_floating(dtype), "[{}] to(): parameters can only be converted to a floating dtype, got {}", name(),
+               dtype);
   NoGradGuard no_grad;
   for_each_tensor([&](Tensor& t, bool) {
     if (!is_floating(t.dtype()) || t.dtype() == dtype) return;
-    Tensor moved = t.to(dtype);
-    if (t.grad().defined()) t.set_grad(t.grad().to(dtype));
+    Tensor moved = t.to(dtype), grad = t.grad().defined() ? t.grad().to(dtype) : Tensor();
     t.set_data(moved);
+    if (grad.defined()) t.set_grad(grad);
   });
   return *this;
 }

@@ -24,6 +24,55 @@ TEST(Engine, ChainAndAccumulation) {
   EXPECT_FALSE(y.grad().defined());  // non-leaves keep no grad unless asked
 }
 
+TEST(Engine, AccumulatedGradIsDenseAndOwned) {
+  // sum's backward hands the leaf an expanded (stride 0) gradient, a transpose a strided one:
+  // the stored grad is a dense tensor that accumulation, zero_grad and clipping write into
+  Tensor a = ones({3}, kFloat64).requires_grad_();
+  a.sum().backward();
+  EXPECT_NE(a.grad().stride(0), 0);
+  a.sum().backward();
+  EXPECT_TRUE(all_close(a.grad(), {2, 2, 2}, 0, 0));
+  Tensor ga = a.grad();
+  ga.fill_(0);  // zero_grad without dropping the tensor
+  (a * 3).sum().backward();
+  EXPECT_TRUE(all_close(a.grad(), {3, 3, 3}, 0, 0));
+
+  Tensor m = from_vector<double>({1, 2, 3, 4, 5, 6}, Shape{2, 3}).requires_grad_();
+  (m.t() * from_vector<double>({1, 2}, Shape{1, 2})).sum().backward();
+  (m.t() * 3).sum().backward();
+  EXPECT_TRUE(all_close(m.grad(), {4, 4, 4, 5, 5, 5}, 0, 0));
+  Tensor gm = m.grad();
+  gm.mul_(2);
+  EXPECT_TRUE(all_close(m.grad(), {8, 8, 8, 10, 10, 10}, 0, 0));
+
+  // create_graph keeps the gradient differentiable, and dense too
+  Tensor b = from_vector<double>({1, 2}).requires_grad_();
+  b.sum().backward({}, /*retain_graph=*/true, /*create_graph=*/true);
+  EXPECT_NE(b.grad().stride(0), 0);
+  (b * b).sum().backward({}, true, true);
+  EXPECT_TRUE(all_close(b.grad(), {3, 5}, 0, 0));
+
+  // a grad set by the user to an expanded view is accumulated into out of place
+  Tensor c = zeros({4}, kFloat64).requires_grad_();
+  c.set_grad(full({1}, 1.0, kFloat64).expand({4}));
+  c.sum().backward();
+  EXPECT_TRUE(all_close(c.grad(), {2, 2, 2, 2}, 0, 0));
+  EXPECT_THROW(c.set_grad(ones({4}, kFloat32)), Error);  // dtype
+}
+
+TEST(Engine, LeafHookMustKeepTheGradientsShapeAndDtype) {
+  Tensor x = ones({3}).requires_grad_();
+  x.register_hook([](const Tensor&) { return ones({5}); });
+  EXPECT_THROW(x.sum().backward(), Error);
+  Tensor y = ones({3}).requires_grad_();
+  y.register_hook([](const Tensor& g) { return g.to(kInt64); });
+  EXPECT_THROW(y.sum().backward(), Error);
+  Tensor z = ones({3}).requires_grad_();
+  z.register_hook([](const Tensor&) { return ones({1}); });  // would broadcast
+  EXPECT_THROW(z.sum().backward(), Error);
+  EXPECT_FALSE(z.grad().defined());
+}
+
 TEST(Engine, ScalarRootAndErrors) {
   Tensor x = from_vector<double>({1, 2}).requires_grad_();
   EXPECT_THROW((x * 2).backward(), Error);  // non-scalar needs a gradient

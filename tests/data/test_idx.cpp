@@ -101,6 +101,20 @@ TEST(Idx, WriteIdxRoundTripsAndMatchesTheFormat) {
   EXPECT_THROW(sd::write_idx(dir / "f.idx", st::zeros({2})), st::Error);  // float32
 }
 
+TEST(Idx, GzipWritesLargeTensorsWhole) {
+  // 150 MiB: zlib takes the input in pieces (its counts are 32-bit), so every piece must be
+  // compressed, in order
+  TempDir dir;
+  const int64_t n = int64_t(150) << 20;
+  std::vector<uint8_t> data(static_cast<size_t>(n));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i % 251);
+  st::Tensor t = st::from_vector(data, st::Shape{n / 1024, 1024});
+  sd::write_idx(dir / "big.idx.gz", t, /*gzip=*/true);
+  st::Tensor back = sd::read_idx(dir / "big.idx.gz");
+  ASSERT_EQ(back.shape(), t.shape());
+  EXPECT_TRUE(st::equal(back, t));
+}
+
 TEST(Idx, MalformedFilesRaiseNamingTheFile) {
   TempDir dir;
   auto data = random_bytes(4 * 5 * 5, 3);

@@ -256,6 +256,32 @@ TEST(ImageFolder, BadRootsRaise) {
   expect_error([&] { sd::ImageFolder(dir.path.string()); }, {"holds no", "b"});
 }
 
+TEST(ImageFolder, SymlinkedFoldersAreListedOnceAndLoopsEnd) {
+  TempDir dir, outside;
+  write_bytes(dir / "a/1.png", encode_png({.width = 2, .height = 2}, random_bytes(12, 1)));
+  write_bytes(dir / "b/2.png", encode_png({.width = 2, .height = 2}, random_bytes(12, 2)));
+  write_bytes(outside / "extra/3.png", encode_png({.width = 2, .height = 2}, random_bytes(12, 3)));
+  namespace fs = std::filesystem;
+  fs::create_directory_symlink("..", dir / "a/up");      // back to the root: b's files would join class a
+  fs::create_directory_symlink(".", dir / "a/self1");    // two loops onto the class folder: 2^depth paths
+  fs::create_directory_symlink(".", dir / "a/self2");
+  fs::create_directory_symlink(outside / "extra", dir / "b/x1");  // a folder outside, linked twice
+  fs::create_directory_symlink(outside / "extra", dir / "b/x2");
+  sd::ImageFolder folder(dir.path.string());
+  EXPECT_EQ(folder.classes(), (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(folder.size(), 3);  // a/1.png, and b/2.png with the linked folder's file once
+  EXPECT_EQ(folder.get(0).target.item<int64_t>(), 0);
+  EXPECT_EQ(folder.get(1).target.item<int64_t>(), 1);
+  EXPECT_EQ(folder.get(2).target.item<int64_t>(), 1);
+}
+
+TEST(ImageDecode, NonRegularFilesAreRefused) {
+  TempDir dir;
+  expect_error([&] { sd::read_image(dir.path.string()); }, {"not a regular file"});
+  expect_error([&] { sd::read_file_bytes(dir.path.string()); }, {"not a regular file"});
+  expect_error([&] { sd::read_image(dir / "missing.png"); }, {"missing.png"});
+}
+
 TEST(SyntheticImageDataset, DeterministicShapesAndLabels) {
   sd::SyntheticImageDataset ds(100, 3, 32, 24, 10, 7);
   EXPECT_EQ(ds.size(), 100);

@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
+#include <span>
 
 #include "testing.h"
 
@@ -119,6 +121,22 @@ TEST_F(TokenShards, WriterIsAtomic) {
   EXPECT_EQ(files_in_dir(), 1u);
   EXPECT_EQ(sd::TokenShard(p).at(1), 6u);
   EXPECT_THROW(sd::TokenShardWriter(path("missing/dir/x.bin"), sd::TokenDType::kU8), st::Error);
+  {  // an empty append writes nothing and is no error
+    sd::TokenShardWriter w(path("e.bin"), sd::TokenDType::kU16);
+    w.append(std::span<const uint32_t>());
+    w.close();
+  }
+  EXPECT_EQ(sd::TokenShard(path("e.bin")).size(), 0);
+  // a folder or a device at the destination is refused when the writer opens, not at close
+  fs::create_directory(path("folder.bin"));
+  EXPECT_THROW(sd::TokenShardWriter(path("folder.bin"), sd::TokenDType::kU8), st::Error);
+  EXPECT_THROW(sd::TokenShardWriter("/dev/null", sd::TokenDType::kU8), st::Error);
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  // a symbolic link keeps pointing at the replaced shard
+  fs::create_symlink("a.bin", path("link.bin"));
+  write_shard(path("link.bin"), {9}, sd::TokenDType::kU8);
+  EXPECT_TRUE(fs::is_symlink(path("link.bin")));
+  EXPECT_EQ(sd::TokenShard(p).at(0), 9u);
 }
 
 TEST_F(TokenShards, BadHeadersRaiseClearErrors) {
@@ -161,6 +179,16 @@ TEST_F(TokenShards, BadHeadersRaiseClearErrors) {
   expect_error("header_size.bin", b, "header size");
   expect_error("short.bin", std::vector<uint8_t>(bytes.begin(), bytes.begin() + 20), "truncated header");
   EXPECT_THROW(sd::TokenShard(path("absent.bin")), st::Error);
+}
+
+TEST_F(TokenShards, WindowArgumentsThatWouldOverflowRaise) {
+  write_shard(path("a.bin"), {1, 2, 3, 4, 5}, sd::TokenDType::kU8);
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_THROW(sd::TokenWindowDataset({path("a.bin")}, big), st::Error);
+  sd::TokenWindowDataset ds({path("a.bin")}, 2);
+  EXPECT_THROW(ds.window(0, big), st::Error);
+  EXPECT_THROW(ds.window(0, 3), st::Error);  // 3 + 2 + 1 > 5
+  EXPECT_EQ(ds.window(0, 2).target.size(0), 2);
 }
 
 TEST_F(TokenShards, WindowsMatchTheTokens) {
@@ -256,6 +284,13 @@ TEST_F(TokenShards, TokenizeTool) {
   EXPECT_NE(run("--out " + path("bad.bin") + " --eot " + path("one.txt")), 0);  // 256 needs u16
   EXPECT_NE(run("--out " + path("bad.bin") + " --val-fraction 2 --val " + path("v.bin") + " " + path("one.txt")), 0);
   EXPECT_NE(run(path("one.txt")), 0);  // no --out
+  EXPECT_NE(run("--out " + path("bad.bin") + " --val " + path("bad.bin") + " " + path("one.txt")), 0);  // one file
+  EXPECT_NE(run("--out " + path("bad.bin") + " --val " + path("./bad.bin") + " " + path("one.txt")), 0);
+  // a validation path that cannot be written fails before the training shard is replaced
+  const std::vector<uint32_t> all_before = contents(path("all.bin"));
+  fs::create_directory(path("valdir"));
+  EXPECT_NE(run("--out " + path("all.bin") + " --val " + path("valdir") + " " + path("one.txt")), 0);
+  EXPECT_EQ(contents(path("all.bin")), all_before);
   EXPECT_FALSE(fs::exists(path("bad.bin")));
   for (auto& entry : fs::directory_iterator(dir_))
     EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "leftover " << entry.path();

@@ -2,6 +2,7 @@
 // against a float64 reference, ToTensor / Normalize exactly (in both layouts), and
 // RandomResizedCrop's size, bounds and per-sample determinism.
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "testing.h"
@@ -204,4 +205,39 @@ TEST(Transforms, SampleGeneratorUniform) {
   EXPECT_NEAR(sum / 20000, 0.5, 0.01);
   EXPECT_NE(sd::sample_generator(9, 1).seed(), sd::sample_generator(9, 2).seed());
   EXPECT_NE(sd::sample_generator(9, 1, 0).seed(), sd::sample_generator(9, 1, 1).seed());
+}
+
+namespace {
+// Expects `f` to raise strata::Error whose message contains `part`.
+template <class F>
+void expect_error(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error raised";
+  } catch (const st::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+
+TEST(ImageOps, BoxesThatOverflowAndInconsistentImagesRaise) {
+  const sd::Image img = random_image(4, 4, 2);
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  // each of these sums past int64's range, and once passed the bounds check
+  expect_error([&] { sd::crop(img, {big, 0, 2, 2}); }, "does not lie inside");
+  expect_error([&] { sd::crop(img, {1, 0, big, 2}); }, "does not lie inside");
+  expect_error([&] { sd::crop(img, {0, 2, 2, big - 1}); }, "does not lie inside");
+  expect_error([&] { sd::resize_bilinear(img, 2, 2, {2, 0, big - 1, 2}); }, "does not lie inside");
+  EXPECT_EQ(sd::crop(img, {1, 1, 3, 3}).height, 3);  // the last box that fits
+  // an Image's public fields that disagree with its pixels
+  sd::Image hollow;
+  hollow.height = 10;
+  hollow.width = 10;
+  st::Generator g(1);
+  expect_error([&] { sd::hflip(hollow); }, "holds 0 bytes, not 10x10x3");
+  expect_error([&] { sd::crop(hollow, {0, 0, 5, 5}); }, "holds 0 bytes");
+  expect_error([&] { sd::resize_bilinear(hollow, 4, 4); }, "holds 0 bytes");
+  expect_error([&] { sd::ToTensor()(hollow, g); }, "holds 0 bytes");
+  expect_error([&] { sd::image_to_tensor(hollow); }, "holds 0 bytes");
+  expect_error([&] { sd::Image(int64_t(1) << 31, int64_t(1) << 31); }, "pixels");
 }

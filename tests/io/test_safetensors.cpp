@@ -2,6 +2,7 @@
 // format's specification, mmap'd loading (tensors alias the mapping, which lives as long as
 // they do) and atomic writes (a failed write leaves the old file and no temporary).
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +14,8 @@
 
 namespace strata {
 namespace {
+
+using strata::testing::throws_with;
 
 std::string make_temp_dir() {
   std::string tmpl = ::testing::TempDir() + "strata_io_XXXXXX";
@@ -278,6 +281,54 @@ TEST(AtomicFile, SystemErrorsNameThePath) {
   write_bytes(path, "old");
   EXPECT_THROW(io::save_safetensors(path, {{"a", zeros({2})}, {"b", Tensor()}}), Error);
   EXPECT_EQ(read_bytes(path), "old");
+}
+
+TEST(AtomicFile, LinksModesLongNamesAndOtherKindsOfFile) {
+  std::string dir = make_temp_dir();
+  auto write = [](const char* text) { return [text](std::FILE* f) { std::fputs(text, f); }; };
+  // a symbolic link: the file it points to is replaced, and the link stays a link
+  write_bytes(dir + "/target.bin", "old");
+  ASSERT_EQ(::symlink("target.bin", (dir + "/link.bin").c_str()), 0);
+  io::write_file_atomically(dir + "/link.bin", write("new"));
+  EXPECT_EQ(read_bytes(dir + "/target.bin"), "new");
+  struct stat st {};
+  ASSERT_EQ(::lstat((dir + "/link.bin").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  // a replaced file keeps its permission bits
+  ASSERT_EQ(::chmod((dir + "/target.bin").c_str(), 0640), 0);
+  io::write_file_atomically(dir + "/target.bin", write("newer"));
+  ASSERT_EQ(::stat((dir + "/target.bin").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  // the longest legal names (255 bytes) leave room for the temporary's
+  const std::string long_name = dir + "/" + std::string(255, 'n');
+  io::write_file_atomically(long_name, write("long"));
+  EXPECT_EQ(read_bytes(long_name), "long");
+  // folders, pipes and devices are refused before anything is written
+  bool called = false;
+  auto spy = [&](std::FILE*) { called = true; };
+  ASSERT_EQ(::mkdir((dir + "/sub").c_str(), 0755), 0);
+  ASSERT_EQ(::mkfifo((dir + "/pipe").c_str(), 0644), 0);
+  for (const std::string& p : {dir + "/sub", dir + "/pipe", std::string("/dev/null")})
+    EXPECT_TRUE(throws_with([&] { io::write_file_atomically(p, spy); }, {p.c_str(), "not a regular file"})) << p;
+  EXPECT_FALSE(called);
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_THROW(io::write_file_atomically(dir + "/x.bin", {}), Error);  // no write function
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"link.bin", std::string(255, 'n'), "pipe", "sub", "target.bin"}));
+}
+
+TEST(Safetensors, HeaderPastTheFormatsLimitIsRefusedBeforeWriting) {
+  // a reader refuses headers over kMaxSafetensorsHeaderBytes, so a writer must not make one
+  std::string dir = make_temp_dir();
+  std::string path = dir + "/m.safetensors";
+  io::save_safetensors(path, {{"a", ones({2})}});
+  const std::string before = read_bytes(path);
+  io::Metadata big{{"vocab", std::string(io::kMaxSafetensorsHeaderBytes, 'a')}};
+  EXPECT_TRUE(throws_with([&] { io::save_safetensors(path, {{"a", zeros({2})}}, big); }, {"header", "limit"}));
+  const std::string long_name(io::kMaxSafetensorsHeaderBytes, 'n');
+  EXPECT_TRUE(throws_with([&] { io::save_safetensors(path, {{long_name, zeros({1})}}); }, {"limit"}));
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_EQ(list_dir(dir), std::vector<std::string>{"m.safetensors"});
 }
 
 TEST(Safetensors, SavesGpuTensors) {

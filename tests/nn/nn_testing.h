@@ -32,19 +32,4 @@ inline Mat matmul_nt(const Mat& a, const Mat& b) {
 
 inline Tensor randn64(const Shape& shape, Generator& g) { return randn(shape, kFloat64, &g); }
 
-/// True when calling f raises strata::Error whose message contains every one of `parts`.
-template <class F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const char* p : parts)
-      if (what.find(p) == std::string::npos)
-        return ::testing::AssertionFailure() << "message \"" << what << "\" lacks \"" << p << "\"";
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "no strata::Error was raised";
-}
-
 }  // namespace strata::testing

@@ -201,6 +201,12 @@ TEST(ScaledDotProductAttention, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(randn({8}), k, v); }, {"(..., L, E)"}));
   EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(q.to(kInt32), k, v); }, {"floating"}));
   EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(q, k, v, Tensor(), 1.5); }, {"dropout_p"}));
+  // 0/1 integer masks are neither PyTorch's bool convention nor an additive float mask
+  for (DType t : {kInt64, kInt32, kUInt8})
+    EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(q, k, v, ones({4, 6}, t)); }, {"attn_mask", "bool"}));
+  // batch dims that do not broadcast are named as attention's, not a product's
+  EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(randn({3, 4, 8}), k, randn({2, 6, 3})); },
+                          {"[scaled_dot_product_attention]", "batch dims", "[3, 4, 8]"}));
 }
 
 // ---- MultiheadAttention ------------------------------------------------------------------------
@@ -460,4 +466,14 @@ TEST(TransformerEncoderLayer, GradCheckAndDropoutInTraining) {
   EXPECT_TRUE(equal(e, drop(x)));
   drop.train();
   EXPECT_FALSE(all_close(drop(x), values(e), 1e-6, 1e-6));
+  // the layer's generator draws every dropout mask, the attention weights' included: reseeding
+  // it alone repeats the output
+  Generator dg(5);
+  nn::TransformerEncoderLayer seeded(4, 2, {.dim_feedforward = 6, .dropout = 0.5, .generator = &dg});
+  seeded.to(kFloat64);
+  dg.manual_seed(7);
+  Tensor first = seeded(x);
+  (void)randn({16});  // advances the default generator only
+  dg.manual_seed(7);
+  EXPECT_TRUE(equal(seeded(x), first));
 }

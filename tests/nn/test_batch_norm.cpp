@@ -241,9 +241,22 @@ TEST(BatchNorm, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { F::batch_norm(x, zeros({3}), ones({3}), ones({2})); }, {"weight"}));
   EXPECT_TRUE(throws_with([&] { F::batch_norm(randn({3}), zeros({3}), ones({3})); }, {"(N, C, *)"}));
   EXPECT_TRUE(throws_with([&] { F::batch_norm(x.to(kInt32), zeros({3}), ones({3})); }, {"floating"}));
-  // a failed call leaves the running statistics alone
+  EXPECT_TRUE(throws_with([&] { bn(x.to(kInt64)); }, {"floating"}));
+  bn.options.eps = -1;
+  EXPECT_TRUE(throws_with([&] { bn(x); }, {"eps"}));
+  bn.options.eps = 1e-5;
+  // a failed call leaves the running statistics and the batch count alone
   EXPECT_TRUE(all_close(bn.running_mean, {0, 0, 0}, 0, 0));
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);
+  // the functional form checks momentum, and checks both buffers before writing either
+  Tensor rm = zeros({3}), rv = ones({3});
+  for (double m : {-0.1, 1.5, std::nan("")})
+    EXPECT_TRUE(throws_with([&] { F::batch_norm(x, rm, rv, Tensor(), Tensor(), {.training = true, .momentum = m}); },
+                            {"momentum"}));
+  Tensor shared_var = ones({1}).expand({3});
+  EXPECT_TRUE(throws_with([&] { F::batch_norm(x, rm, shared_var, Tensor(), Tensor(), {.training = true}); },
+                          {"share memory"}));
+  EXPECT_TRUE(all_close(rm, {0, 0, 0}, 0, 0));
 }
 
 // ---- batch_norm_relu: BN, the residual add and ReLU in one pass --------------------------------

@@ -333,6 +333,8 @@ TEST(Normalization, BadInputs) {
   EXPECT_THROW(F::layer_norm(zeros({2, 4}), {}), Error);
   EXPECT_THROW(F::layer_norm(zeros({4}), {2, 4}), Error);
   EXPECT_EQ(ln(zeros({0, 4})).shape(), (Shape{0, 4}));
+  EXPECT_TRUE(throws_with([] { nn::LayerNorm(-1); }, {"[LayerNorm]", "negative"}));
+  EXPECT_TRUE(throws_with([] { nn::RMSNorm(Shape{2, -3}); }, {"[RMSNorm]", "negative"}));
 }
 
 // ---- activations and shape layers --------------------------------------------------------------

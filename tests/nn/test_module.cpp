@@ -155,6 +155,15 @@ TEST(ModuleTraversal, TrainEvalAndApplyOrder) {
   for (double v : values(net.heads["cls"].state_dict().at("weight"))) EXPECT_EQ(v, 0.0);
 }
 
+TEST(ModuleTo, RefusesNonFloatingDtypes) {
+  Net net;
+  for (DType t : {kInt64, kInt32, kBool, kUInt8}) {
+    EXPECT_TRUE(throws_with([&] { net.to(t); }, {"floating"}));
+    EXPECT_TRUE(throws_with([&] { net.to(kCPU, t); }, {"floating"}));
+  }
+  for (const Tensor& p : net.parameters()) EXPECT_EQ(p.dtype(), kFloat32);
+}
+
 TEST(ModuleTo, KeepsHandlesConvertsGradsAndIntegerBuffersStay) {
   Net net;
   std::vector<Tensor> held = net.parameters();
@@ -219,13 +228,15 @@ TEST(Containers, IndexingKeysAndErrors) {
   nn::Linear& b = seq.at<nn::Linear>(2);
   EXPECT_TRUE(all_close(seq(x), values(b(tanh(a(x)))), 0, 0));
   EXPECT_TRUE(throws_with([&] { seq[3]; }, {"Sequential", "3", "out of range"}));
-  EXPECT_THROW(seq.at<nn::ReLU>(1), std::bad_cast);
+  EXPECT_TRUE(throws_with([&] { seq.at<nn::ReLU>(1); }, {"item 1", "Tanh", "not the type"}));
   nn::ModuleList list;
   EXPECT_TRUE(list.empty());
   list.push_back(nn::Linear(2, 2));
   list.push_back(std::make_unique<nn::Dropout>(0.2));
   EXPECT_EQ(names_of(list.named_parameters()), (std::vector<std::string>{"0.weight", "0.bias"}));
   EXPECT_TRUE(throws_with([&] { list(x); }, {"ModuleList", "single tensor input"}));
+  EXPECT_TRUE(throws_with([&] { list.push_back(std::unique_ptr<nn::Linear>()); }, {"null"}));
+  EXPECT_EQ(list.size(), 2u);
   nn::ModuleDict dict;
   dict.insert("enc", nn::Linear(2, 3));
   dict.insert("dec", nn::Linear(3, 2));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <strata/core/error.hpp>
@@ -31,6 +32,8 @@ struct Image {
   /// A black image of the given size.
   Image(int64_t h, int64_t w) : height(h), width(w) {
     STRATA_CHECK(h >= 0 && w >= 0, "[Image] negative size {}x{}", h, w);
+    STRATA_CHECK(h == 0 || w <= kMaxImagePixels / h, "[Image] size {}x{} is more than {} pixels", h, w,
+                 kMaxImagePixels);
     pixels.assign(static_cast<size_t>(h * w * channels), 0);
   }
   uint8_t* at(int64_t y, int64_t x) { return pixels.data() + (y * width + x) * channels; }
@@ -69,5 +72,8 @@ STRATA_API Image resize_bilinear(const Image& image, int64_t out_height, int64_t
 STRATA_API Image hflip(const Image& image);
 /// The pixels as a uint8 CPU tensor of shape (H, W, 3) (a copy).
 STRATA_API Tensor image_to_tensor(const Image& image);
+/// Raises unless the image's fields agree (a non-negative size whose pixels are all there);
+/// `op` names the caller. Every function above checks its input with it.
+STRATA_API void check_image(const Image& image, std::string_view op);
 
 }  // namespace strata::data

@@ -53,7 +53,7 @@ class STRATA_API TokenShardWriter {
 
  private:
   void abandon();
-  std::string path_, temp_;
+  std::string path_, dest_, temp_;  // dest_: the file replaced on close (a link's target)
   TokenDType dtype_;
   std::FILE* file_ = nullptr;
   int64_t count_ = 0;

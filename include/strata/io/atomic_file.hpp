@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include <strata/core/export.hpp>
 
@@ -14,9 +15,20 @@ namespace strata::io {
 /// Calls `write` with a temporary file opened in `path`'s folder, then flushes and fsyncs
 /// it, renames it over `path` and fsyncs the folder. On any error (including an exception
 /// from `write`, which is rethrown) the temporary is removed and `path` is untouched; I/O
-/// failures raise strata::Error naming the path and the system's reason. The temporary is
-/// named "<folder>/.<file>.tmp-<pid>-<n>-<hex>" (<pid> the writer's process id), so a
-/// temporary left by a killed writer can be recognised and removed.
+/// failures raise strata::Error naming the path and the system's reason. `write` must not
+/// close the FILE. The temporary is named "<folder>/<temporary_prefix(path)><pid>-<n>-<hex>"
+/// (<pid> the writer's process id), so a temporary left by a killed writer can be recognised
+/// and removed. A symbolic link is followed: the file it points to is replaced and the link
+/// kept (see atomic_destination); a file that exists keeps its permission bits.
 STRATA_API void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write);
+
+/// The file an atomic write of `path` replaces: `path`, or the file a symbolic link there
+/// points to. Raises strata::Error, naming `op`, when that exists and is not a regular file
+/// (a folder, a device, a pipe), which a rename would replace rather than write to.
+STRATA_API std::string atomic_destination(const std::string& path, std::string_view op);
+
+/// The start of the names of the temporaries written beside `path`: "." + the file name
+/// (its first 100 bytes, so that the longest legal names still leave room) + ".tmp-".
+STRATA_API std::string temporary_prefix(const std::string& path);
 
 }  // namespace strata::io

@@ -22,6 +22,10 @@ namespace strata::io {
 using TensorMap = std::map<std::string, Tensor>;
 using Metadata = std::map<std::string, std::string>;
 
+/// The largest JSON header a file may have (the reference implementation's limit, which bounds
+/// what a hostile file can make a reader allocate). Writers refuse to go past it.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
 /// Writes tensors (any strides, CPU or GPU; copied to contiguous CPU bytes) and metadata
 /// as one safetensors file, atomically (see atomic_file.hpp): after a crash the path holds
 /// either the old file or the complete new one.

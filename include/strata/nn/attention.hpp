@@ -19,7 +19,7 @@ struct MultiheadAttentionOptions {
   double dropout = 0;        // on the attention weights, in training
   bool bias = true;          // in_proj_bias and out_proj.bias
   bool batch_first = false;  // (N, L, E) rather than (L, N, E)
-  Generator* generator = nullptr;  // initial values; default_generator() when null
+  Generator* generator = nullptr;  // initial values and dropout masks; default_generator() when null
 };
 
 class STRATA_API MultiheadAttention : public Module {

@@ -28,7 +28,11 @@ class STRATA_API ModuleList : public Module {
     return ref;
   }
   Module& operator[](size_t i) const;
-  template <class M> M& at(size_t i) const { return dynamic_cast<M&>((*this)[i]); }
+  template <class M> M& at(size_t i) const {
+    M* m = dynamic_cast<M*>(&(*this)[i]);
+    if (!m) ::strata::detail::throw_error("[ModuleList] item {} is a {}, not the type asked for", i, (*this)[i].name());
+    return *m;
+  }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
   auto begin() const { return items_.begin(); }

@@ -89,9 +89,9 @@ class STRATA_API Module {
   }
   /// Registers a child this module owns.
   template <class M> M& register_module(std::string name, std::unique_ptr<M> child) {
-    M& ref = *child;
-    add_owned_child(std::move(name), std::move(child));
-    return ref;
+    M* raw = child.get();
+    add_owned_child(std::move(name), std::move(child));  // refuses a null child
+    return *raw;
   }
   /// Replaces a registered parameter's or buffer's value (same name), keeping the handle.
   void set_tensor(const std::string& name, const Tensor& value);
