@@ -18,6 +18,18 @@ double get_scalar(const StateDict& d, const std::string& k, const std::string& w
   return it->second;
 }
 
+double get_lr(const StateDict& d, const std::string& k, const std::string& who) {
+  const double lr = get_scalar(d, k, who);
+  STRATA_CHECK(std::isfinite(lr) && lr >= 0, "[{}] load_state_dict: '{}' is {}, not an lr (must be finite and >= 0)",
+               who, k, lr);
+  return lr;
+}
+
+// gamma 0 is allowed: the lr drops to 0, a valid lr, as PyTorch allows any gamma
+void check_gamma(const char* who, double gamma) {
+  STRATA_CHECK(std::isfinite(gamma) && gamma >= 0, "[{}] gamma must be finite and >= 0, got {}", who, gamma);
+}
+
 }  // namespace
 
 // ---- LRScheduler -------------------------------------------------------------------------
@@ -46,7 +58,13 @@ void LRScheduler::step() {
 
 void LRScheduler::apply(int64_t epoch) {
   std::vector<double> lrs(base_lrs_.size());
-  for (size_t g = 0; g < lrs.size(); ++g) lrs[g] = lr_at(epoch, g);  // may raise: set nothing before
+  for (size_t g = 0; g < lrs.size(); ++g) {  // may raise: set nothing before
+    lrs[g] = lr_at(epoch, g);
+    // caught here rather than as the optimizer's "invalid lr" at its next step
+    STRATA_CHECK(std::isfinite(lrs[g]) && lrs[g] >= 0,
+                 "[{}] step {} gives param group {} the lr {} (base lr {}); an lr must be finite and >= 0", name_,
+                 epoch, g, lrs[g], base_lrs_[g]);
+  }
   for (size_t g = 0; g < lrs.size(); ++g) opt_->set_lr(g, lrs[g]);
   last_lr_ = std::move(lrs);
 }
@@ -75,8 +93,8 @@ void LRScheduler::load_state_dict(const StateDict& d) {
                name_, epoch);
   std::vector<double> base(groups), last(groups);
   for (size_t g = 0; g < groups; ++g) {
-    base[g] = get_scalar(d, key("base_lr", g), name_);
-    last[g] = get_scalar(d, key("last_lr", g), name_);
+    base[g] = get_lr(d, key("base_lr", g), name_);
+    last[g] = get_lr(d, key("last_lr", g), name_);
   }
   load_extra(d);
   last_epoch_ = static_cast<int64_t>(epoch);
@@ -95,11 +113,18 @@ LambdaLR::LambdaLR(Optimizer& opt, std::vector<Lambda> lambdas) : LRScheduler(op
   initial_step();
 }
 
-double LambdaLR::lr_at(int64_t epoch, size_t g) const { return base_lrs_.at(g) * lambdas_.at(g)(epoch); }
+double LambdaLR::lr_at(int64_t epoch, size_t g) const {
+  const double f = lambdas_.at(g)(epoch);
+  STRATA_CHECK(std::isfinite(f) && f >= 0,
+               "[LambdaLR] the lambda of param group {} returned {} at step {}; the factor must be finite and >= 0", g,
+               f, epoch);
+  return base_lrs_.at(g) * f;
+}
 
 StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
     : LRScheduler(opt, "StepLR"), step_size_(step_size), gamma_(gamma) {
   STRATA_CHECK(step_size > 0, "[StepLR] step_size must be > 0, got {}", step_size);
+  check_gamma("StepLR", gamma);
   initial_step();
 }
 
@@ -110,6 +135,7 @@ double StepLR::lr_at(int64_t epoch, size_t g) const {
 MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma)
     : LRScheduler(opt, "MultiStepLR"), milestones_(std::move(milestones)), gamma_(gamma) {
   STRATA_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "[MultiStepLR] milestones must be ascending");
+  check_gamma("MultiStepLR", gamma);
   initial_step();
 }
 
@@ -119,6 +145,7 @@ double MultiStepLR::lr_at(int64_t epoch, size_t g) const {
 }
 
 ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt, "ExponentialLR"), gamma_(gamma) {
+  check_gamma("ExponentialLR", gamma);
   initial_step();
 }
 
@@ -129,6 +156,8 @@ double ExponentialLR::lr_at(int64_t epoch, size_t g) const {
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t T_max, double eta_min)
     : LRScheduler(opt, "CosineAnnealingLR"), t_max_(T_max), eta_min_(eta_min) {
   STRATA_CHECK(T_max > 0, "[CosineAnnealingLR] T_max must be > 0, got {}", T_max);
+  STRATA_CHECK(std::isfinite(eta_min) && eta_min >= 0, "[CosineAnnealingLR] eta_min must be finite and >= 0, got {}",
+               eta_min);
   initial_step();
 }
 
@@ -157,7 +186,7 @@ WarmupDecayLR::WarmupDecayLR(Optimizer& opt, int64_t warmup_steps, int64_t total
   STRATA_CHECK(warmup_steps >= 0, "[{}] warmup_steps must be >= 0, got {}", name_, warmup_steps);
   STRATA_CHECK(decay == Decay::None || total_steps > warmup_steps,
                "[{}] total_steps ({}) must be greater than warmup_steps ({})", name_, total_steps, warmup_steps);
-  STRATA_CHECK(min_lr >= 0, "[{}] min_lr must be >= 0, got {}", name_, min_lr);
+  STRATA_CHECK(std::isfinite(min_lr) && min_lr >= 0, "[{}] min_lr must be finite and >= 0, got {}", name_, min_lr);
   initial_step();
 }
 

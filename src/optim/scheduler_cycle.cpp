@@ -19,6 +19,9 @@ OneCycleLR::OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t tota
   STRATA_CHECK(o.pct_start >= 0 && o.pct_start <= 1, "[OneCycleLR] pct_start must be in [0, 1], got {}", o.pct_start);
   STRATA_CHECK(max_lrs_.size() == base_lrs_.size(), "[OneCycleLR] got {} max_lrs for {} param groups",
                max_lrs_.size(), base_lrs_.size());
+  for (size_t g = 0; g < max_lrs_.size(); ++g)
+    STRATA_CHECK(std::isfinite(max_lrs_[g]) && max_lrs_[g] >= 0,
+                 "[OneCycleLR] max_lr of param group {} must be finite and >= 0, got {}", g, max_lrs_[g]);
   STRATA_CHECK(o.div_factor > 0 && o.final_div_factor > 0, "[OneCycleLR] div_factor and final_div_factor must be > 0");
   STRATA_CHECK(!o.cycle_momentum || opt.has_momentum(),
                "[OneCycleLR] {} has no momentum or betas to cycle; pass cycle_momentum = false", opt.name());
@@ -46,7 +49,11 @@ const OneCycleLR::Phase& OneCycleLR::phase_at(int64_t epoch, double& pct) const 
   for (size_t i = 0; i < phases_.size(); ++i) {
     const Phase& ph = phases_[i];
     if (static_cast<double>(epoch) <= ph.end_step || i + 1 == phases_.size()) {
-      pct = (static_cast<double>(epoch) - start) / (ph.end_step - start);
+      // A phase of zero length (pct_start * total_steps == 1, say) is at its end at once, where
+      // PyTorch divides by zero. Step total_steps, one past the last phase, stays at the final
+      // values, where PyTorch extrapolates (to a negative lr with linear annealing).
+      const double len = ph.end_step - start;
+      pct = len == 0 ? 1.0 : std::min(1.0, (static_cast<double>(epoch) - start) / len);
       return ph;
     }
     start = ph.end_step;
@@ -191,7 +198,11 @@ void ReduceLROnPlateau::load_state_dict(const StateDict& d) {
                "[ReduceLROnPlateau] load_state_dict: the state dict is for more than {} param groups", last_lr_.size());
   std::vector<double> lrs;
   for (size_t g = 0; g < last_lr_.size(); ++g) lrs.push_back(get(fmt::format("last_lr.{}", g)));
+  for (double lr : lrs)
+    STRATA_CHECK(std::isfinite(lr) && lr >= 0, "[ReduceLROnPlateau] load_state_dict: last_lr {} is not an lr (must "
+                 "be finite and >= 0)", lr);
   double best = get("best");
+  STRATA_CHECK(!std::isnan(best), "[ReduceLROnPlateau] load_state_dict: best is NaN");
   int64_t bad = count("num_bad_epochs"), cool = count("cooldown_counter"), epoch = count("last_epoch");
   best_ = best, num_bad_ = bad, cooldown_counter_ = cool, last_epoch_ = epoch, last_lr_ = std::move(lrs);
 }

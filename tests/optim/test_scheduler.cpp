@@ -5,6 +5,7 @@
 // ReduceLROnPlateau on hand-worked metric sequences. Plus state dict round trips and bad input.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numbers>
 
@@ -15,6 +16,7 @@ namespace {
 
 using optim::LRScheduler;
 constexpr double kPi = std::numbers::pi;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Fixture {
   Tensor a = ones({2}), b = ones({3});
@@ -141,7 +143,9 @@ TEST(Scheduler, WarmupFamily) {
   }
 }
 
-// torch.optim.lr_scheduler.OneCycleLR.get_lr, transcribed.
+// torch.optim.lr_scheduler.OneCycleLR.get_lr, transcribed, in float64, with two departures:
+// a zero-length phase is at its end (PyTorch divides by zero) and step total_steps keeps the
+// final values (PyTorch extrapolates, to a negative lr with linear annealing).
 double onecycle_ref(int64_t step, double max_lr, int64_t total, const optim::OneCycleOptions& o, bool momentum) {
   const double initial = max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
   struct P { double end, slr, elr, sm, em; };
@@ -160,7 +164,8 @@ double onecycle_ref(int64_t step, double max_lr, int64_t total, const optim::One
   double start = 0;
   for (size_t i = 0; i < phases.size(); ++i) {
     if (step <= phases[i].end || i + 1 == phases.size()) {
-      double pct = (step - start) / (phases[i].end - start);
+      const double len = phases[i].end - start;
+      const double pct = len == 0 ? 1 : std::min(1.0, (step - start) / len);
       return momentum ? anneal(phases[i].sm, phases[i].em, pct) : anneal(phases[i].slr, phases[i].elr, pct);
     }
     start = phases[i].end;
@@ -194,6 +199,45 @@ TEST(Scheduler, OneCycleLR) {
   optim::OneCycleLR no_momentum(adagrad, 0.01, 10, {.cycle_momentum = false});
   EXPECT_THROW(optim::OneCycleLR(adamw, 0.01, 0), Error);
   EXPECT_THROW(optim::OneCycleLR(adamw, 0.01, 10, {.pct_start = 1.5}), Error);
+}
+
+// pct_start * total_steps == 1 gives a warm-up phase of zero length (and three_phase a second
+// one): the lr starts at max_lr, and lr and momentum stay finite to the end.
+TEST(Scheduler, OneCycleLRZeroLengthPhases) {
+  struct Case {
+    double pct_start;
+    int64_t total;
+    bool three;
+  };
+  for (Case c : {Case{0.01, 100, false}, Case{0.01, 100, true}, Case{1.0, 1, false}, Case{0.5, 2, true},
+                 Case{0.02, 50, true}}) {
+    for (auto anneal : {optim::OneCycleOptions::Anneal::Cos, optim::OneCycleOptions::Anneal::Linear}) {
+      SCOPED_TRACE(fmt::format("pct_start {} total {} three_phase {}", c.pct_start, c.total, c.three));
+      optim::OneCycleOptions o{.pct_start = c.pct_start, .anneal_strategy = anneal, .three_phase = c.three};
+      Fixture f;
+      optim::OneCycleLR s(*f.opt, std::vector<double>{0.1, 0.4}, c.total, o);
+      EXPECT_NEAR(f.opt->lr(0), 0.1, 1e-16);  // the zero-length warm-up is over at once
+      EXPECT_NEAR(f.opt->momentum(1), o.base_momentum, 1e-15);
+      const double max_lr[2] = {0.1, 0.4};
+      expect_schedule(s, *f.opt, static_cast<int>(c.total) + 1, [&](int64_t e, size_t g, double) {
+        EXPECT_NEAR(f.opt->momentum(g), onecycle_ref(e, max_lr[g], c.total, o, true), 1e-12) << e;
+        return onecycle_ref(e, max_lr[g], c.total, o, false);
+      });
+      EXPECT_NEAR(f.opt->lr(1), 0.4 / o.div_factor / o.final_div_factor, 1e-15);  // min_lr at the end
+      EXPECT_THROW(s.step(), Error);
+    }
+  }
+  // the case that set a NaN lr: the optimizer can step under it
+  Tensor p = ones({2});
+  p.requires_grad_();
+  optim::SGD o({p}, {.momentum = 0.9});
+  optim::OneCycleLR s(o, 0.1, 100, {.pct_start = 0.01});
+  EXPECT_EQ(o.lr(0), 0.1);  // cosine annealing reaches its end value exactly
+  EXPECT_EQ(o.momentum(0), 0.85);
+  p.set_grad(ones({2}));
+  o.step();
+  s.step();
+  EXPECT_TRUE(testing::all_close(p, {0.9, 0.9}, 1e-7, 0));
 }
 
 TEST(Scheduler, SequentialLR) {
@@ -318,6 +362,10 @@ TEST(Scheduler, BadArguments) {
   EXPECT_THROW(optim::WarmupCosine(*f.opt, 10, 10), Error);
   EXPECT_THROW(optim::WarmupLinear(*f.opt, -1, 10), Error);
   EXPECT_THROW(optim::WarmupCosine(*f.opt, 1, 10, -0.1), Error);
+  EXPECT_TRUE(testing::throws_with([&] { optim::WarmupCosine(*f.opt, 1, 10, kInf); }, {"min_lr", "inf"}));
+  EXPECT_TRUE(
+      testing::throws_with([&] { optim::CosineAnnealingLR(*f.opt, 10, -1); }, {"CosineAnnealingLR", "eta_min"}));
+  EXPECT_THROW(optim::CosineAnnealingLR(*f.opt, 10, std::nan("")), Error);
   optim::StepLR s(*f.opt, 3);
   f.opt->add_param_group(std::vector<Tensor>{[] {
     Tensor t = ones({1});
@@ -325,6 +373,77 @@ TEST(Scheduler, BadArguments) {
     return t;
   }()});
   EXPECT_THROW(s.step(), Error);  // built for two groups, the optimizer now has three
+}
+
+// Arguments that would give a negative or non-finite lr are refused when the scheduler is
+// built, and an lr that still comes out bad (a lambda's factor, an overflow) raises at the step
+// that makes it, naming the scheduler and the step, and changes nothing.
+TEST(Scheduler, BadLrsAreCaughtByTheScheduler) {
+  Fixture f;
+  for (double gamma : {-0.5, std::nan(""), kInf}) {
+    EXPECT_TRUE(testing::throws_with([&] { optim::StepLR(*f.opt, 3, gamma); }, {"[StepLR] gamma"}));
+    EXPECT_TRUE(testing::throws_with([&] { optim::MultiStepLR(*f.opt, {3}, gamma); }, {"[MultiStepLR] gamma"}));
+    EXPECT_TRUE(testing::throws_with([&] { optim::ExponentialLR(*f.opt, gamma); }, {"[ExponentialLR] gamma"}));
+  }
+  for (double max_lr : {-0.1, std::nan(""), kInf})
+    EXPECT_TRUE(testing::throws_with([&] { optim::OneCycleLR(*f.opt, max_lr, 10); }, {"[OneCycleLR] max_lr"}));
+  EXPECT_THROW(optim::OneCycleLR(*f.opt, std::vector<double>{0.1, -1.0}, 10), Error);
+  {
+    optim::StepLR zero(*f.opt, 2, 0.0);  // gamma 0 drops the lr to 0, a valid lr
+    zero.step();
+    zero.step();
+    EXPECT_EQ(f.opt->lr(0), 0.0);
+  }
+  for (double bad : {-1.0, std::nan("")}) {
+    Fixture h;
+    optim::LambdaLR s(*h.opt, [bad](int64_t e) { return e == 3 ? bad : 1.0 / (1 + e); });
+    s.step();
+    s.step();
+    EXPECT_TRUE(testing::throws_with([&] { s.step(); }, {"[LambdaLR]", "param group 0", "step 3"}));
+    EXPECT_EQ(s.last_epoch(), 2);
+    EXPECT_EQ(h.opt->lr(0), 0.05 / 3);  // the step-2 lr stays
+    EXPECT_EQ(s.get_last_lr()[1], 0.2 / 3);
+  }
+  // 10^309 overflows to inf
+  Fixture h;
+  optim::ExponentialLR grow(*h.opt, 10.0);
+  for (int e = 1; e < 309; ++e) grow.step();
+  EXPECT_TRUE(testing::throws_with([&] { grow.step(); }, {"[ExponentialLR] step 309", "inf"}));
+  EXPECT_EQ(grow.last_epoch(), 308);
+  EXPECT_TRUE(std::isfinite(h.opt->lr(0)));
+}
+
+TEST(Scheduler, LoadRejectsBadLrs) {
+  Fixture f;
+  optim::StepLR s(*f.opt, 3, 0.5);
+  for (int i = 0; i < 4; ++i) s.step();
+  const optim::StateDict good = s.state_dict();
+  Fixture g;
+  optim::StepLR t(*g.opt, 3, 0.5);
+  auto expect_rejected = [&](const char* k, double v) {
+    optim::StateDict bad = good;
+    bad.scalars[k] = v;
+    EXPECT_TRUE(testing::throws_with([&] { t.load_state_dict(bad); }, {"[StepLR] load_state_dict", k}));
+    EXPECT_EQ(t.last_epoch(), 0);  // unchanged
+    EXPECT_EQ(t.base_lrs()[0], 0.05);
+    EXPECT_EQ(t.get_last_lr()[1], 0.2);
+  };
+  expect_rejected("base_lr.0", std::nan(""));
+  expect_rejected("base_lr.1", -0.1);
+  expect_rejected("last_lr.0", -1e-3);
+  expect_rejected("last_lr.1", kInf);
+  t.load_state_dict(good);
+  EXPECT_EQ(t.last_epoch(), 4);
+
+  optim::ReduceLROnPlateau r(*g.opt);
+  r.step(1.0);
+  optim::StateDict d = r.state_dict();
+  d.scalars["last_lr.1"] = -0.5;
+  EXPECT_THROW(r.load_state_dict(d), Error);
+  d = r.state_dict();
+  d.scalars["best"] = std::nan("");
+  EXPECT_THROW(r.load_state_dict(d), Error);
+  EXPECT_EQ(r.best(), 1.0);
 }
 
 }  // namespace

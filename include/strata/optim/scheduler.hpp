@@ -22,7 +22,8 @@ class STRATA_API LRScheduler {
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 
-  /// Advances one step and sets every group's lr.
+  /// Advances one step and sets every group's lr; raises Error, changing nothing, when an lr
+  /// would be negative or not finite.
   void step();
   /// The lrs the last step (or the constructor) set, one per group.
   const std::vector<double>& get_last_lr() const { return last_lr_; }
@@ -58,7 +59,8 @@ class STRATA_API LRScheduler {
   friend class SequentialLR;
 };
 
-/// lr = base_lr * lambda(epoch); one function for all groups, or one per group.
+/// lr = base_lr * lambda(epoch); one function for all groups, or one per group. A factor that
+/// is negative or not finite raises Error naming the group and the step.
 class STRATA_API LambdaLR : public LRScheduler {
  public:
   using Lambda = std::function<double(int64_t)>;
@@ -70,7 +72,7 @@ class STRATA_API LambdaLR : public LRScheduler {
   std::vector<Lambda> lambdas_;
 };
 
-/// lr = base_lr * gamma^floor(epoch / step_size).
+/// lr = base_lr * gamma^floor(epoch / step_size); gamma finite and >= 0.
 class STRATA_API StepLR : public LRScheduler {
  public:
   StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
@@ -81,7 +83,7 @@ class STRATA_API StepLR : public LRScheduler {
   double gamma_;
 };
 
-/// lr = base_lr * gamma^(number of milestones <= epoch); milestones ascending.
+/// lr = base_lr * gamma^(number of milestones <= epoch); milestones ascending, gamma finite and >= 0.
 class STRATA_API MultiStepLR : public LRScheduler {
  public:
   MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma = 0.1);
@@ -92,7 +94,7 @@ class STRATA_API MultiStepLR : public LRScheduler {
   double gamma_;
 };
 
-/// lr = base_lr * gamma^epoch.
+/// lr = base_lr * gamma^epoch; gamma finite and >= 0.
 class STRATA_API ExponentialLR : public LRScheduler {
  public:
   ExponentialLR(Optimizer& opt, double gamma);
@@ -103,7 +105,7 @@ class STRATA_API ExponentialLR : public LRScheduler {
 };
 
 /// lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 (SGDR without
-/// restarts; periodic past T_max, as PyTorch's closed form).
+/// restarts; periodic past T_max, as PyTorch's closed form); eta_min finite and >= 0.
 class STRATA_API CosineAnnealingLR : public LRScheduler {
  public:
   CosineAnnealingLR(Optimizer& opt, int64_t T_max, double eta_min = 0);
@@ -176,8 +178,10 @@ struct OneCycleOptions {
 /// The 1cycle policy (Smith & Topin 2018), as torch.optim.lr_scheduler.OneCycleLR: from
 /// max_lr / div_factor up to max_lr over pct_start of total_steps, then down to
 /// initial_lr / final_div_factor (three_phase: back to the initial lr first), while the
-/// momentum (beta1 for the Adam family) cycles the opposite way. Stepping past total_steps
-/// raises Error.
+/// momentum (beta1 for the Adam family) cycles the opposite way. max_lr finite and >= 0. A
+/// phase of zero length (pct_start * total_steps == 1) starts at its end value, where PyTorch
+/// divides by zero. Step total_steps keeps the final values (PyTorch extrapolates past them);
+/// stepping past it raises Error.
 class STRATA_API OneCycleLR : public LRScheduler {
  public:
   OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, OneCycleOptions options = {});
