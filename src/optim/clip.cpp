@@ -24,6 +24,24 @@ std::vector<Tensor> defined_grads(const std::vector<Tensor>& params, const char*
   return grads;
 }
 
+// The grads, each checked to take an in-place write before any is written, so that an error
+// leaves every grad as it was.
+std::vector<Tensor> writable_grads(const std::vector<Tensor>& params, const char* op) {
+  std::vector<Tensor> grads = defined_grads(params, op);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& g = params[i].grad();
+    if (!g.defined()) continue;
+    STRATA_CHECK(is_floating(g.dtype()), "[{}] the grad of parameter {} has dtype {}: only floating grads can be "
+                 "clipped", op, i, g.dtype());
+    for (int64_t d = 0; d < g.dim(); ++d)
+      STRATA_CHECK(g.strides()[d] != 0 || g.shape()[d] <= 1,
+                   "[{}] the grad of parameter {} (shape {}, strides {}) is an expanded view whose elements share "
+                   "memory, so it cannot be scaled in place; set a grad of its own (grad.clone())",
+                   op, i, g.shape(), g.strides());
+  }
+  return grads;
+}
+
 // The norm of the grads as if concatenated: the norm of their norms, as torch's
 // clip_grad_norm_ takes it (||(||g_1||, ..., ||g_k||)||_p).
 double total_norm(const std::vector<Tensor>& grads, double p) {
@@ -58,15 +76,17 @@ double total_grad_norm(const std::vector<Tensor>& params, double norm_type) {
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
   check_norm_type(norm_type, "clip_grad_norm_");
-  STRATA_CHECK(!std::isnan(max_norm), "[clip_grad_norm_] max_norm is NaN");
+  // a negative max_norm would flip the grads' sign
+  STRATA_CHECK(max_norm >= 0, "[clip_grad_norm_] max_norm must be >= 0 (or inf: no clipping), got {}", max_norm);
   NoGradGuard no_grad;
-  std::vector<Tensor> grads = defined_grads(params, "clip_grad_norm_");
+  std::vector<Tensor> grads = writable_grads(params, "clip_grad_norm_");
   if (grads.empty()) return 0.0;
   const double total = total_norm(grads, norm_type);
   STRATA_CHECK(!error_if_nonfinite || std::isfinite(total),
                "[clip_grad_norm_] the total norm of order {} of the gradients of {} parameters is {}, so it cannot be "
                "clipped; pass error_if_nonfinite = false to scale them anyway",
                norm_type, grads.size(), total);
+  if (std::isinf(max_norm)) return total;  // no limit, even for an infinite total (PyTorch would scale by NaN)
   const double coef = max_norm / (total + 1e-6);
   const double clamped = 1.0 < coef ? 1.0 : coef;  // NaN stays NaN, as torch.clamp(max=1)
   if (clamped != 1.0)
@@ -77,7 +97,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   STRATA_CHECK(clip_value >= 0, "[clip_grad_value_] clip_value must be >= 0, got {}", clip_value);
   NoGradGuard no_grad;
-  for (Tensor& g : defined_grads(params, "clip_grad_value_")) g.clamp_(-clip_value, clip_value);
+  for (Tensor& g : writable_grads(params, "clip_grad_value_")) g.clamp_(-clip_value, clip_value);
 }
 
 }  // namespace strata::optim

@@ -134,5 +134,49 @@ TEST(Clip, BadInput) {
   EXPECT_EQ(optim::clip_grad_norm_({no_grad}, 1.0), 0.0);
 }
 
+// A negative max_norm would flip the grads' sign; inf means no limit.
+TEST(Clip, MaxNormRange) {
+  Tensor b = zeros({2});
+  b.requires_grad_();
+  b.set_grad(from_vector(std::vector<double>{3, 4}).to(kFloat32));
+  for (double bad : {-1.0, -kInf, std::nan("")}) {
+    EXPECT_TRUE(testing::throws_with([&] { optim::clip_grad_norm_({b}, bad); }, {"[clip_grad_norm_] max_norm"}));
+    EXPECT_EQ(testing::values(b.grad()), (std::vector<double>{3, 4}));
+  }
+  EXPECT_EQ(optim::clip_grad_norm_({b}, kInf), 5.0);
+  EXPECT_EQ(testing::values(b.grad()), (std::vector<double>{3, 4}));
+  b.set_grad(from_vector(std::vector<double>{kInf, 4}).to(kFloat32));
+  EXPECT_EQ(optim::clip_grad_norm_({b}, kInf), kInf);  // no limit: not scaled by inf / inf = NaN
+  EXPECT_EQ(testing::values(b.grad()), (std::vector<double>{kInf, 4}));
+  b.set_grad(from_vector(std::vector<double>{3, 4}).to(kFloat32));
+  EXPECT_EQ(optim::clip_grad_norm_({b}, 0.0), 5.0);  // 0 zeroes the grads, as PyTorch
+  EXPECT_EQ(testing::values(b.grad()), (std::vector<double>{0, 0}));
+  b.set_grad(from_vector(std::vector<double>{3, -4}).to(kFloat32));
+  EXPECT_THROW(optim::clip_grad_value_({b}, std::nan("")), Error);
+  optim::clip_grad_value_({b}, kInf);
+  EXPECT_EQ(testing::values(b.grad()), (std::vector<double>{3, -4}));
+}
+
+// Every grad is checked before any is written: a grad that cannot be scaled in place (an
+// expanded view, an integer grad) raises and leaves the grads before it untouched.
+TEST(Clip, BadGradWritesNothing) {
+  Tensor b = zeros({2}), a = zeros({3}), n = zeros({2}, kInt64);
+  b.requires_grad_();
+  a.requires_grad_();
+  a.set_grad(from_vector(std::vector<double>{2}).to(kFloat32).expand({3}));  // strides (0)
+  n.set_grad(ones({2}, kInt64));
+  for (const Tensor& bad : {a, n}) {
+    const char* what = bad.is_same(a) ? "expanded view" : "only floating grads";
+    b.set_grad(from_vector(std::vector<double>{3, 4}).to(kFloat32));
+    EXPECT_TRUE(testing::throws_with([&] { optim::clip_grad_norm_({b, bad}, 1.0); },
+                                     {"[clip_grad_norm_] the grad of parameter 1", what}));
+    EXPECT_EQ(testing::values(b.grad()), (std::vector<double>{3, 4}));
+    EXPECT_TRUE(testing::throws_with([&] { optim::clip_grad_value_({b, bad}, 1.0); },
+                                     {"[clip_grad_value_] the grad of parameter 1", what}));
+    EXPECT_EQ(testing::values(b.grad()), (std::vector<double>{3, 4}));
+  }
+  EXPECT_EQ(testing::values(a.grad()), (std::vector<double>{2, 2, 2}));
+}
+
 }  // namespace
 }  // namespace strata
