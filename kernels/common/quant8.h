@@ -10,6 +10,7 @@
 // first moment, the unsigned map the second.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #include "host_device.h"
@@ -48,8 +49,9 @@ STRATA_HOST_DEVICE void build_dynamic_map(float* map, bool is_signed) {
 }
 
 /// Index of the map value nearest to x (x normalised to the map's range; values outside it
-/// go to the end codes). Ties go to the lower code.
+/// go to the end codes). Ties go to the lower code; NaN goes to the code of 0.
 STRATA_HOST_DEVICE uint8_t quantize_nearest(const float* map, float x) {
+  if (x != x) x = 0.0f;  // NaN: see block_absmax
   int lo = 0;  // largest index with map[lo] <= x (0 when x is below the map)
   for (int step = kMapSize / 2; step > 0; step >>= 1)  // lo + step never passes 255
     if (map[lo + step] <= x) lo += step;
@@ -57,13 +59,16 @@ STRATA_HOST_DEVICE uint8_t quantize_nearest(const float* map, float x) {
   return static_cast<uint8_t>(lo);
 }
 
-/// max |x| over n values (NaN propagates, so a NaN state stays visible after quantization).
+/// max |x| over the finite values of n values (0 when none is). A NaN or inf moment (from a
+/// NaN or inf grad) taken as the scale would turn its whole block NaN on decoding; left out, it
+/// is stored as 0 (NaN) or the block's end code (inf), and the damage stays in its element,
+/// whose parameter the step has already made NaN, as fp32 Adam's.
 template <class T>
 STRATA_HOST_DEVICE float block_absmax(const T* x, int64_t n) {
   float m = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     float a = static_cast<float>(x[i] < 0 ? -x[i] : x[i]);
-    m = (a > m || a != a) ? a : m;
+    if (a > m && a <= FLT_MAX) m = a;  // NaN fails both tests
   }
   return m;
 }

@@ -41,6 +41,69 @@ Codes codes_state(ParamState& st, const Tensor& p, int64_t block) {
           detail::zeros_state(st, "exp_avg_sq_absmax", scales, kFloat32, p.device())};
 }
 
+const Tensor& state_at(const ParamState& st, const char* name) {
+  auto it = st.tensors.find(name);
+  STRATA_CHECK(it != st.tensors.end(), "[Adam8bit] the state of the parameter has no '{}'", name);
+  return it->second;
+}
+
+// A state tensor, contiguous on the host (a copy when it lives on a GPU).
+Tensor host_state(const ParamState& st, const char* name) { return state_at(st, name).cpu().contiguous(); }
+
+// The moments of an 8-bit state quantized in blocks of `block`, as tensors of p's shape and
+// dtype on its device.
+Adam8bit::Moments decode(const ParamState& st, const Tensor& p, int64_t block) {
+  Tensor mc = host_state(st, "exp_avg_codes"), ms = host_state(st, "exp_avg_absmax"),
+         vc = host_state(st, "exp_avg_sq_codes"), vs = host_state(st, "exp_avg_sq_absmax");
+  const int64_t n = p.numel(), blocks = num_blocks(n, block);
+  STRATA_CHECK(mc.numel() == n && vc.numel() == n && ms.numel() == blocks && vs.numel() == blocks &&
+                   mc.dtype() == kUInt8 && vc.dtype() == kUInt8 && ms.dtype() == kFloat32 && vs.dtype() == kFloat32,
+               "[Adam8bit] the 8-bit state ({} codes, {} scales) does not match the parameter ({} elements, "
+               "block_size {}): was the parameter replaced after the optimizer was built?",
+               mc.numel(), ms.numel(), n, block);
+  Adam8bit::Moments out{empty(p.shape(), p.dtype()), empty(p.shape(), p.dtype())};
+  detail::dispatch_param(p.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (int64_t k = 0; k < blocks; ++k) {
+      int64_t b = k * block, len = std::min(n, b + block) - b;
+      quant8::dequantize_block(dynamic_map(true), detail::ptr<uint8_t>(mc) + b, len, detail::ptr<float>(ms)[k],
+                               detail::ptr<T>(out.exp_avg) + b);
+      quant8::dequantize_block(dynamic_map(false), detail::ptr<uint8_t>(vc) + b, len, detail::ptr<float>(vs)[k],
+                               detail::ptr<T>(out.exp_avg_sq) + b);
+    }
+  });
+  if (!p.device().is_cpu()) out = {out.exp_avg.to(p.device()), out.exp_avg_sq.to(p.device())};
+  return out;
+}
+
+// Stores moments m and v (p's shape and dtype) in 8 bits in blocks of `block`, as a step does.
+void encode(ParamState& st, const Tensor& m, const Tensor& v, const Tensor& p, int64_t block) {
+  STRATA_CHECK(m.numel() == p.numel() && v.numel() == p.numel() && m.dtype() == p.dtype() && v.dtype() == p.dtype(),
+               "[Adam8bit] the moments ({} {}) do not match the parameter (shape {}, {}): was the parameter "
+               "replaced after the optimizer was built?",
+               m.shape(), m.dtype(), p.shape(), p.dtype());
+  const Tensor mh = m.cpu().contiguous(), vh = v.cpu().contiguous();
+  const int64_t n = p.numel(), blocks = num_blocks(n, block);
+  Tensor mc = empty({n}, kUInt8), ms = empty({blocks}, kFloat32), vc = empty({n}, kUInt8),
+         vs = empty({blocks}, kFloat32);
+  detail::dispatch_param(p.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (int64_t k = 0; k < blocks; ++k) {
+      int64_t b = k * block, len = std::min(n, b + block) - b;
+      float& m_scale = detail::ptr<float>(ms)[k];
+      float& v_scale = detail::ptr<float>(vs)[k];
+      m_scale = quant8::block_absmax(detail::ptr<T>(mh) + b, len);
+      v_scale = quant8::block_absmax(detail::ptr<T>(vh) + b, len);
+      quant8::quantize_block(dynamic_map(true), detail::ptr<T>(mh) + b, len, m_scale, detail::ptr<uint8_t>(mc) + b);
+      quant8::quantize_block(dynamic_map(false), detail::ptr<T>(vh) + b, len, v_scale, detail::ptr<uint8_t>(vc) + b);
+    }
+  });
+  st.tensors["exp_avg_codes"] = mc.to(p.device());
+  st.tensors["exp_avg_absmax"] = ms.to(p.device());
+  st.tensors["exp_avg_sq_codes"] = vc.to(p.device());
+  st.tensors["exp_avg_sq_absmax"] = vs.to(p.device());
+}
+
 }  // namespace
 
 void validate_options(const Adam8bitOptions& o) {
@@ -67,6 +130,22 @@ std::vector<StateSpec> Adam8bit::state_specs(size_t g, const Tensor& p) const {
           {"exp_avg_absmax", scales, kFloat32},
           {"exp_avg_sq_codes", codes, kUInt8},
           {"exp_avg_sq_absmax", scales, kFloat32}};
+}
+
+// A parameter crossing min_8bit_size, or a new block_size, keeps its moments (requantized or
+// dequantized) and its step count (Note [Option changes] in optimizer.cpp).
+std::optional<ParamState> Adam8bit::converted_state(size_t g, const Tensor& p, const ParamState& st) const {
+  const Adam8bitOptions& o = param_groups()[g].options;
+  const int64_t old_block = synced_options(g).block_size;
+  const bool want8 = quantized(o, p), has8 = st.tensors.count("exp_avg_codes") > 0,
+             has32 = st.tensors.count("exp_avg") > 0;
+  const bool move = (has8 && (!want8 || old_block != o.block_size)) || (has32 && want8);
+  if (!move) return Optimizer::converted_state(g, p, st);
+  const Moments mv = has8 ? decode(st, p, old_block) : Moments{state_at(st, "exp_avg"), state_at(st, "exp_avg_sq")};
+  ParamState out{st.step, {}};
+  if (want8) encode(out, mv.exp_avg, mv.exp_avg_sq, p, o.block_size);
+  else out.tensors = {{"exp_avg", mv.exp_avg}, {"exp_avg_sq", mv.exp_avg_sq}};
+  return out;
 }
 
 void Adam8bit::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
@@ -124,37 +203,12 @@ bool Adam8bit::is_quantized(const Tensor& param) const {
 Adam8bit::Moments Adam8bit::moments(const Tensor& param) const {
   const ParamState* st = state(param);
   if (!st) return {};
-  auto find = [&](const char* name) {
-    auto it = st->tensors.find(name);
-    STRATA_CHECK(it != st->tensors.end(), "[Adam8bit] the state of the parameter has no '{}'", name);
-    return it->second;
-  };
-  if (st->tensors.count("exp_avg")) return {find("exp_avg").clone(), find("exp_avg_sq").clone()};
-  // decoded on the host (a copy of the state when it lives on a GPU), returned on its device
-  Tensor mc = find("exp_avg_codes").cpu(), ms = find("exp_avg_absmax").cpu(), vc = find("exp_avg_sq_codes").cpu(),
-         vs = find("exp_avg_sq_absmax").cpu();
-  int64_t block = 0;
-  for (const Group& gr : param_groups())
-    for (const Tensor& p : gr.params)
-      if (p.is_same(param)) block = gr.options.block_size;
-  const int64_t n = mc.numel(), blocks = ms.numel();
-  STRATA_CHECK(block > 0 && n == param.numel() && blocks == num_blocks(n, block),
-               "[Adam8bit] the 8-bit state ({} codes, {} scales) does not match the parameter ({} elements, "
-               "block_size {})",
-               n, blocks, param.numel(), block);
-  Moments out{empty(param.shape(), param.dtype()), empty(param.shape(), param.dtype())};
-  detail::dispatch_param(param.dtype(), [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    for (int64_t k = 0; k < blocks; ++k) {
-      int64_t b = k * block, len = std::min(n, b + block) - b;
-      quant8::dequantize_block(dynamic_map(true), detail::ptr<uint8_t>(mc) + b, len, detail::ptr<float>(ms)[k],
-                               detail::ptr<T>(out.exp_avg) + b);
-      quant8::dequantize_block(dynamic_map(false), detail::ptr<uint8_t>(vc) + b, len, detail::ptr<float>(vs)[k],
-                               detail::ptr<T>(out.exp_avg_sq) + b);
-    }
-  });
-  if (!param.device().is_cpu()) out = {out.exp_avg.to(param.device()), out.exp_avg_sq.to(param.device())};
-  return out;
+  if (st->tensors.count("exp_avg")) return {state_at(*st, "exp_avg").clone(), state_at(*st, "exp_avg_sq").clone()};
+  // the codes are in the blocks of the last step or load: a block_size set since applies from the next step
+  for (size_t g = 0; g < num_param_groups(); ++g)
+    for (const Tensor& p : param_groups()[g].params)
+      if (p.is_same(param)) return decode(*st, param, synced_options(g).block_size);
+  strata::detail::throw_error("[Adam8bit] the parameter has state but is in no param group");
 }
 
 }  // namespace strata::optim

@@ -1,4 +1,13 @@
 // Optimizer: parameter checks, the step loop, zero_grad, and state dicts.
+//
+// Note [Option changes]
+// Options may change between steps, and some change what state a parameter keeps (AdamW's
+// amsgrad, RMSprop's centered and momentum, Adam8bit's 8-bit storage and block size). Each
+// step first brings every state to the layout of the current options (converted_state): a
+// state the options no longer use is dropped, one they newly use is created by update() as at
+// a first step (zeros, as PyTorch), and Adam8bit carries its moments across storage formats.
+// The step count is kept. state_dict() saves states in the current layout too, so a dict
+// taken after a change loads into an optimizer built with the new options.
 #include <strata/optim/optimizer.hpp>
 
 #include <cmath>
@@ -54,6 +63,8 @@ std::optional<double> Optimizer::initial_lr(size_t group) const {
 void Optimizer::set_initial_lr(size_t group, double lr) {
   STRATA_CHECK(group < num_param_groups(), "[{}] param group {} out of range (the optimizer has {})", name_, group,
                num_param_groups());
+  STRATA_CHECK(std::isfinite(lr) && lr >= 0, "[{}] invalid initial_lr of param group {}: {} (must be finite and >= 0)",
+               name_, group, lr);
   if (initial_lrs_.size() < num_param_groups()) initial_lrs_.resize(num_param_groups());
   initial_lrs_[group] = lr;
 }
@@ -98,6 +109,19 @@ void Optimizer::check_params() const {
   }
 }
 
+std::optional<ParamState> Optimizer::converted_state(size_t g, const Tensor& p, const ParamState& st) const {
+  const std::vector<StateSpec> specs = state_specs(g, p);
+  std::optional<ParamState> out;
+  for (const auto& [name, t] : st.tensors) {
+    bool used = false;
+    for (const StateSpec& s : specs) used = used || s.name == name;
+    if (used) continue;
+    if (!out) out = st;
+    out->tensors.erase(name);
+  }
+  return out;
+}
+
 void Optimizer::check_state(const Tensor& p, size_t g, const ParamState& st) const {
   for (const StateSpec& spec : state_specs(g, p)) {
     auto it = st.tensors.find(spec.name);
@@ -134,11 +158,29 @@ Tensor Optimizer::step(const std::function<Tensor()>& closure) {
       STRATA_CHECK(grad.shape() == p.shape() && grad.dtype() == p.dtype() && grad.device() == p.device(),
                    "[{}] the grad of parameter {} of group {} is {} {} on {}, but the parameter is {} {} on {}", name_,
                    i, g, grad.shape(), grad.dtype(), grad.device(), p.shape(), p.dtype(), p.device());
-      auto it = state_.find(p.impl_ptr().get());
-      if (it != state_.end()) check_state(p, g, it->second.state);
       work.push_back({g, p, grad.is_contiguous() ? grad : grad.contiguous()});
     }
   }
+  // every state in the layout of the current options (Note [Option changes]), committed only
+  // once all are converted and checked
+  std::vector<std::pair<ParamState*, ParamState>> converted;
+  for (const Work& w : work) {
+    auto it = state_.find(w.param.impl_ptr().get());
+    if (it == state_.end()) continue;
+    std::optional<ParamState> c = converted_state(w.group, w.param, it->second.state);
+    check_state(w.param, w.group, c ? *c : it->second.state);
+    if (c) converted.emplace_back(&it->second.state, std::move(*c));
+  }
+  for (size_t g = 0; g < num_param_groups(); ++g) {  // the parameters without a grad this step
+    for (const Tensor& p : group_params(g)) {
+      auto it = state_.find(p.impl_ptr().get());
+      if (it == state_.end() || p.grad().defined()) continue;
+      if (std::optional<ParamState> c = converted_state(g, p, it->second.state))
+        converted.emplace_back(&it->second.state, std::move(*c));
+    }
+  }
+  for (auto& [st, c] : converted) *st = std::move(c);
+  mark_synced();
   // CPU parameters one at a time (one fused pass each); CUDA parameters in batches of one
   // group, device and dtype, each a few multi-tensor launches
   std::map<std::tuple<size_t, int, DType>, std::vector<ParamUpdate>> batches;
@@ -193,6 +235,8 @@ StateDict Optimizer::state_dict() const {
     if (auto lr0 = initial_lr(g)) d.scalars[group_scalar(g, "initial_lr")] = *lr0;
     for (const Tensor& p : ps) {
       if (const ParamState* st = state(p)) {
+        std::optional<ParamState> c = converted_state(g, p, *st);  // options changed since the last step
+        if (c) st = &*c;
         d.scalars[state_key(index, "step")] = static_cast<double>(st->step);
         for (const auto& [name, t] : st->tensors) d.tensors[state_key(index, name)] = t.clone();
       }
@@ -228,7 +272,12 @@ void Optimizer::load_state_dict(const StateDict& d) {
     std::vector<std::vector<StateSpec>> specs;  // by global parameter index
     std::vector<const Tensor*> by_index;
     for (size_t g = 0; g < groups; ++g) {
-      if (auto it = d.scalars.find(group_scalar(g, "initial_lr")); it != d.scalars.end()) lrs[g] = it->second;
+      if (auto it = d.scalars.find(group_scalar(g, "initial_lr")); it != d.scalars.end()) {
+        STRATA_CHECK(std::isfinite(it->second) && it->second >= 0,
+                     "[{}] load_state_dict: '{}' is {}, not an lr (must be finite and >= 0)", name_, it->first,
+                     it->second);
+        lrs[g] = it->second;
+      }
       for (const Tensor& p : group_params(g)) {
         specs.push_back(state_specs(g, p));
         by_index.push_back(&p);
@@ -286,6 +335,7 @@ void Optimizer::load_state_dict(const StateDict& d) {
   }
   state_ = std::move(loaded);
   initial_lrs_ = std::move(lrs);
+  mark_synced();
 }
 
 }  // namespace strata::optim

@@ -3,6 +3,7 @@
 // of the per-step errors), the fp32 path for small tensors, and the state memory.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 
 #include <strata/kernels/common/quant8.h>
@@ -207,6 +208,172 @@ TEST(Adam8bit, SmallTensorsFollowAdamWExactly) {
   EXPECT_FALSE(opt8.is_quantized(a));
   EXPECT_EQ(testing::values(a), testing::values(b));
   EXPECT_EQ(testing::values(opt8.moments(a).exp_avg_sq), testing::values(opt32.state(b)->tensors.at("exp_avg_sq")));
+}
+
+Tensor param_of(const std::vector<double>& v) {
+  Tensor p = from_vector(v).to(kFloat32);
+  p.requires_grad_();
+  return p;
+}
+Tensor copy_of(const Tensor& p) {
+  Tensor c = p.detach().clone();
+  c.requires_grad_();
+  return c;
+}
+
+// Adds the state of parameter 0 (step count, and moments m and v stored as a step stores them:
+// 8-bit in blocks of `block` when block > 0, else fp32) to a state dict of an optimizer
+// without state.
+void put_state(optim::StateDict& d, int64_t step, const Tensor& m, const Tensor& v, int64_t block) {
+  d.scalars["state.0.step"] = static_cast<double>(step);
+  if (block == 0) {
+    d.tensors["state.0.exp_avg"] = m.clone();
+    d.tensors["state.0.exp_avg_sq"] = v.clone();
+    return;
+  }
+  Maps maps;
+  auto put = [&](const char* name, const Tensor& x, const float* map) {
+    std::vector<float> f;
+    for (double e : testing::values(x)) f.push_back(static_cast<float>(e));
+    const int64_t n = static_cast<int64_t>(f.size());
+    std::vector<double> codes, scales;
+    for (int64_t b = 0; b < n; b += block) {
+      const int64_t len = std::min(n, b + block) - b;
+      const float absmax = quant8::block_absmax(f.data() + b, len);
+      std::vector<uint8_t> c(static_cast<size_t>(len));
+      quant8::quantize_block(map, f.data() + b, len, absmax, c.data());
+      codes.insert(codes.end(), c.begin(), c.end());
+      scales.push_back(absmax);
+    }
+    d.tensors[fmt::format("state.0.{}_codes", name)] = from_vector(codes).to(kUInt8);
+    d.tensors[fmt::format("state.0.{}_absmax", name)] = from_vector(scales).to(kFloat32);
+  };
+  put("exp_avg", m, maps.s);
+  put("exp_avg_sq", v, maps.u);
+}
+
+// A parameter leaving 8-bit storage keeps its moments (dequantized) and its step count: the
+// next step is AdamW's from those moments. The state dict then loads into an Adam8bit built
+// with the new options.
+TEST(Adam8bit, OptionChangeTo32BitKeepsMoments) {
+  std::mt19937 rng(4);
+  const int64_t n = 10;  // blocks of 4, 4 and 2
+  Tensor p = param_of(normals(n, rng));
+  optim::Adam8bit o({p}, {.lr = 1e-2, .min_8bit_size = 0, .block_size = 4});
+  p.set_grad(from_vector(normals(n, rng)).to(kFloat32));
+  o.step();
+  const optim::Adam8bit::Moments m1 = o.moments(p);
+  o.param_groups()[0].options.min_8bit_size = 100;
+  EXPECT_EQ(testing::values(o.moments(p).exp_avg), testing::values(m1.exp_avg));  // unchanged until a step
+  Tensor r = copy_of(p);
+  optim::Adam8bit at_once({r}, {.min_8bit_size = 100});  // a dict taken now is already converted
+  at_once.load_state_dict(o.state_dict());
+  EXPECT_EQ(testing::values(at_once.moments(r).exp_avg_sq), testing::values(m1.exp_avg_sq));
+
+  Tensor q = copy_of(p);
+  optim::AdamW ref({q}, {.lr = 1e-2, .weight_decay = 0});
+  optim::StateDict d = ref.state_dict();
+  put_state(d, 1, m1.exp_avg, m1.exp_avg_sq, 0);
+  ref.load_state_dict(d);
+  Tensor g2 = from_vector(normals(n, rng)).to(kFloat32);
+  p.set_grad(g2);
+  q.set_grad(g2);
+  o.step();
+  ref.step();
+  EXPECT_EQ(testing::values(p), testing::values(q));
+  EXPECT_FALSE(o.is_quantized(p));
+  EXPECT_EQ(o.state(p)->step, 2);
+  EXPECT_EQ(o.state(p)->tensors.size(), 2u);
+  EXPECT_EQ(testing::values(o.state(p)->tensors.at("exp_avg")), testing::values(ref.state(q)->tensors.at("exp_avg")));
+
+  Tensor p2 = copy_of(p);
+  optim::Adam8bit o2({p2}, {.min_8bit_size = 100});
+  o2.load_state_dict(o.state_dict());
+  Tensor g3 = from_vector(normals(n, rng)).to(kFloat32);
+  p.set_grad(g3);
+  p2.set_grad(g3);
+  o.step();
+  o2.step();
+  EXPECT_EQ(testing::values(p), testing::values(p2));
+}
+
+// A parameter entering 8-bit storage, or changing block size, has its moments quantized as a
+// step would quantize them, in the new blocks; the step count carries on.
+TEST(Adam8bit, OptionChangeTo8BitOrNewBlockSizeRequantizes) {
+  std::mt19937 rng(6);
+  const int64_t n = 10;
+  Tensor p = param_of(normals(n, rng));
+  optim::Adam8bit o({p}, {.lr = 1e-2});  // 10 elements: fp32 moments
+  for (int t = 0; t < 2; ++t) {
+    p.set_grad(from_vector(normals(n, rng)).to(kFloat32));
+    o.step();
+  }
+  for (int64_t block : {int64_t(4), int64_t(3)}) {  // to 8-bit with blocks of 4, then blocks of 3
+    SCOPED_TRACE("block_size " + std::to_string(block));
+    const optim::Adam8bit::Moments m = o.moments(p);
+    const int64_t step = o.state(p)->step;
+    o.param_groups()[0].options.min_8bit_size = 0;
+    o.param_groups()[0].options.block_size = block;
+    Tensor q = copy_of(p);
+    optim::Adam8bit ref({q}, o.param_groups()[0].options);
+    optim::StateDict d = ref.state_dict();
+    put_state(d, step, m.exp_avg, m.exp_avg_sq, block);
+    ref.load_state_dict(d);
+    const optim::StateDict now = o.state_dict();  // converted before any step, as d
+    for (const auto& [k, t] : d.tensors) EXPECT_EQ(testing::values(now.tensors.at(k)), testing::values(t)) << k;
+    Tensor g = from_vector(normals(n, rng)).to(kFloat32);
+    p.set_grad(g);
+    q.set_grad(g);
+    o.step();
+    ref.step();
+    EXPECT_TRUE(o.is_quantized(p));
+    EXPECT_EQ(o.state(p)->step, step + 1);
+    EXPECT_EQ(testing::values(p), testing::values(q));
+    for (const auto& [k, t] : ref.state(q)->tensors)
+      EXPECT_EQ(testing::values(o.state(p)->tensors.at(k)), testing::values(t)) << k;
+  }
+}
+
+// A NaN or inf grad element makes its parameter element NaN, as in AdamW, and nothing else.
+// The moments of a NaN parameter element stay NaN (g + 0 * p), are left out of the block's
+// scale and stored as 0, so the rest of the block follows exactly the run whose grad was 0 at
+// that element throughout.
+TEST(Adam8bit, NonFiniteGradStaysInItsElement) {
+  std::mt19937 rng(8);
+  const int64_t n = 8;  // two blocks of 4
+  const std::vector<double> init = normals(n, rng);
+  std::vector<std::vector<double>> grads;
+  for (int t = 0; t < 5; ++t) grads.push_back(normals(n, rng));
+  // element 1's grad is `first` at the first step; 0 from then on when `zero_after`
+  auto run = [&](double first, bool zero_after, bool adamw) {
+    Tensor p = param_of(init);
+    const std::vector<Tensor> ps{p};
+    std::unique_ptr<optim::Optimizer> o;
+    if (adamw) o = std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.weight_decay = 0});
+    else o = std::make_unique<optim::Adam8bit>(ps, optim::Adam8bitOptions{.min_8bit_size = 0, .block_size = 4});
+    for (int t = 0; t < 5; ++t) {
+      std::vector<double> g = grads[t];
+      if (t == 0 || zero_after) g[1] = t == 0 ? first : 0;
+      p.set_grad(from_vector(g).to(kFloat32));
+      o->step();
+    }
+    return testing::values(p);
+  };
+  const std::vector<double> zero = run(0, true, false), adamw = run(std::nan(""), false, true);
+  EXPECT_TRUE(std::isnan(adamw[1]));
+  for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY)}) {
+    SCOPED_TRACE(fmt::format("grad {}", bad));
+    const std::vector<double> got = run(bad, false, false);
+    EXPECT_TRUE(std::isnan(got[1]));
+    for (int64_t i = 0; i < n; ++i)
+      if (i != 1) EXPECT_EQ(got[i], zero[i]) << i;
+  }
+  // the scales leave non-finite values out; NaN is stored as the code of 0
+  const float x[4] = {1.0f, NAN, -3.0f, INFINITY};
+  EXPECT_EQ(quant8::block_absmax(x, 4), 3.0f);
+  Maps maps;
+  EXPECT_EQ(maps.s[quant8::quantize_nearest(maps.s, NAN)], 0.0f);
+  EXPECT_EQ(maps.u[quant8::quantize_nearest(maps.u, NAN)], 0.0f);
 }
 
 // The state memory of the first step, from the allocator's bytes in use.

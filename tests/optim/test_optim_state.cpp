@@ -176,6 +176,123 @@ TEST(OptimState, LoadRejectsForeignOrMismatchedDicts) {
   EXPECT_EQ(target.state(e)->step, 1);
 }
 
+TEST(OptimState, LoadRejectsBadOptionValues) {
+  Tensor a = ones({3});
+  a.requires_grad_();
+  optim::AdamW opt({a}, {.lr = 0.5});
+  a.set_grad(ones({3}));
+  opt.step();
+  optim::LinearLR sched(opt, 0.5);  // records initial_lr 0.5
+  const optim::StateDict good = opt.state_dict();
+  ASSERT_EQ(good.scalars.at("group.0.initial_lr"), 0.5);
+  Tensor b = ones({3});
+  b.requires_grad_();
+  optim::AdamW target({b}, {.lr = 0.1});
+  auto expect_rejected = [&](const char* k, double v, const char* why) {
+    optim::StateDict bad = good;
+    bad.scalars[k] = v;
+    EXPECT_TRUE(testing::throws_with([&] { target.load_state_dict(bad); }, {"[AdamW] load_state_dict", k, why}));
+    EXPECT_EQ(target.param_groups()[0].options.lr, 0.1);  // unchanged
+    EXPECT_FALSE(target.param_groups()[0].options.amsgrad);
+    EXPECT_EQ(target.state(b), nullptr);
+    EXPECT_FALSE(target.initial_lr(0).has_value());
+  };
+  expect_rejected("group.0.amsgrad", 0.5, "not a bool");
+  expect_rejected("group.0.maximize", std::nan(""), "not a bool");
+  expect_rejected("group.0.maximize", 2, "not a bool");
+  expect_rejected("group.0.initial_lr", std::nan(""), "not an lr");
+  expect_rejected("group.0.initial_lr", -1, "not an lr");
+  expect_rejected("group.0.initial_lr", INFINITY, "not an lr");
+  target.load_state_dict(good);
+  EXPECT_EQ(target.initial_lr(0).value_or(-1), 0.5);
+  EXPECT_THROW(target.set_initial_lr(0, std::nan("")), Error);
+  EXPECT_THROW(target.set_initial_lr(0, -0.1), Error);
+  EXPECT_EQ(target.initial_lr(0).value_or(-1), 0.5);
+}
+
+// Note [Option changes] in optimizer.cpp: a state the options no longer use is dropped at the
+// next step (and left out of state dicts at once), one they newly use starts from zeros, and
+// the step count carries on.
+TEST(OptimState, OptionChangesBetweenSteps) {
+  auto grad = [](int t) { return from_vector(std::vector<double>{0.5 * t, -1, 2.0 - t, 0.25}).to(kFloat32); };
+  auto param = [](const std::vector<double>& v) {
+    Tensor p = from_vector(v).to(kFloat32);
+    p.requires_grad_();
+    return p;
+  };
+  auto names = [](const optim::ParamState* st) {
+    std::vector<std::string> n;
+    for (const auto& [name, t] : st->tensors) n.push_back(name);
+    return n;
+  };
+  // AdamW amsgrad on, off, on: vmax = max(0, v) = v whenever it is (re)created, so each step
+  // matches an AdamW without amsgrad
+  Tensor p = param({1, -2, 3, 0.5}), q = param({1, -2, 3, 0.5});
+  optim::AdamW o({p}, {.lr = 0.1, .amsgrad = true});
+  optim::AdamW ref({q}, {.lr = 0.1});
+  for (int t = 1; t <= 3; ++t) {
+    o.param_groups()[0].options.amsgrad = t != 2;
+    if (t == 2) {  // dropped from a dict taken right after the change, before any step
+      optim::StateDict d = o.state_dict();
+      EXPECT_EQ(d.tensors.count("state.0.max_exp_avg_sq"), 0u);
+      Tensor r = param({0, 0, 0, 0});
+      optim::AdamW fresh({r}, {.amsgrad = false});
+      fresh.load_state_dict(d);
+      EXPECT_EQ(fresh.state(r)->step, 1);
+    }
+    p.set_grad(grad(t));
+    q.set_grad(grad(t));
+    o.step();
+    ref.step();
+    EXPECT_EQ(testing::values(p), testing::values(q)) << "step " << t;
+    EXPECT_EQ(o.state(p)->step, t);
+  }
+  const optim::ParamState* st = o.state(p);
+  EXPECT_EQ(names(st), (std::vector<std::string>{"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}));
+  EXPECT_EQ(testing::values(st->tensors.at("max_exp_avg_sq")), testing::values(st->tensors.at("exp_avg_sq")));
+
+  // RMSprop centered with momentum, then plain (grad_avg and momentum_buffer dropped), then
+  // centered again (grad_avg from zeros), against the formulas in float64
+  const double lr = 0.01, alpha = 0.9, mom = 0.5, eps = 1e-8;
+  std::vector<double> want = {1, -2, 3, 0.5}, v(4, 0), gavg(4, 0), buf(4, 0);
+  Tensor w = param(want);
+  optim::RMSprop r({w}, {.lr = lr, .alpha = alpha, .momentum = mom, .centered = true});
+  for (int t = 1; t <= 3; ++t) {
+    const bool centered = t != 2;
+    r.param_groups()[0].options.centered = centered;
+    r.param_groups()[0].options.momentum = t == 1 ? mom : 0;
+    if (t == 2) {
+      Tensor x = param({0, 0, 0, 0});
+      optim::RMSprop fresh({x}, {.lr = lr, .alpha = alpha});
+      fresh.load_state_dict(r.state_dict());
+      EXPECT_EQ(names(fresh.state(x)), (std::vector<std::string>{"square_avg"}));
+    }
+    if (t == 3) gavg.assign(4, 0);
+    std::vector<double> g = testing::values(grad(t));
+    for (size_t i = 0; i < 4; ++i) {
+      v[i] = alpha * v[i] + (1 - alpha) * g[i] * g[i];
+      double vt = v[i];
+      if (centered) {
+        gavg[i] = alpha * gavg[i] + (1 - alpha) * g[i];
+        vt -= gavg[i] * gavg[i];
+      }
+      double step = g[i] / (std::sqrt(vt) + eps);
+      if (t == 1) step = buf[i] = mom * buf[i] + step;
+      want[i] -= lr * step;
+    }
+    w.set_grad(grad(t));
+    r.step();
+    EXPECT_TRUE(testing::all_close(w, want, 1e-6, 1e-7)) << "step " << t;
+    EXPECT_EQ(r.state(w)->step, t);
+  }
+  EXPECT_EQ(names(r.state(w)), (std::vector<std::string>{"grad_avg", "square_avg"}));
+  EXPECT_TRUE(testing::all_close(r.state(w)->tensors.at("grad_avg"), gavg, 1e-6, 1e-7));
+  Tensor y = param({0, 0, 0, 0});
+  optim::RMSprop again({y}, {.centered = true});
+  again.load_state_dict(r.state_dict());
+  EXPECT_EQ(again.state(y)->step, 3);
+}
+
 TEST(OptimState, BadParameters) {
   Tensor a = ones({3});
   a.requires_grad_();
@@ -239,11 +356,12 @@ TEST(OptimState, BadGradsChangeNothing) {
   b.requires_grad_();
   optim::SGD opt({a, b}, {.lr = 0.1});
   a.set_grad(ones({3}));
-  b.set_grad(ones({2}, kFloat64));  // dtype differs from the parameter
+  b.set_grad(ones({2}));
+  b.set_data(ones({2}, kFloat64));  // the grad's dtype now differs from the parameter's
   EXPECT_THROW(opt.step(), Error);
   EXPECT_TRUE(testing::all_close(a, {1, 1, 1}, 0, 0));  // a was valid but is untouched
   EXPECT_EQ(opt.state(a), nullptr);
-  b.set_grad(ones({2}));
+  b.set_data(ones({2}));
   opt.step();
   EXPECT_TRUE(testing::all_close(a, {0.9, 0.9, 0.9}, 1e-7, 0));
 }

@@ -105,6 +105,7 @@ class STRATA_API Optimizer {
   /// The lr a scheduler counts from (PyTorch's "initial_lr"), recorded by the first scheduler
   /// attached to the optimizer; saved in the state dict.
   std::optional<double> initial_lr(size_t group) const;
+  /// Raises Error unless lr is finite and >= 0.
   void set_initial_lr(size_t group, double lr);
 
   /// The state of `param`, or null before its first update (or when it is not optimized here).
@@ -122,6 +123,13 @@ class STRATA_API Optimizer {
   virtual void update_cuda(size_t group, const std::vector<ParamUpdate>& batch);
   /// The state tensors update() keeps for `param` under the group's current options.
   virtual std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const = 0;
+  /// `st`, kept under the options the group had at the last step or load, in the layout of its
+  /// current options, or nullopt when it already is (Note [Option changes] in optimizer.cpp).
+  /// Replaces or erases entries but never writes into a tensor: `st` may share them. The
+  /// default erases the tensors state_specs() no longer lists.
+  virtual std::optional<ParamState> converted_state(size_t group, const Tensor& param, const ParamState& st) const;
+  /// Records that every state now has the layout of the groups' current options.
+  virtual void mark_synced() = 0;
   /// Validates every group's options; raises Error naming the group and the bad value.
   virtual void check_all_options() const = 0;
   virtual void save_options(std::map<std::string, double>& scalars) const = 0;
@@ -163,6 +171,7 @@ class OptimizerFor : public Optimizer {
   /// The options given at construction, used by add_param_group(params).
   const Options& defaults() const { return defaults_; }
 
+  // a new group has no state yet, so synced_options() may fall back to its options
   void add_param_group(Group group) {
     validate_options(group.options);
     groups_.push_back(std::move(group));
@@ -201,6 +210,7 @@ class OptimizerFor : public Optimizer {
     validate_options(defaults_);
     for (const Group& gr : groups_) validate_options(gr.options);
     check_params();
+    mark_synced();
   }
 
   Group& group(size_t g) {
@@ -209,6 +219,12 @@ class OptimizerFor : public Optimizer {
     return groups_[g];
   }
   const Group& group(size_t g) const { return const_cast<OptimizerFor*>(this)->group(g); }
+  /// The options group g's states were made under: those of the last step or load.
+  const Options& synced_options(size_t g) const { return g < synced_.size() ? synced_[g] : group(g).options; }
+  void mark_synced() override {
+    synced_.clear();
+    for (const Group& gr : groups_) synced_.push_back(gr.options);
+  }
 
   void check_all_options() const override {
     for (const Group& gr : groups_) validate_options(gr.options);
@@ -228,7 +244,10 @@ class OptimizerFor : public Optimizer {
         STRATA_CHECK(it != scalars.end(), "[{}] load_state_dict: the state dict has no '{}'", name(),
                      group_key(g, field));
         using V = std::remove_reference_t<decltype(value)>;
-        if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>)
+        if constexpr (std::is_same_v<V, bool>)
+          STRATA_CHECK(it->second == 0 || it->second == 1, "[{}] load_state_dict: '{}' is {}, not a bool (0 or 1)",
+                       name(), it->first, it->second);
+        else if constexpr (std::is_integral_v<V>)
           STRATA_CHECK(it->second > -9e18 && it->second < 9e18 &&
                            it->second == static_cast<double>(static_cast<int64_t>(it->second)),
                        "[{}] load_state_dict: '{}' is {}, not an integer", name(), it->first, it->second);
@@ -257,6 +276,7 @@ class OptimizerFor : public Optimizer {
   Options defaults_;
   std::vector<Group> groups_;
   std::vector<Options> previous_;
+  std::vector<Options> synced_;  // by group; may be shorter than groups_ (see add_param_group)
 };
 
 }  // namespace strata::optim
