@@ -15,8 +15,9 @@ namespace {
 inline constexpr int k8bitThreads = 256;
 inline constexpr int kPerThread = static_cast<int>(quant8::kMaxBlock / k8bitThreads);  // 16
 
-// The NaN-propagating maximum of quant8::block_absmax, as one step of its loop.
-__device__ __forceinline__ float nan_max(float acc, float a) { return (a > acc || a != a) ? a : acc; }
+// One step of quant8::block_absmax's maximum, across threads. Its per-element values arrive
+// finite (block_absmax leaves NaN and inf out), so this is a plain maximum.
+__device__ __forceinline__ float block_max(float acc, float a) { return a > acc ? a : acc; }
 
 // blockDim.x is a multiple of 32, at most k8bitThreads, and blockDim.x * kPerThread >= block.
 template <class T>
@@ -54,19 +55,19 @@ __global__ void __launch_bounds__(k8bitThreads) adam8bit_kernel(mt::TensorTable<
       T pi = p[i];
       math::adam_update(pi, g[i], m[k], v[k], c);
       p[i] = pi;
-      m_max = nan_max(m_max, quant8::block_absmax(&m[k], 1));
-      v_max = nan_max(v_max, quant8::block_absmax(&v[k], 1));
+      m_max = block_max(m_max, quant8::block_absmax(&m[k], 1));
+      v_max = block_max(v_max, quant8::block_absmax(&v[k], 1));
     }
   }
   for (int off = 16; off > 0; off >>= 1) {
-    m_max = nan_max(m_max, __shfl_xor_sync(0xffffffffu, m_max, off));
-    v_max = nan_max(v_max, __shfl_xor_sync(0xffffffffu, v_max, off));
+    m_max = block_max(m_max, __shfl_xor_sync(0xffffffffu, m_max, off));
+    v_max = block_max(v_max, __shfl_xor_sync(0xffffffffu, v_max, off));
   }
   if (threadIdx.x % 32 == 0) warp_max[0][threadIdx.x / 32] = m_max, warp_max[1][threadIdx.x / 32] = v_max;
   __syncthreads();  // also orders every read of the old scales before thread 0 writes the new
   float m_abs = warp_max[0][0], v_abs = warp_max[1][0];
   for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
-    m_abs = nan_max(m_abs, warp_max[0][w]), v_abs = nan_max(v_abs, warp_max[1][w]);
+    m_abs = block_max(m_abs, warp_max[0][w]), v_abs = block_max(v_abs, warp_max[1][w]);
 
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {

@@ -10,7 +10,9 @@
 //
 // Note [Member children]: a member child is remembered by its offset inside the parent, so a
 // module stays valid when it is moved (into a Sequential, say). Children owned by containers
-// live on the heap.
+// live on the heap. register_module(name, child&) is only for data members of the module
+// itself: a module that lives elsewhere (a local, another object's member) must be handed over
+// as a std::unique_ptr, or its offset points at nothing once the parent moves.
 #pragma once
 
 #include <functional>
