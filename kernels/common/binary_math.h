@@ -34,6 +34,13 @@ struct Minimum {
 struct Pow {
   template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_signed_v<T>) {
+        if (b < 0) {  // as PyTorch: only 1 and -1 have integer powers below 1; the rest truncate to 0
+          if (a == T(1)) return T(1);
+          if (a == T(-1)) return (b & 1) ? T(-1) : T(1);
+          return T(0);
+        }
+      }
       T result = 1, base = a;
       for (T e = b; e > 0; e >>= 1) {
         if (e & 1) result *= base;

@@ -14,7 +14,9 @@ namespace strata::math {
 struct Neg { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return -x; } };
 struct Abs {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
-    if constexpr (std::is_unsigned_v<T>) return x; else return x < T(0) ? -x : x;
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else if constexpr (std::is_floating_point_v<T>) return std::fabs(x);  // abs(-0.0) is +0.0
+    else return x < T(0) ? -x : x;
   }
 };
 struct Sign {
@@ -31,7 +33,8 @@ struct Sigmoid {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + fast_exp(-x)); }
 };
 struct Erf { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return fast_erf(x); } };
-struct Relu { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : T(0); } };
+// NaN passes through, as PyTorch's clamp_min(x, 0) lets it.
+struct Relu { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x < T(0) ? T(0) : x; } };
 // GELU, exact: x * Phi(x) with the normal CDF written through erf.
 struct GeluErf {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
@@ -72,12 +75,13 @@ struct PowScalar {
 struct Clamp {
   double lo, hi;  // -inf / +inf when absent
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
-    // NaN propagates, as in PyTorch
+    // min(max(x, lo), hi), as PyTorch: NaN (in x or a bound) propagates, and lo > hi gives hi
     if constexpr (!std::is_integral_v<T>) {
       if (x != x) return x;
+      if (lo != lo || hi != hi) return static_cast<T>(lo != lo ? lo : hi);
     }
     double v = static_cast<double>(x);
-    if (v < lo) return static_cast<T>(lo);
+    if (v < lo) return static_cast<T>(lo > hi ? hi : lo);
     if (v > hi) return static_cast<T>(hi);
     return x;
   }

@@ -33,11 +33,12 @@ inline constexpr int64_t kReduceCols = 256;
 
 // Note [Float lanes]
 // An op may name a Lane type narrower than its Acc (SumReduce of float32: float lanes, double
-// Acc). Lanes then hold short runs only: an inner span is at most kReduceBlock elements, so
-// kReduceBlock / kReduceLanes = 512 per lane, and the outer loop folds kReduceLaneRows rows into
-// its lanes before adding them to the Acc. Runs that short keep float32 sums within 1e-6 of
-// float64 (tests/core/test_reduce.cpp), at float speed.
-inline constexpr int64_t kReduceLaneRows = 512;
+// Acc). Lanes then hold short runs only, kReduceLaneRows values each: an inner reduction is cut
+// into blocks of kReduceLanes * kReduceLaneRows elements (not kReduceBlock), and the outer loop
+// folds kReduceLaneRows rows into its lanes, before adding them to the Acc. Runs that short keep
+// float32 sums within 1e-6 of float64 even when nothing cancels (ten million 0.1s:
+// tests/core/test_reduce.cpp), at float speed; runs of 512 drifted to 4e-6.
+inline constexpr int64_t kReduceLaneRows = 64;
 
 template <class Op, class = void> struct lane_of { using type = typename Op::Acc; };
 template <class Op> struct lane_of<Op, std::void_t<typename Op::Lane>> { using type = typename Op::Lane; };
@@ -203,9 +204,10 @@ typename Op::Acc reduce_span(const ReducePlan& p, const T* base, const Op& op, i
 template <class T, class Op, class Store>
 void reduce_inner(const ReducePlan& p, const T* in, const Op& op, const Store& store) {
   using Acc = typename Op::Acc;
+  constexpr int64_t block = std::is_same_v<lane_t<Op>, Acc> ? kReduceBlock : kReduceLanes * kReduceLaneRows;
   const int64_t R = p.num_red;
-  const int64_t nblk = R > kReduceBlock ? (R + kReduceBlock - 1) / kReduceBlock : 1;
-  const int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(1, std::min(R, kReduceBlock)));
+  const int64_t nblk = R > block ? (R + block - 1) / block : 1;
+  const int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(1, std::min(R, block)));
   if (nblk == 1) {
     parallel_for(0, p.num_out, grain, [&](int64_t ob, int64_t oe) {
       Odometer out(p.nkept, p.kept_size, p.kept_in, p.kept_out);
@@ -221,7 +223,7 @@ void reduce_inner(const ReducePlan& p, const T* in, const Op& op, const Store& s
     for (int64_t t = tb; t < te; ++t) {
       int64_t o = t / nblk, b = t % nblk;
       out.seek(o);
-      partial[t] = reduce_span(p, in + out.a, op, o, b * kReduceBlock, std::min(R, (b + 1) * kReduceBlock));
+      partial[t] = reduce_span(p, in + out.a, op, o, b * block, std::min(R, (b + 1) * block));
     }
   });
   parallel_for(0, p.num_out, std::max<int64_t>(1, kDefaultGrain / nblk), [&](int64_t ob, int64_t oe) {

@@ -40,10 +40,8 @@ template <class T>
 struct IsCloseFn {
   math::IsClose f;
   __device__ __forceinline__ bool operator()(T x, T y) const {
-    if constexpr (std::is_integral_v<T>) {
-      if (x == y) return true;  // exact, before float64 rounds large integers
-    }
-    return f(convert<double>(x), convert<double>(y));
+    if constexpr (std::is_integral_v<T>) return f.integers(x, y);
+    else return f(convert<double>(x), convert<double>(y));
   }
 };
 

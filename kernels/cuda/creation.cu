@@ -3,6 +3,7 @@
 // the same stream on every device.
 #include "../common/convert.h"
 #include "../common/philox.h"
+#include "../common/range_math.h"
 #include "elementwise.cuh"
 #include "elementwise_ops.h"
 
@@ -46,8 +47,9 @@ struct RandintGen {
 };
 struct RangeGen {
   double start, step, end;
-  int64_t last;  // index that takes `end` exactly, or -1
-  __device__ double operator()(int64_t i) const { return i == last ? end : start + static_cast<double>(i) * step; }
+  int64_t count;
+  bool linspace;
+  __device__ double operator()(int64_t i) const { return math::range_value(i, start, step, end, count, linspace); }
 };
 
 }  // namespace
@@ -66,7 +68,7 @@ cudaError_t randint(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t o
 }
 template <class T>
 cudaError_t arange(int64_t n, cudaStream_t s, T* out, double start, double step, bool last_exact, double end) {
-  return generate(n, s, out, RangeGen{start, step, end, last_exact ? n - 1 : -1});
+  return generate(n, s, out, RangeGen{start, step, end, n, last_exact});
 }
 
 // Explicit instances for the dtypes the registry names.

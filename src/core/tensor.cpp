@@ -67,6 +67,30 @@ std::pair<int64_t, int64_t> integer_range(DType t) {
   }
 }
 
+namespace {
+// The bytes [first, last] a tensor's elements span in its storage.
+std::pair<int64_t, int64_t> byte_span(const Tensor& t) {
+  int64_t lo = t.storage_offset(), hi = lo;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t reach = t.stride(d) * (t.size(d) - 1);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto item = static_cast<int64_t>(itemsize(t.dtype()));
+  return {lo * item, hi * item + item - 1};
+}
+}  // namespace
+
+Tensor unaliased(const Tensor& src, const Tensor& dst) {
+  if (src.storage() != dst.storage() || src.numel() == 0 || dst.numel() == 0) return src;
+  if (src.shape() == dst.shape() && src.strides() == dst.strides() && src.storage_offset() == dst.storage_offset() &&
+      src.dtype() == dst.dtype())
+    return src;  // each element is read just before it is written
+  const auto [a0, a1] = byte_span(src);
+  const auto [b0, b1] = byte_span(dst);
+  if (a1 < b0 || b1 < a0) return src;  // disjoint parts of one storage
+  return src.clone();
+}
+
 void check_writable(const Tensor& self, std::string_view op) {
   if (self.numel() <= 1) return;
   for (int64_t d = 0; d < self.dim(); ++d)

@@ -20,6 +20,11 @@ void check_in_bounds(const Storage& storage, const Shape& shape, const Strides& 
 /// one address (a stride of 0 over more than one element: an expanded view).
 void check_writable(const Tensor& self, std::string_view op);
 
+/// `src`, or a copy of it when it shares memory with `dst` (a tensor about to be written)
+/// without being the very same view: an elementwise write could otherwise overwrite values
+/// of `src` before they are read (a.add_(a.t()), a.copy_(a.t()), a row divided by its column).
+Tensor unaliased(const Tensor& src, const Tensor& dst);
+
 /// The values an integer dtype holds, [lo, hi] (bool: [0, 1]); floating dtypes: the int64 range.
 std::pair<int64_t, int64_t> integer_range(DType t);
 

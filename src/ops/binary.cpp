@@ -90,7 +90,7 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
   if (true_div && !is_floating(t)) t = kFloat32;
   STRATA_CHECK(category(t) <= category(self.dtype()), "[{}_] result dtype {} cannot be written in place to a {} tensor",
                op_name(op), t, self.dtype());
-  Tensor cother = other.to(self.dtype());
+  Tensor cother = detail::unaliased(other.to(self.dtype()), self);
   const Tensor ins[2] = {self, cother};
   Tensor out = self;
   run_kernel(op, self.dtype(), KernelCall{ins, {&out, 1}});
@@ -101,6 +101,49 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
 Tensor scalar_like(Scalar s, const Tensor& like) {
   return full({}, s, TensorOptions(result_type(like, s), like.device()));
 }
+
+// True when arithmetic of `t` (x) `s` needs s at float32 precision: a float16/bfloat16 result
+// whose type does not hold s exactly. PyTorch's kernels take the scalar as a float and round
+// only the result; rounding s to 16 bits first would change it (1e5 is inf in float16, 3.3 is
+// 3.30078125).
+bool needs_float_scalar(const Tensor& t, Scalar s) {
+  const DType r = result_type(t, s);
+  if (r != kFloat16 && r != kBFloat16) return false;
+  const double v = s.to_double();
+  const auto f = static_cast<float>(v);
+  if (static_cast<double>(f) != v) return true;  // NaN too: either path gives NaN
+  return r == kFloat16 ? static_cast<float>(Half(f)) != f : static_cast<float>(BFloat16(f)) != f;
+}
+
+// `a` op `s` (or `s` op `a` when scalar_first) for the four arithmetic ops, with the scalar at
+// float32 precision where needs_float_scalar says so: computed in float32, rounded once.
+template <class Op>
+Tensor with_scalar(const Tensor& a, Scalar s, Op op, bool scalar_first = false) {
+  if (!needs_float_scalar(a, s)) {
+    const Tensor c = scalar_like(s, a);
+    return scalar_first ? op(c, a) : op(a, c);
+  }
+  const Tensor a32 = a.to(kFloat32), c = full({}, s, TensorOptions(kFloat32, a.device()));
+  return (scalar_first ? op(c, a32) : op(a32, c)).to(result_type(a, s));
+}
+
+// The in-place form: self op= s.
+template <class Op>
+Tensor& with_scalar_inplace(Tensor& self, Scalar s, Op op, OpId id) {
+  if (!needs_float_scalar(self, s)) return op(self, scalar_like(s, self));
+  check_pair(self, self, id);
+  check_inplace(self, self, id);
+  detail::check_writable(self, fmt::format("{}_", op_name(id)));
+  Tensor r = self.to(kFloat32);
+  op(r, full({}, s, TensorOptions(kFloat32, self.device())));
+  return self.copy_(r);
+}
+
+// The four ops, for with_scalar.
+const auto kAdd = [](const Tensor& x, const Tensor& y) { return add(x, y); };
+const auto kSub = [](const Tensor& x, const Tensor& y) { return sub(x, y); };
+const auto kMul = [](const Tensor& x, const Tensor& y) { return mul(x, y); };
+const auto kDiv = [](const Tensor& x, const Tensor& y) { return div(x, y); };
 
 }  // namespace
 
@@ -213,10 +256,10 @@ Tensor ge(const Tensor& a, const Tensor& b) { return binary_op(OpId::ge, a, b, K
 Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_op(OpId::logical_and, a, b, Kind::Logical); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op(OpId::logical_or, a, b, Kind::Logical); }
 
-Tensor add(const Tensor& a, Scalar b) { return add(a, scalar_like(b, a)); }
-Tensor sub(const Tensor& a, Scalar b) { return sub(a, scalar_like(b, a)); }
-Tensor mul(const Tensor& a, Scalar b) { return mul(a, scalar_like(b, a)); }
-Tensor div(const Tensor& a, Scalar b) { return div(a, scalar_like(b, a)); }
+Tensor add(const Tensor& a, Scalar b) { return with_scalar(a, b, kAdd); }
+Tensor sub(const Tensor& a, Scalar b) { return with_scalar(a, b, kSub); }
+Tensor mul(const Tensor& a, Scalar b) { return with_scalar(a, b, kMul); }
+Tensor div(const Tensor& a, Scalar b) { return with_scalar(a, b, kDiv); }
 Tensor maximum(const Tensor& a, Scalar b) { return maximum(a, scalar_like(b, a)); }
 Tensor minimum(const Tensor& a, Scalar b) { return minimum(a, scalar_like(b, a)); }
 Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a)); }
@@ -277,15 +320,23 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
   return binary_inplace(OpId::add, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
 }
-Tensor& Tensor::add_(Scalar other) { return add_(scalar_like(other, *this)); }
+Tensor& Tensor::add_(Scalar other) {
+  return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.add_(y); }, OpId::add);
+}
 Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
   return binary_inplace(OpId::sub, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
 }
-Tensor& Tensor::sub_(Scalar other) { return sub_(scalar_like(other, *this)); }
+Tensor& Tensor::sub_(Scalar other) {
+  return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.sub_(y); }, OpId::sub);
+}
 Tensor& Tensor::mul_(const Tensor& other) { return binary_inplace(OpId::mul, *this, other); }
-Tensor& Tensor::mul_(Scalar other) { return mul_(scalar_like(other, *this)); }
+Tensor& Tensor::mul_(Scalar other) {
+  return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.mul_(y); }, OpId::mul);
+}
 Tensor& Tensor::div_(const Tensor& other) { return binary_inplace(OpId::div, *this, other, true); }
-Tensor& Tensor::div_(Scalar other) { return div_(scalar_like(other, *this)); }
+Tensor& Tensor::div_(Scalar other) {
+  return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.div_(y); }, OpId::div);
+}
 
 Tensor Tensor::pow(const Tensor& exponent) const { return strata::pow(*this, exponent); }
 
@@ -297,10 +348,10 @@ Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
 Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
-Tensor operator+(Scalar a, const Tensor& b) { return add(scalar_like(a, b), b); }
-Tensor operator-(Scalar a, const Tensor& b) { return sub(scalar_like(a, b), b); }
-Tensor operator*(Scalar a, const Tensor& b) { return mul(scalar_like(a, b), b); }
-Tensor operator/(Scalar a, const Tensor& b) { return div(scalar_like(a, b), b); }
+Tensor operator+(Scalar a, const Tensor& b) { return with_scalar(b, a, kAdd, true); }
+Tensor operator-(Scalar a, const Tensor& b) { return with_scalar(b, a, kSub, true); }
+Tensor operator*(Scalar a, const Tensor& b) { return with_scalar(b, a, kMul, true); }
+Tensor operator/(Scalar a, const Tensor& b) { return with_scalar(b, a, kDiv, true); }
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
 Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }

@@ -30,10 +30,8 @@ void cpu_isclose(const KernelCall& call) {
     cpu::elementwise(
         loop, static_cast<bool*>(out.data()),
         [f](T x, T y) {
-          if constexpr (std::is_integral_v<T>) {
-            if (x == y) return true;  // exact, before float64 rounds large integers
-          }
-          return f(convert<double>(x), convert<double>(y));
+          if constexpr (std::is_integral_v<T>) return f.integers(x, y);
+          else return f(convert<double>(x), convert<double>(y));
         },
         static_cast<const T*>(a.data()), static_cast<const T*>(b.data()));
   });

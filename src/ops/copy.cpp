@@ -96,7 +96,8 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
     copy_across_devices(*this, s, non_blocking);
   } else {
     Tensor out = *this;
-    run_kernel(OpId::copy, src.dtype(), KernelCall{{&src, 1}, {&out, 1}});
+    const Tensor in = detail::unaliased(src, *this);
+    run_kernel(OpId::copy, src.dtype(), KernelCall{{&in, 1}, {&out, 1}});
   }
   storage()->bump_version();
   return *this;

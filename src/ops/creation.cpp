@@ -9,6 +9,7 @@
 #include "core/tensor_internal.h"
 #include "kernels/common/convert.h"
 #include "kernels/common/philox.h"
+#include "kernels/common/range_math.h"
 #include "kernels/cpu/parallel.h"
 #include "ops/dispatch.h"
 
@@ -56,8 +57,7 @@ void cpu_randint(const KernelCall& call) {
 void cpu_arange(const KernelCall& call) {
   const auto& p = call.param<RangeParams>();
   fill_contiguous(call.outputs[0], "arange", [&](int64_t i) {
-    if (p.is_linspace && i == p.count - 1) return p.end;
-    return p.start + static_cast<double>(i) * p.step;
+    return math::range_value(i, p.start, p.step, p.end, p.count, p.is_linspace);
   });
 }
 

@@ -139,7 +139,8 @@ Tensor broadcast_index(const Tensor& index, const Shape& shape, int64_t dim) {
 using detail::check_writable;
 
 // A read-only operand that shares memory with the destination is copied first, so writes
-// cannot change what is still to be read.
+// cannot change what is still to be read (a scatter writes elsewhere than it reads, so even
+// the very same view counts: detail::unaliased's exemption is for elementwise writes).
 Tensor unaliased(const Tensor& t, const Tensor& self) { return t.storage() == self.storage() ? t.clone() : t; }
 
 // Runs a checked scatter: self, index and src already validated, dims at least 1.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -47,7 +48,8 @@ inline Tensor& zeros_state(ParamState& st, const std::string& name, const Shape&
 }
 
 inline void check_nonneg(const char* opt, const char* what, double v) {
-  STRATA_CHECK(v >= 0, "[{}] invalid {}: {} (must be >= 0)", opt, what, v);
+  STRATA_CHECK(v >= 0 && v < std::numeric_limits<double>::infinity(), "[{}] invalid {}: {} (must be finite and >= 0)",
+               opt, what, v);
 }
 
 inline void check_beta(const char* opt, const char* what, double v) {

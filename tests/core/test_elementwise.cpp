@@ -2,6 +2,7 @@
 // reference over dtypes, layouts, broadcasting and empty inputs; in-place forms; bad input.
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "testing.h"
 
@@ -260,4 +261,85 @@ TEST(Elementwise, ThreadCountDoesNotChangeResults) {
   std::vector<double> one = values(gelu(x) * x + 1);
   set_num_threads(2);
   EXPECT_EQ(values(gelu(x) * x + 1), one);
+}
+
+TEST(Binary, InPlaceSourcesThatOverlapTheDestination) {
+  // each source is read as it was before the write began (PyTorch refuses these; strata copies
+  // the source first)
+  auto v = [](std::vector<float> x, Shape s) { return from_vector<float>(x, s); };
+  Tensor a = v({2, 4, 6, 8}, {2, 2});
+  a.div_(a.slice(1, 0, 1));  // each row by its first column
+  EXPECT_TRUE(all_close(a, {1, 2, 1, 8.0 / 6.0}, 1e-7, 0));
+  Tensor b = v({1, 2, 3, 4}, {2, 2});
+  b.add_(b.select(0, 0));
+  EXPECT_TRUE(all_close(b, {2, 4, 4, 6}, 0, 0));
+  Tensor c = v({1, 2, 3, 4}, {2, 2});
+  c.copy_(c.t());
+  EXPECT_TRUE(all_close(c, {1, 3, 2, 4}, 0, 0));
+  Tensor d = v({1, 2, 3, 4}, {4});
+  d.slice(0, 1, 4).add_(d.slice(0, 0, 3));
+  EXPECT_TRUE(all_close(d, {1, 3, 5, 7}, 0, 0));
+  Tensor e = v({1, 2, 3, 4}, {2, 2});
+  e.add_(e.t());
+  EXPECT_TRUE(all_close(e, {2, 5, 5, 8}, 0, 0));
+  Tensor f = v({1, 2, 3, 4}, {4});
+  f.mul_(f);  // the same view: each element read just before it is written
+  EXPECT_TRUE(all_close(f, {1, 4, 9, 16}, 0, 0));
+  Tensor g = v({1, 2, 3, 4}, {4});
+  g.slice(0, 2, 4).sub_(g.slice(0, 0, 2));  // disjoint parts of one storage
+  EXPECT_TRUE(all_close(g, {1, 2, 2, 2}, 0, 0));
+}
+
+TEST(Binary, HalfScalarsKeepFloatPrecision) {
+  // float16/bfloat16 (x) scalar computes in float32 with the scalar as a float and rounds once,
+  // as PyTorch's kernels: the scalar is not first rounded to 16 bits
+  const std::vector<float> xs = {60000, 1000, 1, 0.1f, -3.5f, 123.25f};
+  for (DType t : {kFloat16, kBFloat16}) {
+    Tensor h = from_vector<float>(xs).to(t);
+    const std::vector<double> hv = values(h);
+    for (double s : {100000.0, 1e-8, 3.3, 0.1, 2.0}) {
+      std::vector<float> mul_ref, div_ref, sub_ref, rdiv_ref;
+      for (double x : hv) {
+        mul_ref.push_back(static_cast<float>(x) * static_cast<float>(s));
+        div_ref.push_back(static_cast<float>(x) / static_cast<float>(s));
+        sub_ref.push_back(static_cast<float>(x) - static_cast<float>(s));
+        rdiv_ref.push_back(static_cast<float>(s) / static_cast<float>(x));
+      }
+      auto rounded = [&](const std::vector<float>& r) { return values(from_vector<float>(r).to(t)); };
+      EXPECT_EQ(values(h * s), rounded(mul_ref)) << s;
+      EXPECT_EQ(values(h / s), rounded(div_ref)) << s;
+      EXPECT_EQ(values(h - s), rounded(sub_ref)) << s;
+      EXPECT_EQ(values(s / h), rounded(rdiv_ref)) << s;
+      Tensor inplace = h.clone();
+      inplace.mul_(s);
+      EXPECT_EQ(inplace.dtype(), t);
+      EXPECT_EQ(values(inplace), rounded(mul_ref)) << s;
+    }
+  }
+  EXPECT_EQ((from_vector<float>({60000}).to(kFloat16) / 100000.0).item<double>(),
+            static_cast<double>(static_cast<float>(from_vector<float>({0.6f}).to(kFloat16).item<double>())));
+}
+
+TEST(Elementwise, PyTorchEdgeRules) {
+  // integer pow below exponent 0: only 1 and -1 have integer powers; the rest truncate to 0
+  Tensor base = from_vector<int64_t>({-3, -2, -1, 0, 1, 2, 3});
+  EXPECT_EQ(values(pow(base, full({7}, int64_t(-1), kInt64))), (std::vector<double>{0, 0, -1, 0, 1, 0, 0}));
+  EXPECT_EQ(values(pow(base, full({7}, int64_t(-2), kInt64))), (std::vector<double>{0, 0, 1, 0, 1, 0, 0}));
+  // clamp is min(max(x, lo), hi): lo > hi gives hi everywhere; a NaN bound gives NaN
+  Tensor x = from_vector<float>({-2, -0.5f, 0, 0.5f, 2, INFINITY});
+  EXPECT_EQ(values(clamp(x, 3, 1)), (std::vector<double>(6, 1.0)));
+  EXPECT_EQ(values(clamp(from_vector<int64_t>({-5, -1, 0, 1, 5}), 3, 1)), (std::vector<double>(5, 1.0)));
+  for (double got : values(clamp(from_vector<float>({1, 2}), NAN, std::nullopt))) EXPECT_TRUE(std::isnan(got));
+  for (double got : values(clamp(from_vector<float>({1, 2}), 0, NAN))) EXPECT_TRUE(std::isnan(got));
+  // relu keeps NaN; abs clears the sign of -0.0
+  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    EXPECT_TRUE(std::isnan(relu(from_vector<float>({NAN}).to(t)).item<double>()));
+    EXPECT_FALSE(std::signbit(abs(from_vector<float>({-0.0f}).to(t)).item<double>())) << fmt::format("{}", t);
+  }
+  EXPECT_EQ(rsqrt(abs(from_vector<float>({-0.0f}))).item<double>(), INFINITY);
+  // isclose on integers compares them exactly
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_FALSE(isclose(from_vector<int64_t>({big}), from_vector<int64_t>({big - 1}), 0, 0).item<bool>());
+  EXPECT_TRUE(isclose(from_vector<int64_t>({big}), from_vector<int64_t>({big - 1}), 0, 1).item<bool>());
+  EXPECT_FALSE(isclose(from_vector<int64_t>({big}), from_vector<int64_t>({-big}), 0, 1e18).item<bool>());
 }

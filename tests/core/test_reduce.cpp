@@ -463,6 +463,12 @@ TEST(Reduce, Float32SumsMatchFloat64) {
   std::vector<double> got = values(sum(b, {0}));
   auto g = groups(values(b), b.shape(), {0});
   for (size_t c = 0; c < g.size(); ++c) EXPECT_NEAR(got[c], ref_sum(g[c]), 1e-6 * ref_sum(g[c]));
+  // values that never cancel: runs of float additions stay short enough (Note [Float lanes])
+  const double tenth = static_cast<double>(0.1f), n = 1e7;
+  EXPECT_NEAR(sum(full({10000000}, 0.1)).item<double>(), n * tenth, 1e-6 * n * tenth);
+  EXPECT_NEAR(mean(full({10000000}, 0.1)).item<double>(), tenth, 1e-6 * tenth);
+  Tensor cols = full({300, 3}, 0.1);  // a strided reduction: sum over the rows
+  for (double got : values(sum(cols, {0}))) EXPECT_NEAR(got, 300 * tenth, 1e-6 * 300 * tenth);
   // and half inputs accumulate in float, not in half
   Tensor h = full({1 << 14}, 1.0, kFloat16);
   EXPECT_EQ(sum(h).item<double>(), 1 << 14);  // float16 alone stops counting at 2048

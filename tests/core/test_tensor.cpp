@@ -21,6 +21,12 @@ TEST(Tensor, Factories) {
   EXPECT_TRUE(all_close(linspace(0, 1, 5, kFloat64), {0, 0.25, 0.5, 0.75, 1}, 0, 0));
   EXPECT_EQ(linspace(-1, 3, 7).numel(), 7);
   EXPECT_EQ(values(linspace(-1, 3, 7)).back(), 3.0);
+  // one step is the start; both ends exact, and the values symmetric (PyTorch's two-ended form)
+  EXPECT_EQ(values(linspace(3, 7, 1)), std::vector<double>{3});
+  EXPECT_EQ(values(linspace(3, 7, 1, TensorOptions(kInt64))), std::vector<double>{3});
+  const std::vector<double> sym = values(linspace(-1, 1, 7, kFloat64));
+  EXPECT_EQ(sym[3], 0.0);
+  for (size_t i = 0; i < sym.size(); ++i) EXPECT_EQ(sym[i], -sym[sym.size() - 1 - i]) << i;
   EXPECT_TRUE(all_close(eye(2, 3), {1, 0, 0, 0, 1, 0}, 0, 0));
   Tensor v = from_vector<int32_t>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
   EXPECT_EQ(v.dtype(), kInt32);
@@ -333,6 +339,13 @@ TEST(BadInput, IntegerArangeBeyondDoublesOrItsDtype) {
   EXPECT_TRUE(all_close(arange(250, 256, 2, TensorOptions(kUInt8)), {250, 252, 254}, 0, 0));
   const double base = 4503599627370496.0;  // 2^52: integers are still exact as doubles
   EXPECT_TRUE(all_close(arange(int64_t(1) << 52, (int64_t(1) << 52) + 3, 1), {base, base + 1, base + 2}, 0, 0));
+}
+
+TEST(BadInput, ThreadCounts) {
+  const int before = get_num_threads();
+  EXPECT_THROW(set_num_threads(0), Error);
+  EXPECT_THROW(set_num_threads(100000), Error);  // OpenMP's runtime crashed starting them
+  EXPECT_EQ(get_num_threads(), before);
 }
 
 TEST(BadInput, FromBlobSpansThatOverflow) {

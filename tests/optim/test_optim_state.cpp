@@ -2,6 +2,7 @@
 // runs 50 more, bit for bit equal to 100 uninterrupted steps; and every misuse raises
 // strata::Error and leaves the optimizer as it was.
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "optim/optim_testing.h"
@@ -308,6 +309,12 @@ TEST(OptimState, BadParameters) {
   EXPECT_THROW(optim::Adam({ones({3}, kInt64)}), Error);
   EXPECT_THROW(optim::Adam({ones({3}, kFloat16)}), Error);
   EXPECT_THROW(optim::Adam({ones({3}, kBFloat16)}), Error);
+  // hyperparameters must be finite: an infinite lr or weight decay turns the weights NaN
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(optim::AdamW({b}, {.lr = inf}), Error);
+  EXPECT_THROW(optim::AdamW({b}, {.weight_decay = inf}), Error);
+  EXPECT_THROW(optim::SGD({b}, {.lr = inf}), Error);
+  EXPECT_THROW(optim::LAMB({b}, {.lr = inf}), Error);
   Tensor t = ones({3, 4}).t();
   EXPECT_THROW(optim::Adam({t}), Error);  // not contiguous
 
