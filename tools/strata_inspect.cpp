@@ -77,9 +77,14 @@ void inspect(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* kUsage = "usage: strata-inspect FILE...\n  lists the tensors and metadata of safetensors files\n";
   if (argc < 2) {
-    std::fprintf(stderr, "usage: strata-inspect FILE...\n  lists the tensors and metadata of safetensors files\n");
+    std::fprintf(stderr, "%s", kUsage);
     return 2;
+  }
+  if (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
+    std::printf("%s", kUsage);
+    return 0;
   }
   int status = 0;
   for (int i = 1; i < argc; ++i) {

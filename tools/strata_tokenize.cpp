@@ -19,6 +19,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,13 +42,19 @@ struct Args {
   std::vector<std::string> files;
 };
 
+constexpr const char* kUsage =
+    "usage: strata-tokenize --out TRAIN.bin [--val VAL.bin [--val-fraction F]] [--dtype u8|u16] [--eot] FILES...\n";
+
 [[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "strata-tokenize: %s\n"
-               "usage: strata-tokenize --out TRAIN.bin [--val VAL.bin [--val-fraction F]] [--dtype u8|u16] [--eot] "
-               "FILES...\n",
-               problem.c_str());
+  std::fprintf(stderr, "strata-tokenize: %s\n%s", problem.c_str(), kUsage);
   std::exit(2);
+}
+
+// Whether two paths name one file (existing or not: a link, "./x" and "x" are the same).
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code e1, e2, e3;
+  return a == b || std::filesystem::equivalent(a, b, e1) ||
+         std::filesystem::weakly_canonical(a, e2) == std::filesystem::weakly_canonical(b, e3);
 }
 
 Args parse(int argc, char** argv) {
@@ -76,7 +84,8 @@ Args parse(int argc, char** argv) {
     } else if (arg == "--eot") {
       a.eot = true;
     } else if (arg == "-h" || arg == "--help") {
-      usage("byte-level tokenizer");
+      std::printf("strata-tokenize: byte-level tokenizer, text files to token shards\n%s", kUsage);
+      std::exit(0);
     } else if (arg.size() > 1 && arg[0] == '-' && arg != "-") {
       usage("unknown option " + arg);
     } else {
@@ -86,10 +95,12 @@ Args parse(int argc, char** argv) {
   if (a.out.empty()) usage("--out is required");
   if (a.files.empty()) usage("no input files");
   if (a.fraction_given && a.val.empty()) usage("--val-fraction needs --val");
-  if (!a.val.empty()) {  // one file for both would end up holding only the validation tokens
-    std::error_code e1, e2;
-    if (a.val == a.out || std::filesystem::weakly_canonical(a.val, e1) == std::filesystem::weakly_canonical(a.out, e2))
-      usage("--val and --out must name different files, got " + a.val + " for both");
+  // one file for both would end up holding only the validation tokens
+  if (!a.val.empty() && same_file(a.val, a.out))
+    usage("--val and --out must name different files, got " + a.val + " for both");
+  for (const std::string& file : a.files) {  // the output would replace the text it is read from
+    for (const auto& [option, out] : {std::pair{"--out", a.out}, std::pair{"--val", a.val}})
+      if (!out.empty() && same_file(out, file)) usage(fmt::format("{} {} is also an input file", option, out));
   }
   if (a.eot && a.dtype != sd::TokenDType::kU16) usage("--eot needs --dtype u16 (token 256 does not fit in u8)");
   return a;
@@ -118,6 +129,7 @@ int main(int argc, char** argv) {
     std::optional<sd::TokenShardWriter> val;
     if (!args.val.empty()) val.emplace(args.val, args.dtype);
     for (const std::string& path : args.files) {
+      if (std::filesystem::is_directory(path)) throw std::runtime_error(fmt::format("{}: is a folder", path));
       std::ifstream in(path, std::ios::binary | std::ios::ate);
       if (!in) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
       auto size = static_cast<int64_t>(in.tellg());
