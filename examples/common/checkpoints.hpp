@@ -1,6 +1,7 @@
 // What the examples share about training checkpoints (strata::io::save_checkpoint): one line
-// printed per save and per resume, and trimming a metrics CSV back to the resumed step (a run
-// stopped after its last checkpoint has logged steps the resumed run will log again).
+// printed per save and per resume, trimming a metrics CSV back to the resumed step (a run
+// stopped after its last checkpoint has logged steps the resumed run will log again), and the
+// metrics CSV itself, opened only when its first row is written.
 #pragma once
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -47,5 +49,36 @@ inline void trim_metrics(const std::string& path, int64_t step, const std::strin
   for (const auto& l : keep) out << l << '\n';
   STRATA_CHECK(out.good(), "[{}] cannot write the metrics file {}", who, path);
 }
+
+// A metrics CSV opened at its first row, so that a run failing before its first step leaves an
+// existing file as it was; a resumed run (start > 0) keeps the rows up to `start` and appends.
+class MetricsCsv {
+ public:
+  MetricsCsv(std::string path, std::string header, int64_t start, const char* who)
+      : path_(std::move(path)), header_(std::move(header)), start_(start), who_(who) {}
+  std::ofstream& row() {
+    if (!out_.is_open()) open();
+    return out_;
+  }
+  void flush() {
+    if (out_.is_open()) out_.flush();
+  }
+
+ private:
+  void open() {
+    if (start_ > 0) {
+      trim_metrics(path_, start_, header_, who_);
+      out_.open(path_, std::ios::app);
+    } else {
+      out_.open(path_);
+      out_ << header_ << '\n';
+    }
+    STRATA_CHECK(out_.good(), "[{}] cannot write the metrics file {}", who_, path_);
+  }
+  std::string path_, header_;
+  int64_t start_;
+  const char* who_;
+  std::ofstream out_;
+};
 
 }  // namespace example

@@ -7,11 +7,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include <CLI/CLI.hpp>
 
+#include "../common/checkpoints.hpp"
+#include "../common/run_checks.hpp"
 #include "model.hpp"
 #include "train_loop.hpp"
 
@@ -25,14 +26,14 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--epochs", o.epochs, "passes over the training set (the schedule spans them)")
       ->check(CLI::PositiveNumber);
   app.add_option("--batch", o.batch, "images per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "peak learning rate of the one-cycle schedule");
+  app.add_option("--lr", o.lr, "peak learning rate of the one-cycle schedule (> 0)");
   app.add_option("--weight-decay", o.weight_decay, "weight decay (conv and linear weights only)");
-  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss");
+  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss, in [0, 1)");
   app.add_option("--optimizer", o.optimizer, "sgd (Nesterov momentum) | adamw")->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_option("--augment", o.augment, "none | flip | crop (flip and shift by up to 2 pixels)")
       ->check(CLI::IsMember({"none", "flip", "crop"}));
   app.add_option("--workers", o.workers, "DataLoader worker threads (0: load in the training thread)");
-  app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all)");
+  app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all, at most 1024)");
   app.add_option("--seed", o.seed, "random seed");
   app.add_option("--data-dir", o.data_dir, "folder with Fashion-MNIST's four .gz IDX files");
   app.add_option("--limit-train", o.limit_train, "train on the first N images only (0: all)");
@@ -40,6 +41,24 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber);
   app.add_option("--metrics", o.metrics, "CSV file: one row per epoch");
   app.add_option("--weights", o.weights, "final model weights, as safetensors");
+}
+
+constexpr const char* kIdxFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+
+// Refuses bad options before anything is read or written, naming the option.
+void validate(const Options& o) {
+  using example::require, example::finite_at_least;
+  const char* who = "fashion_mnist";
+  require(who, "--lr", o.lr, finite_at_least(o.lr, 0) && o.lr > 0, "finite and > 0");
+  require(who, "--weight-decay", o.weight_decay, finite_at_least(o.weight_decay, 0), "finite and >= 0");
+  require(who, "--label-smoothing", o.label_smoothing, o.label_smoothing >= 0 && o.label_smoothing < 1, "in [0, 1)");
+  require(who, "--limit-train", o.limit_train, o.limit_train >= 0, ">= 0 (0: all)");
+  require(who, "--limit-test", o.limit_test, o.limit_test >= 0, ">= 0 (0: all)");
+  require(who, "--workers", o.workers, o.workers >= 0, ">= 0");
+  std::vector<example::NamedPath> inputs;
+  for (const char* file : kIdxFiles) inputs.emplace_back("--data-dir", (std::filesystem::path(o.data_dir) / file).string());
+  example::check_paths(who, inputs, {{"--weights", o.weights}, {"--metrics", o.metrics}});
 }
 
 }  // namespace
@@ -51,7 +70,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (o.threads > 0) st::set_num_threads(o.threads);
+    validate(o);
+    example::set_threads("fashion_mnist", o.threads);
     st::manual_seed(o.seed);
     for (const char* file : {"train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz"})
       STRATA_CHECK(std::filesystem::exists(std::filesystem::path(o.data_dir) / file),
@@ -76,9 +96,8 @@ int main(int argc, char** argv) {
     auto opt = make_optimizer(model, o);
     st::optim::OneCycleLR schedule(*opt, o.lr, o.epochs * train_loader.size(), {.pct_start = 0.25});
 
-    std::ofstream csv(o.metrics);
-    STRATA_CHECK(csv.good(), "[fashion_mnist] cannot write the metrics file {}", o.metrics);
-    csv << "epoch,train_loss,test_loss,test_accuracy,images_per_s,elapsed_s\n";
+    example::MetricsCsv csv(o.metrics, "epoch,train_loss,test_loss,test_accuracy,images_per_s,elapsed_s", 0,
+                            "fashion_mnist");
     const auto t0 = std::chrono::steady_clock::now();
     TestResult test;
     for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
@@ -92,7 +111,7 @@ int main(int argc, char** argv) {
       std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f img/s  elapsed %.1fs\n",
                   (long long)epoch, (long long)o.epochs, train_loss, test.loss, 100 * test.accuracy, ips, elapsed);
       std::fflush(stdout);
-      csv << epoch << ',' << fmt::format("{}", train_loss) << ',' << fmt::format("{}", test.loss) << ','
+      csv.row() << epoch << ',' << fmt::format("{}", train_loss) << ',' << fmt::format("{}", test.loss) << ','
           << fmt::format("{}", test.accuracy) << ',' << fmt::format("{:.1f}", ips) << ','
           << fmt::format("{:.1f}", elapsed) << '\n';
       csv.flush();

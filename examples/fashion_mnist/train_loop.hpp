@@ -15,6 +15,7 @@
 
 #include <strata/strata.hpp>
 
+#include "../common/run_checks.hpp"
 #include "model.hpp"
 
 namespace fashion {
@@ -148,6 +149,7 @@ inline double train_epoch(const Options& o, int64_t epoch, Net& model, st::optim
     opt.step();
     schedule.step();
     const double l = loss.item<double>();
+    example::check_loss("fashion_mnist", l, steps + 1);
     total += l;
     running += l;
     ++steps;

@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../common/run_checks.hpp"
 #include "model.hpp"
 #include "train_loop.hpp"
 
@@ -31,24 +32,24 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--synthetic-size", o.synthetic_size, "synthetic images per epoch")->check(CLI::PositiveNumber);
   app.add_option("--image-size", o.image_size, "training resolution (square)")->check(CLI::Range(32, 4096));
   app.add_option("--classes", o.classes, "classes of the synthetic data")->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "images per step")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "images per step (at most the training set)");
   app.add_option("--steps", o.steps, "optimizer steps (the schedule spans them)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "linear warmup steps of the learning rate")->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer", o.optimizer, "sgd | lamb")->check(CLI::IsMember({"sgd", "lamb"}));
   app.add_option("--lr", o.lr, "peak learning rate (0: 0.1 * batch / 256 for sgd, 5e-3 for lamb)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--min-lr", o.min_lr, "final learning rate of the cosine decay");
-  app.add_option("--momentum", o.momentum, "SGD momentum");
+  app.add_option("--momentum", o.momentum, "SGD momentum, in [0, 1)");
   app.add_flag("--nesterov", o.nesterov, "Nesterov momentum (SGD)");
   app.add_option("--weight-decay", o.weight_decay, "weight decay (conv and linear weights only)");
-  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the loss")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the loss, in [0, 1)");
   app.add_flag("--zero-init-residual", o.zero_init_residual, "start each block's last BatchNorm at gamma 0");
   app.add_flag("--channels-last", o.channels_last, "feed the network channels-last (NHWC) batches");
   app.add_flag("--cudnn-benchmark", o.cudnn_benchmark, "let cuDNN pick the fastest algorithms (GPU only)");
   app.add_flag("--amp", o.amp, "mixed precision training (not available yet)");
   app.add_option("--workers", o.workers, "DataLoader worker threads (0: load in the training thread)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all, at most 1024)");
   app.add_option("--seed", o.seed, "random seed");
   app.add_option("--device", o.device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber);
@@ -64,6 +65,23 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--print-params-only", o.print_params_only, "build the model, print its parameter count, exit");
 }
 
+// Refuses bad options before anything is read or written, naming the option.
+void validate(const Options& o) {
+  using example::require, example::finite_at_least;
+  const char* who = "resnet50";
+  require(who, "--batch", o.batch, o.batch >= 1 && o.batch <= 65536, "in 1..65536");
+  require(who, "--lr", o.lr, finite_at_least(o.lr, 0), "finite and >= 0 (0: the default)");
+  require(who, "--min-lr", o.min_lr, finite_at_least(o.min_lr, 0) && o.min_lr <= o.lr, "finite, >= 0 and <= --lr");
+  require(who, "--weight-decay", o.weight_decay, finite_at_least(o.weight_decay, 0), "finite and >= 0");
+  require(who, "--momentum", o.momentum, o.momentum >= 0 && o.momentum < 1, "in [0, 1)");
+  require(who, "--label-smoothing", o.label_smoothing, o.label_smoothing >= 0 && o.label_smoothing < 1, "in [0, 1)");
+  STRATA_CHECK(o.warmup < o.steps, "[resnet50] --warmup ({}) must be less than --steps ({})", o.warmup, o.steps);
+  STRATA_CHECK(!o.checkpoint.empty() || (!o.resume && o.stop_after == 0 && o.checkpoint_every == 0),
+               "[resnet50] --resume, --stop-after and --checkpoint-every need --checkpoint PATH");
+  example::check_paths(who, {{"--data", o.data}, {"--val-data", o.val_data}},
+                       {{"--metrics", o.metrics}, {"--checkpoint", o.checkpoint}});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,7 +92,7 @@ int main(int argc, char** argv) {
 
   try {
     STRATA_CHECK(!o.amp, "[resnet50] --amp: mixed precision training is not available yet; run without --amp");
-    if (o.threads > 0) st::set_num_threads(o.threads);
+    example::set_threads("resnet50", o.threads);
     st::manual_seed(o.seed);
     if (o.print_params_only) {
       ResNet50 model({.classes = o.classes});
@@ -82,9 +100,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (o.lr == 0) o.lr = o.optimizer == "lamb" ? 5e-3 : 0.1 * static_cast<double>(o.batch) / 256;
-    STRATA_CHECK(o.warmup < o.steps, "[resnet50] --warmup ({}) must be less than --steps ({})", o.warmup, o.steps);
-    STRATA_CHECK(!o.checkpoint.empty() || (!o.resume && o.stop_after == 0 && o.checkpoint_every == 0),
-                 "[resnet50] --resume, --stop-after and --checkpoint-every need --checkpoint PATH");
+    validate(o);
     const st::Device device =
         o.device == "cuda" || (o.device == "auto" && st::cuda::is_available()) ? st::Device::cuda() : st::kCPU;
     if (device.type == st::DeviceType::CUDA) {
@@ -95,10 +111,10 @@ int main(int argc, char** argv) {
     }
 
     TrainData data = make_data(o);
+    STRATA_CHECK(o.batch <= data.dataset->size(), "[resnet50] --batch ({}) is larger than the training set ({} images)",
+                 o.batch, data.dataset->size());
     st::data::DataLoader<st::data::Example> loader(
-        data.dataset,
-        {.batch_size = o.batch, .shuffle = true, .drop_last = data.dataset->size() >= o.batch, .num_workers = o.workers,
-         .seed = o.seed});
+        data.dataset, {.batch_size = o.batch, .shuffle = true, .drop_last = true, .num_workers = o.workers, .seed = o.seed});
     std::printf("data: %lld images of %lldx%lld from %s, %lld classes, %lld batches of %lld per epoch\n",
                 (long long)data.dataset->size(), (long long)o.image_size, (long long)o.image_size,
                 o.data.empty() ? "synthetic data" : o.data.c_str(), (long long)data.classes, (long long)loader.size(),

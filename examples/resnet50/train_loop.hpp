@@ -27,6 +27,7 @@
 #include <strata/strata.hpp>
 
 #include "../common/checkpoints.hpp"
+#include "../common/run_checks.hpp"
 #include "model.hpp"
 
 namespace resnet {
@@ -143,14 +144,19 @@ inline Validation evaluate(ResNet50& model, st::data::DataLoader<st::data::Examp
 }
 
 // What a checkpoint must agree on to be continued exactly (Note [Exact resume]): the model's
-// classes and the batches it is fed. load_checkpoint refuses another, naming the keys.
+// classes, the batches it is fed and the learning-rate schedule (another would mix two).
+// load_checkpoint refuses another, naming the keys.
 inline std::map<std::string, std::string> run_config(const Options& o, const TrainData& data) {
   return {{"model", "resnet50"},
           {"classes", std::to_string(data.classes)},
           {"data", o.data.empty() ? fmt::format("synthetic:{}", o.synthetic_size) : o.data},
           {"image_size", std::to_string(o.image_size)},
           {"batch", std::to_string(o.batch)},
-          {"seed", std::to_string(o.seed)}};
+          {"seed", std::to_string(o.seed)},
+          {"steps", std::to_string(o.steps)},
+          {"warmup", std::to_string(o.warmup)},
+          {"lr", fmt::format("{}", o.lr)},
+          {"min_lr", fmt::format("{}", o.min_lr)}};
 }
 
 // SGD (optionally Nesterov) or LAMB; weight decay on conv and linear weights only, not on
@@ -182,15 +188,8 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
                     st::data::DataLoader<st::data::Example>* val_loader, st::Device device,
                     const st::io::TrainingState& state, int64_t start) {
   const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
-  std::ofstream csv;
-  if (start > 0) {
-    example::trim_metrics(o.metrics, start, kMetricsHeader, "resnet50");  // rows past the checkpoint would repeat
-    csv.open(o.metrics, std::ios::app);
-  } else {
-    csv.open(o.metrics);
-    csv << kMetricsHeader << '\n';
-  }
-  STRATA_CHECK(csv.good(), "[resnet50] cannot write the metrics file {}", o.metrics);
+  // rows past the checkpoint would repeat: a resumed run trims them at its first row
+  example::MetricsCsv csv(o.metrics, kMetricsHeader, start, "resnet50");
   auto save = [&](int64_t step) {
     csv.flush();  // the CSV holds every row the checkpoint covers
     example::save_checkpoint(o.checkpoint, state, {.step = step, .loader = loader.state().to_map()});
@@ -213,6 +212,7 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       opt.step();
       schedule.step();
       const double l = loss.item<double>();  // waits for the step to finish
+      example::check_loss("resnet50", l, step + 1);
       const auto now = Clock::now();
       const double step_s = std::chrono::duration<double>(now - last).count();
       last = now;
@@ -228,14 +228,14 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       ++running_n;
       const double ips = static_cast<double>(n) / std::max(step_s, 1e-9);
       const double elapsed = std::chrono::duration<double>(now - t0).count();
-      csv << step << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.2f}", ips)
+      csv.row() << step << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.2f}", ips)
           << ',' << fmt::format("{:.2f}", elapsed);
       std::optional<Validation> val;
       if (val_loader && (step == o.steps || (o.eval_every > 0 && step % o.eval_every == 0))) {
         val = evaluate(model, *val_loader, device, o.channels_last);
         last = Clock::now();  // validation time is not training time
       }
-      csv << (val ? fmt::format(",{},{:.2f},{:.2f}", val->loss, val->top1, val->top5) : std::string(",,,")) << '\n';
+      csv.row() << (val ? fmt::format(",{},{:.2f},{:.2f}", val->loss, val->top1, val->top5) : std::string(",,,")) << '\n';
       if (step % o.log_every == 0 || step == end) {
         std::printf("step %5lld/%lld  loss %.4f  lr %.2e  %7.2f img/s  elapsed %6.1fs\n", (long long)step,
                     (long long)o.steps, running / static_cast<double>(running_n), lr, ips, elapsed);

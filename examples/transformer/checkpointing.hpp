@@ -1,4 +1,4 @@
-// Checkpoints of the example's training run: what goes in (the model's configuration), and
+// Checkpoints of the example's training run: what goes in (the model's configuration and schedule), and
 // the shared save, resume and metrics trimming of examples/common/checkpoints.hpp.
 #pragma once
 
@@ -14,12 +14,15 @@ namespace checkpointing {
 
 namespace st = strata;
 
-// The model's shape as strings; a checkpoint saved with another one is refused, naming the
-// keys that differ.
-inline std::map<std::string, std::string> model_config(const gpt::Config& c) {
-  return {{"layers", std::to_string(c.layers)}, {"width", std::to_string(c.width)},
-          {"heads", std::to_string(c.heads)},   {"context", std::to_string(c.context)},
-          {"dropout", fmt::format("{}", c.dropout)}, {"vocab", std::to_string(c.vocab)}};
+// The model's shape and the learning-rate schedule as strings (a resume with another schedule
+// would mix two); a checkpoint saved with others is refused, naming the keys that differ.
+inline std::map<std::string, std::string> run_config(const gpt::Config& c, int64_t steps, int64_t warmup, double lr,
+                                                     double min_lr) {
+  return {{"layers", std::to_string(c.layers)},     {"width", std::to_string(c.width)},
+          {"heads", std::to_string(c.heads)},       {"context", std::to_string(c.context)},
+          {"dropout", fmt::format("{}", c.dropout)}, {"vocab", std::to_string(c.vocab)},
+          {"steps", std::to_string(steps)},         {"warmup", std::to_string(warmup)},
+          {"lr", fmt::format("{}", lr)},            {"min_lr", fmt::format("{}", min_lr)}};
 }
 
 inline void save(const std::string& path, const st::io::TrainingState& state, int64_t step) {
@@ -31,8 +34,6 @@ inline int64_t resume(const std::string& path, st::io::TrainingState& state) {
   return example::resume(path, state, "transformer").step;
 }
 
-inline void trim_metrics(const std::string& path, int64_t step) {
-  example::trim_metrics(path, step, "step,loss,lr,tokens_per_s,val_loss", "transformer");
-}
+inline constexpr const char* kMetricsHeader = "step,loss,lr,tokens_per_s,val_loss";
 
 }  // namespace checkpointing

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../common/run_checks.hpp"
 #include "checkpointing.hpp"
 #include "corpus.hpp"
 #include "gpt.hpp"
@@ -44,9 +45,41 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--weights", o.weights, "final model weights alone, as safetensors");
   app.add_option("--metrics", o.metrics, "CSV file: step, loss, lr, tokens/s, validation loss");
   app.add_option("--sample-tokens", o.sample_tokens, "tokens to generate at the end (0: none)");
-  app.add_option("--temperature", o.temperature, "sampling temperature");
-  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens");
-  app.add_option("--threads", o.threads, "CPU threads (0: all)");
+  app.add_option("--temperature", o.temperature, "sampling temperature (0: always the most likely token)");
+  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (1 to the vocabulary size)");
+  app.add_option("--threads", o.threads, "CPU threads (0: all, at most 1024)");
+}
+
+// Refuses bad options before anything is read or written, naming the option. The bounds keep
+// batch * context and the parameter count far from overflow and from exhausting memory.
+void validate(const Options& o) {
+  using example::require, example::finite_at_least;
+  const char* who = "transformer";
+  const gpt::Config& m = o.model;
+  require(who, "--layers", m.layers, m.layers >= 1 && m.layers <= 1024, "in 1..1024");
+  require(who, "--width", m.width, m.width >= 1 && m.width <= 65536, "in 1..65536");
+  require(who, "--heads", m.heads, m.heads >= 1 && m.heads <= m.width && m.width % m.heads == 0,
+          "at least 1 and divide --width");
+  require(who, "--context", m.context, m.context >= 1 && m.context <= 65536, "in 1..65536");
+  require(who, "--batch", o.batch, o.batch >= 1 && o.batch <= 65536, "in 1..65536");
+  require(who, "--batch * --context", o.batch * m.context, o.batch * m.context <= (int64_t{1} << 24),
+          "at most 16777216 tokens per step");
+  const double params = 12.0 * static_cast<double>(m.layers) * static_cast<double>(m.width) * static_cast<double>(m.width);
+  require(who, "the model (--layers, --width)", fmt::format("about {:.3g} parameters", params), params <= 4e9,
+          "at most 4e9 parameters");
+  require(who, "--dropout", m.dropout, m.dropout >= 0 && m.dropout < 1, "in [0, 1)");
+  require(who, "--steps", o.steps, o.steps >= 1, "at least 1");
+  require(who, "--warmup", o.warmup, o.warmup >= 0 && o.warmup < o.steps, "in 0..steps-1");
+  require(who, "--stop-after", o.stop_after, o.stop_after >= 0, ">= 0 (0: run all steps)");
+  require(who, "--lr", o.lr, finite_at_least(o.lr, 0) && o.lr > 0, "finite and > 0");
+  require(who, "--min-lr", o.min_lr, finite_at_least(o.min_lr, 0) && o.min_lr <= o.lr, "finite, >= 0 and <= --lr");
+  require(who, "--weight-decay", o.weight_decay, finite_at_least(o.weight_decay, 0), "finite and >= 0");
+  require(who, "--clip", o.clip, finite_at_least(o.clip, 0), "finite and >= 0 (0: off)");
+  require(who, "--sample-tokens", o.sample_tokens, o.sample_tokens >= 0, ">= 0");
+  require(who, "--temperature", o.temperature, finite_at_least(o.temperature, 0), "finite and >= 0 (0: greedy)");
+  require(who, "--top-k", o.top_k, o.top_k >= 1, "at least 1");
+  example::check_paths(who, {{"--train-data", o.train_data}, {"--val-data", o.val_data}},
+                       {{"--checkpoint", o.checkpoint}, {"--weights", o.weights}, {"--metrics", o.metrics}});
 }
 
 
@@ -86,7 +119,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (o.threads > 0) st::set_num_threads(o.threads);
+    validate(o);
+    example::set_threads("transformer", o.threads);
     st::Device device = o.device == "cuda" || (o.device == "auto" && gpu_can_train(o)) ? st::Device::cuda() : st::kCPU;
     st::manual_seed(o.seed);
     for (const auto& path : {o.train_data, o.val_data})
@@ -95,6 +129,8 @@ int main(int argc, char** argv) {
     auto train_shard = std::make_shared<const st::data::TokenShard>(o.train_data);
     auto val_shard = std::make_shared<const st::data::TokenShard>(o.val_data);
     o.model.vocab = corpus::vocab_size(*train_shard, *val_shard);
+    example::require("transformer", "--top-k", o.top_k, o.top_k <= o.model.vocab,
+                     fmt::format("at most the vocabulary size {}", o.model.vocab).c_str());
     const double baseline = corpus::unigram_entropy(*train_shard, *val_shard, o.model.vocab);
     st::data::TokenWindowDataset train_set({train_shard}, o.model.context), val_set({val_shard}, o.model.context);
     std::printf("data: %lld training and %lld validation tokens, vocabulary %lld; unigram entropy %.3f nats/token\n",
@@ -109,8 +145,13 @@ int main(int argc, char** argv) {
     auto opt = make_optimizer(model, o);
     st::Generator data_gen(o.seed);  // training windows
     st::io::TrainingState state{.model = &model, .optimizer = opt.get(), .generators = {{"data", &data_gen}},
-                                .config = checkpointing::model_config(o.model)};
+                                .config = checkpointing::run_config(o.model, o.steps, o.warmup, o.lr, o.min_lr)};
     const int64_t start = o.resume ? checkpointing::resume(o.checkpoint, state) : 0;
+    const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+    if (start >= end) {
+      std::printf("nothing to run: the checkpoint is at step %lld of %lld\n", (long long)start, (long long)end);
+      return 0;
+    }
 
     double val_loss = train(o, model, *opt, train_set, val_set, data_gen, state, start, device);
     std::printf("final validation loss %.4f nats/token (unigram baseline %.4f)\n", val_loss, baseline);

@@ -115,8 +115,10 @@ inline std::string sample(gpt::GPT& model, const std::string& prompt, const Opti
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(tokens.size()) - o.model.context);
     std::vector<int64_t> window(tokens.begin() + start, tokens.end());
     st::Tensor x = st::from_vector<int64_t>(window, st::Shape{1, static_cast<int64_t>(window.size())}).to(device);
-    st::Tensor logits = model(x).select(1, -1).squeeze(0).to(st::kCPU).to(st::kFloat64) / o.temperature;
-    int64_t next = corpus::sample_top_k(corpus::to_vector(logits), o.top_k, g);
+    st::Tensor logits = model(x).select(1, -1).squeeze(0).to(st::kCPU).to(st::kFloat64);
+    // temperature 0: the most likely token (top-1)
+    int64_t next = o.temperature > 0 ? corpus::sample_top_k(corpus::to_vector(logits / o.temperature), o.top_k, g)
+                                     : corpus::sample_top_k(corpus::to_vector(logits), 1, g);
     tokens.push_back(next);
     if (next < 256) out.push_back(static_cast<char>(next));  // larger ids mark document ends
   }
@@ -142,15 +144,8 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
                     const st::data::TokenWindowDataset& train_set, const st::data::TokenWindowDataset& val_set,
                     st::Generator& g, const st::io::TrainingState& state, int64_t start, st::Device device) {
   const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
-  std::ofstream csv;
-  if (start > 0) {
-    checkpointing::trim_metrics(o.metrics, start);  // rows past the checkpoint would repeat
-    csv.open(o.metrics, std::ios::app);
-  } else {
-    csv.open(o.metrics);
-    csv << "step,loss,lr,tokens_per_s,val_loss\n";
-  }
-  STRATA_CHECK(csv.good(), "[transformer] cannot write the metrics file {}", o.metrics);
+  // rows past the checkpoint would repeat: a resumed run trims them at its first row
+  example::MetricsCsv csv(o.metrics, checkpointing::kMetricsHeader, start, "transformer");
   const double tokens_per_step = static_cast<double>(o.batch * o.model.context);
   auto t0 = std::chrono::steady_clock::now();
   double running = 0, val_loss = NAN;
@@ -161,6 +156,7 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
     for (size_t i = 0; i < opt.num_param_groups(); ++i) opt.set_lr(i, lr);
     auto [x, y] = random_batch(train_set, o.batch, g);
     const double l = train_step(model, opt, x, y, o, device).item<double>();
+    example::check_loss("transformer", l, step + 1);
     running += l;
     ++running_n;
     const bool log = (step + 1) % o.log_every == 0 || step + 1 == end;
@@ -168,7 +164,7 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
     if (eval) val_loss = evaluate(model, val_set, o, device);
     auto now = std::chrono::steady_clock::now();
     double tps = tokens_per_step / std::max(std::chrono::duration<double>(now - before).count(), 1e-9);
-    csv << step + 1 << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.0f}", tps)
+    csv.row() << step + 1 << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.0f}", tps)
         << ',' << (eval ? fmt::format("{}", val_loss) : "") << '\n';
     if (log || eval) {
       double elapsed = std::chrono::duration<double>(now - t0).count();

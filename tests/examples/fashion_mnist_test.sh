@@ -2,7 +2,10 @@
 # End-to-end check of the Fashion-MNIST example on a slice of the real data: two short epochs
 # on 3072 training images must lower the training loss clearly and score well above chance
 # (10%) on 1000 test images; the metrics CSV and the weights file must be written; a missing
-# data folder must fail with a message pointing at scripts/setup.sh.
+# data folder must fail with a message pointing at scripts/setup.sh; bad options (outputs naming
+# each other or in a missing folder, out-of-range rates, --threads, a negative limit) are refused
+# naming the option, before the metrics CSV or the weights are touched; a NaN loss stops the run
+# without saving weights.
 # usage: fashion_mnist_test.sh FASHION_MNIST WORK_DIR
 set -euo pipefail
 example=$1 work=$2
@@ -32,4 +35,28 @@ rc=$?
 set -e
 [[ $rc == 1 ]] || fail "a missing data folder exited with $rc, not 1"
 grep -q 'scripts/setup.sh' err.txt || fail "the missing-data error does not point at scripts/setup.sh"
+# refused: exit status 1 and a message on stderr that contains NEEDLE
+expect_refusal() {
+  local what=$1 needle=$2 rc=0
+  shift 2
+  "$example" --limit-train 256 --limit-test 100 --epochs 1 --batch 64 --threads 1 "$@" >/dev/null 2>err.txt || rc=$?
+  [[ $rc == 1 ]] || fail "$what exited with $rc, not 1"
+  grep -q -- "$needle" err.txt || fail "the refusal of $what does not say '$needle': $(cat err.txt)"
+}
+cp fashion_mnist_metrics.csv metrics.before && cp fashion_mnist.safetensors weights.before
+expect_refusal "--weights = --metrics" 'name the same file' --weights fashion_mnist_metrics.csv \
+  --metrics fashion_mnist_metrics.csv
+expect_refusal "--weights in a missing folder" 'no folder nodir' --weights nodir/w.st
+expect_refusal "--label-smoothing 2" '--label-smoothing' --label-smoothing 2
+expect_refusal "--label-smoothing 1" '--label-smoothing' --label-smoothing 1
+expect_refusal "--lr 0" '--lr' --lr 0
+expect_refusal "--lr inf" '--lr' --lr inf
+expect_refusal "--weight-decay inf" '--weight-decay' --weight-decay inf
+expect_refusal "--threads 100000" '--threads' --threads 100000
+expect_refusal "--threads -1" '--threads' --threads -1
+expect_refusal "--limit-train -1" '--limit-train' --limit-train -1
+cmp fashion_mnist_metrics.csv metrics.before || fail "a refused run changed the metrics CSV"
+cmp fashion_mnist.safetensors weights.before || fail "a refused run changed the weights"
+expect_refusal "a NaN loss" 'training loss is' --lr 1e308 --weights nan.st --metrics nan.csv
+[[ ! -e nan.st ]] || fail "a run whose loss became NaN saved its weights"
 echo "PASS: loss $first -> $last, test accuracy $acc%"

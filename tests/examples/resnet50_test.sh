@@ -11,7 +11,10 @@
 #   - --cudnn-benchmark on the CPU says it has no effect; --amp, a missing --data folder,
 #     --resume without --checkpoint, a missing checkpoint, a resume with another batch size,
 #     --val-data without --data and
-#     validation classes unlike the training ones fail with a message.
+#     validation classes unlike the training ones fail with a message; so do outputs that name
+#     each other or lie in a missing folder, a batch larger than the training set, non-finite or
+#     out-of-range rates, --threads out of 0..1024 and a resume with another --steps; a run that
+#     fails at its first step leaves the metrics CSV alone; a NaN loss stops without a checkpoint.
 # usage: resnet50_test.sh RESNET50 WORK_DIR
 set -euo pipefail
 example=$1 work=$2
@@ -92,7 +95,7 @@ cmp straight.ckpt split.ckpt || fail "the resumed run's final checkpoint differs
 expect_refusal() {
   local what=$1 needle=$2 rc=0
   shift 2
-  "$example" "${tiny[@]}" --steps 2 "$@" 2>err.txt || rc=$?
+  "$example" "${tiny[@]}" --steps 2 "$@" >/dev/null 2>err.txt || rc=$?
   [[ $rc == 1 ]] || fail "$what exited with $rc, not 1"
   grep -q -- "$needle" err.txt || fail "the refusal of $what does not say '$needle': $(cat err.txt)"
 }
@@ -104,4 +107,21 @@ expect_refusal "a missing ImageFolder root" 'no-such-dir' --data "$work/no-such-
 expect_refusal "--val-data without --data" 'needs --data' --val-data folder
 expect_refusal "validation classes unlike the training ones" 'classes (green) differ' --data folder \
   --val-data other --image-size 32
+expect_refusal "--resume with another --steps" "steps: '6' -> '8'" "${ck[@]}" --steps 8 --checkpoint split.ckpt --resume
+expect_refusal "--checkpoint = --metrics" 'name the same file' --checkpoint sgd.csv --metrics sgd.csv
+expect_refusal "--checkpoint in a missing folder" 'no folder nodir' --checkpoint nodir/x.ckpt
+expect_refusal "--checkpoint naming a folder" 'is a folder' --checkpoint folder
+expect_refusal "--batch larger than the training set" 'larger than the training set' --batch 16
+expect_refusal "--batch 2^31" '--batch' --batch 2147483648
+expect_refusal "--weight-decay inf" '--weight-decay' --weight-decay inf
+expect_refusal "--min-lr above --lr" '--min-lr' --min-lr 1
+expect_refusal "--momentum 2" '--momentum' --momentum 2
+expect_refusal "--label-smoothing 1" '--label-smoothing' --label-smoothing 1
+expect_refusal "--threads 100000" '--threads' --threads 100000
+expect_refusal "--threads -1" '--threads' --threads -1
+cp sgd.csv sgd.before
+expect_refusal "a batch of 1 (BatchNorm)" 'BatchNorm' --batch 1 --image-size 32 --metrics sgd.csv
+cmp sgd.csv sgd.before || fail "a run that failed at its first step changed the metrics CSV"
+expect_refusal "a NaN loss" 'training loss is' --lr 1e308 --checkpoint nan.ckpt --metrics nan.csv
+[[ ! -e nan.ckpt ]] || fail "a run whose loss became NaN saved a checkpoint"
 echo "PASS: $params parameters; SGD loss $first -> $last; LAMB loss $lamb_first -> $lamb_last"

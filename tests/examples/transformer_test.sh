@@ -5,6 +5,11 @@
 #           unigram baseline the example prints, and the checkpoint and weights files exist;
 #   resume  N steps straight equal N/2 steps, then --resume to N: the same loss at every
 #           step and the same final weights; resuming with another --width fails, naming it.
+#           bad options are refused before anything is written, naming the option: model
+#           shapes, outputs that name an input or each other or lie in a missing folder, non-finite
+#           or out-of-range rates, --threads; a run whose loss turns NaN stops without saving;
+#           strata-tokenize refuses an output that is one of its inputs;
+#   resume  also: resuming with another --steps is refused; resuming at the end runs nothing.
 # usage: transformer_test.sh smoke|resume TRANSFORMER STRATA_TOKENIZE WORK_DIR
 set -euo pipefail
 mode=$1 transformer=$2 tokenize=$3 work=$4
@@ -28,6 +33,15 @@ tiny=(--train-data train.bin --val-data val.bin --layers 2 --width 32 --heads 2 
 
 losses() { tail -n +2 "$1" | cut -d, -f1,2; }  # step,loss of every row
 
+# refused: exit status 1 and a message on stderr that contains NEEDLE
+expect_refusal() {
+  local what=$1 needle=$2 rc=0
+  shift 2
+  "$transformer" "${tiny[@]}" --steps 3 --warmup 1 "$@" >/dev/null 2>err.txt || rc=$?
+  [[ $rc == 1 ]] || fail "$what exited with $rc, not 1"
+  grep -q -- "$needle" err.txt || fail "the refusal of $what does not say '$needle': $(cat err.txt)"
+}
+
 if [[ $mode == smoke ]]; then
   "$transformer" "${tiny[@]}" --steps 150 --eval-every 50 --log-every 50 --sample-tokens 40 | tee out.txt
   [[ $(losses transformer_metrics.csv | wc -l) == 150 ]] || fail "expected 150 rows in the metrics CSV"
@@ -41,6 +55,56 @@ if [[ $mode == smoke ]]; then
   awk -v v="$val" -v b="$base" 'BEGIN { exit !(v < b - 0.1) }' || fail "validation loss $val not below the baseline $base"
   [[ -s transformer.ckpt.safetensors ]] || fail "no checkpoint written"
   grep -aq '"h.1.mlp_proj.weight"' model.safetensors || fail "model.safetensors lacks the model's tensor names"
+
+  cp transformer_metrics.csv metrics.before && cp val.bin val.before && cp model.safetensors weights.before
+  expect_refusal "--width 0" '--width' --width 0
+  expect_refusal "--heads 0" '--heads' --heads 0
+  expect_refusal "--heads 3 with width 32" '--heads' --heads 3
+  expect_refusal "--layers 2^31" '--layers' --layers 2147483648
+  expect_refusal "--batch 0" '--batch' --batch 0
+  expect_refusal "--batch 2^31" '--batch' --batch 2147483648
+  expect_refusal "--metrics on the validation shard" 'would overwrite the input --val-data' --metrics val.bin
+  expect_refusal "--weights on the training shard" 'would overwrite the input --train-data' --weights train.bin
+  expect_refusal "--checkpoint = --weights" 'name the same file' --checkpoint x.st --weights x.st
+  expect_refusal "--checkpoint = --metrics" 'name the same file' --checkpoint x.csv --metrics x.csv
+  expect_refusal "--weights in a missing folder" 'no folder nodir' --weights nodir/w.st
+  expect_refusal "--checkpoint naming a folder" 'is a folder' --checkpoint .
+  expect_refusal "--lr inf" '--lr' --lr inf
+  expect_refusal "--weight-decay inf" '--weight-decay' --weight-decay inf
+  expect_refusal "--min-lr above --lr" '--min-lr' --min-lr 1
+  expect_refusal "--min-lr nan" '--min-lr' --min-lr nan
+  expect_refusal "--threads 100000" '--threads' --threads 100000
+  expect_refusal "--threads -1" '--threads' --threads -1
+  expect_refusal "--steps 0" '--steps' --steps 0
+  expect_refusal "--warmup past --steps" '--warmup' --warmup 5
+  expect_refusal "--warmup -1" '--warmup' --warmup -1
+  expect_refusal "--stop-after -1" '--stop-after' --stop-after -1
+  expect_refusal "--sample-tokens -1" '--sample-tokens' --sample-tokens -1
+  expect_refusal "--clip -1" '--clip' --clip -1
+  expect_refusal "--clip nan" '--clip' --clip nan
+  expect_refusal "--dropout 1" '--dropout' --dropout 1
+  expect_refusal "--temperature nan" '--temperature' --temperature nan
+  expect_refusal "--temperature -1" '--temperature' --temperature -1
+  expect_refusal "--top-k 0" '--top-k' --top-k 0
+  expect_refusal "--top-k past the vocabulary" '--top-k' --top-k 100000
+  cmp transformer_metrics.csv metrics.before || fail "a refused run changed the metrics CSV"
+  cmp val.bin val.before || fail "a refused run changed the validation shard"
+  cmp model.safetensors weights.before || fail "a refused run changed the weights"
+  expect_refusal "a NaN loss" 'training loss is' --lr 1e308 --checkpoint nan.ckpt --weights nan.st --metrics nan.csv
+  [[ ! -e nan.st && ! -e nan.ckpt ]] || fail "a run whose loss became NaN saved its weights"
+  "$transformer" "${tiny[@]}" --steps 1 --warmup 0 --sample-tokens 20 --temperature 0 --metrics g.csv --weights g.st \
+    --checkpoint g.ckpt >greedy.txt || fail "--temperature 0 (greedy) failed"
+  grep -q -- '--- sample ---' greedy.txt || fail "--temperature 0 printed no sample"
+
+  cp text-a.txt text.before
+  set +e
+  "$tokenize" --out text-a.txt text-a.txt 2>err.txt
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] || fail "strata-tokenize writing over its input exited with $rc, not 2"
+  grep -q 'is also an input file' err.txt || fail "strata-tokenize does not say the output is an input: $(cat err.txt)"
+  cmp text-a.txt text.before || fail "strata-tokenize replaced its input"
+  "$tokenize" --help >/dev/null || fail "strata-tokenize --help exited with $?"
   echo "PASS: validation loss $val below the unigram baseline $base"
 elif [[ $mode == resume ]]; then
   run=("${tiny[@]}" --steps 60 --eval-every 10 --log-every 10 --dropout 0.1)  # dropout draws from the default generator
@@ -62,6 +126,12 @@ elif [[ $mode == resume ]]; then
   cat err.txt
   [[ $rc == 1 ]] || fail "resuming with another width exited with $rc, not 1"
   grep -q "width: '32' -> '48'" err.txt || fail "the error does not name the width"
+  expect_refusal "resuming with another --steps" "steps: '60' -> '50'" "${run[@]}" --steps 50 --checkpoint split.ckpt \
+    --metrics other.csv --weights other.safetensors --resume
+  "$transformer" "${run[@]}" --checkpoint split.ckpt --metrics split.csv --weights split.safetensors --resume |
+    tee again.txt
+  grep -q 'nothing to run: the checkpoint is at step 60 of 60' again.txt || fail "a finished run resumed did not say so"
+  [[ $(losses split.csv | wc -l) == 60 ]] || fail "resuming a finished run changed the metrics CSV"
   echo "PASS: 60 identical losses and weights after resuming at step 30"
 else
   fail "unknown mode $mode"

@@ -1,0 +1,78 @@
+// Checks the examples make before they train, so that a bad option is refused at once, naming
+// it, rather than crashing, failing after all the training, or overwriting a file: option
+// values, --threads, the output paths (each in an existing folder, not a folder itself, none
+// naming an input or another output), and the training loss of each step (a non-finite loss
+// stops the run before anything more is saved).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+namespace example {
+
+namespace st = strata;
+
+// Refuses `value` of `option` unless `ok`; `what` says what is allowed ("finite and > 0").
+template <class T>
+void require(const char* who, const char* option, T value, bool ok, const char* what) {
+  STRATA_CHECK(ok, "[{}] {} must be {}, got {}", who, option, what, value);
+}
+
+inline bool finite_at_least(double v, double lo) { return std::isfinite(v) && v >= lo; }
+
+// --threads: 0 uses every core; more than kMaxThreads is refused (libgomp crashes on huge counts).
+inline constexpr int kMaxThreads = 1024;
+inline void set_threads(const char* who, int threads) {
+  require(who, "--threads", threads, threads >= 0 && threads <= kMaxThreads, "in 0..1024 (0: all cores)");
+  if (threads > 0) st::set_num_threads(threads);
+}
+
+// An option naming a file, e.g. {"--metrics", "m.csv"}.
+using NamedPath = std::pair<const char*, std::string>;
+
+inline std::filesystem::path resolved(const std::string& path) {
+  std::error_code e;
+  std::filesystem::path p = std::filesystem::weakly_canonical(path, e);
+  return e ? std::filesystem::absolute(path).lexically_normal() : p;
+}
+
+inline bool same_file(const std::string& a, const std::string& b) {
+  std::error_code e;
+  return std::filesystem::equivalent(a, b, e) || resolved(a) == resolved(b);
+}
+
+// Every output (empty ones are skipped) must lie in an existing folder, must not be a folder and
+// must differ from every input and every other output.
+inline void check_paths(const char* who, const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
+  namespace fs = std::filesystem;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [option, path] = outputs[i];
+    if (path.empty()) continue;
+    STRATA_CHECK(!fs::is_directory(path), "[{}] {} {} is a folder; give a file name", who, option, path);
+    const fs::path folder = fs::path(path).parent_path();
+    STRATA_CHECK(folder.empty() || fs::is_directory(folder), "[{}] {} {}: there is no folder {}", who, option, path,
+                 folder.string());
+    for (const auto& [in_option, in_path] : inputs)
+      STRATA_CHECK(in_path.empty() || !same_file(path, in_path), "[{}] {} {} would overwrite the input {} {}", who,
+                   option, path, in_option, in_path);
+    for (size_t j = 0; j < i; ++j)
+      STRATA_CHECK(outputs[j].second.empty() || !same_file(path, outputs[j].second),
+                   "[{}] {} and {} name the same file {}; one would overwrite the other", who, outputs[j].first,
+                   option, path);
+  }
+}
+
+// Stops the run when the training loss is NaN or infinite: the weights are lost by then.
+inline void check_loss(const char* who, double loss, int64_t step) {
+  STRATA_CHECK(std::isfinite(loss),
+               "[{}] the training loss is {} at step {}: stopping without saving (try a lower --lr)", who, loss, step);
+}
+
+}  // namespace example
