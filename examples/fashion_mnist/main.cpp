@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "../common/checkpoints.hpp"
+#include "../common/cli.hpp"
 #include "../common/run_checks.hpp"
 #include "model.hpp"
 #include "train_loop.hpp"
@@ -22,10 +23,10 @@ using namespace fashion;
 
 void add_options(CLI::App& app, Options& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --x overrides
-  app.add_option("--width", o.width, "channels of the first stage (then 2x and 4x)")->check(CLI::PositiveNumber);
+  app.add_option("--width", o.width, "channels of the first stage (then 2x and 4x)")->check(example::at_least(1));
   app.add_option("--epochs", o.epochs, "passes over the training set (the schedule spans them)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "images per step")->check(CLI::PositiveNumber);
+      ->check(example::at_least(1));
+  app.add_option("--batch", o.batch, "images per step")->check(example::at_least(1));
   app.add_option("--lr", o.lr, "peak learning rate of the one-cycle schedule (> 0)");
   app.add_option("--weight-decay", o.weight_decay, "weight decay (conv and linear weights only)");
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss, in [0, 1)");
@@ -34,11 +35,11 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"none", "flip", "crop"}));
   app.add_option("--workers", o.workers, "DataLoader worker threads (0: load in the training thread)");
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all, at most 1024)");
-  app.add_option("--seed", o.seed, "random seed");
+  app.add_option("--seed", o.seed, "random seed")->check(example::seed_value);
   app.add_option("--data-dir", o.data_dir, "folder with Fashion-MNIST's four .gz IDX files");
   app.add_option("--limit-train", o.limit_train, "train on the first N images only (0: all)");
   app.add_option("--limit-test", o.limit_test, "test on the first N images only (0: all)");
-  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(example::at_least(1));
   app.add_option("--metrics", o.metrics, "CSV file: one row per epoch");
   app.add_option("--weights", o.weights, "final model weights, as safetensors");
 }

@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../common/cli.hpp"
 #include "../common/run_checks.hpp"
 #include "model.hpp"
 #include "train_loop.hpp"
@@ -28,16 +29,15 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--data", o.data, "ImageFolder root (root/<class>/<image>); default: synthetic images");
   app.add_option("--val-data", o.val_data, "ImageFolder of validation images (the same classes as --data)");
   app.add_option("--eval-every", o.eval_every, "steps between validations (0: at the end only)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--synthetic-size", o.synthetic_size, "synthetic images per epoch")->check(CLI::PositiveNumber);
+      ->check(example::at_least(0));
+  app.add_option("--synthetic-size", o.synthetic_size, "synthetic images per epoch")->check(example::at_least(1));
   app.add_option("--image-size", o.image_size, "training resolution (square)")->check(CLI::Range(32, 4096));
-  app.add_option("--classes", o.classes, "classes of the synthetic data")->check(CLI::PositiveNumber);
+  app.add_option("--classes", o.classes, "classes of the synthetic data")->check(example::at_least(1));
   app.add_option("--batch", o.batch, "images per step (at most the training set)");
-  app.add_option("--steps", o.steps, "optimizer steps (the schedule spans them)")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", o.warmup, "linear warmup steps of the learning rate")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", o.steps, "optimizer steps (the schedule spans them)")->check(example::at_least(1));
+  app.add_option("--warmup", o.warmup, "linear warmup steps of the learning rate")->check(example::at_least(0));
   app.add_option("--optimizer", o.optimizer, "sgd | lamb")->check(CLI::IsMember({"sgd", "lamb"}));
-  app.add_option("--lr", o.lr, "peak learning rate (0: 0.1 * batch / 256 for sgd, 5e-3 for lamb)")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", o.lr, "peak learning rate (0: 0.1 * batch / 256 for sgd, 5e-3 for lamb)");
   app.add_option("--min-lr", o.min_lr, "final learning rate of the cosine decay");
   app.add_option("--momentum", o.momentum, "SGD momentum, in [0, 1)");
   app.add_flag("--nesterov", o.nesterov, "Nesterov momentum (SGD)");
@@ -48,20 +48,20 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--cudnn-benchmark", o.cudnn_benchmark, "let cuDNN pick the fastest algorithms (GPU only)");
   app.add_flag("--amp", o.amp, "mixed precision training (not available yet)");
   app.add_option("--workers", o.workers, "DataLoader worker threads (0: load in the training thread)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(example::at_least(0));
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all, at most 1024)");
-  app.add_option("--seed", o.seed, "random seed");
+  app.add_option("--seed", o.seed, "random seed")->check(example::seed_value);
   app.add_option("--device", o.device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(example::at_least(1));
   app.add_option("--timing-warmup", o.timing_warmup, "first steps left out of the final images/s")
-      ->check(CLI::NonNegativeNumber);
+      ->check(example::at_least(0));
   app.add_option("--metrics", o.metrics, "CSV file: one row per step");
   app.add_option("--checkpoint", o.checkpoint, "checkpoint file (default: none), written at the end of the run");
   app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: only at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(example::at_least(0));
   app.add_flag("--resume", o.resume, "continue the run saved in --checkpoint (same model and optimizer)");
   app.add_option("--stop-after", o.stop_after, "stop after this step, with a checkpoint (0: run all steps)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(example::at_least(0));
   app.add_flag("--print-params-only", o.print_params_only, "build the model, print its parameter count, exit");
 }
 

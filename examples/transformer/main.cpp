@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../common/cli.hpp"
 #include "../common/run_checks.hpp"
 #include "checkpointing.hpp"
 #include "corpus.hpp"
@@ -33,11 +34,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--clip", o.clip, "gradient norm clip (0: off)");
   app.add_option("--optimizer", o.optimizer, "adamw | lamb | adam8bit")->check(CLI::IsMember({"adamw", "lamb", "adam8bit"}));
   app.add_option("--device", o.device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--seed", o.seed, "random seed");
-  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "random seed")->check(example::seed_value);
+  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(example::at_least(1));
   app.add_option("--eval-every", o.eval_every, "steps between validation runs and checkpoints")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--eval-batches", o.eval_batches, "validation batches per run")->check(CLI::PositiveNumber);
+      ->check(example::at_least(1));
+  app.add_option("--eval-batches", o.eval_batches, "validation batches per run")->check(example::at_least(1));
   app.add_option("--train-data", o.train_data, "token shard of training text (strata-tokenize)");
   app.add_option("--val-data", o.val_data, "token shard of validation text");
   app.add_option("--checkpoint", o.checkpoint, "checkpoint file, written at each validation and at the end");

@@ -5,7 +5,7 @@
 # data folder must fail with a message pointing at scripts/setup.sh; bad options (outputs naming
 # each other or in a missing folder, out-of-range rates, --threads, a negative limit) are refused
 # naming the option, before the metrics CSV or the weights are touched; a NaN loss stops the run
-# without saving weights.
+# without saving weights; CLI refusals (--epochs 0, --seed -1 or 2^64) are short.
 # usage: fashion_mnist_test.sh FASHION_MNIST WORK_DIR
 set -euo pipefail
 example=$1 work=$2
@@ -59,4 +59,16 @@ cmp fashion_mnist_metrics.csv metrics.before || fail "a refused run changed the 
 cmp fashion_mnist.safetensors weights.before || fail "a refused run changed the weights"
 expect_refusal "a NaN loss" 'training loss is' --lr 1e308 --weights nan.st --metrics nan.csv
 [[ ! -e nan.st ]] || fail "a run whose loss became NaN saved its weights"
+# CLI11's refusals (exit status 105) say in a few words what is allowed
+expect_cli_refusal() {
+  local needle=$1 rc=0
+  shift
+  "$example" "$@" >/dev/null 2>err.txt || rc=$?
+  [[ $rc == 105 ]] || fail "$* exited with $rc, not 105"
+  grep -q -- "$needle" err.txt || fail "the refusal of $* does not say '$needle': $(cat err.txt)"
+  [[ $(wc -c <err.txt) -lt 200 ]] || fail "the refusal of $* is long: $(cat err.txt)"
+}
+expect_cli_refusal '0 is less than 1' --epochs 0
+expect_cli_refusal 'not an integer in 0..2^64-1' --seed -1
+expect_cli_refusal 'not an integer in 0..2^64-1' --seed 18446744073709551616
 echo "PASS: loss $first -> $last, test accuracy $acc%"
