@@ -61,6 +61,7 @@ if [[ $mode == smoke ]]; then
   expect_refusal "--heads 0" '--heads' --heads 0
   expect_refusal "--heads 3 with width 32" '--heads' --heads 3
   expect_refusal "--layers 2^31" '--layers' --layers 2147483648
+  expect_refusal "a model of 5e10 parameters" 'at most 1e9 parameters' --layers 1024 --width 2048
   expect_refusal "--batch 0" '--batch' --batch 0
   expect_refusal "--batch 2^31" '--batch' --batch 2147483648
   expect_refusal "--metrics on the validation shard" 'would overwrite the input --val-data' --metrics val.bin
@@ -105,6 +106,12 @@ if [[ $mode == smoke ]]; then
   grep -q 'is also an input file' err.txt || fail "strata-tokenize does not say the output is an input: $(cat err.txt)"
   cmp text-a.txt text.before || fail "strata-tokenize replaced its input"
   "$tokenize" --help >/dev/null || fail "strata-tokenize --help exited with $?"
+  mkdir -p folder
+  set +e
+  "$tokenize" --out folder.bin folder 2>err.txt
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] && grep -q 'folder: is a folder' err.txt || fail "strata-tokenize on a folder: $rc, $(cat err.txt)"
   echo "PASS: validation loss $val below the unigram baseline $base"
 elif [[ $mode == resume ]]; then
   run=("${tiny[@]}" --steps 60 --eval-every 10 --log-every 10 --dropout 0.1)  # dropout draws from the default generator
