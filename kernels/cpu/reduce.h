@@ -33,11 +33,13 @@ inline constexpr int64_t kReduceCols = 256;
 
 // Note [Float lanes]
 // An op may name a Lane type narrower than its Acc (SumReduce of float32: float lanes, double
-// Acc). Lanes then hold short runs only, kReduceLaneRows values each: an inner reduction is cut
-// into blocks of kReduceLanes * kReduceLaneRows elements (not kReduceBlock), and the outer loop
-// folds kReduceLaneRows rows into its lanes, before adding them to the Acc. Runs that short keep
-// float32 sums within 1e-6 of float64 even when nothing cancels (ten million 0.1s:
-// tests/core/test_reduce.cpp), at float speed; runs of 512 drifted to 4e-6.
+// Acc). Lanes then hold short runs only, about kReduceLaneRows values each (up to twice that
+// when rows are a little longer than kReduceLanes, their tails landing in the first lanes): an
+// inner reduction is cut into blocks of kReduceLanes * kReduceLaneRows elements (not
+// kReduceBlock), and the outer loop folds kReduceLaneRows rows into its lanes, before adding
+// them to the Acc. Runs that short keep float32 sums within 1e-6 of float64 even when nothing
+// cancels (ten million 0.1s: tests/core/test_reduce.cpp), at float speed; runs of 512 drifted
+// to 4e-6.
 inline constexpr int64_t kReduceLaneRows = 64;
 
 template <class Op, class = void> struct lane_of { using type = typename Op::Acc; };

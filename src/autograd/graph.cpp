@@ -33,6 +33,7 @@ AutogradMeta& meta_of(const Tensor& t) {
 // True when t's elements fill their span of memory exactly once, in any dim order (contiguous,
 // channels-last, transposed), so writing into it in place touches each element alone.
 bool is_dense(const Tensor& t) {
+  if (t.is_contiguous()) return true;  // the common case, without sorting
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that step
   for (int64_t d = 0; d < t.dim(); ++d)
     if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
@@ -144,9 +145,9 @@ Grads AccumulateGrad::apply(Grads&& grads) {
     // The stored gradient is the user's to write into (accumulation, zero_grad, clipping): keep
     // the incoming tensor only when it is dense (not an expanded or strided view) and nothing
     // else can see it. create_graph records the copy.
-    bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1;
-    if (is_grad_enabled()) meta.grad = is_dense(g) ? g : g.clone();
-    else meta.grad = exclusive && is_dense(g) ? g.detach() : g.detach().clone();
+    const bool keep = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && is_dense(g);
+    if (is_grad_enabled()) meta.grad = keep ? g : g.clone();
+    else meta.grad = keep ? g.detach() : g.detach().clone();
   } else if (is_grad_enabled() || !is_dense(meta.grad)) {
     meta.grad = meta.grad + g;  // create_graph: the sum is part of the recorded graph
   } else {

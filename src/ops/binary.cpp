@@ -2,6 +2,8 @@
 // their backward. Both inputs are converted to the promoted dtype before the kernel runs, so
 // every kernel sees one dtype; comparisons write bool. Gradients may come back broadcast:
 // the autograd engine sums them down to each input's shape.
+#include <cmath>
+
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
@@ -103,16 +105,20 @@ Tensor scalar_like(Scalar s, const Tensor& like) {
 }
 
 // True when arithmetic of `t` (x) `s` needs s at float32 precision: a float16/bfloat16 result
-// whose type does not hold s exactly. PyTorch's kernels take the scalar as a float and round
-// only the result; rounding s to 16 bits first would change it (1e5 is inf in float16, 3.3 is
-// 3.30078125).
+// whose type cannot hold s at all, as it overflows to inf (1e5 in float16), vanishes to 0 (1e-8)
+// or keeps only a few bits among the subnormals. Those go through float32, rounding once, as
+// PyTorch's kernels do. Other scalars are rounded to the 16-bit type first, which keeps one
+// fast pass but can differ from PyTorch by an ulp (3.3 becomes 3.30078125 in float16); taking
+// the scalar as a float kernel parameter would remove that difference.
 bool needs_float_scalar(const Tensor& t, Scalar s) {
   const DType r = result_type(t, s);
   if (r != kFloat16 && r != kBFloat16) return false;
-  const double v = s.to_double();
-  const auto f = static_cast<float>(v);
-  if (static_cast<double>(f) != v) return true;  // NaN too: either path gives NaN
-  return r == kFloat16 ? static_cast<float>(Half(f)) != f : static_cast<float>(BFloat16(f)) != f;
+  const auto f = static_cast<float>(s.to_double());
+  if (!std::isfinite(f)) return false;  // inf and NaN are the same in either type
+  const float h = r == kFloat16 ? static_cast<float>(Half(f)) : static_cast<float>(BFloat16(f));
+  if (!std::isfinite(h)) return true;
+  if (h == 0.0f) return f != 0.0f;
+  return std::fabs(h - f) > std::fabs(f) * 0x1p-8f;  // among the subnormals
 }
 
 // `a` op `s` (or `s` op `a` when scalar_first) for the four arithmetic ops, with the scalar at

@@ -257,6 +257,8 @@ Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   STRATA_CHECK(min || max, "[clamp_] at least one of min and max must be given");
   const double inf = std::numeric_limits<double>::infinity();
   UnaryScalarParams p{bound(min, -inf), bound(max, inf)};
+  // a NaN bound makes every element NaN, which an integer tensor cannot hold
+  STRATA_CHECK(is_floating(dtype()) || (p.a == p.a && p.b == p.b), "[clamp_] a NaN bound for a {} tensor", dtype());
   return unary_inplace(OpId::clamp, *this, &p);
 }
 

@@ -52,6 +52,15 @@ TEST(Engine, AccumulatedGradIsDenseAndOwned) {
   (b * b).sum().backward({}, true, true);
   EXPECT_TRUE(all_close(b.grad(), {3, 5}, 0, 0));
   b.set_grad(Tensor());  // the recorded grad refers to b: a cycle, as in PyTorch, broken by hand
+  // add's backward hands both leaves one gradient tensor: each keeps its own, create_graph or not
+  for (bool create : {false, true}) {
+    Tensor x = ones({2}, kFloat64).requires_grad_(), y = ones({2}, kFloat64).requires_grad_();
+    (x + y).backward(ones({2}, kFloat64), false, create);
+    EXPECT_FALSE(x.grad().storage() == y.grad().storage()) << create;
+    Tensor gx = x.grad();
+    gx.mul_(3);
+    EXPECT_TRUE(all_close(y.grad(), {1, 1}, 0, 0)) << create;
+  }
 
   // a grad set by the user to an expanded view is accumulated into out of place
   Tensor c = zeros({4}, kFloat64).requires_grad_();
