@@ -80,11 +80,14 @@ std::pair<int64_t, int64_t> byte_span(const Tensor& t) {
 }
 }  // namespace
 
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.dtype() == b.dtype() && a.storage_offset() == b.storage_offset() &&
+         a.shape() == b.shape() && a.strides() == b.strides();
+}
+
 Tensor unaliased(const Tensor& src, const Tensor& dst) {
   if (src.storage() != dst.storage() || src.numel() == 0 || dst.numel() == 0) return src;
-  if (src.shape() == dst.shape() && src.strides() == dst.strides() && src.storage_offset() == dst.storage_offset() &&
-      src.dtype() == dst.dtype())
-    return src;  // each element is read just before it is written
+  if (same_view(src, dst)) return src;  // each element is read just before it is written
   const auto [a0, a1] = byte_span(src);
   const auto [b0, b1] = byte_span(dst);
   if (a1 < b0 || b1 < a0) return src;  // disjoint parts of one storage

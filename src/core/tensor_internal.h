@@ -20,6 +20,9 @@ void check_in_bounds(const Storage& storage, const Shape& shape, const Strides& 
 /// one address (a stride of 0 over more than one element: an expanded view).
 void check_writable(const Tensor& self, std::string_view op);
 
+/// True when a and b are the very same view: one storage, dtype, offset, shape and strides.
+bool same_view(const Tensor& a, const Tensor& b);
+
 /// `src`, or a copy of it when it shares memory with `dst` (a tensor about to be written)
 /// without being the very same view: an elementwise write could otherwise overwrite values
 /// of `src` before they are read (a.add_(a.t()), a.copy_(a.t()), a row divided by its column).

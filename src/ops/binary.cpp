@@ -81,10 +81,15 @@ void check_inplace(const Tensor& self, const Tensor& other, OpId op) {
                "the out-of-place op, or run it under NoGradGuard", op_name(op));
 }
 
-Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div = false) {
+// The checks of an in-place op's destination: defined, on other's device, no grad, writable.
+void check_destination(const Tensor& self, const Tensor& other, OpId op) {
   check_pair(self, other, op);
   check_inplace(self, other, op);
   detail::check_writable(self, fmt::format("{}_", op_name(op)));
+}
+
+Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div = false) {
+  check_destination(self, other, op);
   Shape shape = broadcast_shapes(self.shape(), other.shape(), op_name(op));
   STRATA_CHECK(shape == self.shape(), "[{}_] result of shape {} does not fit the destination of shape {}",
                op_name(op), shape, self.shape());
@@ -137,9 +142,7 @@ Tensor with_scalar(const Tensor& a, Scalar s, Op op, bool scalar_first = false) 
 template <class Op>
 Tensor& with_scalar_inplace(Tensor& self, Scalar s, Op op, OpId id) {
   if (!needs_float_scalar(self, s)) return op(self, scalar_like(s, self));
-  check_pair(self, self, id);
-  check_inplace(self, self, id);
-  detail::check_writable(self, fmt::format("{}_", op_name(id)));
+  check_destination(self, self, id);
   Tensor r = self.to(kFloat32);
   op(r, full({}, s, TensorOptions(kFloat32, self.device())));
   return self.copy_(r);

@@ -91,9 +91,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
                shape());
   detail::check_writable(*this, "copy_");
   if (numel() == 0) return *this;
-  if (src.storage() == storage() && src.dtype() == dtype() && src.shape() == shape() && src.strides() == strides() &&
-      src.storage_offset() == storage_offset())
-    return *this;  // a copy onto itself (a memcpy of a block onto itself is undefined)
+  if (detail::same_view(src, *this)) return *this;  // a memcpy of a block onto itself is undefined
   if (src.device() != device()) {
     Tensor s = src.expand(shape()).contiguous();
     copy_across_devices(*this, s, non_blocking);
