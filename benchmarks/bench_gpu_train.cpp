@@ -7,7 +7,8 @@
 //              Transformer example's GPT (examples/transformer/gpt.hpp) at 6 layers, width 512,
 //              8 heads, context 256, batch 32, float32 without TF32, on one fixed random batch;
 //              tokens/s from the median step. Any op without a CUDA kernel makes the row
-//              "unavailable: <message>".
+//              "unavailable: <message>". gpt_train_fused: the same with fused attention
+//              switched on (kernels/cuda/attention.cu), beside PyTorch's gpt_train.
 //   train_*    bench_train's workloads (mlp, cnn, resnet50 at batch 64, gpt) on the GPU: samples,
 //              images or tokens per second from the median of whole training steps
 #include <algorithm>
@@ -53,12 +54,22 @@ void adamw_row(Context& ctx) {
   if (added.note.empty()) added.note = percent_of_copy(ctx, added.value);
 }
 
-void gpt_row(Context& ctx) {
+// fused: with set_fused_attention on for CUDA (the row gpt_train_fused), which is off by default
+// until its kernels have run on a GPU.
+void gpt_row(Context& ctx, bool fused) {
   const gpt::Config config{.vocab = 256, .context = 256, .layers = 6, .width = 512, .heads = 8};
   const int64_t batch = 32;
   double first_loss = NAN, last_loss = NAN;
-  Row row{.key = "gpt_train", .what = "GPT train step 6x512, ctx 256, batch 32, f32", .unit = "tokens/s"};
+  Row row{.key = fused ? "gpt_train_fused" : "gpt_train",
+          .what = fused ? "GPT train step 6x512, ctx 256, batch 32, f32, fused attention"
+                        : "GPT train step 6x512, ctx 256, batch 32, f32",
+          .unit = "tokens/s"};
   add_row(ctx, row, [&] {
+    struct Switch {  // restored however the row ends
+      bool was = F::fused_attention_enabled(st::DeviceType::CUDA);
+      explicit Switch(bool on) { F::set_fused_attention(st::DeviceType::CUDA, on); }
+      ~Switch() { F::set_fused_attention(st::DeviceType::CUDA, was); }
+    } fused_switch(fused);
     const st::Device cuda = st::Device::cuda();
     st::manual_seed(1);
     gpt::GPT model(config);
@@ -137,7 +148,10 @@ void train_rows(Context& ctx) {
 void run_training_rows(Context& ctx) {
   if (wants(ctx.settings, "adamw")) adamw_row(ctx);
   st::cuda::empty_cache();
-  if (wants(ctx.settings, "gpt")) gpt_row(ctx);
+  if (wants(ctx.settings, "gpt")) {
+    gpt_row(ctx, false);
+    gpt_row(ctx, true);
+  }
   st::cuda::empty_cache();
   if (wants(ctx.settings, "train")) train_rows(ctx);
 }

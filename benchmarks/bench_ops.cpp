@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <ctime>
 #include <map>
@@ -115,12 +116,17 @@ const std::vector<Case>& cases() {
       c.push_back({"layernorm_train_2048x768", "layer_norm fwd+bwd (2048x768)", {Op::LayerNormTrain, 1, rows, cols, 0},
                    Unit::GBytes, 5 * 4.0 * rows * cols});
     }
-    {
-      // two (T x T x D) products per head forward (q k^T, p v), counted dense despite the mask
-      const int64_t b = 8, h = 12, t = 256, d = 64;
-      c.push_back({"attn_train_sdpa_causal_8x12x256x64", "sdpa causal fwd+bwd 8x12x256x64 [torch composed]",
-                   {Op::AttentionTrain, b, h, t, d}, Unit::GFlops, 3 * 4.0 * b * h * t * t * d});
-    }
+    // two (T x T x D) products per head forward (q k^T, p v), counted dense despite the mask;
+    // fused (strata's default) and composed (set_fused_attention off), at GPT-2 small's head
+    // shape and at bench_train's gpt
+    for (auto [b, h, t, d] : {std::array<int64_t, 4>{8, 12, 256, 64}, {16, 8, 128, 32}})
+      for (const bool fused : {true, false}) {
+        const std::string shape = fmt::format("{}x{}x{}x{}", b, h, t, d);
+        c.push_back({fmt::format("attn_train_sdpa_causal_{}{}", shape, fused ? "" : "_composed"),
+                     fmt::format("sdpa causal fwd+bwd {} {}", shape, fused ? "fused" : "composed"),
+                     {fused ? Op::AttentionTrain : Op::AttentionComposedTrain, b, h, t, d}, Unit::GFlops,
+                     3 * 4.0 * b * h * t * t * d});
+      }
     c.push_back(optimizer_step(Op::AdamW, 10000000, "adamw", 28));
     c.push_back(optimizer_step(Op::AdamW, 100000000, "adamw", 28));
     c.push_back(optimizer_step(Op::SGDMomentum, 10000000, "sgd_momentum", 20));
@@ -232,7 +238,8 @@ int main(int argc, char** argv) {
       "Layers: fp32, every input requires grad, a fixed upstream gradient, grads set to none each iteration, conv "
       "without bias (NCHW). Optimizers: step only, gradients present, lr 1e-3, AdamW weight decay 0.01, SGD "
       "momentum 0.9.\n"
-      "sdpa: strata's nn::functional::scaled_dot_product_attention; LibTorch 1.13 has no fused SDPA, so its column "
-      "is the composed math (matmul, / sqrt(d), masked_fill, softmax, matmul).\n");
+      "sdpa: strata's nn::functional::scaled_dot_product_attention, fused (its default) or composed (with "
+      "set_fused_attention off); LibTorch 1.13 has no fused SDPA, so its column is the composed math (matmul, "
+      "/ sqrt(d), masked_fill, softmax, matmul) in both rows.\n");
   return 0;
 }

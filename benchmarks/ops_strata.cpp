@@ -87,11 +87,20 @@ Runner strata_runner(const Workload& w) {
       st::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
       return train_step({x, weight, bias}, [=] { return F::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});
     }
-    case Op::AttentionTrain: {
+    case Op::AttentionTrain:
+    case Op::AttentionComposedTrain: {
       const st::Shape shape{w.b, w.m, w.n, w.k};
       st::Tensor q = leaf(shape), k = leaf(shape), v = leaf(shape);
+      const bool fused = w.op == Op::AttentionTrain;
       return train_step({q, k, v},
-                        [=] { return F::scaled_dot_product_attention(q, k, v, st::Tensor(), 0, /*is_causal=*/true); },
+                        [=] {
+                          // the switch is read by the forward alone; the backward follows what it recorded
+                          const bool was = F::fused_attention_enabled(st::DeviceType::CPU);
+                          F::set_fused_attention(st::DeviceType::CPU, fused);
+                          st::Tensor y = F::scaled_dot_product_attention(q, k, v, st::Tensor(), 0, /*is_causal=*/true);
+                          F::set_fused_attention(st::DeviceType::CPU, was);
+                          return y;
+                        },
                         shape);
     }
     case Op::AdamW: {

@@ -108,7 +108,8 @@ class TorchPeer final : public Peer {
         at::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
         return train_step({x, weight, bias}, [=] { return at::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});
       }
-      case Op::AttentionTrain: {
+      case Op::AttentionTrain:
+      case Op::AttentionComposedTrain: {
         const std::vector<int64_t> shape{w.b, w.m, w.n, w.k};
         at::Tensor q = leaf(shape), k = leaf(shape), v = leaf(shape);
         return train_step({q, k, v}, [=] { return causal_attention(q, k, v); }, shape);

@@ -1,6 +1,7 @@
-// scaled_dot_product_attention composed of matmul and softmax (the causal mask fused into the
-// softmax), and MultiheadAttention on top of it. The heads are strided views of the
-// projections, made contiguous once for the batched products.
+// scaled_dot_product_attention, fused (src/nn/attention_fused.cpp) where it can be, else
+// composed of matmul and softmax (the causal mask fused into the softmax), and
+// MultiheadAttention on top of it. The heads are strided views of the projections, made
+// contiguous once for the batched products.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,6 +17,7 @@
 #include <strata/ops/reduce.hpp>
 #include <strata/ops/unary.hpp>
 
+#include "nn/attention_internal.h"
 #include "ops/softmax_internal.h"
 
 namespace strata::nn {
@@ -52,6 +54,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   }
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
+  if (!mask.defined() && dropout_p == 0 && detail::fused_attention_applies(q, k, v))
+    return detail::fused_attention(q, k, v, sc, is_causal);  // Note [Fused attention]
   // scaling q costs L * E multiplies rather than L * S on the scores. The operands are made
   // contiguous once, here: heads are strided views of a projection, which each product (two
   // forward, four backward) would otherwise compact again for a batched GEMM.
@@ -73,7 +77,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     else scores = scores + mask.to(scores.dtype());
   }
   // a causal mask rides in the softmax kernel: no mask tensor, no masked copy of the scores
-  Tensor weights = is_causal ? detail::causal_softmax(scores) : softmax(scores, -1);
+  Tensor weights = is_causal ? strata::detail::causal_softmax(scores) : softmax(scores, -1);
   if (dropout_p > 0) weights = functional::dropout(weights, dropout_p, true, gen);
   return matmul(weights, vc);
 }

@@ -20,6 +20,7 @@ void register_sort_kernels(KernelTable&);
 void register_compare_kernels(KernelTable&);
 void register_layer_norm_kernels(KernelTable&);
 void register_cross_entropy_kernels(KernelTable&);
+void register_attention_kernels(KernelTable&);
 void register_dropout_kernels(KernelTable&);
 void register_conv_kernels(KernelTable&);
 void register_pool_kernels(KernelTable&);
@@ -43,6 +44,7 @@ void register_builtin_kernels(KernelTable& table) {
   register_compare_kernels(table);
   register_layer_norm_kernels(table);
   register_cross_entropy_kernels(table);
+  register_attention_kernels(table);
   register_dropout_kernels(table);
   register_conv_kernels(table);
   register_pool_kernels(table);

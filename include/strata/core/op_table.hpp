@@ -37,6 +37,7 @@
   /* nn */                                                                          \
   X(layer_norm, 3, true) X(layer_norm_backward, 5, false) X(dropout, 1, true)      \
   X(cross_entropy_fused, 3, true) X(cross_entropy_fused_backward, 5, false)        \
+  X(attention, 3, true) X(attention_backward, 6, false)                            \
   /* nn: convolution, pooling, batch norm */                                        \
   X(conv2d, 3, true) X(conv2d_backward_input, 2, false)                             \
   X(conv2d_backward_weight, 2, false) X(max_pool2d, 1, true)                        \
@@ -48,4 +49,4 @@
   X(softmax_backward, 2, false) X(log_softmax_backward, 2, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 94
+#define STRATA_NUM_BUILTIN_OPS 96

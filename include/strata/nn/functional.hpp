@@ -97,6 +97,14 @@ STRATA_API Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k,
                                                bool is_causal = false, std::optional<double> scale = std::nullopt,
                                                Generator* gen = nullptr);
 
+/// Whether scaled_dot_product_attention (and MultiheadAttention) may run the fused attention
+/// kernels on tensors of `device`: one op that never writes the (L, S) scores, used when there
+/// is no mask but is_causal, no dropout, and q, k and v share dtype, device and batch dims.
+/// On by default on the CPU; off on CUDA, whose kernels have not yet run on a GPU. Like
+/// PyTorch's torch.backends.cuda.enable_flash_sdp; the switch is process-wide.
+STRATA_API void set_fused_attention(DeviceType device, bool enabled);
+STRATA_API bool fused_attention_enabled(DeviceType device);
+
 // ---- losses ------------------------------------------------------------------------------------
 // reduction is "mean", "sum" or "none". Inputs and targets of the elementwise losses must
 // have the same shape (no silent broadcasting).

@@ -1,0 +1,28 @@
+// Per-element math of fused attention (Note [Fused attention] in src/nn/attention_fused.cpp),
+// shared by the CPU and CUDA kernels. For one (L, S) problem with scores s_ij = scale q_i.k_j:
+//   forward   p_ij = exp(s_ij - lse_i),  lse_i = log sum_j exp(s_ij),  o_i = sum_j p_ij v_j
+//   backward  dv_j = sum_i p_ij do_i,  dp_ij = do_i.v_j,  ds_ij = p_ij (dp_ij - delta_i),
+//             delta_i = do_i.o_i,  dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i
+// where j runs over the keys query i may attend.
+#pragma once
+
+#include <cstdint>
+
+#include "host_device.h"
+
+namespace strata::math {
+
+// How many keys query `row` attends: all S, or with a causal mask j <= row (top-left
+// aligned, as scaled_dot_product_attention's is_causal and PyTorch's).
+STRATA_HOST_DEVICE int64_t attention_keys(int64_t row, int64_t keys, bool causal) {
+  if (!causal) return keys;
+  return row + 1 < keys ? row + 1 : keys;
+}
+
+// A weight's gradient through the softmax: ds = p (dp - delta).
+template <class C>
+STRATA_HOST_DEVICE C attention_score_grad(C p, C dp, C delta) {
+  return p * (dp - delta);
+}
+
+}  // namespace strata::math

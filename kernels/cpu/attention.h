@@ -1,0 +1,229 @@
+// Fused scaled dot-product attention on the CPU, forward and backward (Note [Fused
+// attention] in src/nn/attention_fused.cpp; the per-element math is in
+// kernels/common/attention_math.h). q (batch, L, E), k (batch, S, E), v (batch, S, Ev), o and
+// its gradient (batch, L, Ev), all contiguous; lse (batch, L) in the compute type.
+//
+// The forward takes blocks of queries: a block's scores (rows x keys) are one GEMM into a
+// buffer that stays in cache, the softmax runs in place, and a second GEMM writes the
+// output rows, so no (L, S) tensor reaches memory. A causal block stops at its last row's
+// last key, which skips about half the products. Blocks are dealt round-robin over the
+// threads, since causal blocks grow in cost along a problem.
+//
+// The backward runs one problem per thread: its blocks of queries in turn recompute the
+// weights from the saved logsumexp and accumulate dk and dv in buffers of the thread's own,
+// while dq rows are written whole. (A batch smaller than the thread count leaves threads
+// idle, as PyTorch's CPU flash attention does.) 16-bit inputs are converted to float per
+// block; float and double are read in place.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include <omp.h>
+
+#include "../common/attention_math.h"
+#include "../common/convert.h"
+#include "../common/vec_exp.h"
+#include "gemm.h"
+#include "parallel.h"
+
+namespace strata::cpu {
+
+struct AttentionDims {
+  int64_t batch = 0;    // independent problems: the batch and head dims, flattened
+  int64_t queries = 0;  // L
+  int64_t keys = 0;     // S
+  int64_t dim = 0;      // E, of queries and keys
+  int64_t value_dim = 0;  // Ev
+  double scale = 1;
+  bool causal = false;
+};
+
+// Queries per block: 64, or fewer when the keys are so many that a block's scores would pass
+// about 1 MiB.
+inline int64_t attention_block_rows(int64_t keys, int64_t elem_bytes) {
+  const int64_t fit = (int64_t{1} << 20) / (std::max<int64_t>(keys, 1) * elem_bytes);
+  return std::clamp<int64_t>(fit, 8, 64);
+}
+
+namespace detail {
+
+inline constexpr int kAttentionLanes = 16;
+
+// C = alpha A B + beta C for one row-major product in the compute type (A (m, k) or, with
+// ta, stored as its transpose; B likewise).
+template <class C>
+void attention_gemm(int64_t m, int64_t n, int64_t k, const C* a, int64_t lda, bool ta, const C* b, int64_t ldb,
+                    bool tb, C* c, int64_t ldc, double alpha, double beta) {
+  GemmProblem p;
+  p.type = sizeof(C) == 8 ? GemmType::F64 : GemmType::F32;
+  p.m = m, p.n = n, p.k = k;
+  p.a = GemmInput{a, lda, 0, ta};
+  p.b = GemmInput{b, ldb, 0, tb};
+  p.c = GemmOutput{c, ldc, 0};
+  p.alpha = alpha, p.beta = beta;
+  gemm(p);
+}
+
+// n values of T as the compute type: src itself when they are the same type, else a copy.
+template <class T, class C>
+const C* as_compute(const T* src, int64_t n, std::vector<C>& buf) {
+  if constexpr (std::is_same_v<T, C>) {
+    return src;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<C>(src[i]);
+    return buf.data();
+  }
+}
+
+template <class T, class C>
+void store(const C* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = convert<T>(src[i]);
+}
+
+// Runs task(t, scratch) for t in [0, tasks), dealt round-robin over the threads; each thread
+// keeps one Scratch for all its tasks.
+template <class Scratch, class F>
+void attention_tasks(int64_t tasks, const F& task) {
+  const int64_t workers = std::min<int64_t>(tasks, omp_in_parallel() ? 1 : omp_get_max_threads());
+  parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      Scratch scratch;
+      for (int64_t t = w; t < tasks; t += workers) task(t, scratch);
+    }
+  });
+}
+
+// The softmax of the first n of a row's cols scores, in place, the rest zeroed; returns the
+// logsumexp. A NaN score makes the row NaN, as softmax does.
+template <class C>
+C attention_softmax_row(C* row, int64_t n, int64_t cols) {
+  constexpr int L = kAttentionLanes;
+  C lane[L];
+  for (auto& x : lane) x = row[0];
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+#pragma GCC unroll 1  // see Note [Lane loops] in reduce.h
+    for (int l = 0; l < L; ++l) lane[l] = row[j + l] > lane[l] ? row[j + l] : lane[l];
+  }
+  for (; j < n; ++j) lane[0] = row[j] > lane[0] ? row[j] : lane[0];
+  C mx = lane[0];
+  for (int l = 1; l < L; ++l) mx = lane[l] > mx ? lane[l] : mx;
+  for (auto& x : lane) x = C(0);
+  for (j = 0; j + L <= n; j += L) {
+#pragma GCC unroll 1
+    for (int l = 0; l < L; ++l) {
+      const C e = math::vec_exp(row[j + l] - mx);
+      row[j + l] = e;
+      lane[l] += e;
+    }
+  }
+  for (; j < n; ++j) {
+    const C e = math::vec_exp(row[j] - mx);
+    row[j] = e;
+    lane[0] += e;
+  }
+  for (int h = L / 2; h > 0; h /= 2)
+    for (int l = 0; l < h; ++l) lane[l] += lane[l + h];
+  const C inv = C(1) / lane[0];
+  for (j = 0; j < n; ++j) row[j] *= inv;
+  for (; j < cols; ++j) row[j] = C(0);
+  return mx + std::log(lane[0]);
+}
+
+}  // namespace detail
+
+template <class T>
+void attention_forward(const T* q, const T* k, const T* v, T* o, compute_t<T>* lse, const AttentionDims& d) {
+  using C = compute_t<T>;
+  const int64_t L = d.queries, S = d.keys, E = d.dim, Ev = d.value_dim;
+  const int64_t block = attention_block_rows(S, sizeof(C)), blocks = (L + block - 1) / block;
+  struct Scratch {
+    std::vector<C> q, k, v, s, o;
+  };
+  detail::attention_tasks<Scratch>(d.batch * blocks, [&](int64_t t, Scratch& w) {
+    const int64_t b = t / blocks, i0 = t % blocks * block, rows = std::min(block, L - i0);
+    const int64_t cols = d.causal ? std::min(i0 + rows, S) : S;  // keys any row of the block attends
+    const C* qb = detail::as_compute(q + (b * L + i0) * E, rows * E, w.q);
+    const C* kb = detail::as_compute(k + b * S * E, cols * E, w.k);
+    const C* vb = detail::as_compute(v + b * S * Ev, cols * Ev, w.v);
+    w.s.resize(static_cast<size_t>(rows * cols));
+    detail::attention_gemm<C>(rows, cols, E, qb, E, false, kb, E, true, w.s.data(), cols, d.scale, 0);
+    for (int64_t r = 0; r < rows; ++r)
+      lse[b * L + i0 + r] =
+          detail::attention_softmax_row(w.s.data() + r * cols, math::attention_keys(i0 + r, S, d.causal), cols);
+    T* ob = o + (b * L + i0) * Ev;
+    if constexpr (std::is_same_v<T, C>) {
+      detail::attention_gemm<C>(rows, Ev, cols, w.s.data(), cols, false, vb, Ev, false, ob, Ev, 1, 0);
+    } else {
+      w.o.resize(static_cast<size_t>(rows * Ev));
+      detail::attention_gemm<C>(rows, Ev, cols, w.s.data(), cols, false, vb, Ev, false, w.o.data(), Ev, 1, 0);
+      detail::store(w.o.data(), ob, rows * Ev);
+    }
+  });
+}
+
+template <class T>
+void attention_backward(const T* q, const T* k, const T* v, const T* o, const T* go, const compute_t<T>* lse, T* gq,
+                        T* gk, T* gv, const AttentionDims& d) {
+  using C = compute_t<T>;
+  const int64_t L = d.queries, S = d.keys, E = d.dim, Ev = d.value_dim;
+  const int64_t block = attention_block_rows(S, sizeof(C));
+  const int64_t attended = d.causal ? std::min(L, S) : S;  // keys past these get no gradient
+  struct Scratch {
+    std::vector<C> q, k, v, o, go, p, ds, gq, gk, gv;
+  };
+  detail::attention_tasks<Scratch>(d.batch, [&](int64_t b, Scratch& w) {
+    const C* kb = detail::as_compute(k + b * S * E, attended * E, w.k);
+    const C* vb = detail::as_compute(v + b * S * Ev, attended * Ev, w.v);
+    w.gk.assign(static_cast<size_t>(attended * E), C(0));
+    w.gv.assign(static_cast<size_t>(attended * Ev), C(0));
+    for (int64_t i0 = 0; i0 < L; i0 += block) {
+      const int64_t rows = std::min(block, L - i0), cols = d.causal ? std::min(i0 + rows, S) : S;
+      const C* qb = detail::as_compute(q + (b * L + i0) * E, rows * E, w.q);
+      const C* ob = detail::as_compute(o + (b * L + i0) * Ev, rows * Ev, w.o);
+      const C* gob = detail::as_compute(go + (b * L + i0) * Ev, rows * Ev, w.go);
+      w.p.resize(static_cast<size_t>(rows * cols));
+      w.ds.resize(static_cast<size_t>(rows * cols));
+      C* p = w.p.data();
+      C* ds = w.ds.data();
+      detail::attention_gemm<C>(rows, cols, E, qb, E, false, kb, E, true, p, cols, d.scale, 0);
+      for (int64_t r = 0; r < rows; ++r) {
+        C* row = p + r * cols;
+        const int64_t n = math::attention_keys(i0 + r, S, d.causal);
+        const C m = lse[b * L + i0 + r];
+        for (int64_t j = 0; j < n; ++j) row[j] = math::vec_exp(row[j] - m);
+        for (int64_t j = n; j < cols; ++j) row[j] = C(0);
+      }
+      // dv += p^T do, and dp = do v^T (into ds)
+      detail::attention_gemm<C>(cols, Ev, rows, p, cols, true, gob, Ev, false, w.gv.data(), Ev, 1, 1);
+      detail::attention_gemm<C>(rows, cols, Ev, gob, Ev, false, vb, Ev, true, ds, cols, 1, 0);
+      for (int64_t r = 0; r < rows; ++r) {
+        C delta = C(0);
+        for (int64_t e = 0; e < Ev; ++e) delta += gob[r * Ev + e] * ob[r * Ev + e];
+        for (int64_t j = 0; j < cols; ++j)
+          ds[r * cols + j] = math::attention_score_grad(p[r * cols + j], ds[r * cols + j], delta);
+      }
+      // dq = scale ds k, dk += scale ds^T q
+      T* gqb = gq + (b * L + i0) * E;
+      if constexpr (std::is_same_v<T, C>) {
+        detail::attention_gemm<C>(rows, E, cols, ds, cols, false, kb, E, false, gqb, E, d.scale, 0);
+      } else {
+        w.gq.resize(static_cast<size_t>(rows * E));
+        detail::attention_gemm<C>(rows, E, cols, ds, cols, false, kb, E, false, w.gq.data(), E, d.scale, 0);
+        detail::store(w.gq.data(), gqb, rows * E);
+      }
+      detail::attention_gemm<C>(cols, E, rows, ds, cols, true, qb, E, false, w.gk.data(), E, d.scale, 1);
+    }
+    detail::store(w.gk.data(), gk + b * S * E, attended * E);
+    detail::store(w.gv.data(), gv + b * S * Ev, attended * Ev);
+    std::fill(gk + (b * S + attended) * E, gk + (b + 1) * S * E, convert<T>(C(0)));
+    std::fill(gv + (b * S + attended) * Ev, gv + (b + 1) * S * Ev, convert<T>(C(0)));
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,34 @@
+// Entry points of the CUDA fused attention kernels (kernels/cuda/attention.cu; Note [Fused
+// attention] in src/nn/attention_fused.cpp), callable from plain C++. Instantiated for Half,
+// BFloat16 and float, computed in float. q (batch, L, D), k and v (batch, S, D), o and its
+// gradient (batch, L, D), all contiguous, D <= kMaxAttentionDim; lse (batch, L) is each
+// query's natural logsumexp. Each launches on `stream` and returns the launch's cudaError_t;
+// nothing is launched for empty arrays.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "../common/half.h"
+
+namespace strata::cuda_kernels {
+
+inline constexpr int64_t kMaxAttentionDim = 128;
+inline constexpr int64_t kAttentionTile = 64;  // queries per block, keys per step
+// Query and key blocks ride in gridDim.y, which holds at most 65535.
+inline constexpr int64_t kMaxAttentionRows = 65535 * kAttentionTile;
+
+/// o = softmax(scale q k^T, causally masked when causal) v, and lse.
+template <class T>
+cudaError_t attention_forward(cudaStream_t stream, const T* q, const T* k, const T* v, T* o, float* lse,
+                              int64_t batch, int64_t L, int64_t S, int64_t D, double scale, bool causal);
+
+/// gq, gk, gv from the forward's inputs, output o, its gradient go and lse. delta is scratch of
+/// batch * L floats (each query's do . o). Deterministic: no atomics.
+template <class T>
+cudaError_t attention_backward(cudaStream_t stream, const T* q, const T* k, const T* v, const T* o, const T* go,
+                               const float* lse, float* delta, T* gq, T* gk, T* gv, int64_t batch, int64_t L,
+                               int64_t S, int64_t D, double scale, bool causal);
+
+}  // namespace strata::cuda_kernels

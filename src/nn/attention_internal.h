@@ -1,0 +1,27 @@
+// The fused attention op (Note [Fused attention] in src/nn/attention_fused.cpp), shared by
+// scaled_dot_product_attention and the CUDA kernels' launchers.
+#pragma once
+
+#include <strata/core/tensor.hpp>
+
+namespace strata::nn::detail {
+
+/// The parameter of the attention and attention_backward kernels.
+struct AttentionParams {
+  double scale = 1;
+  bool causal = false;
+};
+
+/// The largest head dim the CUDA kernels take (queries, keys and values of one head dim).
+inline constexpr int64_t kCudaAttentionMaxDim = 128;
+
+/// Whether attention of q (..., L, E) over k (..., S, E), v (..., S, Ev) with no mask and no
+/// dropout may run the fused kernels: switched on for the device, kernels for its dtype, one
+/// dtype and device, the same batch dims, no empty dim (and on CUDA, E == Ev <= 128).
+bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v);
+
+/// softmax(scale q k^T (causally masked)) v through the fused kernels; differentiable in q, k
+/// and v (twice: the backward of a create_graph pass is composed of ops).
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+
+}  // namespace strata::nn::detail

@@ -1,0 +1,140 @@
+// CUDA fused attention (kernels/cuda/attention.cu) against the CPU kernels (kernels/cpu/
+// attention.h, themselves tested against float64 references in tests/nn/test_attention_fused.cpp)
+// on fresh random inputs: float32, float16 and bfloat16; head dims 8, 32, 64, 100 and 128 (each
+// padded size, and one that is not a multiple of 16); query and key counts around the 64-row
+// tiles, more queries than keys and fewer; with and without the causal mask; the saved
+// logsumexp and all three gradients. Then through scaled_dot_product_attention with autograd on
+// strided heads as a GPT makes them, more problems than a grid dim holds, repeatability, and
+// which inputs the CUDA path leaves to the composed ops. Without a GPU every test is skipped.
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_testing.h"
+#include "nn/attention_internal.h"
+
+namespace st = strata;
+namespace F = strata::nn::functional;
+using st::DType;
+using st::Tensor;
+using st::cuda_testing::expect_close;
+using st::cuda_testing::gpu;
+using st::cuda_testing::host;
+using st::cuda_testing::random;
+
+namespace {
+
+// Relative to max(1, |cpu value|): both sides compute in float, in another order; 16-bit
+// results may round to a neighbour.
+double tol(DType dt) { return dt == st::kFloat32 ? 5e-5 : dt == st::kFloat16 ? 4e-3 : 3e-2; }
+
+// Switches CUDA's fused attention on for a scope (it is off by default).
+struct CudaFused {
+  bool was = F::fused_attention_enabled(st::DeviceType::CUDA);
+  CudaFused() { F::set_fused_attention(st::DeviceType::CUDA, true); }
+  ~CudaFused() { F::set_fused_attention(st::DeviceType::CUDA, was); }
+};
+
+std::string node_of(const Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : ""; }
+
+}  // namespace
+
+TEST(CudaAttention, KernelsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  struct Size {
+    int64_t L, S;
+  };
+  for (DType dt : {st::kFloat32, st::kFloat16, st::kBFloat16})
+    for (int64_t D : {8, 32, 64, 100, 128})
+      for (Size z : {Size{1, 1}, {5, 5}, {64, 64}, {65, 130}, {130, 65}, {257, 257}})
+        for (bool causal : {false, true}) {
+          const std::string what = std::string(st::dtype_name(dt)) + " D " + std::to_string(D) + " L " +
+                                   std::to_string(z.L) + " S " + std::to_string(z.S) + (causal ? " causal" : "");
+          Tensor q = random({2, 3, z.L, D}, dt, -2, 2), k = random({2, 3, z.S, D}, dt, -2, 2);
+          Tensor v = random({2, 3, z.S, D}, dt), go = random({2, 3, z.L, D}, dt);
+          const st::nn::detail::AttentionParams p{1 / std::sqrt(double(D)), causal};
+          auto fresh = [](const Tensor& like, st::Device dev) {
+            return st::empty(like.shape(), st::TensorOptions(like.dtype(), dev));
+          };
+          Tensor lse_like = st::empty({6, z.L}, st::TensorOptions(st::kFloat32));
+          std::vector<Tensor> c_out = {fresh(go, st::kCPU), fresh(lse_like, st::kCPU)};
+          std::vector<Tensor> g_out = {fresh(go, st::Device::cuda()), fresh(lse_like, st::Device::cuda())};
+          const std::vector<Tensor> c_in = {q, k, v}, g_in = {gpu(q), gpu(k), gpu(v)};
+          st::run_kernel(st::OpId::attention, dt, st::KernelCall{c_in, c_out, &p});
+          st::run_kernel(st::OpId::attention, dt, st::KernelCall{g_in, g_out, &p});
+          expect_close(c_out[0], g_out[0], what + " o", tol(dt));
+          expect_close(c_out[1], g_out[1], what + " lse", 2e-5);
+          // the backward from the same saved output and logsumexp on both sides
+          std::vector<Tensor> c_grad = {fresh(q, st::kCPU), fresh(k, st::kCPU), fresh(v, st::kCPU)};
+          std::vector<Tensor> g_grad = {fresh(q, st::Device::cuda()), fresh(k, st::Device::cuda()),
+                                        fresh(v, st::Device::cuda())};
+          const std::vector<Tensor> c_bin = {q, k, v, c_out[0], go, c_out[1]};
+          const std::vector<Tensor> g_bin = {g_in[0], g_in[1], g_in[2], gpu(c_out[0]), gpu(go), gpu(c_out[1])};
+          st::run_kernel(st::OpId::attention_backward, dt, st::KernelCall{c_bin, c_grad, &p});
+          st::run_kernel(st::OpId::attention_backward, dt, st::KernelCall{g_bin, g_grad, &p});
+          expect_close(c_grad[0], g_grad[0], what + " dq", 2 * tol(dt));
+          expect_close(c_grad[1], g_grad[1], what + " dk", 2 * tol(dt));
+          expect_close(c_grad[2], g_grad[2], what + " dv", 2 * tol(dt));
+        }
+}
+
+// As a GPT calls it: heads are strided views of one projection, the output is transposed back.
+TEST(CudaAttention, AutogradOnStridedHeadsMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  CudaFused fused;
+  const int64_t B = 2, T = 150, H = 4, hd = 64;
+  for (DType dt : {st::kFloat32, st::kBFloat16}) {
+    Tensor qkv = random({B, T, 3 * H * hd}, dt), g = random({B, T, H * hd}, dt);
+    auto run = [&](const Tensor& x, const Tensor& gy) {
+      Tensor leaf = x.detach().clone().requires_grad_();
+      auto parts = st::split(leaf, H * hd, 2);
+      auto heads = [&](int i) { return parts[size_t(i)].view({B, T, H, hd}).transpose(1, 2); };
+      Tensor y = F::scaled_dot_product_attention(heads(0), heads(1), heads(2), Tensor(), 0, true);
+      EXPECT_EQ(node_of(y), "attention") << y.device();
+      y.transpose(1, 2).reshape({B, T, H * hd}).backward(gy);
+      return std::pair{y.detach(), leaf.grad()};
+    };
+    auto [cy, cg] = run(qkv, g);
+    auto [gy, gg] = run(gpu(qkv), gpu(g));
+    expect_close(cy, gy, std::string(st::dtype_name(dt)) + " output", tol(dt));
+    expect_close(cg, gg, std::string(st::dtype_name(dt)) + " gradient of qkv", 2 * tol(dt));
+  }
+}
+
+// More problems than gridDim.y could hold (they ride in x), and the backward gives the same
+// bits twice (no atomics).
+TEST(CudaAttention, ManyProblemsAndRepeatable) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  CudaFused fused;
+  Tensor q = random({70000, 3, 16}, st::kFloat32), k = random({70000, 5, 16}, st::kFloat32);
+  Tensor v = random({70000, 5, 16}, st::kFloat32), g = random({70000, 3, 16}, st::kFloat32);
+  auto grads = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv, const Tensor& gg) {
+    Tensor a = qq.detach().requires_grad_(), b = kk.detach().requires_grad_(), c = vv.detach().requires_grad_();
+    Tensor y = F::scaled_dot_product_attention(a, b, c);
+    std::vector<Tensor> out = st::autograd::grad({y}, {a, b, c}, {gg});
+    out.insert(out.begin(), y.detach());
+    return out;
+  };
+  std::vector<Tensor> c = grads(q, k, v, g), g1 = grads(gpu(q), gpu(k), gpu(v), gpu(g));
+  std::vector<Tensor> g2 = grads(gpu(q), gpu(k), gpu(v), gpu(g));
+  for (size_t i = 0; i < c.size(); ++i) {
+    expect_close(c[i], g1[i], "result " + std::to_string(i), tol(st::kFloat32));
+    expect_close(host(g1[i]), g2[i], "repeat " + std::to_string(i), 0);
+  }
+}
+
+TEST(CudaAttention, WhichPath) {
+  SKIP_WITHOUT_GPU();
+  auto t = [](st::Shape s, DType dt = st::kFloat32) { return gpu(random(s, dt)).requires_grad_(); };
+  EXPECT_FALSE(F::fused_attention_enabled(st::DeviceType::CUDA));  // until a GPU run has checked it
+  EXPECT_NE(node_of(F::scaled_dot_product_attention(t({2, 4, 8}), t({2, 6, 8}), t({2, 6, 8}))), "attention");
+  CudaFused fused;
+  EXPECT_EQ(node_of(F::scaled_dot_product_attention(t({2, 4, 8}), t({2, 6, 8}), t({2, 6, 8}))), "attention");
+  // a value dim unlike the key dim, a head dim past 128, float64: the composed ops
+  EXPECT_NE(node_of(F::scaled_dot_product_attention(t({2, 4, 8}), t({2, 6, 8}), t({2, 6, 4}))), "attention");
+  EXPECT_NE(node_of(F::scaled_dot_product_attention(t({1, 4, 130}), t({1, 6, 130}), t({1, 6, 130}))), "attention");
+  Tensor d = t({1, 4, 8}, st::kFloat64);
+  EXPECT_NE(node_of(F::scaled_dot_product_attention(d, d, d)), "attention");
+}

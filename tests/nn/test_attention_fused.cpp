@@ -1,0 +1,189 @@
+// Fused attention (Note [Fused attention] in src/nn/attention_fused.cpp): the attention and
+// attention_backward kernels against a float64 loop reference and against the composed path
+// (the same call with set_fused_attention off), in every floating dtype, with and without the
+// causal mask, more queries than keys and fewer, a value dim unlike the key dim, blocks of
+// fewer rows for long key runs, finite-difference gradients to second order, results that do
+// not depend on the thread count, and which inputs take which path.
+#include <cmath>
+
+#include "gradcheck.h"
+#include "nn/attention_testing.h"
+
+using namespace strata;
+using strata::testing::all_close;
+using strata::testing::attention_ref;
+using strata::testing::gradcheck;
+using strata::testing::gradgradcheck;
+using strata::testing::kNegInf;
+using strata::testing::Layout;
+using strata::testing::leaf;
+using strata::testing::Mat;
+using strata::testing::values;
+namespace F = strata::nn::functional;
+using V = const std::vector<Tensor>&;
+
+namespace {
+
+// Sets the CPU switch for a scope.
+struct FusedScope {
+  bool was;
+  explicit FusedScope(bool on) : was(F::fused_attention_enabled(DeviceType::CPU)) {
+    F::set_fused_attention(DeviceType::CPU, on);
+  }
+  ~FusedScope() { F::set_fused_attention(DeviceType::CPU, was); }
+};
+
+struct Result {
+  Tensor o, dq, dk, dv;
+  std::string node;  // the name of o's grad_fn
+};
+
+// Attention of q, k, v (copied as leaves of their dtype) and the gradients of <o, g>.
+Result run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, bool causal, bool fused,
+           std::optional<double> scale = std::nullopt) {
+  FusedScope scope(fused);
+  Tensor lq = q.detach().clone().requires_grad_(), lk = k.detach().clone().requires_grad_();
+  Tensor lv = v.detach().clone().requires_grad_();
+  Tensor o = F::scaled_dot_product_attention(lq, lk, lv, Tensor(), 0, causal, scale);
+  Result r{o.detach(), {}, {}, {}, o.grad_fn() ? o.grad_fn()->name() : ""};
+  auto grads = autograd::grad({o}, {lq, lk, lv}, {g.to(o.dtype())});
+  r.dq = grads[0], r.dk = grads[1], r.dv = grads[2];
+  return r;
+}
+
+// Stacks the float64 loop reference of every leading index of (B, H, L, E) tensors.
+std::vector<double> reference(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  std::vector<double> out;
+  for (int64_t a = 0; a < q.size(0); ++a)
+    for (int64_t b = 0; b < q.size(1); ++b) {
+      auto one = [&](const Tensor& t) { return Mat(t.select(0, a).select(0, b).to(kFloat64)); };
+      strata::testing::ScoreBias bias;
+      if (causal) bias = [](int64_t i, int64_t j) { return j > i ? kNegInf : 0.0; };
+      Mat o = attention_ref(one(q), one(k), one(v), scale, bias);
+      out.insert(out.end(), o.v.begin(), o.v.end());
+    }
+  return out;
+}
+
+double tolerance(DType t) { return t == kFloat64 ? 1e-12 : t == kFloat32 ? 2e-5 : t == kFloat16 ? 4e-3 : 3e-2; }
+
+}  // namespace
+
+TEST(FusedAttention, MatchesReferenceAndComposedPath) {
+  Generator gen(11);
+  struct Case {
+    int64_t L, S, E, Ev;
+  };
+  for (Case c : {Case{5, 5, 8, 8}, {7, 3, 8, 5}, {3, 7, 4, 6}, {1, 4, 3, 3}, {130, 130, 16, 16}, {200, 70, 8, 12},
+                 {70, 200, 8, 8}})
+    for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16})
+      for (bool causal : {false, true}) {
+        Tensor q = randn({2, 3, c.L, c.E}, kFloat64, &gen).to(t), k = randn({2, 3, c.S, c.E}, kFloat64, &gen).to(t);
+        Tensor v = randn({2, 3, c.S, c.Ev}, kFloat64, &gen).to(t), g = randn({2, 3, c.L, c.Ev}, kFloat64, &gen);
+        const std::string what = fmt::format("{} L {} S {} E {} Ev {} causal {}", dtype_name(t), c.L, c.S, c.E, c.Ev,
+                                             causal);
+        Result f = run(q, k, v, g, causal, true);
+        EXPECT_EQ(f.node, "attention") << what;
+        EXPECT_EQ(f.o.dtype(), t);
+        EXPECT_EQ(f.o.shape(), (Shape{2, 3, c.L, c.Ev}));
+        const double tol = tolerance(t);
+        EXPECT_TRUE(all_close(values(f.o), reference(q, k, v, causal, 1 / std::sqrt(double(c.E))), tol, tol)) << what;
+        // gradients against the composed path in float64 on the same (rounded) inputs
+        Result w = run(q.to(kFloat64), k.to(kFloat64), v.to(kFloat64), g, causal, false);
+        EXPECT_NE(w.node, "attention");
+        for (auto [got, want, name] : {std::tuple{f.dq, w.dq, "dq"}, {f.dk, w.dk, "dk"}, {f.dv, w.dv, "dv"}}) {
+          EXPECT_EQ(got.dtype(), t) << name;
+          EXPECT_TRUE(all_close(values(got), values(want), 4 * tol, 4 * tol)) << what << " " << name;
+        }
+      }
+}
+
+// Keys past the last query of a causal problem get zero gradients; an explicit scale is used
+// as given.
+TEST(FusedAttention, CausalTailAndExplicitScale) {
+  Generator gen(12);
+  Tensor q = randn({1, 2, 4, 6}, kFloat64, &gen), k = randn({1, 2, 9, 6}, kFloat64, &gen);
+  Tensor v = randn({1, 2, 9, 3}, kFloat64, &gen), g = randn({1, 2, 4, 3}, kFloat64, &gen);
+  Result f = run(q, k, v, g, true, true, 0.3);
+  EXPECT_TRUE(all_close(values(f.o), reference(q, k, v, true, 0.3), 1e-12, 1e-12));
+  std::vector<double> dk = values(f.dk), dv = values(f.dv);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t j = 4; j < 9; ++j) {
+      for (int64_t e = 0; e < 6; ++e) EXPECT_EQ(dk[(h * 9 + j) * 6 + e], 0.0);
+      for (int64_t e = 0; e < 3; ++e) EXPECT_EQ(dv[(h * 9 + j) * 3 + e], 0.0);
+    }
+  Result w = run(q, k, v, g, true, false, 0.3);
+  EXPECT_TRUE(all_close(values(f.dq), values(w.dq), 1e-12, 1e-12));
+}
+
+// So many keys that a block holds fewer than 64 queries (kernels/cpu/attention.h), and
+// 16-bit inputs on that path.
+TEST(FusedAttention, LongKeyRuns) {
+  Generator gen(13);
+  for (DType t : {kFloat32, kBFloat16}) {
+    Tensor q = randn({1, 1, 40, 4}, kFloat64, &gen).to(t), k = randn({1, 1, 17000, 4}, kFloat64, &gen).to(t);
+    Tensor v = randn({1, 1, 17000, 2}, kFloat64, &gen).to(t), g = randn({1, 1, 40, 2}, kFloat64, &gen);
+    Result f = run(q, k, v, g, false, true);
+    Result w = run(q.to(kFloat64), k.to(kFloat64), v.to(kFloat64), g, false, false);
+    EXPECT_TRUE(all_close(values(f.o), values(w.o), tolerance(t), tolerance(t))) << dtype_name(t);
+    EXPECT_TRUE(all_close(values(f.dk), values(w.dk), 4 * tolerance(t), 4 * tolerance(t))) << dtype_name(t);
+  }
+}
+
+TEST(FusedAttention, GradCheckToSecondOrder) {
+  Generator gen(14);
+  FusedScope scope(true);
+  for (bool causal : {false, true}) {
+    Tensor q = leaf(randn({2, 5, 4}, kFloat64, &gen), Layout::Transposed), k = leaf(randn({2, 3, 4}, kFloat64, &gen));
+    Tensor v = leaf(randn({2, 3, 2}, kFloat64, &gen), Layout::Sliced);
+    auto f = [causal](V in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0, causal); };
+    EXPECT_EQ(f({q, k, v}).grad_fn()->name(), "attention");
+    EXPECT_TRUE(gradcheck(f, {q, k, v})) << causal;
+    EXPECT_TRUE(gradgradcheck(f, {q, k, v})) << causal;
+  }
+}
+
+TEST(FusedAttention, SameResultsOnAnyThreadCount) {
+  Generator gen(15);
+  Tensor q = randn({3, 2, 150, 16}, kFloat32, &gen), k = randn({3, 2, 150, 16}, kFloat32, &gen);
+  Tensor v = randn({3, 2, 150, 16}, kFloat32, &gen), g = randn({3, 2, 150, 16}, kFloat32, &gen);
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  Result one = run(q, k, v, g, true, true);
+  set_num_threads(2);
+  Result two = run(q, k, v, g, true, true);
+  set_num_threads(threads);
+  for (auto [a, b] : {std::pair{one.o, two.o}, {one.dq, two.dq}, {one.dk, two.dk}, {one.dv, two.dv}})
+    EXPECT_EQ(values(a), values(b));
+}
+
+// What takes the composed path: masks, dropout, broadcast batch dims, mixed dtypes, empty dims
+// and the switch; an in-place write to a saved input is caught at backward.
+TEST(FusedAttention, WhichPathAndSavedInputs) {
+  Generator gen(16);
+  Tensor q = randn({2, 4, 8}, kFloat32, &gen).requires_grad_(), k = randn({2, 6, 8}, kFloat32, &gen);
+  Tensor v = randn({2, 6, 8}, kFloat32, &gen);
+  auto node = [](const Tensor& o) { return o.grad_fn() ? o.grad_fn()->name() : std::string(); };
+  FusedScope scope(true);
+  EXPECT_TRUE(F::fused_attention_enabled(DeviceType::CPU));
+  EXPECT_FALSE(F::fused_attention_enabled(DeviceType::CUDA));  // until its kernels have run on a GPU
+  EXPECT_EQ(node(F::scaled_dot_product_attention(q, k, v)), "attention");
+  EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, ones({4, 6}, kBool))), "attention");
+  EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, Tensor(), 0.5)), "attention");
+  EXPECT_NE(node(F::scaled_dot_product_attention(q, k.select(0, 0), v.select(0, 0))), "attention");
+  EXPECT_NE(node(F::scaled_dot_product_attention(q, k.to(kFloat64), v)), "attention");
+  Tensor none = F::scaled_dot_product_attention(q, k.narrow(1, 0, 0), v.narrow(1, 0, 0));
+  EXPECT_EQ(none.shape(), (Shape{2, 4, 8}));
+  EXPECT_EQ(values(none), std::vector<double>(64, 0.0));
+  {
+    FusedScope off(false);
+    EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v)), "attention");
+  }
+  Tensor kl = k.clone().requires_grad_();
+  Tensor o = F::scaled_dot_product_attention(q, kl, v);
+  {
+    NoGradGuard no_grad;
+    kl.add_(1);
+  }
+  EXPECT_THROW(o.sum().backward(), Error);
+}
