@@ -5,13 +5,14 @@
 //   gemm         strata::matmul beside a direct cuBLASLt call (bench_gpu_gemm.cpp): TFLOP/s
 //   adamw        strata::optim::AdamW on 100M float32 parameters: GB/s at 28 bytes per parameter
 //   gpt          a training step of a 6-layer GPT, width 512, context 256, batch 32: tokens/s
+//   gpt_fused    the same with fused attention switched on for CUDA (off by default)
 //   train        bench_train's mlp, cnn, resnet50 (batch 64) and gpt trained on the GPU: units/s
 // GPU rows are medians of CUDA-event timings after warm-up. Besides the table it prints one
 // "RESULT<TAB>key<TAB>value<TAB>unit<TAB>note" line per row as soon as the row is measured, so
 // a run stopped by gpu-check's time limit keeps the rows it finished; bench_gpu_torch.py
 // prints the same keys for PyTorch, and scripts/gpu-check.sh joins the two.
 //
-//   bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--workloads mlp,cnn,resnet50,gpt]
+//   bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,gpt_fused,train] [--workloads mlp,cnn,resnet50,gpt]
 //             [--reps N] [--warmup N]
 //             [--scale F] [--list]
 // Without a visible GPU it says so and exits 0; exit 1 when a row could not run, 2 on bad
@@ -171,7 +172,7 @@ using namespace bench_gpu;
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "bench_gpu: %s\nusage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] "
+               "bench_gpu: %s\nusage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,gpt_fused,train] "
                "[--workloads mlp,cnn,resnet50,gpt] [--reps N] [--warmup N] [--scale F] [--list]\n",
                why.c_str());
   std::exit(2);
@@ -186,7 +187,7 @@ Settings parse(int argc, char** argv, bool& list_only) {
       std::stringstream list(args.value(i));
       for (std::string name; std::getline(list, name, ',');) {
         if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
-          usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt, train)", name));
+          usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt, gpt_fused, train)", name));
         s.sections.push_back(name);
       }
     } else if (a == "--workloads") {
@@ -210,7 +211,7 @@ Settings parse(int argc, char** argv, bool& list_only) {
       list_only = true;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,train] [--workloads mlp,cnn,resnet50,gpt] "
+          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,gpt_fused,train] [--workloads mlp,cnn,resnet50,gpt] "
           "[--reps N] [--warmup N] [--scale F] [--list]\n");
       std::exit(0);
     } else {

@@ -13,7 +13,7 @@ lines with bench_gpu's keys:
   tokens per second, torch.optim.AdamW / SGD with their default implementations).
 float32 matmuls and convolutions run without TF32 except in the gemm_tf32 rows, as in strata.
 
-  python3 bench_gpu_torch.py [--only copy,elementwise,reduce,gemm,adamw,gpt,train]
+  python3 bench_gpu_torch.py [--only copy,elementwise,reduce,gemm,adamw,gpt,gpt_fused,train]
                              [--workloads mlp,cnn,resnet50,gpt] [--reps N]
                              [--warmup N] [--scale F]
 Without torch, or without a GPU that torch sees, it prints one "SKIP ..." line and exits 0.
@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-SECTIONS = ["copy", "elementwise", "reduce", "gemm", "adamw", "gpt", "train"]
+SECTIONS = ["copy", "elementwise", "reduce", "gemm", "adamw", "gpt", "gpt_fused", "train"]  # gpt_fused: as gpt
 
 
 def parse_args():
@@ -307,7 +307,7 @@ def main():
     print(f"bench_gpu_torch: torch {torch.__version__} on {p.name} (compute capability {p.major}.{p.minor}); "
           f"{args.warmup} warm-up runs, median of {args.reps}, scale {args.scale:g}", flush=True)
     sections = [(memory_rows, True), (gemm_rows, "gemm" in args.only), (adamw_row, "adamw" in args.only),
-                (gpt_row, "gpt" in args.only), (train_rows, "train" in args.only)]
+                (gpt_row, "gpt" in args.only or "gpt_fused" in args.only), (train_rows, "train" in args.only)]
     for run, wanted in sections:
         try:  # rows catch their own errors; this catches failures while making a section's inputs
             if wanted:

@@ -148,10 +148,8 @@ void train_rows(Context& ctx) {
 void run_training_rows(Context& ctx) {
   if (wants(ctx.settings, "adamw")) adamw_row(ctx);
   st::cuda::empty_cache();
-  if (wants(ctx.settings, "gpt")) {
-    gpt_row(ctx, false);
-    gpt_row(ctx, true);
-  }
+  if (wants(ctx.settings, "gpt")) gpt_row(ctx, false);
+  if (wants(ctx.settings, "gpt_fused")) gpt_row(ctx, true);
   st::cuda::empty_cache();
   if (wants(ctx.settings, "train")) train_rows(ctx);
 }

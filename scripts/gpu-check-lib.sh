@@ -250,7 +250,7 @@ bench_table() {
       printf "%-20s %10s %10s %7s  %-9s %s\n", "benchmark", "strata", "PyTorch", "ratio", "unit", "note"
       if (n == 0) print "(no results: see bench.log)"
       for (i = 1; i <= n; i++) {
-        # a *_fused row (strata with one of its fused kernels switched on) faces PyTorch's plain row
+        # a *_fused row (strata with one of its fused kernels switched on) faces the plain PyTorch row
         k = key[i]; b = k; sub(/_fused$/, "", b); s = strata[k]; t = (k in torch) ? torch[k] : (b in torch) ? torch[b] : "-"
         r = (num(s) && num(t) && t + 0 > 0) ? sprintf("%.2f", s / t) : "-"
         printf "%-20s %10s %10s %7s  %-9s %s\n", k, show(s), show(t), r, unit[k], substr(note[k], 1, 70)
@@ -298,13 +298,14 @@ resnet_line() {
 
 # profile_steps WHAT LOGS TORCH_SCRIPT TORCH_LD_PATH: ncu's per-kernel GPU times of two training
 # steps (--warmup 1 --reps 1) of WHAT in strata and in PyTorch, into LOGS/ncu_strata.txt and
-# LOGS/ncu_torch.txt: gpt is bench_gpu's gpt_train row, mlp, cnn and resnet50 its train_* rows.
-# 1 when ncu is missing, 2 for an unknown WHAT.
+# LOGS/ncu_torch.txt: gpt is bench_gpu's gpt_train row, gpt_fused its gpt_train_fused row (beside
+# PyTorch's gpt_train), mlp, cnn and resnet50 its train_* rows. 1 when ncu is missing, 2 for an
+# unknown WHAT.
 profile_steps() {
-  local rows
+  local rows torch_rows
   case $1 in
-    gpt) rows=(--only gpt) ;;
-    mlp | cnn | resnet50) rows=(--only train --workloads "$1") ;;
+    gpt | gpt_fused) rows=(--only "$1") torch_rows=(--only gpt) ;;
+    mlp | cnn | resnet50) rows=(--only train --workloads "$1") torch_rows=("${rows[@]}") ;;
     *) return 2 ;;
   esac
   local ncu candidate
@@ -315,7 +316,7 @@ profile_steps() {
   [[ -n $ncu ]] || return 1
   local args=(--clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel)
   timeout -k 5 170 "$ncu" "${args[@]}" "$bundle/bench_gpu" "${rows[@]}" --warmup 1 --reps 1 >"$2/ncu_strata.txt" 2>&1
-  LD_LIBRARY_PATH=$4 timeout -k 5 170 "$ncu" "${args[@]}" python3 "$3" "${rows[@]}" --warmup 1 --reps 1 \
+  LD_LIBRARY_PATH=$4 timeout -k 5 170 "$ncu" "${args[@]}" python3 "$3" "${torch_rows[@]}" --warmup 1 --reps 1 \
     >"$2/ncu_torch.txt" 2>&1
   return 0
 }
@@ -325,7 +326,7 @@ profile_lines() {
   case $3 in
     0) ;;
     1) echo "profile: ncu not found"; return ;;
-    *) echo "profile: unknown workload '$1' (gpt, mlp, cnn, resnet50)"; return ;;
+    *) echo "profile: unknown workload '$1' (gpt, gpt_fused, mlp, cnn, resnet50)"; return ;;
   esac
   local side
   for side in strata torch; do

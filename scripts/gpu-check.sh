@@ -36,8 +36,9 @@
 # STRATA_GPU_BENCH_TIMEOUT (120 s), STRATA_GPU_TORCH_TIMEOUT (100 s), STRATA_GPU_EXAMPLE_TIMEOUT
 # (90 s), STRATA_GPU_RESNET_TIMEOUT (60 s, the ResNet-50 example), STRATA_GPU_BENCH_ARGS
 # (passed to both benchmarks, e.g. "--only gemm --reps 50"),
-# STRATA_GPU_PROFILE=gpt|mlp|cnn|resnet50 (1 = gpt: also time every kernel of two training
-# steps of that workload, bench_gpu's gpt_train row or a train_* row, in strata and in PyTorch
+# STRATA_GPU_PROFILE=gpt|gpt_fused|mlp|cnn|resnet50 (1 = gpt: also time every kernel of two
+# training steps of that workload, bench_gpu's gpt_train, gpt_train_fused (beside PyTorch's
+# gpt_train) or a train_* row, in strata and in PyTorch
 # with ncu, 170 s each at most: ncu_strata.txt, ncu_torch.txt, and the top kernels of each in
 # the table). At most about 9.5 minutes in all (about 15 with the profile).
 set -uo pipefail
