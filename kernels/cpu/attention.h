@@ -1,7 +1,7 @@
 // Fused scaled dot-product attention on the CPU, forward and backward (Note [Fused
 // attention] in src/nn/attention_fused.cpp; the per-element math is in
 // kernels/common/attention_math.h). q (batch, L, E), k (batch, S, E), v (batch, S, Ev), o and
-// its gradient (batch, L, Ev), all contiguous; lse (batch, L) in the compute type.
+// its gradient (batch, L, Ev), all contiguous and non-empty; lse (batch, L) in the compute type.
 //
 // The forward takes blocks of queries: a block's scores (rows x keys) are one GEMM into a
 // buffer that stays in cache, the softmax runs in place, and a second GEMM writes the

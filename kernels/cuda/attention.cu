@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads)
   load_transposed<kD>(vt, kVecLd, v, k0, S, D);
   float dk[4][NJ] = {}, dv[4][NJ] = {};
   // causal: queries before k0 attend none of these keys
-  for (int64_t q0 = causal ? k0 / kTile * kTile : 0; q0 < L; q0 += kTile) {
+  for (int64_t q0 = causal ? k0 : 0; q0 < L; q0 += kTile) {
     __syncthreads();
     load_transposed<kD>(qt, kOddLd, q, q0, L, D);
     load_transposed<kD>(dot, kOddLd, go, q0, L, D);
@@ -341,6 +341,7 @@ cudaError_t attention_backward(cudaStream_t stream, const T* q, const T* k, cons
                                int64_t S, int64_t D, double scale, bool causal) {
   if (batch == 0 || L == 0 || S == 0 || D == 0) return cudaSuccess;
   const int64_t rows = batch * L, warps = kThreads / 32;
+  if ((rows + warps - 1) / warps > 2147483647) return cudaErrorInvalidValue;
   attention_delta_kernel<T><<<static_cast<unsigned>((rows + warps - 1) / warps), kThreads, 0, stream>>>(
       o, go, delta, rows, static_cast<int>(D));
   cudaError_t err = cudaGetLastError();

@@ -2,8 +2,9 @@
 // attention] in src/nn/attention_fused.cpp), callable from plain C++. Instantiated for Half,
 // BFloat16 and float, computed in float. q (batch, L, D), k and v (batch, S, D), o and its
 // gradient (batch, L, D), all contiguous, D <= kMaxAttentionDim; lse (batch, L) is each
-// query's natural logsumexp. Each launches on `stream` and returns the launch's cudaError_t;
-// nothing is launched for empty arrays.
+// query's natural logsumexp. L, S and D must be positive (the op takes the composed path
+// otherwise; the launcher checks). Each launches on `stream` and returns the launch's
+// cudaError_t.
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,7 @@
 // again. The CPU kernels are in kernels/cpu/attention.h, the CUDA ones in
 // kernels/cuda/attention.cu.
 #include <atomic>
+#include <cstdint>
 
 #include <strata/autograd/graph.hpp>
 #include <strata/nn/functional.hpp>
@@ -47,7 +48,8 @@ cpu::AttentionDims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, co
 
 void check_kernel_layout(const KernelCall& call, std::string_view op) {
   for (const Tensor& t : call.inputs)
-    STRATA_CHECK(t.is_contiguous() && t.dim() >= 2, "[{}] kernel needs contiguous (..., rows, dim) tensors", op);
+    STRATA_CHECK(t.is_contiguous() && t.dim() >= 2 && t.numel() > 0,
+                 "[{}] kernel needs contiguous, non-empty (..., rows, dim) tensors", op);
 }
 
 // inputs (q, k, v); outputs (o (..., L, Ev), lse (batch, L)).
@@ -109,7 +111,9 @@ bool detail::fused_attention_applies(const Tensor& q, const Tensor& k, const Ten
     if (k.size(i) != q.size(i) || v.size(i) != q.size(i)) return false;
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0 || L == 0 || S == 0 || E == 0 || Ev == 0) return false;
-  if (dev == DeviceType::CUDA && (E != Ev || E > kCudaAttentionMaxDim)) return false;
+  if (dev == DeviceType::CUDA && (E != Ev || E > kCudaAttentionMaxDim || L > kCudaAttentionMaxRows ||
+                                  S > kCudaAttentionMaxRows || q.numel() / (L * E) > INT32_MAX))
+    return false;
   return ext::has_kernel(OpId::attention, dev, q.dtype()) && ext::has_kernel(OpId::attention_backward, dev, q.dtype());
 }
 

@@ -12,12 +12,15 @@ struct AttentionParams {
   bool causal = false;
 };
 
-/// The largest head dim the CUDA kernels take (queries, keys and values of one head dim).
+/// The largest head dim the CUDA kernels take (queries, keys and values of one head dim), and
+/// the most queries or keys (their 64-row blocks ride in a grid's y dim).
 inline constexpr int64_t kCudaAttentionMaxDim = 128;
+inline constexpr int64_t kCudaAttentionMaxRows = 65535 * 64;
 
 /// Whether attention of q (..., L, E) over k (..., S, E), v (..., S, Ev) with no mask and no
 /// dropout may run the fused kernels: switched on for the device, kernels for its dtype, one
-/// dtype and device, the same batch dims, no empty dim (and on CUDA, E == Ev <= 128).
+/// dtype and device, the same batch dims, no empty dim (and on CUDA, E == Ev <= 128, at most
+/// kCudaAttentionMaxRows queries and keys, fewer than 2^31 problems).
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v);
 
 /// softmax(scale q k^T (causally masked)) v through the fused kernels; differentiable in q, k

@@ -5,7 +5,8 @@
 // tiles, more queries than keys and fewer; with and without the causal mask; the saved
 // logsumexp and all three gradients. Then through scaled_dot_product_attention with autograd on
 // strided heads as a GPT makes them, more problems than a grid dim holds, repeatability, and
-// which inputs the CUDA path leaves to the composed ops. Without a GPU every test is skipped.
+// which inputs the CUDA path leaves to the composed ops, and scores in the tens. Without a GPU
+// every test is skipped.
 #include <string>
 #include <vector>
 
@@ -36,6 +37,38 @@ struct CudaFused {
 
 std::string node_of(const Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : ""; }
 
+// One problem size through both kernels on both devices; q_range spreads the scores.
+void compare_kernels(DType dt, int64_t D, int64_t L, int64_t S, bool causal, double q_range) {
+  const std::string what = std::string(st::dtype_name(dt)) + " D " + std::to_string(D) + " L " +
+                           std::to_string(L) + " S " + std::to_string(S) + (causal ? " causal" : "") +
+                           " q in +-" + std::to_string(q_range);
+  Tensor q = random({2, 3, L, D}, dt, -q_range, q_range), k = random({2, 3, S, D}, dt, -2, 2);
+  Tensor v = random({2, 3, S, D}, dt), go = random({2, 3, L, D}, dt);
+  const st::nn::detail::AttentionParams p{1 / std::sqrt(double(D)), causal};
+  auto fresh = [](const Tensor& like, st::Device dev) {
+    return st::empty(like.shape(), st::TensorOptions(like.dtype(), dev));
+  };
+  Tensor lse_like = st::empty({6, L}, st::TensorOptions(st::kFloat32));
+  std::vector<Tensor> c_out = {fresh(go, st::kCPU), fresh(lse_like, st::kCPU)};
+  std::vector<Tensor> g_out = {fresh(go, st::Device::cuda()), fresh(lse_like, st::Device::cuda())};
+  const std::vector<Tensor> c_in = {q, k, v}, g_in = {gpu(q), gpu(k), gpu(v)};
+  st::run_kernel(st::OpId::attention, dt, st::KernelCall{c_in, c_out, &p});
+  st::run_kernel(st::OpId::attention, dt, st::KernelCall{g_in, g_out, &p});
+  expect_close(c_out[0], g_out[0], what + " o", tol(dt));
+  expect_close(c_out[1], g_out[1], what + " lse", 2e-5);
+  // the backward from the same saved output and logsumexp on both sides
+  std::vector<Tensor> c_grad = {fresh(q, st::kCPU), fresh(k, st::kCPU), fresh(v, st::kCPU)};
+  std::vector<Tensor> g_grad = {fresh(q, st::Device::cuda()), fresh(k, st::Device::cuda()),
+                                fresh(v, st::Device::cuda())};
+  const std::vector<Tensor> c_bin = {q, k, v, c_out[0], go, c_out[1]};
+  const std::vector<Tensor> g_bin = {g_in[0], g_in[1], g_in[2], gpu(c_out[0]), gpu(go), gpu(c_out[1])};
+  st::run_kernel(st::OpId::attention_backward, dt, st::KernelCall{c_bin, c_grad, &p});
+  st::run_kernel(st::OpId::attention_backward, dt, st::KernelCall{g_bin, g_grad, &p});
+  expect_close(c_grad[0], g_grad[0], what + " dq", 2 * tol(dt));
+  expect_close(c_grad[1], g_grad[1], what + " dk", 2 * tol(dt));
+  expect_close(c_grad[2], g_grad[2], what + " dv", 2 * tol(dt));
+}
+
 }  // namespace
 
 TEST(CudaAttention, KernelsMatchCpu) {
@@ -47,35 +80,15 @@ TEST(CudaAttention, KernelsMatchCpu) {
   for (DType dt : {st::kFloat32, st::kFloat16, st::kBFloat16})
     for (int64_t D : {8, 32, 64, 100, 128})
       for (Size z : {Size{1, 1}, {5, 5}, {64, 64}, {65, 130}, {130, 65}, {257, 257}})
-        for (bool causal : {false, true}) {
-          const std::string what = std::string(st::dtype_name(dt)) + " D " + std::to_string(D) + " L " +
-                                   std::to_string(z.L) + " S " + std::to_string(z.S) + (causal ? " causal" : "");
-          Tensor q = random({2, 3, z.L, D}, dt, -2, 2), k = random({2, 3, z.S, D}, dt, -2, 2);
-          Tensor v = random({2, 3, z.S, D}, dt), go = random({2, 3, z.L, D}, dt);
-          const st::nn::detail::AttentionParams p{1 / std::sqrt(double(D)), causal};
-          auto fresh = [](const Tensor& like, st::Device dev) {
-            return st::empty(like.shape(), st::TensorOptions(like.dtype(), dev));
-          };
-          Tensor lse_like = st::empty({6, z.L}, st::TensorOptions(st::kFloat32));
-          std::vector<Tensor> c_out = {fresh(go, st::kCPU), fresh(lse_like, st::kCPU)};
-          std::vector<Tensor> g_out = {fresh(go, st::Device::cuda()), fresh(lse_like, st::Device::cuda())};
-          const std::vector<Tensor> c_in = {q, k, v}, g_in = {gpu(q), gpu(k), gpu(v)};
-          st::run_kernel(st::OpId::attention, dt, st::KernelCall{c_in, c_out, &p});
-          st::run_kernel(st::OpId::attention, dt, st::KernelCall{g_in, g_out, &p});
-          expect_close(c_out[0], g_out[0], what + " o", tol(dt));
-          expect_close(c_out[1], g_out[1], what + " lse", 2e-5);
-          // the backward from the same saved output and logsumexp on both sides
-          std::vector<Tensor> c_grad = {fresh(q, st::kCPU), fresh(k, st::kCPU), fresh(v, st::kCPU)};
-          std::vector<Tensor> g_grad = {fresh(q, st::Device::cuda()), fresh(k, st::Device::cuda()),
-                                        fresh(v, st::Device::cuda())};
-          const std::vector<Tensor> c_bin = {q, k, v, c_out[0], go, c_out[1]};
-          const std::vector<Tensor> g_bin = {g_in[0], g_in[1], g_in[2], gpu(c_out[0]), gpu(go), gpu(c_out[1])};
-          st::run_kernel(st::OpId::attention_backward, dt, st::KernelCall{c_bin, c_grad, &p});
-          st::run_kernel(st::OpId::attention_backward, dt, st::KernelCall{g_bin, g_grad, &p});
-          expect_close(c_grad[0], g_grad[0], what + " dq", 2 * tol(dt));
-          expect_close(c_grad[1], g_grad[1], what + " dk", 2 * tol(dt));
-          expect_close(c_grad[2], g_grad[2], what + " dv", 2 * tol(dt));
-        }
+        for (bool causal : {false, true}) compare_kernels(dt, D, z.L, z.S, causal, 2);
+}
+
+// Scores in the tens: the running maximum moves by large steps from tile to tile.
+TEST(CudaAttention, LargeScores) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  for (DType dt : {st::kFloat32, st::kBFloat16})
+    for (bool causal : {false, true}) compare_kernels(dt, 64, 130, 200, causal, 20);
 }
 
 // As a GPT calls it: heads are strided views of one projection, the output is transposed back.

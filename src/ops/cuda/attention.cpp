@@ -18,6 +18,7 @@ namespace {
 namespace ck = cuda_kernels;
 
 static_assert(nn::detail::kCudaAttentionMaxDim == ck::kMaxAttentionDim);
+static_assert(nn::detail::kCudaAttentionMaxRows == ck::kMaxAttentionRows);
 
 // (batch, L, S, D) of contiguous q (..., L, D), k and v (..., S, D).
 struct Dims {
@@ -29,9 +30,9 @@ Dims check_layout(const KernelCall& call, std::string_view op) {
     STRATA_CHECK(t.is_contiguous() && t.dim() >= 2, "[{}] kernel needs contiguous (..., rows, dim) tensors", op);
   const Tensor &q = call.inputs[0], &k = call.inputs[1], &v = call.inputs[2];
   const int64_t L = q.size(-2), S = k.size(-2), D = q.size(-1);
-  STRATA_CHECK(k.size(-1) == D && v.size(-1) == D && v.size(-2) == S && D <= ck::kMaxAttentionDim &&
-                   L <= ck::kMaxAttentionRows && S <= ck::kMaxAttentionRows,
-               "[{}] CUDA kernel needs one head dim of at most {} for q, k and v and at most {} queries and keys, "
+  STRATA_CHECK(k.size(-1) == D && v.size(-1) == D && v.size(-2) == S && D <= ck::kMaxAttentionDim && L > 0 &&
+                   S > 0 && D > 0 && L <= ck::kMaxAttentionRows && S <= ck::kMaxAttentionRows,
+               "[{}] CUDA kernel needs one head dim of 1 to {} for q, k and v and 1 to {} queries and keys, "
                "got q {}, k {}, v {}",
                op, ck::kMaxAttentionDim, ck::kMaxAttentionRows, q.shape(), k.shape(), v.shape());
   return {L * D == 0 ? 0 : q.numel() / (L * D), L, S, D};
