@@ -3,12 +3,14 @@
 //   forward   p_ij = exp(s_ij - lse_i),  lse_i = log sum_j exp(s_ij),  o_i = sum_j p_ij v_j
 //   backward  dv_j = sum_i p_ij do_i,  dp_ij = do_i.v_j,  ds_ij = p_ij (dp_ij - delta_i),
 //             delta_i = do_i.o_i,  dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i
-// where j runs over the keys query i may attend.
+// where j runs over the keys query i may attend. With dropout, o and dv use p m and dp is
+// m (do.v_j), where m is 0 or 1 / (1 - rate) per weight; delta = do.o still holds.
 #pragma once
 
 #include <cstdint>
 
 #include "host_device.h"
+#include "philox.h"
 
 namespace strata::math {
 
@@ -17,6 +19,19 @@ namespace strata::math {
 STRATA_HOST_DEVICE int64_t attention_keys(int64_t row, int64_t keys, bool causal) {
   if (!causal) return keys;
   return row + 1 < keys ? row + 1 : keys;
+}
+
+// The dropout factor of element e of the flattened (batch, L, S) weights: the draw of
+// functional::dropout over the weights (Note [Random stream layout]), so the fused path drops
+// what the composed one does. r holds the Philox block of e / 4.
+template <class C>
+STRATA_HOST_DEVICE C attention_dropout_factor(const philox::Block& r, uint64_t e, float rate, C scale) {
+  return philox::to_unit_float(r.v[e % 4]) >= rate ? scale : C(0);
+}
+
+template <class C>
+STRATA_HOST_DEVICE C attention_dropout_factor(uint64_t e, float rate, C scale, uint64_t seed, uint64_t offset) {
+  return attention_dropout_factor(philox::philox4x32_10(offset + e / 4, seed), e, rate, scale);
 }
 
 // A weight's gradient through the softmax: ds = p (dp - delta).

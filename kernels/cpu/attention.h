@@ -13,7 +13,8 @@
 // weights from the saved logsumexp and accumulate dk and dv in buffers of the thread's own,
 // while dq rows are written whole. (A batch smaller than the thread count leaves threads
 // idle, as PyTorch's CPU flash attention does.) 16-bit inputs are converted to float per
-// block; float and double are read in place.
+// block; float and double are read in place. Dropout multiplies each weight by its factor
+// after the softmax (forward) and the products with v by the same factors (backward).
 #pragma once
 
 #include <algorithm>
@@ -40,6 +41,8 @@ struct AttentionDims {
   int64_t value_dim = 0;  // Ev
   double scale = 1;
   bool causal = false;
+  double dropout = 0;  // rate of the weights' dropout, drawn from Philox (seed, offset)
+  uint64_t seed = 0, offset = 0;
 };
 
 // Queries per block: 64, or fewer when the keys are so many that a block's scores would pass
@@ -135,6 +138,21 @@ C attention_softmax_row(C* row, int64_t n, int64_t cols) {
   return mx + std::log(lane[0]);
 }
 
+// Multiplies the first `cols` weights of row `row` of the flattened (batch * L, S) weights
+// by their dropout factors (0 or 1 / (1 - rate)).
+template <class C>
+void attention_dropout_row(C* w, int64_t cols, int64_t row, const AttentionDims& d) {
+  const uint64_t e0 = static_cast<uint64_t>(row) * static_cast<uint64_t>(d.keys);
+  const C scale = static_cast<C>(1.0 / (1.0 - d.dropout));
+  const float rate = static_cast<float>(d.dropout);
+  philox::Block r{};
+  for (int64_t j = 0; j < cols; ++j) {
+    const uint64_t e = e0 + static_cast<uint64_t>(j);
+    if (j == 0 || e % 4 == 0) r = philox::philox4x32_10(d.offset + e / 4, d.seed);
+    w[j] *= math::attention_dropout_factor(r, e, rate, scale);
+  }
+}
+
 }  // namespace detail
 
 template <class T>
@@ -153,9 +171,11 @@ void attention_forward(const T* q, const T* k, const T* v, T* o, compute_t<T>* l
     const C* vb = detail::as_compute(v + b * S * Ev, cols * Ev, w.v);
     w.s.resize(static_cast<size_t>(rows * cols));
     detail::attention_gemm<C>(rows, cols, E, qb, E, false, kb, E, true, w.s.data(), cols, d.scale, 0);
-    for (int64_t r = 0; r < rows; ++r)
-      lse[b * L + i0 + r] =
-          detail::attention_softmax_row(w.s.data() + r * cols, math::attention_keys(i0 + r, S, d.causal), cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      C* row = w.s.data() + r * cols;
+      lse[b * L + i0 + r] = detail::attention_softmax_row(row, math::attention_keys(i0 + r, S, d.causal), cols);
+      if (d.dropout > 0) detail::attention_dropout_row(row, cols, b * L + i0 + r, d);
+    }
     T* ob = o + (b * L + i0) * Ev;
     if constexpr (std::is_same_v<T, C>) {
       detail::attention_gemm<C>(rows, Ev, cols, w.s.data(), cols, false, vb, Ev, false, ob, Ev, 1, 0);
@@ -175,7 +195,7 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const T*
   const int64_t block = attention_block_rows(S, sizeof(C));
   const int64_t attended = d.causal ? std::min(L, S) : S;  // keys past these get no gradient
   struct Scratch {
-    std::vector<C> q, k, v, o, go, p, ds, gq, gk, gv;
+    std::vector<C> q, k, v, o, go, p, pd, ds, gq, gk, gv;
   };
   detail::attention_tasks<Scratch>(d.batch, [&](int64_t b, Scratch& w) {
     const C* kb = detail::as_compute(k + b * S * E, attended * E, w.k);
@@ -199,9 +219,19 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const T*
         for (int64_t j = 0; j < n; ++j) row[j] = math::vec_exp(row[j] - m);
         for (int64_t j = n; j < cols; ++j) row[j] = C(0);
       }
-      // dv += p^T do, and dp = do v^T (into ds)
-      detail::attention_gemm<C>(cols, Ev, rows, p, cols, true, gob, Ev, false, w.gv.data(), Ev, 1, 1);
+      // with dropout, pd = p m: the weights o was made of
+      const C* pd = p;
+      if (d.dropout > 0) {
+        w.pd.assign(w.p.begin(), w.p.end());
+        for (int64_t r = 0; r < rows; ++r)
+          detail::attention_dropout_row(w.pd.data() + r * cols, cols, b * L + i0 + r, d);
+        pd = w.pd.data();
+      }
+      // dv += pd^T do, and dp = (do v^T) m (into ds)
+      detail::attention_gemm<C>(cols, Ev, rows, pd, cols, true, gob, Ev, false, w.gv.data(), Ev, 1, 1);
       detail::attention_gemm<C>(rows, cols, Ev, gob, Ev, false, vb, Ev, true, ds, cols, 1, 0);
+      if (d.dropout > 0)
+        for (int64_t r = 0; r < rows; ++r) detail::attention_dropout_row(ds + r * cols, cols, b * L + i0 + r, d);
       for (int64_t r = 0; r < rows; ++r) {
         C delta = C(0);
         for (int64_t e = 0; e < Ev; ++e) delta += gob[r * Ev + e] * ob[r * Ev + e];

@@ -15,6 +15,9 @@
 //   tiles that attend them and accumulates dk and dv; a block per (problem, 64 queries) runs
 //   over the key tiles and accumulates dq. Both recompute p from the logsumexp. Two passes
 //   recompute the scores twice, but nothing is added atomically, so results are deterministic.
+// - dropout: each weight's factor comes from the Philox draw of its element of the flattened
+//   (batch, L, S) weights, as functional::dropout's; o and dv use the dropped weights, dp is
+//   multiplied by the same factors, and delta = do . o still holds.
 //
 // Causal query blocks are launched heaviest first (the last queries attend the most keys).
 #include <cmath>
@@ -90,6 +93,14 @@ __device__ __forceinline__ bool attends(int64_t query, int64_t key, int64_t L, i
   return query < L && key < math::attention_keys(query, S, causal);
 }
 
+// The dropout factor of (query, key) of problem bh: 1 without dropout.
+__device__ __forceinline__ float dropout_factor(const AttentionDropout& drop, int64_t bh, int64_t query, int64_t key,
+                                                int64_t L, int64_t S) {
+  if (drop.rate == 0.f) return 1.f;
+  const uint64_t e = static_cast<uint64_t>((bh * L + query) * S + key);
+  return math::attention_dropout_factor(e, drop.rate, drop.scale, drop.seed, drop.offset);
+}
+
 // Writes rows [row0, row0 + kTile) x D of a thread's accumulators (times scale) as T.
 template <int NJ, class T>
 __device__ __forceinline__ void store_rows(T* __restrict__ dst, const float (&acc)[4][NJ], const float* row_scale,
@@ -106,7 +117,9 @@ __device__ __forceinline__ void store_rows(T* __restrict__ dst, const float (&ac
   }
 }
 
-template <int kD> constexpr size_t forward_smem() { return sizeof(float) * (kD * kVecLd + 2 * kD * kOddLd + kTile * kVecLd); }
+template <int kD> constexpr size_t forward_smem() {
+  return sizeof(float) * (kD * kVecLd + 2 * kD * kOddLd + kTile * kVecLd);
+}
 template <int kD> constexpr size_t backward_smem() {
   return sizeof(float) * (2 * kD * kVecLd + 2 * kD * kOddLd + kTile * kVecLd + 2 * kTile);
 }
@@ -115,7 +128,7 @@ template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                              T* __restrict__ o, float* __restrict__ lse, int64_t L, int64_t S, int D, float scale2,
-                             bool causal) {
+                             bool causal, AttentionDropout drop) {
   constexpr int NJ = kD / 16;
   extern __shared__ float4 smem4[];
   float* qt = reinterpret_cast<float*>(smem4);  // [kD][kVecLd]
@@ -160,6 +173,11 @@ __global__ void __launch_bounds__(kThreads)
       m[i] = mx;
 #pragma unroll
       for (int j = 0; j < NJ; ++j) acc[i][j] *= rescale;
+      if (drop.rate > 0.f) {  // o is made of the dropped weights; l, the normalizer, of all
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (s[i][j] != 0.f) s[i][j] *= dropout_factor(drop, bh, query, k0 + tx + 16 * j, L, S);
+      }
     }
     store_transposed(pt, s, ty * 4, tx);
     __syncthreads();
@@ -197,7 +215,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_backward_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                  const T* __restrict__ go, const float* __restrict__ lse,
                                  const float* __restrict__ delta, T* __restrict__ gk, T* __restrict__ gv, int64_t L,
-                                 int64_t S, int D, float scale2, float scale, bool causal) {
+                                 int64_t S, int D, float scale2, float scale, bool causal, AttentionDropout drop) {
   constexpr int NJ = kD / 16;
   extern __shared__ float4 smem4[];
   float* kt = reinterpret_cast<float*>(smem4);  // [kD][kVecLd]
@@ -227,17 +245,21 @@ __global__ void __launch_bounds__(kThreads)
     float p[4][4] = {}, dp[4][4] = {};
     tile_fma<4>(p, kt, ty * 4, qt, kOddLd, 1, tx, kD);   // scores^T (key, query)
     tile_fma<4>(dp, vt, ty * 4, dot, kOddLd, 1, tx, kD);  // dp^T = v . do
+    float pd[4][4];  // p^T times the dropout factors: what o was made of
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int c = tx + 16 * j;
-        p[i][j] = attends(q0 + c, k0 + ty * 4 + i, L, S, causal) ? exp2f(p[i][j] * scale2 - lse2[c]) : 0.f;
-        dp[i][j] = math::attention_score_grad(p[i][j], dp[i][j], dl[c]);
+        const bool on = attends(q0 + c, k0 + ty * 4 + i, L, S, causal);
+        const float f = on ? dropout_factor(drop, bh, q0 + c, k0 + ty * 4 + i, L, S) : 0.f;
+        p[i][j] = on ? exp2f(p[i][j] * scale2 - lse2[c]) : 0.f;
+        pd[i][j] = p[i][j] * f;
+        dp[i][j] = math::attention_score_grad(p[i][j], dp[i][j] * f, dl[c]);
       }
-    store_transposed(pt, p, ty * 4, tx);
+    store_transposed(pt, pd, ty * 4, tx);
     __syncthreads();
-    tile_fma<NJ>(dv, pt, ty * 4, dot, 1, kOddLd, tx, kTile);  // dv += p^T do
+    tile_fma<NJ>(dv, pt, ty * 4, dot, 1, kOddLd, tx, kTile);  // dv += pd^T do
     __syncthreads();
     store_transposed(pt, dp, ty * 4, tx);
     __syncthreads();
@@ -254,7 +276,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_backward_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 const T* __restrict__ go, const float* __restrict__ lse,
                                 const float* __restrict__ delta, T* __restrict__ gq, int64_t L, int64_t S, int D,
-                                float scale2, float scale, bool causal) {
+                                float scale2, float scale, bool causal, AttentionDropout drop) {
   constexpr int NJ = kD / 16;
   extern __shared__ float4 smem4[];
   float* qt = reinterpret_cast<float*>(smem4);  // [kD][kVecLd]
@@ -289,9 +311,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float p = attends(q0 + ty * 4 + i, k0 + tx + 16 * j, L, S, causal) ? exp2f(s[i][j] * scale2 - lse2[i])
-                                                                                  : 0.f;
-        dp[i][j] = math::attention_score_grad(p, dp[i][j], dl[i]);
+        const int64_t query = q0 + ty * 4 + i, key = k0 + tx + 16 * j;
+        const bool on = attends(query, key, L, S, causal);
+        const float p = on ? exp2f(s[i][j] * scale2 - lse2[i]) : 0.f;
+        const float f = on ? dropout_factor(drop, bh, query, key, L, S) : 0.f;
+        dp[i][j] = math::attention_score_grad(p, dp[i][j] * f, dl[i]);
       }
     store_transposed(dst, dp, ty * 4, tx);
     __syncthreads();
@@ -326,19 +350,20 @@ int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 
 template <class T>
 cudaError_t attention_forward(cudaStream_t stream, const T* q, const T* k, const T* v, T* o, float* lse,
-                              int64_t batch, int64_t L, int64_t S, int64_t D, double scale, bool causal) {
+                              int64_t batch, int64_t L, int64_t S, int64_t D, double scale, bool causal,
+                              AttentionDropout dropout) {
   if (batch == 0 || L == 0 || S == 0 || D == 0) return cudaSuccess;
   return with_head_dim(D, [&](auto kd) {
     constexpr int kD = decltype(kd)::value;
     return launch(attention_forward_kernel<T, kD>, forward_smem<kD>(), stream, batch, tiles(L), q, k, v, o, lse, L, S,
-                  static_cast<int>(D), static_cast<float>(scale) * kLog2e, causal);
+                  static_cast<int>(D), static_cast<float>(scale) * kLog2e, causal, dropout);
   });
 }
 
 template <class T>
 cudaError_t attention_backward(cudaStream_t stream, const T* q, const T* k, const T* v, const T* o, const T* go,
                                const float* lse, float* delta, T* gq, T* gk, T* gv, int64_t batch, int64_t L,
-                               int64_t S, int64_t D, double scale, bool causal) {
+                               int64_t S, int64_t D, double scale, bool causal, AttentionDropout dropout) {
   if (batch == 0 || L == 0 || S == 0 || D == 0) return cudaSuccess;
   const int64_t rows = batch * L, warps = kThreads / 32;
   if ((rows + warps - 1) / warps > 2147483647) return cudaErrorInvalidValue;
@@ -351,19 +376,19 @@ cudaError_t attention_backward(cudaStream_t stream, const T* q, const T* k, cons
     constexpr int kD = decltype(kd)::value;
     cudaError_t e = launch(attention_backward_kv_kernel<T, kD>, backward_smem<kD>(), stream, batch, tiles(S), q, k, v,
                            go, lse, static_cast<const float*>(delta), gk, gv, L, S, static_cast<int>(D), scale2, sc,
-                           causal);
+                           causal, dropout);
     if (e != cudaSuccess) return e;
     return launch(attention_backward_q_kernel<T, kD>, backward_smem<kD>(), stream, batch, tiles(L), q, k, v, go, lse,
-                  static_cast<const float*>(delta), gq, L, S, static_cast<int>(D), scale2, sc, causal);
+                  static_cast<const float*>(delta), gq, L, S, static_cast<int>(D), scale2, sc, causal, dropout);
   });
 }
 
 #define STRATA_ATTENTION(T)                                                                                         \
   template cudaError_t attention_forward<T>(cudaStream_t, const T*, const T*, const T*, T*, float*, int64_t,       \
-                                            int64_t, int64_t, int64_t, double, bool);                              \
+                                            int64_t, int64_t, int64_t, double, bool, AttentionDropout);            \
   template cudaError_t attention_backward<T>(cudaStream_t, const T*, const T*, const T*, const T*, const T*,       \
                                              const float*, float*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t, \
-                                             double, bool);
+                                             double, bool, AttentionDropout);
 STRATA_ATTENTION(Half)
 STRATA_ATTENTION(BFloat16)
 STRATA_ATTENTION(float)

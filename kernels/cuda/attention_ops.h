@@ -20,16 +20,25 @@ inline constexpr int64_t kAttentionTile = 64;  // queries per block, keys per st
 // Query and key blocks ride in gridDim.y, which holds at most 65535.
 inline constexpr int64_t kMaxAttentionRows = 65535 * kAttentionTile;
 
+/// Dropout of the weights: factor 0 or scale = 1 / (1 - rate) per element of the flattened
+/// (batch, L, S) weights, from Philox (seed, offset) as functional::dropout draws. rate 0: none.
+struct AttentionDropout {
+  float rate = 0;
+  float scale = 1;
+  uint64_t seed = 0, offset = 0;
+};
+
 /// o = softmax(scale q k^T, causally masked when causal) v, and lse.
 template <class T>
 cudaError_t attention_forward(cudaStream_t stream, const T* q, const T* k, const T* v, T* o, float* lse,
-                              int64_t batch, int64_t L, int64_t S, int64_t D, double scale, bool causal);
+                              int64_t batch, int64_t L, int64_t S, int64_t D, double scale, bool causal,
+                              AttentionDropout dropout);
 
 /// gq, gk, gv from the forward's inputs, output o, its gradient go and lse. delta is scratch of
 /// batch * L floats (each query's do . o). Deterministic: no atomics.
 template <class T>
 cudaError_t attention_backward(cudaStream_t stream, const T* q, const T* k, const T* v, const T* o, const T* go,
                                const float* lse, float* delta, T* gq, T* gk, T* gv, int64_t batch, int64_t L,
-                               int64_t S, int64_t D, double scale, bool causal);
+                               int64_t S, int64_t D, double scale, bool causal, AttentionDropout dropout);
 
 }  // namespace strata::cuda_kernels

@@ -54,8 +54,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   }
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
-  if (!mask.defined() && dropout_p == 0 && detail::fused_attention_applies(q, k, v))
-    return detail::fused_attention(q, k, v, sc, is_causal);  // Note [Fused attention]
+  if (!mask.defined() && detail::fused_attention_applies(q, k, v, dropout_p))
+    return detail::fused_attention(q, k, v, sc, is_causal, dropout_p, gen);  // Note [Fused attention]
   // scaling q costs L * E multiplies rather than L * S on the scores. The operands are made
   // contiguous once, here: heads are strided views of a projection, which each product (two
   // forward, four backward) would otherwise compact again for a batched GEMM.

@@ -10,11 +10,12 @@
 // FlashAttention does (kernels/common/attention_math.h has the formulas). Causal blocks stop at
 // the last key their last query attends.
 //
-// It runs when the attention has no mask other than is_causal and no dropout, q, k and v
-// share their dtype, device and batch dims, no dim is empty, and set_fused_attention has not
-// switched it off for the device; anything else takes the composed path (src/nn/attention.cpp),
-// which is also what a create_graph backward records, so the result can be differentiated
-// again. The CPU kernels are in kernels/cpu/attention.h, the CUDA ones in
+// It runs when the attention has no mask other than is_causal, q, k and v share their dtype,
+// device and batch dims, no dim is empty, and set_fused_attention has not switched it off for
+// the device. Dropout of the weights drops what functional::dropout would
+// with the same generator, and draws as much from it, so both paths train alike. Anything else
+// takes the composed path (src/nn/attention.cpp), which is also what a create_graph backward
+// records, so the result can be differentiated again. The CPU kernels are in kernels/cpu/attention.h, the CUDA ones in
 // kernels/cuda/attention.cu.
 #include <atomic>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <strata/autograd/graph.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
 #include <strata/ops/matmul.hpp>
 #include <strata/ops/reduce.hpp>
 
@@ -43,7 +45,8 @@ DType lse_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
 cpu::AttentionDims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, const detail::AttentionParams& p) {
   const int64_t L = q.size(-2), E = q.size(-1);
-  return cpu::AttentionDims{q.numel() / (L * E), L, k.size(-2), E, v.size(-1), p.scale, p.causal};
+  return cpu::AttentionDims{q.numel() / (L * E), L, k.size(-2), E, v.size(-1), p.scale, p.causal, p.dropout, p.seed,
+                           p.offset};
 }
 
 void check_kernel_layout(const KernelCall& call, std::string_view op) {
@@ -80,15 +83,32 @@ void cpu_attention_backward(const KernelCall& call) {
   });
 }
 
+// The dropout factors (0 or 1 / (1 - rate)) of the (..., L, S) weights of q (..., L, E) over S
+// keys, as a tensor of q's dtype and device (computed on the CPU).
+Tensor dropout_factors(const Tensor& q, int64_t keys, const detail::AttentionParams& p) {
+  Shape shape = q.shape();
+  shape.back() = keys;
+  Tensor m = ones(shape, TensorOptions(kFloat64));
+  const cpu::AttentionDims dims{.keys = keys, .dropout = p.dropout, .seed = p.seed, .offset = p.offset};
+  double* d = static_cast<double*>(m.data());
+  for (int64_t r = 0; r < m.numel() / keys; ++r) cpu::detail::attention_dropout_row(d + r * keys, keys, r, dims);
+  return m.to(q.dtype()).to(q.device());
+}
+
 // The backward as ops, recorded when create_graph asks for a differentiable gradient. delta is
 // sum_j p dp here rather than do.o: equal, and it keeps the saved output out of the graph.
-autograd::Grads composed_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, double scale,
-                                  bool causal) {
-  const Tensor s = matmul(q, k.transpose(-2, -1)) * scale;
-  const Tensor p = causal ? strata::detail::causal_softmax(s) : softmax(s, -1);
-  const Tensor dp = matmul(g, v.transpose(-2, -1));
+autograd::Grads composed_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                  const detail::AttentionParams& params) {
+  const Tensor s = matmul(q, k.transpose(-2, -1)) * params.scale;
+  const Tensor p = params.causal ? strata::detail::causal_softmax(s) : softmax(s, -1);
+  Tensor pd = p, dp = matmul(g, v.transpose(-2, -1));
+  if (params.dropout > 0) {
+    const Tensor m = dropout_factors(q, k.size(-2), params);
+    pd = p * m, dp = dp * m;
+  }
   const Tensor ds = p * (dp - sum(dp * p, {-1}, true));
-  return {matmul(ds, k) * scale, matmul(ds.transpose(-2, -1), q) * scale, matmul(p.transpose(-2, -1), g)};
+  return {matmul(ds, k) * params.scale, matmul(ds.transpose(-2, -1), q) * params.scale,
+          matmul(pd.transpose(-2, -1), g)};
 }
 
 }  // namespace
@@ -101,9 +121,9 @@ bool functional::fused_attention_enabled(DeviceType device) {
   return fused_enabled[static_cast<int>(device)].load();
 }
 
-bool detail::fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v) {
+bool detail::fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout) {
   const DeviceType dev = q.device().type;
-  if (!functional::fused_attention_enabled(dev)) return false;
+  if (!functional::fused_attention_enabled(dev) || !(dropout >= 0 && dropout < 1)) return false;
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype() || k.device() != q.device() || v.device() != q.device())
     return false;
   if (q.dim() != k.dim() || q.dim() != v.dim() || q.dim() < 2) return false;
@@ -117,9 +137,15 @@ bool detail::fused_attention_applies(const Tensor& q, const Tensor& k, const Ten
   return ext::has_kernel(OpId::attention, dev, q.dtype()) && ext::has_kernel(OpId::attention_backward, dev, q.dtype());
 }
 
-Tensor detail::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
-  const AttentionParams p{scale, causal};
+Tensor detail::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                               double dropout, Generator* gen) {
+  AttentionParams p{scale, causal, dropout};
   const int64_t L = q.size(-2), batch = q.numel() / (L * q.size(-1));
+  if (dropout > 0) {  // the draw functional::dropout makes over the (batch, L, S) weights
+    Generator& g = gen ? *gen : default_generator();
+    p.seed = g.seed();
+    p.offset = g.reserve((static_cast<uint64_t>(batch * L) * static_cast<uint64_t>(k.size(-2)) + 3) / 4);
+  }
   // contiguous copies are made with grad mode on, so that a create_graph backward (composed
   // of these) still reaches q, k and v
   const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
@@ -136,7 +162,7 @@ Tensor detail::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v
   }
   autograd::record("attention", {qc, kc, vc}, {o}, {qc, kc, vc, o, lse},
                    [p](const autograd::Grads& g, const autograd::Saved& s) {
-                     if (autograd::is_grad_enabled()) return composed_backward(s[0], s[1], s[2], g[0], p.scale, p.causal);
+                     if (autograd::is_grad_enabled()) return composed_backward(s[0], s[1], s[2], g[0], p);
                      Tensor outs[3] = {strata::detail::make_tensor(s[0].shape(), s[0].dtype(), s[0].device()),
                                        strata::detail::make_tensor(s[1].shape(), s[1].dtype(), s[1].device()),
                                        strata::detail::make_tensor(s[2].shape(), s[2].dtype(), s[2].device())};

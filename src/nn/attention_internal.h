@@ -2,6 +2,7 @@
 // scaled_dot_product_attention and the CUDA kernels' launchers.
 #pragma once
 
+#include <strata/core/generator.hpp>
 #include <strata/core/tensor.hpp>
 
 namespace strata::nn::detail {
@@ -10,6 +11,8 @@ namespace strata::nn::detail {
 struct AttentionParams {
   double scale = 1;
   bool causal = false;
+  double dropout = 0;  // the rate; the draw is (seed, offset), as functional::dropout's
+  uint64_t seed = 0, offset = 0;
 };
 
 /// The largest head dim the CUDA kernels take (queries, keys and values of one head dim), and
@@ -17,14 +20,18 @@ struct AttentionParams {
 inline constexpr int64_t kCudaAttentionMaxDim = 128;
 inline constexpr int64_t kCudaAttentionMaxRows = 65535 * 64;
 
-/// Whether attention of q (..., L, E) over k (..., S, E), v (..., S, Ev) with no mask and no
-/// dropout may run the fused kernels: switched on for the device, kernels for its dtype, one
-/// dtype and device, the same batch dims, no empty dim (and on CUDA, E == Ev <= 128, at most
-/// kCudaAttentionMaxRows queries and keys, fewer than 2^31 problems).
-bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v);
+/// Whether attention of q (..., L, E) over k (..., S, E), v (..., S, Ev) with no mask and
+/// dropout at rate `dropout` may run the fused kernels: switched on for the device, kernels for
+/// its dtype, a rate below 1, one dtype and device, the same batch dims, no empty dim (and on
+/// CUDA, E == Ev <= 128, at most kCudaAttentionMaxRows queries and keys, fewer than 2^31
+/// problems).
+bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout);
 
-/// softmax(scale q k^T (causally masked)) v through the fused kernels; differentiable in q, k
-/// and v (twice: the backward of a create_graph pass is composed of ops).
-Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+/// dropout(softmax(scale q k^T (causally masked))) v through the fused kernels, dropping the
+/// weights functional::dropout would with `gen` (the default generator when null) and drawing
+/// as much from it; differentiable in q, k and v (twice: the backward of a create_graph pass is
+/// composed of ops).
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, double dropout,
+                       Generator* gen);
 
 }  // namespace strata::nn::detail

@@ -5,8 +5,8 @@
 // tiles, more queries than keys and fewer; with and without the causal mask; the saved
 // logsumexp and all three gradients. Then through scaled_dot_product_attention with autograd on
 // strided heads as a GPT makes them, more problems than a grid dim holds, repeatability, and
-// which inputs the CUDA path leaves to the composed ops, and scores in the tens. Without a GPU
-// every test is skipped.
+// which inputs the CUDA path leaves to the composed ops, scores in the tens, and dropout.
+// Without a GPU every test is skipped.
 #include <string>
 #include <vector>
 
@@ -38,13 +38,14 @@ struct CudaFused {
 std::string node_of(const Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : ""; }
 
 // One problem size through both kernels on both devices; q_range spreads the scores.
-void compare_kernels(DType dt, int64_t D, int64_t L, int64_t S, bool causal, double q_range) {
+void compare_kernels(DType dt, int64_t D, int64_t L, int64_t S, bool causal, double q_range, double dropout = 0) {
   const std::string what = std::string(st::dtype_name(dt)) + " D " + std::to_string(D) + " L " +
                            std::to_string(L) + " S " + std::to_string(S) + (causal ? " causal" : "") +
-                           " q in +-" + std::to_string(q_range);
+                           " q in +-" + std::to_string(q_range) + " dropout " + std::to_string(dropout);
   Tensor q = random({2, 3, L, D}, dt, -q_range, q_range), k = random({2, 3, S, D}, dt, -2, 2);
   Tensor v = random({2, 3, S, D}, dt), go = random({2, 3, L, D}, dt);
-  const st::nn::detail::AttentionParams p{1 / std::sqrt(double(D)), causal};
+  // an offset past 2^32 blocks and element counts not a multiple of 4 test the draw's indexing
+  const st::nn::detail::AttentionParams p{1 / std::sqrt(double(D)), causal, dropout, 1234, (uint64_t(1) << 32) + 3};
   auto fresh = [](const Tensor& like, st::Device dev) {
     return st::empty(like.shape(), st::TensorOptions(like.dtype(), dev));
   };
@@ -83,6 +84,18 @@ TEST(CudaAttention, KernelsMatchCpu) {
         for (bool causal : {false, true}) compare_kernels(dt, D, z.L, z.S, causal, 2);
 }
 
+// Dropout: the same weights dropped on both devices (the composed path's draw, checked on the
+// CPU in tests/nn/test_attention_fused.cpp).
+TEST(CudaAttention, DropoutMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  for (DType dt : {st::kFloat32, st::kBFloat16})
+    for (bool causal : {false, true}) {
+      compare_kernels(dt, 64, 130, 67, causal, 2, 0.3);
+      compare_kernels(dt, 100, 5, 201, causal, 2, 0.6);
+    }
+}
+
 // Scores in the tens: the running maximum moves by large steps from tile to tile.
 TEST(CudaAttention, LargeScores) {
   SKIP_WITHOUT_GPU();
@@ -97,22 +110,26 @@ TEST(CudaAttention, AutogradOnStridedHeadsMatchesCpu) {
   SEED_TRACE();
   CudaFused fused;
   const int64_t B = 2, T = 150, H = 4, hd = 64;
-  for (DType dt : {st::kFloat32, st::kBFloat16}) {
-    Tensor qkv = random({B, T, 3 * H * hd}, dt), g = random({B, T, H * hd}, dt);
-    auto run = [&](const Tensor& x, const Tensor& gy) {
-      Tensor leaf = x.detach().clone().requires_grad_();
-      auto parts = st::split(leaf, H * hd, 2);
-      auto heads = [&](int i) { return parts[size_t(i)].view({B, T, H, hd}).transpose(1, 2); };
-      Tensor y = F::scaled_dot_product_attention(heads(0), heads(1), heads(2), Tensor(), 0, true);
-      EXPECT_EQ(node_of(y), "attention") << y.device();
-      y.transpose(1, 2).reshape({B, T, H * hd}).backward(gy);
-      return std::pair{y.detach(), leaf.grad()};
-    };
-    auto [cy, cg] = run(qkv, g);
-    auto [gy, gg] = run(gpu(qkv), gpu(g));
-    expect_close(cy, gy, std::string(st::dtype_name(dt)) + " output", tol(dt));
-    expect_close(cg, gg, std::string(st::dtype_name(dt)) + " gradient of qkv", 2 * tol(dt));
-  }
+  for (DType dt : {st::kFloat32, st::kBFloat16})
+    for (double dropout : {0.0, 0.2}) {
+      Tensor qkv = random({B, T, 3 * H * hd}, dt), g = random({B, T, H * hd}, dt);
+      auto run = [&](const Tensor& x, const Tensor& gy) {
+        Tensor leaf = x.detach().clone().requires_grad_();
+        auto parts = st::split(leaf, H * hd, 2);
+        auto heads = [&](int i) { return parts[size_t(i)].view({B, T, H, hd}).transpose(1, 2); };
+        st::Generator draw(3);  // the same weights dropped on both devices
+        Tensor y = F::scaled_dot_product_attention(heads(0), heads(1), heads(2), Tensor(), dropout, true, std::nullopt,
+                                                   &draw);
+        EXPECT_EQ(node_of(y), "attention") << y.device();
+        y.transpose(1, 2).reshape({B, T, H * hd}).backward(gy);
+        return std::pair{y.detach(), leaf.grad()};
+      };
+      auto [cy, cg] = run(qkv, g);
+      auto [gy, gg] = run(gpu(qkv), gpu(g));
+      const std::string what = std::string(st::dtype_name(dt)) + " dropout " + std::to_string(dropout);
+      expect_close(cy, gy, what + " output", tol(dt));
+      expect_close(cg, gg, what + " gradient of qkv", 2 * tol(dt));
+    }
 }
 
 // More problems than gridDim.y could hold (they ride in x), and the backward gives the same

@@ -2,8 +2,9 @@
 // attention_backward kernels against a float64 loop reference and against the composed path
 // (the same call with set_fused_attention off), in every floating dtype, with and without the
 // causal mask, more queries than keys and fewer, a value dim unlike the key dim, blocks of
-// fewer rows for long key runs, finite-difference gradients to second order, results that do
-// not depend on the thread count, and which inputs take which path.
+// fewer rows for long key runs, finite-difference gradients to second order, dropout that drops
+// what the composed path drops, results that do not depend on the thread count, and which inputs
+// take which path.
 #include <cmath>
 
 #include "gradcheck.h"
@@ -157,7 +158,48 @@ TEST(FusedAttention, SameResultsOnAnyThreadCount) {
     EXPECT_EQ(values(a), values(b));
 }
 
-// What takes the composed path: masks, dropout, broadcast batch dims, mixed dtypes, empty dims
+// Dropout drops the weights functional::dropout drops with the same generator (so the fused and
+// composed paths train alike, element counts not a multiple of 4 included) and draws as much
+// from it; its gradients hold to second order with the draw fixed.
+TEST(FusedAttention, DropoutMatchesComposedPath) {
+  Generator gen(17);
+  for (DType t : {kFloat64, kFloat32})
+    for (bool causal : {false, true}) {
+      Tensor q = randn({2, 3, 5, 4}, kFloat64, &gen).to(t), k = randn({2, 3, 7, 4}, kFloat64, &gen).to(t);
+      Tensor v = randn({2, 3, 7, 3}, kFloat64, &gen).to(t), g = randn({2, 3, 5, 3}, kFloat64, &gen).to(t);
+      auto run_with = [&](bool fused, Generator& draw) {
+        FusedScope scope(fused);
+        Tensor a = q.clone().requires_grad_(), b = k.clone().requires_grad_(), c = v.clone().requires_grad_();
+        Tensor o = F::scaled_dot_product_attention(a, b, c, Tensor(), 0.4, causal, std::nullopt, &draw);
+        EXPECT_EQ(o.grad_fn()->name() == "attention", fused);
+        std::vector<Tensor> out = autograd::grad({o}, {a, b, c}, {g});
+        out.insert(out.begin(), o.detach());
+        return out;
+      };
+      Generator g1(99), g2(99);
+      std::vector<Tensor> f = run_with(true, g1), w = run_with(false, g2);
+      const double tol = t == kFloat64 ? 1e-12 : 2e-5;
+      for (size_t i = 0; i < f.size(); ++i)
+        EXPECT_TRUE(all_close(values(f[i]), values(w[i]), tol, tol)) << dtype_name(t) << " " << causal << " " << i;
+      EXPECT_EQ(values(rand({4}, kFloat64, &g1)), values(rand({4}, kFloat64, &g2)));  // the same amount drawn
+      size_t zeros = 0;  // and some weights were dropped: outputs differ from no dropout
+      Result plain = run(q, k, v, g, causal, true);
+      std::vector<double> a = values(f[0]), b = values(plain.o);
+      for (size_t i = 0; i < a.size(); ++i) zeros += std::abs(a[i] - b[i]) > 1e-6;
+      EXPECT_GT(zeros, a.size() / 4);
+    }
+  FusedScope scope(true);
+  Tensor q = leaf(randn({1, 5, 3}, kFloat64, &gen)), k = leaf(randn({1, 6, 3}, kFloat64, &gen));
+  Tensor v = leaf(randn({1, 6, 2}, kFloat64, &gen));
+  auto f = [](V in) {
+    Generator draw(5);  // the same weights dropped at every evaluation
+    return F::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0.3, true, std::nullopt, &draw);
+  };
+  EXPECT_TRUE(gradcheck(f, {q, k, v}));
+  EXPECT_TRUE(gradgradcheck(f, {q, k, v}));
+}
+
+// What takes the composed path: masks, a dropout rate of 1, broadcast batch dims, mixed dtypes, empty dims
 // and the switch; an in-place write to a saved input is caught at backward.
 TEST(FusedAttention, WhichPathAndSavedInputs) {
   Generator gen(16);
@@ -169,7 +211,8 @@ TEST(FusedAttention, WhichPathAndSavedInputs) {
   EXPECT_FALSE(F::fused_attention_enabled(DeviceType::CUDA));  // until its kernels have run on a GPU
   EXPECT_EQ(node(F::scaled_dot_product_attention(q, k, v)), "attention");
   EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, ones({4, 6}, kBool))), "attention");
-  EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, Tensor(), 0.5)), "attention");
+  EXPECT_EQ(node(F::scaled_dot_product_attention(q, k, v, Tensor(), 0.5)), "attention");  // dropout rides along
+  EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, Tensor(), 1.0)), "attention");  // all dropped: no draw
   EXPECT_NE(node(F::scaled_dot_product_attention(q, k.select(0, 0), v.select(0, 0))), "attention");
   EXPECT_NE(node(F::scaled_dot_product_attention(q, k.to(kFloat64), v)), "attention");
   Tensor none = F::scaled_dot_product_attention(q, k.narrow(1, 0, 0), v.narrow(1, 0, 0));

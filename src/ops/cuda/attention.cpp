@@ -20,6 +20,11 @@ namespace ck = cuda_kernels;
 static_assert(nn::detail::kCudaAttentionMaxDim == ck::kMaxAttentionDim);
 static_assert(nn::detail::kCudaAttentionMaxRows == ck::kMaxAttentionRows);
 
+ck::AttentionDropout dropout_of(const nn::detail::AttentionParams& p) {
+  if (p.dropout <= 0) return {};
+  return {static_cast<float>(p.dropout), static_cast<float>(1.0 / (1.0 - p.dropout)), p.seed, p.offset};
+}
+
 // (batch, L, S, D) of contiguous q (..., L, D), k and v (..., S, D).
 struct Dims {
   int64_t batch, L, S, D;
@@ -53,7 +58,7 @@ void cuda_attention(const KernelCall& call) {
       cuda_launch::check_launch(ck::attention_forward<T>(cuda_launch::stream_for(q), in(0), in(1), in(2),
                                                          static_cast<T*>(call.outputs[0].data()),
                                                          static_cast<float*>(call.outputs[1].data()), d.batch, d.L,
-                                                         d.S, d.D, p.scale, p.causal),
+                                                         d.S, d.D, p.scale, p.causal, dropout_of(p)),
                                 "attention");
     }
   });
@@ -76,7 +81,8 @@ void cuda_attention_backward(const KernelCall& call) {
       cuda_launch::check_launch(
           ck::attention_backward<T>(cuda_launch::stream_for(q), in(0), in(1), in(2), in(3), in(4),
                                     static_cast<const float*>(call.inputs[5].data()), static_cast<float*>(delta.data()),
-                                    out(0), out(1), out(2), d.batch, d.L, d.S, d.D, p.scale, p.causal),
+                                    out(0), out(1), out(2), d.batch, d.L, d.S, d.D, p.scale, p.causal,
+                                    dropout_of(p)),
           "attention_backward");
     }
   });
