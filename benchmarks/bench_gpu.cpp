@@ -187,7 +187,8 @@ Settings parse(int argc, char** argv, bool& list_only) {
       std::stringstream list(args.value(i));
       for (std::string name; std::getline(list, name, ',');) {
         if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
-          usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt, gpt_fused, train)", name));
+          usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt, gpt_fused, train)",
+                            name));
         s.sections.push_back(name);
       }
     } else if (a == "--workloads") {
@@ -211,8 +212,8 @@ Settings parse(int argc, char** argv, bool& list_only) {
       list_only = true;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,gpt_fused,train] [--workloads mlp,cnn,resnet50,gpt] "
-          "[--reps N] [--warmup N] [--scale F] [--list]\n");
+          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,gpt_fused,train] "
+          "[--workloads mlp,cnn,resnet50,gpt] [--reps N] [--warmup N] [--scale F] [--list]\n");
       std::exit(0);
     } else {
       usage("unknown argument '" + a + "'");

@@ -19,7 +19,8 @@ struct Settings {
   std::vector<std::string> workloads;  // the train section's (mlp, cnn, resnet50, gpt); empty: all
 };
 
-inline const std::vector<std::string> kSections = {"copy", "elementwise", "reduce", "gemm", "adamw", "gpt", "gpt_fused", "train"};
+inline const std::vector<std::string> kSections = {"copy", "elementwise", "reduce", "gemm",
+                                                   "adamw", "gpt", "gpt_fused", "train"};
 
 struct Row {
   std::string key;     // the id bench_gpu_torch.py prints for the same workload

@@ -251,7 +251,8 @@ bench_table() {
       if (n == 0) print "(no results: see bench.log)"
       for (i = 1; i <= n; i++) {
         # a *_fused row (strata with one of its fused kernels switched on) faces the plain PyTorch row
-        k = key[i]; b = k; sub(/_fused$/, "", b); s = strata[k]; t = (k in torch) ? torch[k] : (b in torch) ? torch[b] : "-"
+        k = key[i]; b = k; sub(/_fused$/, "", b); s = strata[k]
+        t = (k in torch) ? torch[k] : (b in torch) ? torch[b] : "-"
         r = (num(s) && num(t) && t + 0 > 0) ? sprintf("%.2f", s / t) : "-"
         printf "%-20s %10s %10s %7s  %-9s %s\n", k, show(s), show(t), r, unit[k], substr(note[k], 1, 70)
       }

@@ -12,11 +12,11 @@
 //
 // It runs when the attention has no mask other than is_causal, q, k and v share their dtype,
 // device and batch dims, no dim is empty, and set_fused_attention has not switched it off for
-// the device. Dropout of the weights drops what functional::dropout would
-// with the same generator, and draws as much from it, so both paths train alike. Anything else
-// takes the composed path (src/nn/attention.cpp), which is also what a create_graph backward
-// records, so the result can be differentiated again. The CPU kernels are in kernels/cpu/attention.h, the CUDA ones in
-// kernels/cuda/attention.cu.
+// the device. Dropout of the weights drops what functional::dropout would with the same
+// generator, and draws as much from it, so both paths train alike. Anything else takes the
+// composed path (src/nn/attention.cpp), which is also what a create_graph backward records, so
+// the result can be differentiated again. The CPU kernels are in kernels/cpu/attention.h, the
+// CUDA ones in kernels/cuda/attention.cu.
 #include <atomic>
 #include <cstdint>
 
