@@ -45,11 +45,14 @@ struct AttentionDims {
   uint64_t seed = 0, offset = 0;
 };
 
-// Queries per block: 64, or fewer when the keys are so many that a block's scores would pass
-// about 1 MiB.
+// Queries per block: 32, or fewer when the keys are so many that a block's scores would pass
+// about 1 MiB. Smaller blocks skip more of a causal mask, larger ones make fewer and larger GEMM
+// calls: causal fwd+bwd at 8x12x256x64 took 27.3, 24.9 and 25.3 ms with blocks of 16, 32 and 64
+// (2 threads, timed in alternation in one process by a probe outside benchmarks/), and 128 was
+// slower still in bench_ops.
 inline int64_t attention_block_rows(int64_t keys, int64_t elem_bytes) {
   const int64_t fit = (int64_t{1} << 20) / (std::max<int64_t>(keys, 1) * elem_bytes);
-  return std::clamp<int64_t>(fit, 8, 64);
+  return std::clamp<int64_t>(fit, 8, 32);
 }
 
 namespace detail {

@@ -117,7 +117,7 @@ TEST(FusedAttention, CausalTailAndExplicitScale) {
   EXPECT_TRUE(all_close(values(f.dq), values(w.dq), 1e-12, 1e-12));
 }
 
-// So many keys that a block holds fewer than 64 queries (kernels/cpu/attention.h), and
+// So many keys that a block holds fewer than 32 queries (kernels/cpu/attention.h), and
 // 16-bit inputs on that path.
 TEST(FusedAttention, LongKeyRuns) {
   Generator gen(13);
