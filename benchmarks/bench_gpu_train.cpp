@@ -65,11 +65,7 @@ void gpt_row(Context& ctx, bool fused) {
                         : "GPT train step 6x512, ctx 256, batch 32, f32",
           .unit = "tokens/s"};
   add_row(ctx, row, [&] {
-    struct Switch {  // restored however the row ends
-      bool was = F::fused_attention_enabled(st::DeviceType::CUDA);
-      explicit Switch(bool on) { F::set_fused_attention(st::DeviceType::CUDA, on); }
-      ~Switch() { F::set_fused_attention(st::DeviceType::CUDA, was); }
-    } fused_switch(fused);
+    const F::FusedAttentionGuard fused_switch(st::DeviceType::CUDA, fused);  // restored however the row ends
     const st::Device cuda = st::Device::cuda();
     st::manual_seed(1);
     gpt::GPT model(config);

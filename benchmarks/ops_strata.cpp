@@ -95,11 +95,8 @@ Runner strata_runner(const Workload& w) {
       return train_step({q, k, v},
                         [=] {
                           // the switch is read by the forward alone; the backward follows what it recorded
-                          const bool was = F::fused_attention_enabled(st::DeviceType::CPU);
-                          F::set_fused_attention(st::DeviceType::CPU, fused);
-                          st::Tensor y = F::scaled_dot_product_attention(q, k, v, st::Tensor(), 0, /*is_causal=*/true);
-                          F::set_fused_attention(st::DeviceType::CPU, was);
-                          return y;
+                          const F::FusedAttentionGuard path(st::DeviceType::CPU, fused);
+                          return F::scaled_dot_product_attention(q, k, v, st::Tensor(), 0, /*is_causal=*/true);
                         },
                         shape);
     }

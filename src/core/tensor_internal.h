@@ -8,6 +8,10 @@
 
 namespace strata::detail {
 
+/// The dtype float kernels compute in and keep statistics in (mean, 1/std, logsumexp) for a
+/// floating dtype: float64 for float64, float32 for the rest (compute_t's dtype).
+inline DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
 /// A new contiguous tensor with uninitialised memory.
 Tensor make_tensor(const Shape& shape, DType dtype, Device device, Allocator* allocator = nullptr);
 /// A tensor sharing base's storage with the given layout (unchecked: callers check bounds).

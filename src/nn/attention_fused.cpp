@@ -41,8 +41,6 @@ namespace {
 // CPU on; CUDA off until its kernels have run on a GPU (docs/gpu.md, "Waiting for a GPU").
 std::atomic<bool> fused_enabled[kNumDeviceTypes] = {true, false};
 
-DType lse_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
-
 cpu::AttentionDims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, const detail::AttentionParams& p) {
   const int64_t L = q.size(-2), E = q.size(-1);
   return cpu::AttentionDims{q.numel() / (L * E), L, k.size(-2), E, v.size(-1), p.scale, p.causal, p.dropout, p.seed,
@@ -155,7 +153,7 @@ Tensor detail::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v
     Shape out_shape = q.shape();
     out_shape.back() = v.size(-1);
     Tensor outs[2] = {strata::detail::make_tensor(out_shape, q.dtype(), q.device()),
-                      strata::detail::make_tensor({batch, L}, lse_dtype(q.dtype()), q.device())};
+                      strata::detail::make_tensor({batch, L}, strata::detail::compute_dtype(q.dtype()), q.device())};
     const Tensor ins[3] = {qc, kc, vc};
     run_kernel(OpId::attention, q.dtype(), KernelCall{ins, outs, &p});
     o = outs[0], lse = outs[1];

@@ -56,8 +56,6 @@ bool same_layout(const ChannelView& a, const ChannelView& b) {
          a.strides.c == b.strides.c && a.strides.s == b.strides.s;
 }
 
-DType stat_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
-
 // A per-channel operand of a kernel: null when absent, else checked to be (C) contiguous.
 template <class S>
 const S* channel_param(const KernelCall& call, size_t i, int64_t c) {
@@ -222,7 +220,7 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
     STRATA_CHECK(running_mean.defined() && running_var.defined(),
                  "[{}] needs running_mean and running_var when not training", op);
   }
-  const DType s = stat_dtype(input.dtype());
+  const DType s = strata::detail::compute_dtype(input.dtype());
   const MemoryFormat f = format_of(input);
   const BatchNormParams params{args.training, args.eps, relu};
   Tensor xd, rd, w, y, mean, var;

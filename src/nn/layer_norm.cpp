@@ -58,8 +58,6 @@ void cpu_layer_norm_backward(const KernelCall& call) {
   });
 }
 
-DType stats_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
-
 struct NormForward {
   Tensor y, mean, rstd;  // y (rows, n); mean, rstd (rows)
 };
@@ -69,8 +67,8 @@ NormForward run_norm_forward(const Tensor& x2, const Tensor& w1, const Tensor& b
   const int64_t rows = x2.size(0);
   NormForward f;
   f.y = detail::make_tensor(x2.shape(), x2.dtype(), x2.device());
-  f.mean = detail::make_tensor({rows}, stats_dtype(x2.dtype()), x2.device());
-  f.rstd = detail::make_tensor({rows}, stats_dtype(x2.dtype()), x2.device());
+  f.mean = detail::make_tensor({rows}, detail::compute_dtype(x2.dtype()), x2.device());
+  f.rstd = detail::make_tensor({rows}, detail::compute_dtype(x2.dtype()), x2.device());
   if (x2.numel() == 0) {
     f.mean.fill_(0);
     f.rstd.fill_(std::numeric_limits<double>::quiet_NaN());

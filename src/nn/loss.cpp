@@ -186,7 +186,7 @@ Tensor cross_entropy_fused(const Tensor& x, const Tensor& target, const Tensor& 
     }
     const Tensor xc = x.contiguous();
     Tensor outs[2] = {detail::make_tensor({n}, x.dtype(), x.device()),
-                      detail::make_tensor({n}, x.dtype() == kFloat64 ? kFloat64 : kFloat32, x.device())};
+                      detail::make_tensor({n}, detail::compute_dtype(x.dtype()), x.device())};
     const Tensor ins[3] = {xc, target64, wc};
     if (n > 0) run_kernel(OpId::cross_entropy_fused, x.dtype(), KernelCall{ins, outs, &p});
     lse = outs[1];

@@ -29,10 +29,8 @@ namespace {
 double tol(DType dt) { return dt == st::kFloat32 ? 5e-5 : dt == st::kFloat16 ? 4e-3 : 3e-2; }
 
 // Switches CUDA's fused attention on for a scope (it is off by default).
-struct CudaFused {
-  bool was = F::fused_attention_enabled(st::DeviceType::CUDA);
-  CudaFused() { F::set_fused_attention(st::DeviceType::CUDA, true); }
-  ~CudaFused() { F::set_fused_attention(st::DeviceType::CUDA, was); }
+struct CudaFused : F::FusedAttentionGuard {
+  CudaFused() : F::FusedAttentionGuard(st::DeviceType::CUDA, true) {}
 };
 
 std::string node_of(const Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : ""; }

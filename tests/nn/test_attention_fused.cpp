@@ -26,12 +26,8 @@ using V = const std::vector<Tensor>&;
 namespace {
 
 // Sets the CPU switch for a scope.
-struct FusedScope {
-  bool was;
-  explicit FusedScope(bool on) : was(F::fused_attention_enabled(DeviceType::CPU)) {
-    F::set_fused_attention(DeviceType::CPU, on);
-  }
-  ~FusedScope() { F::set_fused_attention(DeviceType::CPU, was); }
+struct FusedScope : F::FusedAttentionGuard {
+  explicit FusedScope(bool on) : F::FusedAttentionGuard(DeviceType::CPU, on) {}
 };
 
 struct Result {

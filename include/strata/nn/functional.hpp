@@ -106,6 +106,22 @@ STRATA_API Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k,
 STRATA_API void set_fused_attention(DeviceType device, bool enabled);
 STRATA_API bool fused_attention_enabled(DeviceType device);
 
+/// set_fused_attention(device, enabled) for the guard's lifetime; the previous setting comes
+/// back when it ends, however the scope is left.
+class FusedAttentionGuard {
+ public:
+  FusedAttentionGuard(DeviceType device, bool enabled) : device_(device), previous_(fused_attention_enabled(device)) {
+    set_fused_attention(device, enabled);
+  }
+  ~FusedAttentionGuard() { set_fused_attention(device_, previous_); }
+  FusedAttentionGuard(const FusedAttentionGuard&) = delete;
+  FusedAttentionGuard& operator=(const FusedAttentionGuard&) = delete;
+
+ private:
+  DeviceType device_;
+  bool previous_;
+};
+
 // ---- losses ------------------------------------------------------------------------------------
 // reduction is "mean", "sum" or "none". Inputs and targets of the elementwise losses must
 // have the same shape (no silent broadcasting).

@@ -8,6 +8,7 @@
 #include <strata/ops/creation.hpp>
 
 #include "core/registry_internal.h"
+#include "core/tensor_internal.h"
 #include "kernels/cuda/nn_norm_ops.h"
 #include "ops/cuda/launch.h"
 #include "ops/dispatch.h"
@@ -71,7 +72,7 @@ void cuda_layer_norm_backward(const KernelCall& call) {
     // the per-chunk column sums of the first stage, from the caching allocator
     const int64_t chunks = ck::layer_norm_param_chunks(rows, n);
     const Tensor partial = strata::empty({std::max<int64_t>(1, 2 * chunks * n)},
-                                         TensorOptions(x.dtype() == kFloat64 ? kFloat64 : kFloat32, x.device()));
+                                         TensorOptions(detail::compute_dtype(x.dtype()), x.device()));
     cuda_launch::check_launch(ck::layer_norm_backward_params<T>(stream, static_cast<const T*>(g.data()),
                                                                 static_cast<const T*>(x.data()), mean, rstd,
                                                                 mut_ptr_or_null<T>(gw), mut_ptr_or_null<T>(gb),
