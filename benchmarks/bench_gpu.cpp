@@ -25,6 +25,7 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <strata/strata.hpp>
 
@@ -170,11 +171,15 @@ namespace {
 
 using namespace bench_gpu;
 
+// The usage line for --help and for errors; the sections come from kSections.
+std::string usage_text() {
+  return fmt::format(
+      "usage: bench_gpu [--only {}] [--workloads mlp,cnn,resnet50,gpt] [--reps N] [--warmup N] [--scale F] [--list]\n",
+      fmt::join(kSections, ","));
+}
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "bench_gpu: %s\nusage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,gpt_fused,train] "
-               "[--workloads mlp,cnn,resnet50,gpt] [--reps N] [--warmup N] [--scale F] [--list]\n",
-               why.c_str());
+  std::fprintf(stderr, "bench_gpu: %s\n%s", why.c_str(), usage_text().c_str());
   std::exit(2);
 }
 
@@ -187,8 +192,7 @@ Settings parse(int argc, char** argv, bool& list_only) {
       std::stringstream list(args.value(i));
       for (std::string name; std::getline(list, name, ',');) {
         if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
-          usage(fmt::format("unknown section '{}' (copy, elementwise, reduce, gemm, adamw, gpt, gpt_fused, train)",
-                            name));
+          usage(fmt::format("unknown section '{}' ({})", name, fmt::join(kSections, ", ")));
         s.sections.push_back(name);
       }
     } else if (a == "--workloads") {
@@ -211,9 +215,7 @@ Settings parse(int argc, char** argv, bool& list_only) {
     } else if (a == "--list") {
       list_only = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf(
-          "usage: bench_gpu [--only copy,elementwise,reduce,gemm,adamw,gpt,gpt_fused,train] "
-          "[--workloads mlp,cnn,resnet50,gpt] [--reps N] [--warmup N] [--scale F] [--list]\n");
+      std::printf("%s", usage_text().c_str());
       std::exit(0);
     } else {
       usage("unknown argument '" + a + "'");

@@ -19,7 +19,6 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -27,9 +26,12 @@
 
 #include <strata/data/token_shard.hpp>
 
+#include "same_file.hpp"
+
 namespace {
 
 namespace sd = strata::data;
+using strata_tools::same_file;
 
 constexpr uint32_t kEndOfText = 256;
 
@@ -48,13 +50,6 @@ constexpr const char* kUsage =
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr, "strata-tokenize: %s\n%s", problem.c_str(), kUsage);
   std::exit(2);
-}
-
-// Whether two paths name one file (existing or not: a link, "./x" and "x" are the same).
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code e1, e2, e3;
-  return a == b || std::filesystem::equivalent(a, b, e1) ||
-         std::filesystem::weakly_canonical(a, e2) == std::filesystem::weakly_canonical(b, e3);
 }
 
 Args parse(int argc, char** argv) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,15 @@ inline void save_checkpoint(const std::string& path, const st::io::TrainingState
   st::io::save_checkpoint(path, state, progress);
   std::printf("checkpoint: saved step %lld to %s\n", (long long)progress.step, path.c_str());
   std::fflush(stdout);
+}
+
+// The learning-rate schedule's entries of a run's checkpoint config (a resume with another
+// schedule would mix two), spelled the same by every example.
+inline std::map<std::string, std::string> schedule_config(int64_t steps, int64_t warmup, double lr, double min_lr) {
+  return {{"steps", std::to_string(steps)},
+          {"warmup", std::to_string(warmup)},
+          {"lr", fmt::format("{}", lr)},
+          {"min_lr", fmt::format("{}", min_lr)}};
 }
 
 // Restores `state` from `path` and returns where the run was; `who` names the program in errors.

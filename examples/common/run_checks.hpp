@@ -9,11 +9,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <strata/strata.hpp>
+
+#include "../../tools/same_file.hpp"
 
 namespace example {
 
@@ -30,23 +33,15 @@ inline bool finite_at_least(double v, double lo) { return std::isfinite(v) && v 
 // --threads: 0 uses every core; more than kMaxThreads is refused (libgomp crashes on huge counts).
 inline constexpr int kMaxThreads = 1024;
 inline void set_threads(const char* who, int threads) {
-  require(who, "--threads", threads, threads >= 0 && threads <= kMaxThreads, "in 0..1024 (0: all cores)");
+  const std::string allowed = fmt::format("in 0..{} (0: all cores)", kMaxThreads);
+  require(who, "--threads", threads, threads >= 0 && threads <= kMaxThreads, allowed.c_str());
   if (threads > 0) st::set_num_threads(threads);
 }
 
 // An option naming a file, e.g. {"--metrics", "m.csv"}.
 using NamedPath = std::pair<const char*, std::string>;
 
-inline std::filesystem::path resolved(const std::string& path) {
-  std::error_code e;
-  std::filesystem::path p = std::filesystem::weakly_canonical(path, e);
-  return e ? std::filesystem::absolute(path).lexically_normal() : p;
-}
-
-inline bool same_file(const std::string& a, const std::string& b) {
-  std::error_code e;
-  return std::filesystem::equivalent(a, b, e) || resolved(a) == resolved(b);
-}
+using strata_tools::same_file;  // shared with strata-tokenize
 
 // Every output (empty ones are skipped) must lie in an existing folder, must not be a folder and
 // must differ from every input and every other output.

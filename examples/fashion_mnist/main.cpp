@@ -5,6 +5,7 @@
 // prints the training loss, test loss, test accuracy, images/s and elapsed time and adds a
 // row to a metrics CSV; the final weights are saved as safetensors.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -51,7 +52,7 @@ constexpr const char* kIdxFiles[] = {"train-images-idx3-ubyte.gz", "train-labels
 void validate(const Options& o) {
   using example::require, example::finite_at_least;
   const char* who = "fashion_mnist";
-  require(who, "--lr", o.lr, finite_at_least(o.lr, 0) && o.lr > 0, "finite and > 0");
+  require(who, "--lr", o.lr, std::isfinite(o.lr) && o.lr > 0, "finite and > 0");
   require(who, "--weight-decay", o.weight_decay, finite_at_least(o.weight_decay, 0), "finite and >= 0");
   require(who, "--label-smoothing", o.label_smoothing, o.label_smoothing >= 0 && o.label_smoothing < 1, "in [0, 1)");
   require(who, "--limit-train", o.limit_train, o.limit_train >= 0, ">= 0 (0: all)");

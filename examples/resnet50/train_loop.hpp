@@ -147,16 +147,15 @@ inline Validation evaluate(ResNet50& model, st::data::DataLoader<st::data::Examp
 // classes, the batches it is fed and the learning-rate schedule (another would mix two).
 // load_checkpoint refuses another, naming the keys.
 inline std::map<std::string, std::string> run_config(const Options& o, const TrainData& data) {
-  return {{"model", "resnet50"},
-          {"classes", std::to_string(data.classes)},
-          {"data", o.data.empty() ? fmt::format("synthetic:{}", o.synthetic_size) : o.data},
-          {"image_size", std::to_string(o.image_size)},
-          {"batch", std::to_string(o.batch)},
-          {"seed", std::to_string(o.seed)},
-          {"steps", std::to_string(o.steps)},
-          {"warmup", std::to_string(o.warmup)},
-          {"lr", fmt::format("{}", o.lr)},
-          {"min_lr", fmt::format("{}", o.min_lr)}};
+  std::map<std::string, std::string> config{
+      {"model", "resnet50"},
+      {"classes", std::to_string(data.classes)},
+      {"data", o.data.empty() ? fmt::format("synthetic:{}", o.synthetic_size) : o.data},
+      {"image_size", std::to_string(o.image_size)},
+      {"batch", std::to_string(o.batch)},
+      {"seed", std::to_string(o.seed)}};
+  config.merge(example::schedule_config(o.steps, o.warmup, o.lr, o.min_lr));
+  return config;
 }
 
 // SGD (optionally Nesterov) or LAMB; weight decay on conv and linear weights only, not on

@@ -18,11 +18,12 @@ namespace st = strata;
 // would mix two); a checkpoint saved with others is refused, naming the keys that differ.
 inline std::map<std::string, std::string> run_config(const gpt::Config& c, int64_t steps, int64_t warmup, double lr,
                                                      double min_lr) {
-  return {{"layers", std::to_string(c.layers)},     {"width", std::to_string(c.width)},
-          {"heads", std::to_string(c.heads)},       {"context", std::to_string(c.context)},
-          {"dropout", fmt::format("{}", c.dropout)}, {"vocab", std::to_string(c.vocab)},
-          {"steps", std::to_string(steps)},         {"warmup", std::to_string(warmup)},
-          {"lr", fmt::format("{}", lr)},            {"min_lr", fmt::format("{}", min_lr)}};
+  std::map<std::string, std::string> config{
+      {"layers", std::to_string(c.layers)},     {"width", std::to_string(c.width)},
+      {"heads", std::to_string(c.heads)},       {"context", std::to_string(c.context)},
+      {"dropout", fmt::format("{}", c.dropout)}, {"vocab", std::to_string(c.vocab)}};
+  config.merge(example::schedule_config(steps, warmup, lr, min_lr));
+  return config;
 }
 
 inline void save(const std::string& path, const st::io::TrainingState& state, int64_t step) {

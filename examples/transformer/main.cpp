@@ -3,6 +3,7 @@
 // run), reports progress and validation loss, writes a metrics CSV with one row per step,
 // checkpoints at each validation (--resume continues exactly where a run stopped), saves the
 // final weights as model.safetensors and prints a sample generated from the trained model.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -79,7 +80,7 @@ void validate(const Options& o) {
   require(who, "--steps", o.steps, o.steps >= 1, "at least 1");
   require(who, "--warmup", o.warmup, o.warmup >= 0 && o.warmup < o.steps, "in 0..steps-1");
   require(who, "--stop-after", o.stop_after, o.stop_after >= 0, ">= 0 (0: run all steps)");
-  require(who, "--lr", o.lr, finite_at_least(o.lr, 0) && o.lr > 0, "finite and > 0");
+  require(who, "--lr", o.lr, std::isfinite(o.lr) && o.lr > 0, "finite and > 0");
   require(who, "--min-lr", o.min_lr, finite_at_least(o.min_lr, 0) && o.min_lr <= o.lr, "finite, >= 0 and <= --lr");
   require(who, "--weight-decay", o.weight_decay, finite_at_least(o.weight_decay, 0), "finite and >= 0");
   require(who, "--clip", o.clip, finite_at_least(o.clip, 0), "finite and >= 0 (0: off)");

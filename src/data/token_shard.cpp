@@ -29,12 +29,6 @@ uint64_t get_le(const uint8_t* p, size_t bytes) {
 
 bool valid_dtype(uint32_t code) { return code >= 1 && code <= 3; }
 
-std::string folder_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 }  // namespace
 
 size_t token_bytes(TokenDType dtype) {
@@ -54,7 +48,7 @@ TokenShardWriter::TokenShardWriter(std::string path, TokenDType dtype) : path_(s
   STRATA_CHECK(valid_dtype(static_cast<uint32_t>(dtype)), "[TokenShardWriter] unknown token dtype code {}",
                static_cast<uint32_t>(dtype));
   dest_ = io::atomic_destination(path_, "TokenShardWriter");
-  std::string pattern = folder_of(dest_) + "/" + io::temporary_prefix(dest_) + "XXXXXX";
+  std::string pattern = io::folder_of(dest_) + "/" + io::temporary_prefix(dest_) + "XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   int fd = ::mkstemp(buf.data());

@@ -16,7 +16,6 @@
 #include <strata/core/error.hpp>
 
 namespace strata::io {
-namespace {
 
 std::string folder_of(const std::string& path) {
   size_t slash = path.find_last_of('/');
@@ -24,6 +23,8 @@ std::string folder_of(const std::string& path) {
   if (slash == 0) return "/";
   return path.substr(0, slash);
 }
+
+namespace {
 
 // Opens a fresh temporary beside `path` with O_EXCL; mode 0666 minus the umask, as a plain
 // fopen would give the final file.
@@ -101,11 +102,7 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   int rc = std::fclose(f);
   f = nullptr;
   if (rc != 0) fail("fclose");
-  if (::rename(temp.c_str(), dest.c_str()) != 0) {
-    int err = errno;
-    ::unlink(temp.c_str());
-    STRATA_CHECK(false, "[atomic_file] writing {} failed at rename: {}", path, std::strerror(err));
-  }
+  if (::rename(temp.c_str(), dest.c_str()) != 0) fail("rename");
   // Makes the rename itself durable; a folder that cannot be opened or synced (some
   // filesystems refuse) leaves the new file in place, so it is not an error.
   int dir = ::open(folder_of(dest).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

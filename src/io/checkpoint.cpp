@@ -50,8 +50,7 @@ void put_state(TensorMap& tensors, Metadata& meta, const std::string& part, cons
 // writer's temporary (another process saving the same path) is left alone.
 void remove_stale_temporaries(const std::string& path) {
   const std::string dest = atomic_destination(path, "checkpoint");  // where the temporaries are
-  size_t slash = dest.find_last_of('/');
-  std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : dest.substr(0, slash);
+  const std::string folder = folder_of(dest);
   std::string prefix = temporary_prefix(dest);
   DIR* dir = ::opendir(folder.c_str());
   if (!dir) return;  // the save itself will report an unusable folder

@@ -14,8 +14,6 @@
 namespace strata::io {
 namespace {
 
-constexpr uint64_t kMaxHeaderSize = kMaxSafetensorsHeaderBytes;
-
 struct FormatDType {
   std::string_view name;
   size_t itemsize;
@@ -138,7 +136,8 @@ SafetensorsView view_safetensors(const void* data, size_t size) {
   view.file_size = size;
   uint64_t n = read_le64(bytes);
   STRATA_CHECK(n <= std::numeric_limits<uint64_t>::max() - 8, "[safetensors] header length {} overflows", n);
-  STRATA_CHECK(n <= kMaxHeaderSize, "[safetensors] header length {} exceeds the limit of {} bytes", n, kMaxHeaderSize);
+  STRATA_CHECK(n <= kMaxSafetensorsHeaderBytes, "[safetensors] header length {} exceeds the limit of {} bytes", n,
+               kMaxSafetensorsHeaderBytes);
   STRATA_CHECK(n <= size - 8, "[safetensors] header length {} is larger than the {} bytes that follow it (truncated?)",
                n, size - 8);
   view.header_size = n;

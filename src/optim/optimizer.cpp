@@ -164,21 +164,14 @@ Tensor Optimizer::step(const std::function<Tensor()>& closure) {
   // every state in the layout of the current options (Note [Option changes]), committed only
   // once all are converted and checked
   std::vector<std::pair<ParamState*, ParamState>> converted;
-  for (const Work& w : work) {
-    auto it = state_.find(w.param.impl_ptr().get());
-    if (it == state_.end()) continue;
-    std::optional<ParamState> c = converted_state(w.group, w.param, it->second.state);
-    check_state(w.param, w.group, c ? *c : it->second.state);
-    if (c) converted.emplace_back(&it->second.state, std::move(*c));
-  }
-  for (size_t g = 0; g < num_param_groups(); ++g) {  // the parameters without a grad this step
+  for (size_t g = 0; g < num_param_groups(); ++g)
     for (const Tensor& p : group_params(g)) {
       auto it = state_.find(p.impl_ptr().get());
-      if (it == state_.end() || p.grad().defined()) continue;
-      if (std::optional<ParamState> c = converted_state(g, p, it->second.state))
-        converted.emplace_back(&it->second.state, std::move(*c));
+      if (it == state_.end()) continue;
+      std::optional<ParamState> c = converted_state(g, p, it->second.state);
+      if (p.grad().defined()) check_state(p, g, c ? *c : it->second.state);  // the states this step updates
+      if (c) converted.emplace_back(&it->second.state, std::move(*c));
     }
-  }
   for (auto& [st, c] : converted) *st = std::move(c);
   mark_synced();
   // CPU parameters one at a time (one fused pass each); CUDA parameters in batches of one

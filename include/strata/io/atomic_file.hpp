@@ -27,6 +27,10 @@ STRATA_API void write_file_atomically(const std::string& path, const std::functi
 /// (a folder, a device, a pipe), which a rename would replace rather than write to.
 STRATA_API std::string atomic_destination(const std::string& path, std::string_view op);
 
+/// The folder that holds `path`: its text up to the last '/', "/" for a file in the root, "."
+/// for a bare name.
+STRATA_API std::string folder_of(const std::string& path);
+
 /// The start of the names of the temporaries written beside `path`: "." + the file name
 /// (its first 100 bytes, so that the longest legal names still leave room) + ".tmp-".
 STRATA_API std::string temporary_prefix(const std::string& path);
