@@ -14,6 +14,31 @@
 
 namespace strata::math {
 
+// Where one tensor of a fused attention call keeps its rows: element (problem, row, col) of its
+// (problems, rows, cols) view, the problems being its batch dims flattened, is at
+// offset(problem) + row * row_stride + col. The batch dims fold into at most two strided dims,
+// `inner` problems per step of the outer one (a GPT's (batch, heads) split of one qkv
+// projection: heads inner, rows 3 * width apart), so the kernels read such views in place.
+struct AttentionRows {
+  int64_t inner = 1;
+  int64_t outer_stride = 0, inner_stride = 0, row_stride = 0;
+
+  STRATA_HOST_DEVICE int64_t offset(int64_t problem) const {
+    return problem / inner * outer_stride + problem % inner * inner_stride;
+  }
+};
+
+// The rows of a contiguous (problems, rows, cols) tensor.
+STRATA_HOST_DEVICE AttentionRows contiguous_attention_rows(int64_t rows, int64_t cols) {
+  return AttentionRows{1, rows * cols, 0, cols};
+}
+
+// The rows of every tensor of a call: the forward reads q, k, v and writes o; the backward also
+// reads go (the gradient of o) and writes gq, gk and gv.
+struct AttentionLayout {
+  AttentionRows q, k, v, o, go, gq, gk, gv;
+};
+
 // How many keys query `row` attends: all S, or with a causal mask j <= row (top-left
 // aligned, as scaled_dot_product_attention's is_causal and PyTorch's).
 STRATA_HOST_DEVICE int64_t attention_keys(int64_t row, int64_t keys, bool causal) {

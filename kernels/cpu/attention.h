@@ -1,7 +1,8 @@
 // Fused scaled dot-product attention on the CPU, forward and backward (Note [Fused
 // attention] in src/nn/attention_fused.cpp; the per-element math is in
 // kernels/common/attention_math.h). q (batch, L, E), k (batch, S, E), v (batch, S, Ev), o and
-// its gradient (batch, L, Ev), all contiguous and non-empty; lse (batch, L) in the compute type.
+// its gradient (batch, L, Ev), all non-empty, each where its math::AttentionRows says (rows may
+// be strided, columns are adjacent); lse (batch, L) is contiguous, in the compute type.
 //
 // The forward takes blocks of queries: a block's scores (rows x keys) are one GEMM into a
 // buffer that stays in cache, the softmax runs in place, and a second GEMM writes the
@@ -13,7 +14,8 @@
 // weights from the saved logsumexp and accumulate dk and dv in buffers of the thread's own,
 // while dq rows are written whole. (A batch smaller than the thread count leaves threads
 // idle, as PyTorch's CPU flash attention does.) 16-bit inputs are converted to float per
-// block; float and double are read in place. Dropout multiplies each weight by its factor
+// block; float and double are read in place, strided rows included (the GEMMs take their
+// leading dims). Dropout multiplies each weight by its factor
 // after the softmax (forward) and the products with v by the same factors (backward).
 #pragma once
 
@@ -74,21 +76,32 @@ void attention_gemm(int64_t m, int64_t n, int64_t k, const C* a, int64_t lda, bo
   gemm(p);
 }
 
-// n values of T as the compute type: src itself when they are the same type, else a copy.
+// A block of rows as the compute type, `ld` apart.
+template <class C>
+struct ComputeRows {
+  const C* data;
+  int64_t ld;
+};
+
+// rows x cols values of T, rows ld apart, as the compute type: src itself when they are the same
+// type, else a dense copy in buf.
 template <class T, class C>
-const C* as_compute(const T* src, int64_t n, std::vector<C>& buf) {
+ComputeRows<C> as_compute(const T* src, int64_t rows, int64_t cols, int64_t ld, std::vector<C>& buf) {
   if constexpr (std::is_same_v<T, C>) {
-    return src;
+    return {src, ld};
   } else {
-    buf.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<C>(src[i]);
-    return buf.data();
+    buf.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) buf[r * cols + j] = static_cast<C>(src[r * ld + j]);
+    return {buf.data(), cols};
   }
 }
 
+// Dense rows x cols values into rows of dst, ld apart.
 template <class T, class C>
-void store(const C* src, T* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = convert<T>(src[i]);
+void store(const C* src, T* dst, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) dst[r * ld + j] = convert<T>(src[r * cols + j]);
 }
 
 // Runs task(t, scratch) for t in [0, tasks), dealt round-robin over the threads; each thread
@@ -159,7 +172,8 @@ void attention_dropout_row(C* w, int64_t cols, int64_t row, const AttentionDims&
 }  // namespace detail
 
 template <class T>
-void attention_forward(const T* q, const T* k, const T* v, T* o, compute_t<T>* lse, const AttentionDims& d) {
+void attention_forward(const T* q, const T* k, const T* v, T* o, compute_t<T>* lse, const AttentionDims& d,
+                       const math::AttentionLayout& at) {
   using C = compute_t<T>;
   const int64_t L = d.queries, S = d.keys, E = d.dim, Ev = d.value_dim;
   const int64_t block = attention_block_rows(S, sizeof(C)), blocks = (L + block - 1) / block;
@@ -169,30 +183,32 @@ void attention_forward(const T* q, const T* k, const T* v, T* o, compute_t<T>* l
   detail::attention_tasks<Scratch>(d.batch * blocks, [&](int64_t t, Scratch& w) {
     const int64_t b = t / blocks, i0 = t % blocks * block, rows = std::min(block, L - i0);
     const int64_t cols = d.causal ? std::min(i0 + rows, S) : S;  // keys any row of the block attends
-    const C* qb = detail::as_compute(q + (b * L + i0) * E, rows * E, w.q);
-    const C* kb = detail::as_compute(k + b * S * E, cols * E, w.k);
-    const C* vb = detail::as_compute(v + b * S * Ev, cols * Ev, w.v);
+    const auto qb = detail::as_compute(q + at.q.offset(b) + i0 * at.q.row_stride, rows, E, at.q.row_stride, w.q);
+    const auto kb = detail::as_compute(k + at.k.offset(b), cols, E, at.k.row_stride, w.k);
+    const auto vb = detail::as_compute(v + at.v.offset(b), cols, Ev, at.v.row_stride, w.v);
     w.s.resize(static_cast<size_t>(rows * cols));
-    detail::attention_gemm<C>(rows, cols, E, qb, E, false, kb, E, true, w.s.data(), cols, d.scale, 0);
+    detail::attention_gemm<C>(rows, cols, E, qb.data, qb.ld, false, kb.data, kb.ld, true, w.s.data(), cols, d.scale,
+                              0);
     for (int64_t r = 0; r < rows; ++r) {
       C* row = w.s.data() + r * cols;
       lse[b * L + i0 + r] = detail::attention_softmax_row(row, math::attention_keys(i0 + r, S, d.causal), cols);
       if (d.dropout > 0) detail::attention_dropout_row(row, cols, b * L + i0 + r, d);
     }
-    T* ob = o + (b * L + i0) * Ev;
+    T* ob = o + at.o.offset(b) + i0 * at.o.row_stride;
     if constexpr (std::is_same_v<T, C>) {
-      detail::attention_gemm<C>(rows, Ev, cols, w.s.data(), cols, false, vb, Ev, false, ob, Ev, 1, 0);
+      detail::attention_gemm<C>(rows, Ev, cols, w.s.data(), cols, false, vb.data, vb.ld, false, ob, at.o.row_stride,
+                                1, 0);
     } else {
       w.o.resize(static_cast<size_t>(rows * Ev));
-      detail::attention_gemm<C>(rows, Ev, cols, w.s.data(), cols, false, vb, Ev, false, w.o.data(), Ev, 1, 0);
-      detail::store(w.o.data(), ob, rows * Ev);
+      detail::attention_gemm<C>(rows, Ev, cols, w.s.data(), cols, false, vb.data, vb.ld, false, w.o.data(), Ev, 1, 0);
+      detail::store(w.o.data(), ob, rows, Ev, at.o.row_stride);
     }
   });
 }
 
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* o, const T* go, const compute_t<T>* lse, T* gq,
-                        T* gk, T* gv, const AttentionDims& d) {
+                        T* gk, T* gv, const AttentionDims& d, const math::AttentionLayout& at) {
   using C = compute_t<T>;
   const int64_t L = d.queries, S = d.keys, E = d.dim, Ev = d.value_dim;
   const int64_t block = attention_block_rows(S, sizeof(C));
@@ -201,20 +217,21 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const T*
     std::vector<C> q, k, v, o, go, p, pd, ds, gq, gk, gv;
   };
   detail::attention_tasks<Scratch>(d.batch, [&](int64_t b, Scratch& w) {
-    const C* kb = detail::as_compute(k + b * S * E, attended * E, w.k);
-    const C* vb = detail::as_compute(v + b * S * Ev, attended * Ev, w.v);
+    const auto kb = detail::as_compute(k + at.k.offset(b), attended, E, at.k.row_stride, w.k);
+    const auto vb = detail::as_compute(v + at.v.offset(b), attended, Ev, at.v.row_stride, w.v);
     w.gk.assign(static_cast<size_t>(attended * E), C(0));
     w.gv.assign(static_cast<size_t>(attended * Ev), C(0));
     for (int64_t i0 = 0; i0 < L; i0 += block) {
       const int64_t rows = std::min(block, L - i0), cols = d.causal ? std::min(i0 + rows, S) : S;
-      const C* qb = detail::as_compute(q + (b * L + i0) * E, rows * E, w.q);
-      const C* ob = detail::as_compute(o + (b * L + i0) * Ev, rows * Ev, w.o);
-      const C* gob = detail::as_compute(go + (b * L + i0) * Ev, rows * Ev, w.go);
+      const auto qb = detail::as_compute(q + at.q.offset(b) + i0 * at.q.row_stride, rows, E, at.q.row_stride, w.q);
+      const auto ob = detail::as_compute(o + at.o.offset(b) + i0 * at.o.row_stride, rows, Ev, at.o.row_stride, w.o);
+      const auto gob =
+          detail::as_compute(go + at.go.offset(b) + i0 * at.go.row_stride, rows, Ev, at.go.row_stride, w.go);
       w.p.resize(static_cast<size_t>(rows * cols));
       w.ds.resize(static_cast<size_t>(rows * cols));
       C* p = w.p.data();
       C* ds = w.ds.data();
-      detail::attention_gemm<C>(rows, cols, E, qb, E, false, kb, E, true, p, cols, d.scale, 0);
+      detail::attention_gemm<C>(rows, cols, E, qb.data, qb.ld, false, kb.data, kb.ld, true, p, cols, d.scale, 0);
       for (int64_t r = 0; r < rows; ++r) {
         C* row = p + r * cols;
         const int64_t n = math::attention_keys(i0 + r, S, d.causal);
@@ -231,31 +248,33 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const T*
         pd = w.pd.data();
       }
       // dv += pd^T do, and dp = (do v^T) m (into ds)
-      detail::attention_gemm<C>(cols, Ev, rows, pd, cols, true, gob, Ev, false, w.gv.data(), Ev, 1, 1);
-      detail::attention_gemm<C>(rows, cols, Ev, gob, Ev, false, vb, Ev, true, ds, cols, 1, 0);
+      detail::attention_gemm<C>(cols, Ev, rows, pd, cols, true, gob.data, gob.ld, false, w.gv.data(), Ev, 1, 1);
+      detail::attention_gemm<C>(rows, cols, Ev, gob.data, gob.ld, false, vb.data, vb.ld, true, ds, cols, 1, 0);
       if (d.dropout > 0)
         for (int64_t r = 0; r < rows; ++r) detail::attention_dropout_row(ds + r * cols, cols, b * L + i0 + r, d);
       for (int64_t r = 0; r < rows; ++r) {
         C delta = C(0);
-        for (int64_t e = 0; e < Ev; ++e) delta += gob[r * Ev + e] * ob[r * Ev + e];
+        for (int64_t e = 0; e < Ev; ++e) delta += gob.data[r * gob.ld + e] * ob.data[r * ob.ld + e];
         for (int64_t j = 0; j < cols; ++j)
           ds[r * cols + j] = math::attention_score_grad(p[r * cols + j], ds[r * cols + j], delta);
       }
       // dq = scale ds k, dk += scale ds^T q
-      T* gqb = gq + (b * L + i0) * E;
+      T* gqb = gq + at.gq.offset(b) + i0 * at.gq.row_stride;
       if constexpr (std::is_same_v<T, C>) {
-        detail::attention_gemm<C>(rows, E, cols, ds, cols, false, kb, E, false, gqb, E, d.scale, 0);
+        detail::attention_gemm<C>(rows, E, cols, ds, cols, false, kb.data, kb.ld, false, gqb, at.gq.row_stride,
+                                  d.scale, 0);
       } else {
         w.gq.resize(static_cast<size_t>(rows * E));
-        detail::attention_gemm<C>(rows, E, cols, ds, cols, false, kb, E, false, w.gq.data(), E, d.scale, 0);
-        detail::store(w.gq.data(), gqb, rows * E);
+        detail::attention_gemm<C>(rows, E, cols, ds, cols, false, kb.data, kb.ld, false, w.gq.data(), E, d.scale, 0);
+        detail::store(w.gq.data(), gqb, rows, E, at.gq.row_stride);
       }
-      detail::attention_gemm<C>(cols, E, rows, ds, cols, true, qb, E, false, w.gk.data(), E, d.scale, 1);
+      detail::attention_gemm<C>(cols, E, rows, ds, cols, true, qb.data, qb.ld, false, w.gk.data(), E, d.scale, 1);
     }
-    detail::store(w.gk.data(), gk + b * S * E, attended * E);
-    detail::store(w.gv.data(), gv + b * S * Ev, attended * Ev);
-    std::fill(gk + (b * S + attended) * E, gk + (b + 1) * S * E, convert<T>(C(0)));
-    std::fill(gv + (b * S + attended) * Ev, gv + (b + 1) * S * Ev, convert<T>(C(0)));
+    // keys no query attends get zeros
+    w.gk.resize(static_cast<size_t>(S * E), C(0));
+    w.gv.resize(static_cast<size_t>(S * Ev), C(0));
+    detail::store(w.gk.data(), gk + at.gk.offset(b), S, E, at.gk.row_stride);
+    detail::store(w.gv.data(), gv + at.gv.offset(b), S, Ev, at.gv.row_stride);
   });
 }
 

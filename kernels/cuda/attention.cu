@@ -1,5 +1,6 @@
 // CUDA fused attention (Note [Fused attention] in src/nn/attention_fused.cpp): FlashAttention's
-// tiling in float on the CUDA cores, for head dims up to 128 (padded to 32, 64 or 128).
+// tiling in float on the CUDA cores, for head dims up to 128 (padded to 32, 64 or 128). Each
+// tensor's rows are where its math::AttentionRows says (a block adds its problem's offset once).
 //
 // Every kernel works on 64 x 64 tiles with 256 threads in a 16 x 16 grid: thread (ty, tx) owns
 // tile rows ty*4 .. ty*4+3 and columns tx, tx+16, tx+32, tx+48 (or the head dim's columns
@@ -38,15 +39,15 @@ constexpr int kOddLd = kTile + 1;  // leading dim of right operands: conflict-fr
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Rows [row0, row0 + kTile) of a row-major (rows, D) array into dst[d * ld + r] as float; zero
-// past the rows and past D (up to kD). Consecutive threads read consecutive d of a row.
+// Rows [row0, row0 + kTile) of a (rows, D) array, rows rs apart, into dst[d * ld + r] as float;
+// zero past the rows and past D (up to kD). Consecutive threads read consecutive d of a row.
 template <int kD, class T>
-__device__ __forceinline__ void load_transposed(float* dst, int ld, const T* __restrict__ src, int64_t row0,
-                                                int64_t rows, int D) {
+__device__ __forceinline__ void load_transposed(float* dst, int ld, const T* __restrict__ src, int64_t rs,
+                                                int64_t row0, int64_t rows, int D) {
   for (int idx = threadIdx.x; idx < kTile * kD; idx += kThreads) {
     const int r = idx / kD, d = idx % kD;
     const int64_t row = row0 + r;
-    dst[d * ld + r] = row < rows && d < D ? static_cast<float>(src[row * D + d]) : 0.f;
+    dst[d * ld + r] = row < rows && d < D ? static_cast<float>(src[row * rs + d]) : 0.f;
   }
 }
 
@@ -101,10 +102,11 @@ __device__ __forceinline__ float dropout_factor(const AttentionDropout& drop, in
   return math::attention_dropout_factor(e, drop.rate, drop.scale, drop.seed, drop.offset);
 }
 
-// Writes rows [row0, row0 + kTile) x D of a thread's accumulators (times scale) as T.
+// Writes rows [row0, row0 + kTile) x D of a thread's accumulators (times scale) as T, rows rs
+// apart.
 template <int NJ, class T>
-__device__ __forceinline__ void store_rows(T* __restrict__ dst, const float (&acc)[4][NJ], const float* row_scale,
-                                           int64_t row0, int64_t rows, int D, int ty, int tx) {
+__device__ __forceinline__ void store_rows(T* __restrict__ dst, int64_t rs, const float (&acc)[4][NJ],
+                                           const float* row_scale, int64_t row0, int64_t rows, int D, int ty, int tx) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t row = row0 + ty * 4 + i;
@@ -112,7 +114,7 @@ __device__ __forceinline__ void store_rows(T* __restrict__ dst, const float (&ac
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       const int d = tx + 16 * j;
-      if (d < D) dst[row * D + d] = convert<T>(acc[i][j] * row_scale[i]);
+      if (d < D) dst[row * rs + d] = convert<T>(acc[i][j] * row_scale[i]);
     }
   }
 }
@@ -128,7 +130,7 @@ template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                              T* __restrict__ o, float* __restrict__ lse, int64_t L, int64_t S, int D, float scale2,
-                             bool causal, AttentionDropout drop) {
+                             bool causal, AttentionDropout drop, math::AttentionLayout at) {
   constexpr int NJ = kD / 16;
   extern __shared__ float4 smem4[];
   float* qt = reinterpret_cast<float*>(smem4);  // [kD][kVecLd]
@@ -137,8 +139,8 @@ __global__ void __launch_bounds__(kThreads)
   float* pt = vt + kD * kOddLd;                 // [key][kVecLd]: p transposed
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int64_t bh = blockIdx.x, q0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTile;
-  q += bh * L * D, k += bh * S * D, v += bh * S * D, o += bh * L * D, lse += bh * L;
-  load_transposed<kD>(qt, kVecLd, q, q0, L, D);
+  q += at.q.offset(bh), k += at.k.offset(bh), v += at.v.offset(bh), o += at.o.offset(bh), lse += bh * L;
+  load_transposed<kD>(qt, kVecLd, q, at.q.row_stride, q0, L, D);
   float m[4], l[4], acc[4][NJ];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -149,8 +151,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t key_end = causal ? (q0 + kTile < S ? q0 + kTile : S) : S;
   for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();  // the last tile's readers are done
-    load_transposed<kD>(kt, kOddLd, k, k0, S, D);
-    load_transposed<kD>(vt, kOddLd, v, k0, S, D);
+    load_transposed<kD>(kt, kOddLd, k, at.k.row_stride, k0, S, D);
+    load_transposed<kD>(vt, kOddLd, v, at.v.row_stride, k0, S, D);
     __syncthreads();
     float s[4][4] = {};
     tile_fma<4>(s, qt, ty * 4, kt, kOddLd, 1, tx, kD);
@@ -186,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
   float inv[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) inv[i] = 1.f / l[i];
-  store_rows(o, acc, inv, q0, L, D, ty, tx);
+  store_rows(o, at.o.row_stride, acc, inv, q0, L, D, ty, tx);
   if (tx == 0) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -194,16 +196,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// delta = do . o for each of `rows` queries: a warp per query.
+// delta = do . o for each of `rows` queries (L per problem): a warp per query.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     attention_delta_kernel(const T* __restrict__ o, const T* __restrict__ go, float* __restrict__ delta,
-                           int64_t rows, int D) {
+                           int64_t rows, int64_t L, int D, math::AttentionRows lo, math::AttentionRows lgo) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
+  const int64_t problem = row / L, query = row % L;
+  o += lo.offset(problem) + query * lo.row_stride;
+  go += lgo.offset(problem) + query * lgo.row_stride;
   float sum = 0.f;
-  for (int d = threadIdx.x % 32; d < D; d += 32)
-    sum += static_cast<float>(o[row * D + d]) * static_cast<float>(go[row * D + d]);
+  for (int d = threadIdx.x % 32; d < D; d += 32) sum += static_cast<float>(o[d]) * static_cast<float>(go[d]);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (threadIdx.x % 32 == 0) delta[row] = sum;
@@ -215,7 +219,8 @@ __global__ void __launch_bounds__(kThreads)
     attention_backward_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                  const T* __restrict__ go, const float* __restrict__ lse,
                                  const float* __restrict__ delta, T* __restrict__ gk, T* __restrict__ gv, int64_t L,
-                                 int64_t S, int D, float scale2, float scale, bool causal, AttentionDropout drop) {
+                                 int64_t S, int D, float scale2, float scale, bool causal, AttentionDropout drop,
+                                 math::AttentionLayout at) {
   constexpr int NJ = kD / 16;
   extern __shared__ float4 smem4[];
   float* kt = reinterpret_cast<float*>(smem4);  // [kD][kVecLd]
@@ -227,16 +232,16 @@ __global__ void __launch_bounds__(kThreads)
   float* dl = lse2 + kTile;                     // [query]: delta
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int64_t bh = blockIdx.x, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  q += bh * L * D, k += bh * S * D, v += bh * S * D, go += bh * L * D, lse += bh * L, delta += bh * L;
-  gk += bh * S * D, gv += bh * S * D;
-  load_transposed<kD>(kt, kVecLd, k, k0, S, D);
-  load_transposed<kD>(vt, kVecLd, v, k0, S, D);
+  q += at.q.offset(bh), k += at.k.offset(bh), v += at.v.offset(bh), go += at.go.offset(bh);
+  lse += bh * L, delta += bh * L, gk += at.gk.offset(bh), gv += at.gv.offset(bh);
+  load_transposed<kD>(kt, kVecLd, k, at.k.row_stride, k0, S, D);
+  load_transposed<kD>(vt, kVecLd, v, at.v.row_stride, k0, S, D);
   float dk[4][NJ] = {}, dv[4][NJ] = {};
   // causal: queries before k0 attend none of these keys
   for (int64_t q0 = causal ? k0 : 0; q0 < L; q0 += kTile) {
     __syncthreads();
-    load_transposed<kD>(qt, kOddLd, q, q0, L, D);
-    load_transposed<kD>(dot, kOddLd, go, q0, L, D);
+    load_transposed<kD>(qt, kOddLd, q, at.q.row_stride, q0, L, D);
+    load_transposed<kD>(dot, kOddLd, go, at.go.row_stride, q0, L, D);
     for (int r = threadIdx.x; r < kTile; r += kThreads) {
       lse2[r] = q0 + r < L ? lse[q0 + r] * kLog2e : 0.f;
       dl[r] = q0 + r < L ? delta[q0 + r] : 0.f;
@@ -266,8 +271,8 @@ __global__ void __launch_bounds__(kThreads)
     tile_fma<NJ>(dk, pt, ty * 4, qt, 1, kOddLd, tx, kTile);  // dk += ds^T q
   }
   const float scales[4] = {scale, scale, scale, scale}, ones[4] = {1.f, 1.f, 1.f, 1.f};
-  store_rows(gk, dk, scales, k0, S, D, ty, tx);
-  store_rows(gv, dv, ones, k0, S, D, ty, tx);
+  store_rows(gk, at.gk.row_stride, dk, scales, k0, S, D, ty, tx);
+  store_rows(gv, at.gv.row_stride, dv, ones, k0, S, D, ty, tx);
 }
 
 // dq of 64 queries: the key tiles they attend, p and dp recomputed per tile.
@@ -276,7 +281,8 @@ __global__ void __launch_bounds__(kThreads)
     attention_backward_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 const T* __restrict__ go, const float* __restrict__ lse,
                                 const float* __restrict__ delta, T* __restrict__ gq, int64_t L, int64_t S, int D,
-                                float scale2, float scale, bool causal, AttentionDropout drop) {
+                                float scale2, float scale, bool causal, AttentionDropout drop,
+                                math::AttentionLayout at) {
   constexpr int NJ = kD / 16;
   extern __shared__ float4 smem4[];
   float* qt = reinterpret_cast<float*>(smem4);  // [kD][kVecLd]
@@ -286,10 +292,10 @@ __global__ void __launch_bounds__(kThreads)
   float* dst = vt + kD * kOddLd;                // [key][kVecLd]: ds transposed
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int64_t bh = blockIdx.x, q0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTile;
-  q += bh * L * D, k += bh * S * D, v += bh * S * D, go += bh * L * D, lse += bh * L, delta += bh * L;
-  gq += bh * L * D;
-  load_transposed<kD>(qt, kVecLd, q, q0, L, D);
-  load_transposed<kD>(dot, kVecLd, go, q0, L, D);
+  q += at.q.offset(bh), k += at.k.offset(bh), v += at.v.offset(bh), go += at.go.offset(bh);
+  lse += bh * L, delta += bh * L, gq += at.gq.offset(bh);
+  load_transposed<kD>(qt, kVecLd, q, at.q.row_stride, q0, L, D);
+  load_transposed<kD>(dot, kVecLd, go, at.go.row_stride, q0, L, D);
   float lse2[4], dl[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -301,8 +307,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t key_end = causal ? (q0 + kTile < S ? q0 + kTile : S) : S;
   for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();
-    load_transposed<kD>(kt, kOddLd, k, k0, S, D);
-    load_transposed<kD>(vt, kOddLd, v, k0, S, D);
+    load_transposed<kD>(kt, kOddLd, k, at.k.row_stride, k0, S, D);
+    load_transposed<kD>(vt, kOddLd, v, at.v.row_stride, k0, S, D);
     __syncthreads();
     float s[4][4] = {}, dp[4][4] = {};
     tile_fma<4>(s, qt, ty * 4, kt, kOddLd, 1, tx, kD);
@@ -322,7 +328,7 @@ __global__ void __launch_bounds__(kThreads)
     tile_fma<NJ>(dq, dst, ty * 4, kt, 1, kOddLd, tx, kTile);  // dq += ds k
   }
   const float scales[4] = {scale, scale, scale, scale};
-  store_rows(gq, dq, scales, q0, L, D, ty, tx);
+  store_rows(gq, at.gq.row_stride, dq, scales, q0, L, D, ty, tx);
 }
 
 // Calls f with the padded head dim as a compile-time constant.
@@ -351,24 +357,25 @@ int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 template <class T>
 cudaError_t attention_forward(cudaStream_t stream, const T* q, const T* k, const T* v, T* o, float* lse,
                               int64_t batch, int64_t L, int64_t S, int64_t D, double scale, bool causal,
-                              AttentionDropout dropout) {
+                              AttentionDropout dropout, const math::AttentionLayout& layout) {
   if (batch == 0 || L == 0 || S == 0 || D == 0) return cudaSuccess;
   return with_head_dim(D, [&](auto kd) {
     constexpr int kD = decltype(kd)::value;
     return launch(attention_forward_kernel<T, kD>, forward_smem<kD>(), stream, batch, tiles(L), q, k, v, o, lse, L, S,
-                  static_cast<int>(D), static_cast<float>(scale) * kLog2e, causal, dropout);
+                  static_cast<int>(D), static_cast<float>(scale) * kLog2e, causal, dropout, layout);
   });
 }
 
 template <class T>
 cudaError_t attention_backward(cudaStream_t stream, const T* q, const T* k, const T* v, const T* o, const T* go,
                                const float* lse, float* delta, T* gq, T* gk, T* gv, int64_t batch, int64_t L,
-                               int64_t S, int64_t D, double scale, bool causal, AttentionDropout dropout) {
+                               int64_t S, int64_t D, double scale, bool causal, AttentionDropout dropout,
+                               const math::AttentionLayout& layout) {
   if (batch == 0 || L == 0 || S == 0 || D == 0) return cudaSuccess;
   const int64_t rows = batch * L, warps = kThreads / 32;
   if ((rows + warps - 1) / warps > 2147483647) return cudaErrorInvalidValue;
   attention_delta_kernel<T><<<static_cast<unsigned>((rows + warps - 1) / warps), kThreads, 0, stream>>>(
-      o, go, delta, rows, static_cast<int>(D));
+      o, go, delta, rows, L, static_cast<int>(D), layout.o, layout.go);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const float sc = static_cast<float>(scale), scale2 = sc * kLog2e;
@@ -376,19 +383,21 @@ cudaError_t attention_backward(cudaStream_t stream, const T* q, const T* k, cons
     constexpr int kD = decltype(kd)::value;
     cudaError_t e = launch(attention_backward_kv_kernel<T, kD>, backward_smem<kD>(), stream, batch, tiles(S), q, k, v,
                            go, lse, static_cast<const float*>(delta), gk, gv, L, S, static_cast<int>(D), scale2, sc,
-                           causal, dropout);
+                           causal, dropout, layout);
     if (e != cudaSuccess) return e;
     return launch(attention_backward_q_kernel<T, kD>, backward_smem<kD>(), stream, batch, tiles(L), q, k, v, go, lse,
-                  static_cast<const float*>(delta), gq, L, S, static_cast<int>(D), scale2, sc, causal, dropout);
+                  static_cast<const float*>(delta), gq, L, S, static_cast<int>(D), scale2, sc, causal, dropout,
+                  layout);
   });
 }
 
 #define STRATA_ATTENTION(T)                                                                                         \
   template cudaError_t attention_forward<T>(cudaStream_t, const T*, const T*, const T*, T*, float*, int64_t,       \
-                                            int64_t, int64_t, int64_t, double, bool, AttentionDropout);            \
+                                            int64_t, int64_t, int64_t, double, bool, AttentionDropout,             \
+                                            const math::AttentionLayout&);                                         \
   template cudaError_t attention_backward<T>(cudaStream_t, const T*, const T*, const T*, const T*, const T*,       \
                                              const float*, float*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t, \
-                                             double, bool, AttentionDropout);
+                                             double, bool, AttentionDropout, const math::AttentionLayout&);
 STRATA_ATTENTION(Half)
 STRATA_ATTENTION(BFloat16)
 STRATA_ATTENTION(float)

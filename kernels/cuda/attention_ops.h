@@ -1,8 +1,9 @@
 // Entry points of the CUDA fused attention kernels (kernels/cuda/attention.cu; Note [Fused
 // attention] in src/nn/attention_fused.cpp), callable from plain C++. Instantiated for Half,
 // BFloat16 and float, computed in float. q (batch, L, D), k and v (batch, S, D), o and its
-// gradient (batch, L, D), all contiguous, D <= kMaxAttentionDim; lse (batch, L) is each
-// query's natural logsumexp. L, S and D must be positive (the op takes the composed path
+// gradient (batch, L, D), each where its entry of the math::AttentionLayout says (columns
+// adjacent), D <= kMaxAttentionDim; lse (batch, L), contiguous, is each query's natural
+// logsumexp. L, S and D must be positive (the op takes the composed path
 // otherwise; the launcher checks). Each launches on `stream` and returns the launch's
 // cudaError_t.
 #pragma once
@@ -11,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../common/attention_math.h"
 #include "../common/half.h"
 
 namespace strata::cuda_kernels {
@@ -32,13 +34,14 @@ struct AttentionDropout {
 template <class T>
 cudaError_t attention_forward(cudaStream_t stream, const T* q, const T* k, const T* v, T* o, float* lse,
                               int64_t batch, int64_t L, int64_t S, int64_t D, double scale, bool causal,
-                              AttentionDropout dropout);
+                              AttentionDropout dropout, const math::AttentionLayout& layout);
 
 /// gq, gk, gv from the forward's inputs, output o, its gradient go and lse. delta is scratch of
 /// batch * L floats (each query's do . o). Deterministic: no atomics.
 template <class T>
 cudaError_t attention_backward(cudaStream_t stream, const T* q, const T* k, const T* v, const T* o, const T* go,
                                const float* lse, float* delta, T* gq, T* gk, T* gv, int64_t batch, int64_t L,
-                               int64_t S, int64_t D, double scale, bool causal, AttentionDropout dropout);
+                               int64_t S, int64_t D, double scale, bool causal, AttentionDropout dropout,
+                               const math::AttentionLayout& layout);
 
 }  // namespace strata::cuda_kernels

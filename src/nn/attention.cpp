@@ -1,7 +1,8 @@
 // scaled_dot_product_attention, fused (src/nn/attention_fused.cpp) where it can be, else
 // composed of matmul and softmax (the causal mask fused into the softmax), and
-// MultiheadAttention on top of it. The heads are strided views of the projections, made
-// contiguous once for the batched products.
+// MultiheadAttention on top of it. The heads are strided views of the projections: the fused
+// kernels read them in place, the composed path makes them contiguous once for its batched
+// products.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -10,15 +10,26 @@
 // FlashAttention does (kernels/common/attention_math.h has the formulas). Causal blocks stop at
 // the last key their last query attends.
 //
-// It runs when the attention has no mask other than is_causal, q, k and v share their dtype,
-// device and batch dims, no dim is empty, and set_fused_attention has not switched it off for
-// the device. Dropout of the weights drops what functional::dropout would with the same
-// generator, and draws as much from it, so both paths train alike. Anything else takes the
-// composed path (src/nn/attention.cpp), which is also what a create_graph backward records, so
-// the result can be differentiated again. The CPU kernels are in kernels/cpu/attention.h, the
-// CUDA ones in kernels/cuda/attention.cu.
+// The kernels read q, k, v and the output's gradient in place when their columns are adjacent
+// and their batch dims fold into two strided dims (math::AttentionRows), as the heads of a
+// split qkv projection do. The output and the gradients of q, k and v are laid out as q, k and
+// v are: with the heads inside the rows ((batch, L, heads, dim) in memory, as such heads are),
+// the output's transpose(1, 2).reshape(batch, L, width) needs no copy, and neither do the
+// gradients on their way back to the projection.
+//
+// It runs when the attention has no mask other than is_causal, q, k and v share their dtype
+// and device, no dim is empty, and set_fused_attention has not switched it off for the device.
+// Batch dims that broadcast (keys and values shared by the heads) become expanded views, which
+// the kernels read in place and whose backward sums the gradients back. Dropout of the weights
+// drops what functional::dropout would with the same generator, and draws as much from it, so
+// both paths train alike. Anything else takes the composed path (src/nn/attention.cpp), which
+// is also what a create_graph backward records, so the result can be differentiated again. The
+// CPU kernels are in kernels/cpu/attention.h, the CUDA ones in kernels/cuda/attention.cu.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <utility>
 
 #include <strata/autograd/graph.hpp>
 #include <strata/nn/functional.hpp>
@@ -47,28 +58,22 @@ cpu::AttentionDims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, co
                            p.offset};
 }
 
-void check_kernel_layout(const KernelCall& call, std::string_view op) {
-  for (const Tensor& t : call.inputs)
-    STRATA_CHECK(t.is_contiguous() && t.dim() >= 2 && t.numel() > 0,
-                 "[{}] kernel needs contiguous, non-empty (..., rows, dim) tensors", op);
-}
-
 // inputs (q, k, v); outputs (o (..., L, Ev), lse (batch, L)).
 void cpu_attention(const KernelCall& call) {
-  check_kernel_layout(call, "attention");
+  const math::AttentionLayout layout = detail::attention_layout(call, "attention");
   const auto& p = call.param<detail::AttentionParams>();
   const Tensor &q = call.inputs[0], &k = call.inputs[1], &v = call.inputs[2];
   dispatch<DTypeSet::Floating>(q.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::attention_forward<T>(static_cast<const T*>(q.data()), static_cast<const T*>(k.data()),
                               static_cast<const T*>(v.data()), static_cast<T*>(call.outputs[0].data()),
-                              static_cast<compute_t<T>*>(call.outputs[1].data()), dims_of(q, k, v, p));
+                              static_cast<compute_t<T>*>(call.outputs[1].data()), dims_of(q, k, v, p), layout);
   });
 }
 
 // inputs (q, k, v, o, grad of o, lse); outputs (gq, gk, gv).
 void cpu_attention_backward(const KernelCall& call) {
-  check_kernel_layout(call, "attention_backward");
+  const math::AttentionLayout layout = detail::attention_layout(call, "attention_backward");
   const auto& p = call.param<detail::AttentionParams>();
   const Tensor &q = call.inputs[0], &k = call.inputs[1], &v = call.inputs[2];
   dispatch<DTypeSet::Floating>(q.dtype(), "attention_backward", [&](auto tag) {
@@ -77,9 +82,48 @@ void cpu_attention_backward(const KernelCall& call) {
     auto out = [&](int i) { return static_cast<T*>(call.outputs[i].data()); };
     cpu::attention_backward<T>(in(0), in(1), in(2), in(3), in(4),
                                static_cast<const compute_t<T>*>(call.inputs[5].data()), out(0), out(1), out(2),
-                               dims_of(q, k, v, p));
+                               dims_of(q, k, v, p), layout);
   });
 }
+
+// A new tensor of like's shape with `cols` columns, laid out as like is: when like keeps its
+// dim -3 inside its rows (the heads of a (batch, L, heads, dim) projection), as (..., L, H,
+// cols) transposed to (..., H, L, cols); else contiguous.
+Tensor new_rows_like(const Tensor& like, int64_t cols) {
+  Shape shape = like.shape();
+  shape.back() = cols;
+  const size_t n = shape.size();
+  if (n >= 3 && like.size(-3) > 1 && like.size(-2) > 1 && like.stride(-3) < like.stride(-2)) {
+    std::swap(shape[n - 3], shape[n - 2]);
+    return strata::detail::make_tensor(shape, like.dtype(), like.device()).transpose(-3, -2);
+  }
+  return strata::detail::make_tensor(shape, like.dtype(), like.device());
+}
+
+// The batch dims q, k and v broadcast to, or nullopt.
+std::optional<Shape> common_batch(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t n = std::max({q.dim(), k.dim(), v.dim()}) - 2;
+  Shape batch(static_cast<size_t>(std::max<int64_t>(n, 0)), 1);
+  for (const Tensor* t : {&q, &k, &v})
+    for (int64_t i = 0; i + 2 < t->dim(); ++i) {
+      const int64_t size = t->size(i);
+      int64_t& b = batch[static_cast<size_t>(n - (t->dim() - 2) + i)];
+      if (size != 1 && b != 1 && size != b) return std::nullopt;
+      if (size != 1) b = size;
+    }
+  return batch;
+}
+
+// t with the batch dims `batch` (an expanded view when they differ).
+Tensor with_batch(const Tensor& t, Shape batch) {
+  batch.push_back(t.size(-2));
+  batch.push_back(t.size(-1));
+  return batch == t.shape() ? t : t.expand(batch);
+}
+
+// t itself when the kernels can read it in place, else a contiguous copy (made with grad mode
+// as it is, so that a create_graph backward, composed of ops, still reaches t).
+Tensor readable(const Tensor& t) { return detail::attention_rows(t) ? t : t.contiguous(); }
 
 // The dropout factors (0 or 1 / (1 - rate)) of the (..., L, S) weights of q (..., L, E) over S
 // keys, as a tensor of q's dtype and device (computed on the CPU).
@@ -119,40 +163,86 @@ bool functional::fused_attention_enabled(DeviceType device) {
   return fused_enabled[static_cast<int>(device)].load();
 }
 
+std::optional<math::AttentionRows> detail::attention_rows(const Tensor& t) {
+  const int64_t n = t.dim();
+  if (n < 2 || (t.size(-1) > 1 && t.stride(-1) != 1)) return std::nullopt;
+  if (t.size(-2) > 1 && t.stride(-2) < t.size(-1)) return std::nullopt;  // rows overlap: no GEMM reads them
+  // fold the batch dims, innermost first, into (size, stride) groups; dims of size 1 have no say
+  int64_t sizes[2] = {1, 1}, strides[2] = {0, 0};
+  int groups = 0;
+  for (int64_t i = n - 3; i >= 0; --i) {
+    const int64_t size = t.size(i), stride = t.stride(i);
+    if (size == 1) continue;
+    if (groups > 0 && stride == strides[groups - 1] * sizes[groups - 1]) {
+      sizes[groups - 1] *= size;
+    } else {
+      if (groups == 2) return std::nullopt;
+      sizes[groups] = size, strides[groups] = stride, ++groups;
+    }
+  }
+  return math::AttentionRows{sizes[0], strides[1], strides[0], t.size(-2) > 1 ? t.stride(-2) : t.size(-1)};
+}
+
+math::AttentionLayout detail::attention_layout(const KernelCall& call, std::string_view op) {
+  auto rows = [&](const Tensor& t) {
+    const std::optional<math::AttentionRows> r = t.defined() ? attention_rows(t) : std::nullopt;
+    STRATA_CHECK(r && t.numel() > 0,
+                 "[{}] kernel needs non-empty (..., rows, dim) tensors with adjacent columns, rows at least a row "
+                 "apart and batch dims that fold into two strided dims, got shape {} and strides {}",
+                 op, t.defined() ? t.shape() : Shape{}, t.defined() ? t.strides() : Strides{});
+    return *r;
+  };
+  const bool backward = call.inputs.size() == 6;
+  STRATA_CHECK(call.inputs.size() == (backward ? 6u : 3u) && call.outputs.size() == (backward ? 3u : 2u),
+               "[{}] kernel takes 3 inputs and 2 outputs (forward) or 6 and 3 (backward)", op);
+  const Tensor& lse = backward ? call.inputs[5] : call.outputs[1];
+  STRATA_CHECK(lse.defined() && lse.is_contiguous(), "[{}] kernel needs a contiguous logsumexp", op);
+  math::AttentionLayout l;
+  l.q = rows(call.inputs[0]), l.k = rows(call.inputs[1]), l.v = rows(call.inputs[2]);
+  if (!backward) {
+    l.o = rows(call.outputs[0]);
+    return l;
+  }
+  l.o = rows(call.inputs[3]), l.go = rows(call.inputs[4]);
+  l.gq = rows(call.outputs[0]), l.gk = rows(call.outputs[1]), l.gv = rows(call.outputs[2]);
+  return l;
+}
+
 bool detail::fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout) {
   const DeviceType dev = q.device().type;
   if (!functional::fused_attention_enabled(dev) || !(dropout >= 0 && dropout < 1)) return false;
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype() || k.device() != q.device() || v.device() != q.device())
     return false;
-  if (q.dim() != k.dim() || q.dim() != v.dim() || q.dim() < 2) return false;
-  for (int64_t i = 0; i + 2 < q.dim(); ++i)
-    if (k.size(i) != q.size(i) || v.size(i) != q.size(i)) return false;
+  if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2) return false;
+  const std::optional<Shape> batch = common_batch(q, k, v);
+  if (!batch || q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;
+  const int64_t problems = checked_numel(*batch, "scaled_dot_product_attention");
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
-  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0 || L == 0 || S == 0 || E == 0 || Ev == 0) return false;
   if (dev == DeviceType::CUDA && (E != Ev || E > kCudaAttentionMaxDim || L > kCudaAttentionMaxRows ||
-                                  S > kCudaAttentionMaxRows || q.numel() / (L * E) > INT32_MAX))
+                                  S > kCudaAttentionMaxRows || problems > INT32_MAX))
     return false;
   return ext::has_kernel(OpId::attention, dev, q.dtype()) && ext::has_kernel(OpId::attention_backward, dev, q.dtype());
 }
 
-Tensor detail::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+Tensor detail::fused_attention(const Tensor& query, const Tensor& key, const Tensor& value, double scale, bool causal,
                                double dropout, Generator* gen) {
+  const std::optional<Shape> common = common_batch(query, key, value);
+  STRATA_CHECK(common,
+               "[scaled_dot_product_attention] the batch dims of query {}, key {} and value {} do not broadcast",
+               query.shape(), key.shape(), value.shape());
+  const Tensor q = with_batch(query, *common), k = with_batch(key, *common), v = with_batch(value, *common);
   AttentionParams p{scale, causal, dropout};
-  const int64_t L = q.size(-2), batch = q.numel() / (L * q.size(-1));
+  const int64_t L = q.size(-2), batch = checked_numel(*common, "scaled_dot_product_attention");
   if (dropout > 0) {  // the draw functional::dropout makes over the (batch, L, S) weights
     Generator& g = gen ? *gen : default_generator();
     p.seed = g.seed();
     p.offset = g.reserve((static_cast<uint64_t>(batch * L) * static_cast<uint64_t>(k.size(-2)) + 3) / 4);
   }
-  // contiguous copies are made with grad mode on, so that a create_graph backward (composed
-  // of these) still reaches q, k and v
-  const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const Tensor qc = readable(q), kc = readable(k), vc = readable(v);  // copies only where the kernels cannot read
   Tensor o, lse;
   {
     NoGradGuard no_grad;
-    Shape out_shape = q.shape();
-    out_shape.back() = v.size(-1);
-    Tensor outs[2] = {strata::detail::make_tensor(out_shape, q.dtype(), q.device()),
+    Tensor outs[2] = {new_rows_like(qc, v.size(-1)),
                       strata::detail::make_tensor({batch, L}, strata::detail::compute_dtype(q.dtype()), q.device())};
     const Tensor ins[3] = {qc, kc, vc};
     run_kernel(OpId::attention, q.dtype(), KernelCall{ins, outs, &p});
@@ -161,10 +251,9 @@ Tensor detail::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v
   autograd::record("attention", {qc, kc, vc}, {o}, {qc, kc, vc, o, lse},
                    [p](const autograd::Grads& g, const autograd::Saved& s) {
                      if (autograd::is_grad_enabled()) return composed_backward(s[0], s[1], s[2], g[0], p);
-                     Tensor outs[3] = {strata::detail::make_tensor(s[0].shape(), s[0].dtype(), s[0].device()),
-                                       strata::detail::make_tensor(s[1].shape(), s[1].dtype(), s[1].device()),
-                                       strata::detail::make_tensor(s[2].shape(), s[2].dtype(), s[2].device())};
-                     const Tensor ins[6] = {s[0], s[1], s[2], s[3], g[0].to(s[0].dtype()).contiguous(), s[4]};
+                     Tensor outs[3] = {new_rows_like(s[0], s[0].size(-1)), new_rows_like(s[1], s[1].size(-1)),
+                                       new_rows_like(s[2], s[2].size(-1))};
+                     const Tensor ins[6] = {s[0], s[1], s[2], s[3], readable(g[0].to(s[0].dtype())), s[4]};
                      run_kernel(OpId::attention_backward, s[0].dtype(), KernelCall{ins, outs, &p});
                      return autograd::Grads{outs[0], outs[1], outs[2]};
                    });

@@ -2,8 +2,14 @@
 // scaled_dot_product_attention and the CUDA kernels' launchers.
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 #include <strata/core/generator.hpp>
+#include <strata/core/registry.hpp>
 #include <strata/core/tensor.hpp>
+
+#include "kernels/common/attention_math.h"
 
 namespace strata::nn::detail {
 
@@ -19,6 +25,16 @@ struct AttentionParams {
 /// the most queries or keys (their 64-row blocks ride in a grid's y dim).
 inline constexpr int64_t kCudaAttentionMaxDim = 128;
 inline constexpr int64_t kCudaAttentionMaxRows = 65535 * 64;
+
+/// Where t keeps its rows, when the kernels can read or write it in place: columns adjacent,
+/// rows at least a row apart, batch dims that fold into two strided dims (math::AttentionRows);
+/// else nullopt.
+std::optional<math::AttentionRows> attention_rows(const Tensor& t);
+
+/// The rows of every tensor of an attention (3 inputs, 2 outputs) or attention_backward (6
+/// inputs, 3 outputs) kernel call; raises an Error naming `op` for a tensor the kernels cannot
+/// address, or a logsumexp that is not contiguous.
+math::AttentionLayout attention_layout(const KernelCall& call, std::string_view op);
 
 /// Whether attention of q (..., L, E) over k (..., S, E), v (..., S, Ev) with no mask and
 /// dropout at rate `dropout` may run the fused kernels: switched on for the device, kernels for

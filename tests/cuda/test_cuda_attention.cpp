@@ -5,7 +5,8 @@
 // tiles, more queries than keys and fewer; with and without the causal mask; the saved
 // logsumexp and all three gradients. Then through scaled_dot_product_attention with autograd on
 // strided heads as a GPT makes them, more problems than a grid dim holds, repeatability, and
-// which inputs the CUDA path leaves to the composed ops, scores in the tens, and dropout.
+// which inputs the CUDA path leaves to the composed ops, scores in the tens, and dropout; every
+// tensor strided as a projection's heads, and keys shared by the heads.
 // Without a GPU every test is skipped.
 #include <string>
 #include <vector>
@@ -35,22 +36,35 @@ struct CudaFused : F::FusedAttentionGuard {
 
 std::string node_of(const Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : ""; }
 
-// One problem size through both kernels on both devices; q_range spreads the scores.
-void compare_kernels(DType dt, int64_t D, int64_t L, int64_t S, bool causal, double q_range, double dropout = 0) {
+// A (2, 3, rows, D) tensor of random values on the CPU: contiguous, or with the heads inside
+// the rows, as (2, rows, 3, D) transposed.
+Tensor heads_tensor(int64_t rows, int64_t D, DType dt, bool strided, double lo = -1, double hi = 1) {
+  return strided ? random({2, rows, 3, D}, dt, lo, hi).transpose(1, 2) : random({2, 3, rows, D}, dt, lo, hi);
+}
+
+// x on the GPU, laid out as x is (contiguous, or the transpose of a contiguous (2, rows, 3, D)).
+Tensor gpu_like(const Tensor& x) { return x.is_contiguous() ? gpu(x) : gpu(x.transpose(1, 2)).transpose(1, 2); }
+
+// One problem size through both kernels on both devices; q_range spreads the scores. strided:
+// every tensor, inputs and outputs, keeps its heads inside its rows.
+void compare_kernels(DType dt, int64_t D, int64_t L, int64_t S, bool causal, double q_range, double dropout = 0,
+                     bool strided = false) {
   const std::string what = std::string(st::dtype_name(dt)) + " D " + std::to_string(D) + " L " +
                            std::to_string(L) + " S " + std::to_string(S) + (causal ? " causal" : "") +
-                           " q in +-" + std::to_string(q_range) + " dropout " + std::to_string(dropout);
-  Tensor q = random({2, 3, L, D}, dt, -q_range, q_range), k = random({2, 3, S, D}, dt, -2, 2);
-  Tensor v = random({2, 3, S, D}, dt), go = random({2, 3, L, D}, dt);
+                           " q in +-" + std::to_string(q_range) + " dropout " + std::to_string(dropout) +
+                           (strided ? " strided" : "");
+  Tensor q = heads_tensor(L, D, dt, strided, -q_range, q_range), k = heads_tensor(S, D, dt, strided, -2, 2);
+  Tensor v = heads_tensor(S, D, dt, strided), go = heads_tensor(L, D, dt, strided);
   // an offset past 2^32 blocks and element counts not a multiple of 4 test the draw's indexing
   const st::nn::detail::AttentionParams p{1 / std::sqrt(double(D)), causal, dropout, 1234, (uint64_t(1) << 32) + 3};
   auto fresh = [](const Tensor& like, st::Device dev) {
-    return st::empty(like.shape(), st::TensorOptions(like.dtype(), dev));
+    Tensor t = st::empty(like.contiguous().shape(), st::TensorOptions(like.dtype(), dev));
+    return like.is_contiguous() ? t : t.as_strided(like.shape(), like.strides());
   };
   Tensor lse_like = st::empty({6, L}, st::TensorOptions(st::kFloat32));
   std::vector<Tensor> c_out = {fresh(go, st::kCPU), fresh(lse_like, st::kCPU)};
   std::vector<Tensor> g_out = {fresh(go, st::Device::cuda()), fresh(lse_like, st::Device::cuda())};
-  const std::vector<Tensor> c_in = {q, k, v}, g_in = {gpu(q), gpu(k), gpu(v)};
+  const std::vector<Tensor> c_in = {q, k, v}, g_in = {gpu_like(q), gpu_like(k), gpu_like(v)};
   st::run_kernel(st::OpId::attention, dt, st::KernelCall{c_in, c_out, &p});
   st::run_kernel(st::OpId::attention, dt, st::KernelCall{g_in, g_out, &p});
   expect_close(c_out[0], g_out[0], what + " o", tol(dt));
@@ -60,7 +74,7 @@ void compare_kernels(DType dt, int64_t D, int64_t L, int64_t S, bool causal, dou
   std::vector<Tensor> g_grad = {fresh(q, st::Device::cuda()), fresh(k, st::Device::cuda()),
                                 fresh(v, st::Device::cuda())};
   const std::vector<Tensor> c_bin = {q, k, v, c_out[0], go, c_out[1]};
-  const std::vector<Tensor> g_bin = {g_in[0], g_in[1], g_in[2], gpu(c_out[0]), gpu(go), gpu(c_out[1])};
+  const std::vector<Tensor> g_bin = {g_in[0], g_in[1], g_in[2], gpu_like(c_out[0]), gpu_like(go), gpu(c_out[1])};
   st::run_kernel(st::OpId::attention_backward, dt, st::KernelCall{c_bin, c_grad, &p});
   st::run_kernel(st::OpId::attention_backward, dt, st::KernelCall{g_bin, g_grad, &p});
   expect_close(c_grad[0], g_grad[0], what + " dq", 2 * tol(dt));
@@ -80,6 +94,17 @@ TEST(CudaAttention, KernelsMatchCpu) {
     for (int64_t D : {8, 32, 64, 100, 128})
       for (Size z : {Size{1, 1}, {5, 5}, {64, 64}, {65, 130}, {130, 65}, {257, 257}})
         for (bool causal : {false, true}) compare_kernels(dt, D, z.L, z.S, causal, 2);
+}
+
+// Every tensor strided as the heads of one projection are: rows 3 D apart, heads D apart.
+TEST(CudaAttention, StridedKernelsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  for (DType dt : {st::kFloat32, st::kBFloat16})
+    for (bool causal : {false, true}) {
+      compare_kernels(dt, 64, 130, 130, causal, 2, 0, true);
+      compare_kernels(dt, 40, 70, 150, causal, 2, 0.2, true);
+    }
 }
 
 // Dropout: the same weights dropped on both devices (the composed path's draw, checked on the
@@ -128,6 +153,26 @@ TEST(CudaAttention, AutogradOnStridedHeadsMatchesCpu) {
       expect_close(cy, gy, what + " output", tol(dt));
       expect_close(cg, gg, what + " gradient of qkv", 2 * tol(dt));
     }
+}
+
+// Keys and values shared by the heads (batch dims that broadcast, read through stride-0 views),
+// their gradients summed over the heads.
+TEST(CudaAttention, SharedKeysMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  CudaFused fused;
+  Tensor q = random({2, 4, 70, 32}, st::kFloat32), k = random({2, 1, 90, 32}, st::kFloat32);
+  Tensor v = random({2, 1, 90, 32}, st::kFloat32), g = random({2, 4, 70, 32}, st::kFloat32);
+  auto run = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv, const Tensor& gg) {
+    Tensor a = qq.detach().requires_grad_(), b = kk.detach().requires_grad_(), c = vv.detach().requires_grad_();
+    Tensor y = F::scaled_dot_product_attention(a, b, c, Tensor(), 0, true);
+    EXPECT_EQ(node_of(y), "attention") << y.device();
+    std::vector<Tensor> out = st::autograd::grad({y}, {a, b, c}, {gg});
+    out.insert(out.begin(), y.detach());
+    return out;
+  };
+  std::vector<Tensor> c = run(q, k, v, g), d = run(gpu(q), gpu(k), gpu(v), gpu(g));
+  for (size_t i = 0; i < c.size(); ++i) expect_close(c[i], d[i], "result " + std::to_string(i), 2 * tol(st::kFloat32));
 }
 
 // More problems than gridDim.y could hold (they ride in x), and the backward gives the same

@@ -6,6 +6,7 @@
 // what the composed path drops, results that do not depend on the thread count, and which inputs
 // take which path.
 #include <cmath>
+#include <functional>
 
 #include "gradcheck.h"
 #include "nn/attention_testing.h"
@@ -195,8 +196,9 @@ TEST(FusedAttention, DropoutMatchesComposedPath) {
   EXPECT_TRUE(gradgradcheck(f, {q, k, v}));
 }
 
-// What takes the composed path: masks, a dropout rate of 1, broadcast batch dims, mixed dtypes, empty dims
-// and the switch; an in-place write to a saved input is caught at backward.
+// What takes the composed path: masks, a dropout rate of 1, mixed dtypes, empty dims and the
+// switch (broadcast batch dims take the fused one); an in-place write to a saved input is caught
+// at backward.
 TEST(FusedAttention, WhichPathAndSavedInputs) {
   Generator gen(16);
   Tensor q = randn({2, 4, 8}, kFloat32, &gen).requires_grad_(), k = randn({2, 6, 8}, kFloat32, &gen);
@@ -209,7 +211,7 @@ TEST(FusedAttention, WhichPathAndSavedInputs) {
   EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, ones({4, 6}, kBool))), "attention");
   EXPECT_EQ(node(F::scaled_dot_product_attention(q, k, v, Tensor(), 0.5)), "attention");  // dropout rides along
   EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, Tensor(), 1.0)), "attention");  // all dropped: no draw
-  EXPECT_NE(node(F::scaled_dot_product_attention(q, k.select(0, 0), v.select(0, 0))), "attention");
+  EXPECT_EQ(node(F::scaled_dot_product_attention(q, k.select(0, 0), v.select(0, 0))), "attention");
   EXPECT_NE(node(F::scaled_dot_product_attention(q, k.to(kFloat64), v)), "attention");
   Tensor none = F::scaled_dot_product_attention(q, k.narrow(1, 0, 0), v.narrow(1, 0, 0));
   EXPECT_EQ(none.shape(), (Shape{2, 4, 8}));
@@ -225,4 +227,125 @@ TEST(FusedAttention, WhichPathAndSavedInputs) {
     kl.add_(1);
   }
   EXPECT_THROW(o.sum().backward(), Error);
+}
+
+// Strided inputs: the heads of one qkv projection ((batch, T, 3 width) split and viewed as
+// (batch, heads, T, dim)), an incoming gradient of the same layout, foldable and unfoldable batch
+// dims, keys shared by every head (a stride-0 head dim), and layouts the kernels cannot read
+// (transposed columns, rows a stride of 0 apart), which are copied. Outputs and gradients are
+// laid out as their inputs: for such heads, o.transpose(1, 2) and dq.transpose(1, 2) are
+// contiguous, so the projection's reshape needs no copy.
+TEST(FusedAttention, StridedInputs) {
+  Generator gen(18);
+  const int64_t B = 2, T = 37, H = 3, D = 8, C = H * D;
+  for (DType t : {kFloat32, kFloat64, kBFloat16})
+    for (bool causal : {false, true}) {
+      const std::string what = fmt::format("{} causal {}", dtype_name(t), causal);
+      Tensor qkv = randn({B, T, 3 * C}, kFloat64, &gen).to(t), g = randn({B, T, H, D}, kFloat64, &gen);
+      auto heads = [&](const Tensor& x, int64_t i) { return x.narrow(2, i * C, C).view({B, T, H, D}).transpose(1, 2); };
+      auto attend = [&](bool fused, const Tensor& x) {
+        FusedScope scope(fused);
+        Tensor leaf_x = x.detach().clone().requires_grad_();
+        Tensor o = F::scaled_dot_product_attention(heads(leaf_x, 0), heads(leaf_x, 1), heads(leaf_x, 2), Tensor(), 0,
+                                                   causal);
+        EXPECT_EQ(o.grad_fn()->name() == "attention", fused) << what;
+        Tensor grad = autograd::grad({o}, {leaf_x}, {g.to(o.dtype()).transpose(1, 2)})[0];
+        return std::pair{o.detach(), grad};
+      };
+      auto [o, dqkv] = attend(true, qkv);
+      EXPECT_TRUE(o.transpose(1, 2).is_contiguous()) << what << " strides " << fmt::format("{}", o.strides());
+      const double tol = tolerance(t);
+      EXPECT_TRUE(all_close(values(o), reference(heads(qkv, 0), heads(qkv, 1), heads(qkv, 2), causal,
+                                                 1 / std::sqrt(double(D))),
+                            tol, tol))
+          << what;
+      auto [wo, wdqkv] = attend(false, qkv.to(kFloat64));
+      EXPECT_TRUE(all_close(values(dqkv), values(wdqkv), 4 * tol, 4 * tol)) << what;
+
+      // the gradients of strided heads, read from the node itself, are laid out as the heads
+      FusedScope scope(true);
+      Tensor leaf_x = qkv.detach().clone().requires_grad_();
+      Tensor q = heads(leaf_x, 0), k = heads(leaf_x, 1), v = heads(leaf_x, 2);
+      Tensor out = F::scaled_dot_product_attention(q, k, v, Tensor(), 0, causal);
+      std::vector<Tensor> grads = autograd::grad({out}, {q, k, v}, {g.to(t).transpose(1, 2)});
+      for (const Tensor& grad : grads) EXPECT_TRUE(grad.transpose(1, 2).is_contiguous()) << what;
+    }
+
+  // batch dims: three that fold into one, three that fold into two, three that do not fold
+  // (copied), keys and values shared by the heads, columns not adjacent and overlapping rows
+  // (both copied); each against the float64 loop reference and the composed path, its views
+  // taken of leaves so that the kernels see them
+  using View = std::function<Tensor(const Tensor&)>;
+  struct Case {
+    Shape q, k, v;
+    View qv, kv, vv;
+    const char* name;
+  };
+  const View same = [](const Tensor& x) { return x; };
+  const View fold2 = [](const Tensor& x) { return x.permute({1, 2, 0, 3, 4}); };  // dims 0 and 2 fold, 1 apart
+  const View fold3 = [](const Tensor& x) { return x.permute({1, 0, 2, 3, 4}); };  // none fold
+  const View to4 = [](const Tensor& x) { return x.reshape({2, 6, x.size(-2), x.size(-1)}); };
+  const Shape q5{2, 3, 2, 9, 4}, k5{2, 3, 2, 11, 4}, v5{2, 3, 2, 11, 5};
+  const Case cases[] = {
+      {q5, k5, v5, same, same, same, "contiguous 5-d"},
+      {q5, k5, v5, fold2, fold2, fold2, "two groups"},
+      {q5, k5, v5, fold3, fold3, fold3, "unfoldable"},
+      {q5, {2, 1, 11, 4}, {2, 1, 11, 5}, to4, [](const Tensor& x) { return x.expand({2, 6, 11, 4}); },
+       [](const Tensor& x) { return x.expand({2, 6, 11, 5}); }, "shared keys"},
+      {q5, {2, 6, 4, 11}, v5, to4, [](const Tensor& x) { return x.transpose(-2, -1); }, to4, "transposed keys"},
+      {q5, {2, 6, 1, 4}, v5, to4, [](const Tensor& x) { return x.expand({2, 6, 11, 4}); }, to4, "repeated key rows"},
+  };
+  for (const Case& c : cases)
+    for (bool causal : {false, true}) {
+      const std::string what = fmt::format("{} causal {}", c.name, causal);
+      const Tensor qb = randn(c.q, kFloat64, &gen), kb = randn(c.k, kFloat64, &gen), vb = randn(c.v, kFloat64, &gen);
+      auto attend = [&](bool fused) {
+        FusedScope scope(fused);
+        Tensor lq = qb.clone().requires_grad_(), lk = kb.clone().requires_grad_(), lv = vb.clone().requires_grad_();
+        Tensor o = F::scaled_dot_product_attention(c.qv(lq), c.kv(lk), c.vv(lv), Tensor(), 0, causal);
+        EXPECT_EQ(o.grad_fn()->name() == "attention", fused) << what;
+        std::vector<Tensor> out = autograd::grad({(o * o).sum()}, {lq, lk, lv});
+        out.insert(out.begin(), o.detach());
+        return out;
+      };
+      std::vector<Tensor> f = attend(true), w = attend(false);
+      auto flat = [](const Tensor& x) { return x.reshape({-1, x.size(-3), x.size(-2), x.size(-1)}); };
+      EXPECT_TRUE(all_close(values(f[0]), reference(flat(c.qv(qb)), flat(c.kv(kb)), flat(c.vv(vb)), causal, 0.5),
+                            1e-12, 1e-12))
+          << what;
+      for (size_t i = 0; i < f.size(); ++i)
+        EXPECT_TRUE(all_close(values(f[i]), values(w[i]), 1e-12, 1e-12)) << what << " output " << i;
+    }
+}
+
+// Batch dims that broadcast: keys and values shared by every head (grouped as (2, 1)) or by
+// everything (no batch dims), against the composed path, gradients summed over the broadcast;
+// dropout draws over the broadcast weights, as the composed path's does.
+TEST(FusedAttention, BroadcastBatchDims) {
+  Generator gen(19);
+  struct Case {
+    Shape q, k, v;
+  };
+  for (const Case& c : {Case{{2, 3, 6, 4}, {2, 1, 7, 4}, {7, 5}}, Case{{3, 6, 4}, {1, 7, 4}, {3, 7, 5}},
+                        Case{{1, 3, 6, 4}, {2, 1, 7, 4}, {2, 3, 7, 5}}})
+    for (double rate : {0.0, 0.3}) {
+      const bool causal = rate > 0;
+      const std::string what = fmt::format("q {} k {} v {} causal {} dropout {}", c.q, c.k, c.v, causal, rate);
+      const Tensor q = randn(c.q, kFloat64, &gen), k = randn(c.k, kFloat64, &gen), v = randn(c.v, kFloat64, &gen);
+      auto attend = [&](bool fused) {
+        FusedScope scope(fused);
+        Generator draw(21);
+        Tensor lq = q.clone().requires_grad_(), lk = k.clone().requires_grad_(), lv = v.clone().requires_grad_();
+        Tensor o = F::scaled_dot_product_attention(lq, lk, lv, Tensor(), rate, causal, std::nullopt, &draw);
+        EXPECT_EQ(o.grad_fn()->name() == "attention", fused) << what;
+        std::vector<Tensor> out = autograd::grad({(o * o).sum()}, {lq, lk, lv});
+        out.insert(out.begin(), o.detach());
+        return out;
+      };
+      std::vector<Tensor> f = attend(true), w = attend(false);
+      for (size_t i = 0; i < f.size(); ++i) {
+        EXPECT_EQ(f[i].shape(), w[i].shape()) << what << " output " << i;
+        EXPECT_TRUE(all_close(values(f[i]), values(w[i]), 1e-12, 1e-12)) << what << " output " << i;
+      }
+    }
 }

@@ -25,14 +25,14 @@ ck::AttentionDropout dropout_of(const nn::detail::AttentionParams& p) {
   return {static_cast<float>(p.dropout), static_cast<float>(1.0 / (1.0 - p.dropout)), p.seed, p.offset};
 }
 
-// (batch, L, S, D) of contiguous q (..., L, D), k and v (..., S, D).
+// (batch, L, S, D) of q (..., L, D), k and v (..., S, D), and where every tensor keeps its rows.
 struct Dims {
   int64_t batch, L, S, D;
+  math::AttentionLayout layout;
 };
 
 Dims check_layout(const KernelCall& call, std::string_view op) {
-  for (const Tensor& t : call.inputs)
-    STRATA_CHECK(t.is_contiguous() && t.dim() >= 2, "[{}] kernel needs contiguous (..., rows, dim) tensors", op);
+  const math::AttentionLayout layout = nn::detail::attention_layout(call, op);
   const Tensor &q = call.inputs[0], &k = call.inputs[1], &v = call.inputs[2];
   const int64_t L = q.size(-2), S = k.size(-2), D = q.size(-1);
   STRATA_CHECK(k.size(-1) == D && v.size(-1) == D && v.size(-2) == S && D <= ck::kMaxAttentionDim && L > 0 &&
@@ -40,7 +40,7 @@ Dims check_layout(const KernelCall& call, std::string_view op) {
                "[{}] CUDA kernel needs one head dim of 1 to {} for q, k and v and 1 to {} queries and keys, "
                "got q {}, k {}, v {}",
                op, ck::kMaxAttentionDim, ck::kMaxAttentionRows, q.shape(), k.shape(), v.shape());
-  return {L * D == 0 ? 0 : q.numel() / (L * D), L, S, D};
+  return {L * D == 0 ? 0 : q.numel() / (L * D), L, S, D, layout};
 }
 
 // inputs (q, k, v); outputs (o, lse (batch, L) float).
@@ -58,7 +58,7 @@ void cuda_attention(const KernelCall& call) {
       cuda_launch::check_launch(ck::attention_forward<T>(cuda_launch::stream_for(q), in(0), in(1), in(2),
                                                          static_cast<T*>(call.outputs[0].data()),
                                                          static_cast<float*>(call.outputs[1].data()), d.batch, d.L,
-                                                         d.S, d.D, p.scale, p.causal, dropout_of(p)),
+                                                         d.S, d.D, p.scale, p.causal, dropout_of(p), d.layout),
                                 "attention");
     }
   });
@@ -82,7 +82,7 @@ void cuda_attention_backward(const KernelCall& call) {
           ck::attention_backward<T>(cuda_launch::stream_for(q), in(0), in(1), in(2), in(3), in(4),
                                     static_cast<const float*>(call.inputs[5].data()), static_cast<float*>(delta.data()),
                                     out(0), out(1), out(2), d.batch, d.L, d.S, d.D, p.scale, p.causal,
-                                    dropout_of(p)),
+                                    dropout_of(p), d.layout),
           "attention_backward");
     }
   });
