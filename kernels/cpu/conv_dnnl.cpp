@@ -9,14 +9,13 @@
 // im2col + GEMM kernel (`gemm:jit`): about 4x slower for backward-weights at 64 channels,
 // 32x32. Channels-last callers often get nhwc itself and no reorder. When the primitive's
 // format for an operand differs from the caller's, the operand is reordered into (or out
-// of) a per-thread buffer around the call, as LibTorch does for plain tensors. Primitives and their reorders are built once per problem signature and kept in
-// a bounded LRU cache shared by all threads (see Note [oneDNN primitive cache] in
-// gemm_dnnl.cpp); a signature for which oneDNN offers only its reference kernel is cached
-// as unsupported, and the caller falls back to conv_ref.cpp.
+// of) a per-thread buffer around the call, as LibTorch does for plain tensors. Primitives and
+// their reorders are built once per problem signature and kept in a bounded LRU cache shared
+// by all threads (see Note [oneDNN primitive cache] in gemm_dnnl.cpp); a signature for which
+// oneDNN offers only its reference kernel is cached as unsupported, and the caller falls back
+// to conv_ref.cpp.
 #include <cstdlib>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -25,6 +24,7 @@
 #include <dnnl.hpp>
 
 #include "conv.h"
+#include "dnnl_cache.h"
 
 namespace strata::cpu {
 
@@ -80,45 +80,14 @@ struct Entry {
   size_t scratchpad_bytes = 0;
 };
 
-class PrimitiveCache {
- public:
-  std::shared_ptr<const Entry> find(const Key& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
-    order_.splice(order_.begin(), order_, it->second);
-    return it->second->second;
-  }
-  void insert(const Key& key, std::shared_ptr<const Entry> entry) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (index_.count(key)) return;
-    order_.emplace_front(key, std::move(entry));
-    index_.emplace(key, order_.begin());
-    while (order_.size() > kCacheCapacity) {
-      index_.erase(order_.back().first);
-      order_.pop_back();
-    }
-  }
-  size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return order_.size();
-  }
+using Cache = dnnl_support::PrimitiveCache<Key, Entry, KeyHash, kCacheCapacity>;
 
- private:
-  std::mutex mutex_;
-  std::list<std::pair<Key, std::shared_ptr<const Entry>>> order_;
-  std::unordered_map<Key, decltype(order_)::iterator, KeyHash> index_;
-};
-
-PrimitiveCache& cache() {
-  static PrimitiveCache* c = new PrimitiveCache();  // never destroyed: may be used at exit
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: may be used at exit
   return *c;
 }
 
-dnnl::engine& engine() {
-  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *e;
-}
+using dnnl_support::engine;
 
 memory::desc strided(const memory::dims& dims, const int64_t* s) {
   return memory::desc(dims, memory::data_type::f32, memory::dims(s, s + 4));

@@ -12,9 +12,7 @@
 // caller falls back to Eigen. Primitives use a caller-provided scratchpad (one buffer per
 // thread), so the same primitive may run on several threads at once.
 #include <cstring>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -22,6 +20,7 @@
 
 #include <dnnl.hpp>
 
+#include "dnnl_cache.h"
 #include "gemm.h"
 
 namespace strata::cpu {
@@ -58,47 +57,14 @@ struct Entry {
   size_t scratchpad_bytes = 0;
 };
 
-class PrimitiveCache {
- public:
-  std::shared_ptr<const Entry> find(const Key& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
-    order_.splice(order_.begin(), order_, it->second);  // most recently used first
-    return it->second->second;
-  }
+using Cache = dnnl_support::PrimitiveCache<Key, Entry, KeyHash, kCacheCapacity>;
 
-  void insert(const Key& key, std::shared_ptr<const Entry> entry) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (index_.count(key)) return;  // another thread built it meanwhile
-    order_.emplace_front(key, std::move(entry));
-    index_.emplace(key, order_.begin());
-    while (order_.size() > kCacheCapacity) {
-      index_.erase(order_.back().first);
-      order_.pop_back();
-    }
-  }
-
-  size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return order_.size();
-  }
-
- private:
-  std::mutex mutex_;
-  std::list<std::pair<Key, std::shared_ptr<const Entry>>> order_;
-  std::unordered_map<Key, decltype(order_)::iterator, KeyHash> index_;
-};
-
-PrimitiveCache& cache() {
-  static PrimitiveCache* c = new PrimitiveCache();  // never destroyed: may be used at exit
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: may be used at exit
   return *c;
 }
 
-dnnl::engine& engine() {
-  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *e;
-}
+using dnnl_support::engine;
 
 uint64_t bits(double v) {
   uint64_t u;
