@@ -9,7 +9,9 @@
 // Forward (training): channel_sums(x, x, shift) gives mean and variance (the shift, one
 // sample of the channel, keeps the sum of squares from cancelling), then channel_affine
 // normalizes. Backward: channel_sums(gy, x, 0, mean) gives sum(gy) and sum(gy * (x - mean)),
-// then channel_affine forms the input gradient.
+// then channel_affine forms the input gradient. After a fused ReLU, both take the forward's
+// output as u's mask: u is read as ReluBackward(u, mask), so the ReLU's gradient is never
+// written out.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 
 #include <omp.h>
 
+#include "../common/activation_grad_math.h"
 #include "../common/half.h"
 #include "../common/unary_math.h"
 #include "parallel.h"
@@ -60,8 +63,16 @@ int64_t run_chunks(int64_t rows, int64_t row_len, const F& f) {
 // sum (u - su)(v - sv) = sum (u - su)(v - fv) + (fv - sv) * sum (u - su).
 inline constexpr int64_t kFloatRun = 1024;
 
-inline void float_row_sums(const float* u, const float* v, int64_t n, double ku, double kv, double& s1,
-                           double& s2) {
+// u's element o as its compute type: ReluBackward(u, mask) with a mask.
+template <class T>
+inline compute_t<T> masked(const T* u, const T* mask, int64_t o) {
+  using C = compute_t<T>;
+  return mask ? math::ReluBackward{}(static_cast<C>(u[o]), static_cast<C>(mask[o])) : static_cast<C>(u[o]);
+}
+
+template <bool kMasked>
+inline void float_row_sums(const float* u, const float* mask, const float* v, int64_t n, double ku, double kv,
+                           double& s1, double& s2) {
   using F16 = float __attribute__((vector_size(64)));
   const float fu = static_cast<float>(ku), fv = static_cast<float>(kv);
   double r1 = 0, r2 = 0;
@@ -73,6 +84,11 @@ inline void float_row_sums(const float* u, const float* v, int64_t n, double ku,
       F16 x, y;
       std::memcpy(&x, u + i, sizeof x);
       std::memcpy(&y, v + i, sizeof y);
+      if constexpr (kMasked) {
+        F16 m;
+        std::memcpy(&m, mask + i, sizeof m);
+        x = m > 0.f ? x : F16{};
+      }
       x -= fu;
       y -= fv;
       a += x;
@@ -81,7 +97,7 @@ inline void float_row_sums(const float* u, const float* v, int64_t n, double ku,
     for (int l = 0; l < 16; ++l) r1 += a[l], r2 += b[l];
   }
   for (; i < n; ++i) {
-    const double du = static_cast<double>(u[i]) - fu;
+    const double du = static_cast<double>(masked(u, kMasked ? mask : nullptr, i)) - fu;
     r1 += du;
     r2 += du * (static_cast<double>(v[i]) - fv);
   }
@@ -92,9 +108,10 @@ inline void float_row_sums(const float* u, const float* v, int64_t n, double ku,
 }  // namespace bn_detail
 
 /// u and v share the strides st; su / sv are per-channel shifts (null: zero). s2 may be null.
+/// With u_mask (u's strides), u is read as ReluBackward(u, u_mask).
 template <class T>
 void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelStrides& st, const double* su,
-                  const double* sv, double* s1, double* s2) {
+                  const double* sv, double* s1, double* s2, const T* u_mask = nullptr) {
   const int64_t C = sh.c;
   std::fill(s1, s1 + C, 0.0);
   if (s2) std::fill(s2, s2 + C, 0.0);
@@ -114,8 +131,9 @@ void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelS
         const int64_t off = (r / sh.s) * st.n + (r % sh.s) * st.s;
         const T* ur = u + off;
         const T* vr = v + off;
+        const T* mr = u_mask ? u_mask + off : nullptr;
         for (int64_t c = 0; c < C; ++c) {
-          const double du = static_cast<double>(ur[c * st.c]) - shift_u[c];
+          const double du = static_cast<double>(bn_detail::masked(ur, mr, c * st.c)) - shift_u[c];
           a1[c] += du;
           a2[c] += du * (static_cast<double>(vr[c * st.c]) - shift_v[c]);
         }
@@ -130,10 +148,12 @@ void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelS
         const int64_t c = r % C, off = (r / C) * st.n + c * st.c;
         const T* ur = u + off;
         const T* vr = v + off;
+        const T* mr = u_mask ? u_mask + off : nullptr;
         const double ku = shift_u[c], kv = shift_v[c];
         if constexpr (std::is_same_v<T, float>) {
           if (st.s == 1 && static_cast<double>(static_cast<float>(ku)) == ku) {
-            bn_detail::float_row_sums(ur, vr, sh.s, ku, kv, a1[c], a2[c]);
+            if (mr) bn_detail::float_row_sums<true>(ur, mr, vr, sh.s, ku, kv, a1[c], a2[c]);
+            else bn_detail::float_row_sums<false>(ur, nullptr, vr, sh.s, ku, kv, a1[c], a2[c]);
             continue;
           }
         }
@@ -142,13 +162,13 @@ void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelS
         if (st.s == 1) {
           for (; i + 8 <= sh.s; i += 8)
             for (int l = 0; l < 8; ++l) {
-              const double du = static_cast<double>(ur[i + l]) - ku;
+              const double du = static_cast<double>(bn_detail::masked(ur, mr, i + l)) - ku;
               l1[l] += du;
               l2[l] += du * (static_cast<double>(vr[i + l]) - kv);
             }
         }
         for (; i < sh.s; ++i) {
-          const double du = static_cast<double>(ur[i * st.s]) - ku;
+          const double du = static_cast<double>(bn_detail::masked(ur, mr, i * st.s)) - ku;
           l1[0] += du;
           l2[0] += du * (static_cast<double>(vr[i * st.s]) - kv);
         }
@@ -173,11 +193,12 @@ struct ChannelEpilogue {
 
 /// out = a[c] * u + b[c] * v + k[c], with u, v and out sharing the strides st; v and b may
 /// be null (the term is dropped). Coefficients are in T's compute type. The epilogue then
-/// adds its residual and applies its ReLU, in the same pass.
+/// adds its residual and applies its ReLU, in the same pass. With u_mask (u's strides), u is
+/// read as ReluBackward(u, u_mask).
 template <class T>
 void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, const ChannelStrides& st,
                     const compute_t<T>* a, const compute_t<T>* b, const compute_t<T>* k,
-                    const ChannelEpilogue<T>& epilogue = {}) {
+                    const ChannelEpilogue<T>& epilogue = {}, const T* u_mask = nullptr) {
   using C = compute_t<T>;
   if (sh.n * sh.s == 0 || sh.c == 0) return;
   const bool with_v = v != nullptr && b != nullptr;
@@ -185,7 +206,8 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
   const bool relu = epilogue.relu, plain = !res && !relu;
   // one element at offset o of channel c, the general form
   auto value = [&](int64_t o, C ac, C bc, C kc) {
-    C r = with_v ? ac * static_cast<C>(u[o]) + bc * static_cast<C>(v[o]) + kc : ac * static_cast<C>(u[o]) + kc;
+    const C uo = bn_detail::masked(u, u_mask, o);
+    C r = with_v ? ac * uo + bc * static_cast<C>(v[o]) + kc : ac * uo + kc;
     if (res) r += static_cast<C>(res[o]);
     return T(relu ? math::Relu{}(r) : r);
   };
@@ -195,11 +217,15 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
         const int64_t off = (r / sh.s) * st.n + (r % sh.s) * st.s;
         const T* ur = u + off;
         T* o = out + off;
-        if (plain && with_v) {  // the backward
+        if (plain && with_v && u_mask) {  // the backward after a ReLU
+          const T *vr = v + off, *mr = u_mask + off;
+          for (int64_t c = 0; c < sh.c; ++c)
+            o[c * st.c] = T(a[c] * bn_detail::masked(ur, mr, c * st.c) + b[c] * static_cast<C>(vr[c * st.c]) + k[c]);
+        } else if (plain && with_v) {  // the backward
           const T* vr = v + off;
           for (int64_t c = 0; c < sh.c; ++c)
             o[c * st.c] = T(a[c] * static_cast<C>(ur[c * st.c]) + b[c] * static_cast<C>(vr[c * st.c]) + k[c]);
-        } else if (plain) {  // the plain forward
+        } else if (plain && !u_mask) {  // the plain forward
           for (int64_t c = 0; c < sh.c; ++c) o[c * st.c] = T(a[c] * static_cast<C>(ur[c * st.c]) + k[c]);
         } else {
           for (int64_t c = 0; c < sh.c; ++c)
@@ -215,12 +241,18 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
       const C ac = a[c], bc = with_v ? b[c] : C(0), kc = k[c];
       const T* ur = u + off;
       T* o = out + off;
-      if (st.s != 1 || (with_v && !plain)) {
+      if (st.s != 1 || (with_v && !plain) || (u_mask && !(with_v && plain))) {
         for (int64_t i = 0; i < sh.s; ++i) o[i * st.s] = value(off + i * st.s, ac, bc, kc);
         continue;
       }
       // contiguous runs, the common case, in loops the compiler vectorizes
-      if (with_v) {
+      if (with_v && u_mask) {
+        const T *vr = v + off, *mr = u_mask + off;
+        for (int64_t i = 0; i < sh.s; ++i) {
+          const C gi = math::ReluBackward{}(static_cast<C>(ur[i]), static_cast<C>(mr[i]));
+          o[i] = T(ac * gi + bc * static_cast<C>(vr[i]) + kc);
+        }
+      } else if (with_v) {
         const T* vr = v + off;
         for (int64_t i = 0; i < sh.s; ++i) o[i] = T(ac * static_cast<C>(ur[i]) + bc * static_cast<C>(vr[i]) + kc);
       } else if (res) {

@@ -5,6 +5,10 @@
 //   channel affine  out = a[c] * u + b[c] * v + k[c]                                 in compute_t<T>
 //                   (the forward then adds an optional residual and applies an optional ReLU)
 //
+// After a fused ReLU the backward reads u (the output's gradient) through the forward's output
+// as a mask, ReluBackward(u, y), in both passes (Note [ReLU mask in the backward] in
+// src/nn/batchnorm.cpp).
+//
 // with the per-channel statistics and coefficients computed between them by one thread per
 // channel, from the same double-precision formulas as the CPU (so mean, var and the
 // gradients agree with the CPU's up to summation order).
@@ -17,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/activation_grad_math.h"
 #include "../common/half.h"
 #include "../common/unary_math.h"
 #include "elementwise.cuh"
@@ -57,15 +62,23 @@ __device__ __forceinline__ int64_t channel_first(const ChannelLayout& l, int64_t
   return l.channels_inner ? c : c * l.s;
 }
 
+// u's element at off as its compute type, through the ReLU's mask when there is one.
+template <class T>
+__device__ __forceinline__ compute_t<T> masked(const T* u, const T* mask, int64_t off) {
+  using C = compute_t<T>;
+  return mask ? math::ReluBackward{}(static_cast<C>(u[off]), static_cast<C>(mask[off])) : static_cast<C>(u[off]);
+}
+
 // The operands of one channel-sum pass. v null: s1 only. shift_first: both u and v are
 // shifted by u's first element of the channel (the forward's variance); otherwise u is not
-// shifted and v by shift_v[c] (null: 0).
+// shifted and v by shift_v[c] (null: 0). u_mask: u is read as ReluBackward(u, u_mask).
 template <class T, class S>
 struct SumArgs {
   const T* u;
   const T* v;
   const S* shift_v;
   bool shift_first;
+  const T* u_mask = nullptr;
 };
 
 template <class T, class S>
@@ -113,7 +126,7 @@ __global__ void sums_outer_kernel(ChannelLayout l, int64_t splits, SumArgs<T, S>
     const int64_t plane = l.c * l.s, cs = c * l.s;
     for (; m < hi; m += blockDim.x) {
       const int64_t off = n * plane + cs + s;
-      const double du = static_cast<double>(static_cast<C>(a.u[off])) - su;
+      const double du = static_cast<double>(masked(a.u, a.u_mask, off)) - su;
       a1 += du;
       if (a.v) a2 += du * (static_cast<double>(static_cast<C>(a.v[off])) - sv);
       s += qs, n += qn;
@@ -141,7 +154,7 @@ __global__ void sums_inner_kernel(ChannelLayout l, int64_t splits, SumArgs<T, S>
     const int64_t step = int64_t(gridDim.y) * kTileRows;
     for (int64_t r = int64_t(blockIdx.y) * kTileRows + threadIdx.y; r < rows; r += step) {
       const int64_t off = r * l.c + c;
-      const double du = static_cast<double>(static_cast<C>(a.u[off])) - su;
+      const double du = static_cast<double>(masked(a.u, a.u_mask, off)) - su;
       a1 += du;
       if (a.v) a2 += du * (static_cast<double>(static_cast<C>(a.v[off])) - sv);
     }
@@ -242,7 +255,8 @@ __global__ void channel_total_kernel(ChannelLayout l, int64_t splits, const doub
 }
 
 // The affine pass over the dense data: out = a[c] * u (+ b[c] * v) + k[c], then the forward's
-// epilogue: + r (the residual), ReLU. v, b and r may be null.
+// epilogue: + r (the residual), ReLU. v, b and r may be null; with u_mask, u is read as
+// ReluBackward(u, u_mask).
 template <class T>
 struct AffineArgs {
   const T* u;
@@ -251,6 +265,7 @@ struct AffineArgs {
   T* out;
   const double *a, *b, *k;
   bool relu;
+  const T* u_mask = nullptr;
 };
 
 template <class T, class I>
@@ -270,7 +285,7 @@ __global__ void affine_kernel(I total, I C, I S, bool channels_inner, AffineArgs
   const I step = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const I c = channels_inner ? i % C : (i / S) % C;
-    p.out[i] = affine_value(p, static_cast<Cp>(p.u[i]), p.v ? static_cast<Cp>(p.v[i]) : Cp(0),
+    p.out[i] = affine_value(p, masked(p.u, p.u_mask, i), p.v ? static_cast<Cp>(p.v[i]) : Cp(0),
                             p.r ? static_cast<Cp>(p.r[i]) : Cp(0), c);
   }
 }
@@ -285,13 +300,16 @@ __global__ void affine_vec_kernel(I nvec, I C, I S, bool channels_inner, AffineA
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < nvec; i += step) {
     const I e = i * V, c0 = channels_inner ? e % C : (e / S) % C;
     const VT u = reinterpret_cast<const VT*>(p.u)[i];
-    VT v{}, r{}, o;
+    VT v{}, r{}, m{}, o;
     if (p.v) v = reinterpret_cast<const VT*>(p.v)[i];
     if (p.r) r = reinterpret_cast<const VT*>(p.r)[i];
+    if (p.u_mask) m = reinterpret_cast<const VT*>(p.u_mask)[i];
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      o.v[j] = affine_value(p, static_cast<Cp>(u.v[j]), static_cast<Cp>(v.v[j]), static_cast<Cp>(r.v[j]),
-                            channels_inner ? c0 + j : c0);
+    for (int j = 0; j < V; ++j) {
+      const Cp x = p.u_mask ? math::ReluBackward{}(static_cast<Cp>(u.v[j]), static_cast<Cp>(m.v[j]))
+                            : static_cast<Cp>(u.v[j]);
+      o.v[j] = affine_value(p, x, static_cast<Cp>(v.v[j]), static_cast<Cp>(r.v[j]), channels_inner ? c0 + j : c0);
+    }
     reinterpret_cast<VT*>(p.out)[i] = o;
   }
 }
@@ -302,7 +320,7 @@ cudaError_t launch_affine(const ChannelLayout& l, cudaStream_t s, const AffineAr
   if (total == 0) return cudaSuccess;
   constexpr int V = 16 / sizeof(T);
   const bool vec = aligned16(p.u) && aligned16(p.out) && (!p.v || aligned16(p.v)) && (!p.r || aligned16(p.r)) &&
-                   (l.channels_inner ? l.c % V == 0 : l.s % V == 0);
+                   (!p.u_mask || aligned16(p.u_mask)) && (l.channels_inner ? l.c % V == 0 : l.s % V == 0);
   const int64_t work = vec ? total / V : total;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(work, kAffineThreads), 65536));
   auto launch = [&](auto index) {
@@ -349,14 +367,14 @@ template <class T>
 cudaError_t batch_norm_backward(const ChannelLayout& l, cudaStream_t s, const T* gy, const T* x, T* gx,
                                 const compute_t<T>* weight, const compute_t<T>* mean, const compute_t<T>* var,
                                 compute_t<T>* gweight, compute_t<T>* gbias, double eps, bool training,
-                                double* scratch) {
+                                const T* relu_out, double* scratch) {
   using S = compute_t<T>;
   if (l.c <= 0) return cudaSuccess;
   const SumPlan p = sum_plan(l);
   double* coef = scratch + 2 * l.c * p.splits;
   const bool have_sums = training || gweight || gbias;
   if (have_sums) {
-    const cudaError_t e = launch_sums<T, S>(l, p, s, SumArgs<T, S>{gy, x, mean, false}, scratch);
+    const cudaError_t e = launch_sums<T, S>(l, p, s, SumArgs<T, S>{gy, x, mean, false, relu_out}, scratch);
     if (e != cudaSuccess) return e;
   }
   backward_finalize_kernel<S><<<finalize_blocks(l.c), kFinalizeThreads, 0, s>>>(
@@ -364,7 +382,7 @@ cudaError_t batch_norm_backward(const ChannelLayout& l, cudaStream_t s, const T*
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   return launch_affine<T>(l, s, AffineArgs<T>{gy, training ? x : nullptr, nullptr, gx, coef,
-                                              training ? coef + l.c : nullptr, coef + 2 * l.c, false});
+                                              training ? coef + l.c : nullptr, coef + 2 * l.c, false, relu_out});
 }
 
 template <class T>
@@ -385,7 +403,7 @@ cudaError_t channel_sum(const ChannelLayout& l, cudaStream_t s, const T* u, T* o
                                              const T*, bool, double*);                                           \
   template cudaError_t batch_norm_backward<T>(const ChannelLayout&, cudaStream_t, const T*, const T*, T*,        \
                                               const compute_t<T>*, const compute_t<T>*, const compute_t<T>*,     \
-                                              compute_t<T>*, compute_t<T>*, double, bool, double*);              \
+                                              compute_t<T>*, compute_t<T>*, double, bool, const T*, double*);    \
   template cudaError_t channel_sum<T>(const ChannelLayout&, cudaStream_t, const T*, T*, double*);
 STRATA_BN_INSTANCES(float)
 STRATA_BN_INSTANCES(double)

@@ -80,12 +80,14 @@ cudaError_t batch_norm_forward(const ChannelLayout& l, cudaStream_t s, const T* 
                                bool training, const T* residual, bool relu, double* scratch);
 
 /// gx from gy, x and the saved mean / var (the batch's in training, the running ones in
-/// eval); gweight = sum gy * (x - mean) / sqrt(var + eps), gbias = sum gy, when not null.
+/// eval); gweight = sum gy * (x - mean) / sqrt(var + eps), gbias = sum gy, when not null. With
+/// relu_out (the output of a forward with relu, x's layout), gy is the gradient of that output
+/// and is read as ReluBackward(gy, relu_out).
 template <class T>
 cudaError_t batch_norm_backward(const ChannelLayout& l, cudaStream_t s, const T* gy, const T* x, T* gx,
                                 const compute_t<T>* weight, const compute_t<T>* mean, const compute_t<T>* var,
                                 compute_t<T>* gweight, compute_t<T>* gbias, double eps, bool training,
-                                double* scratch);
+                                const T* relu_out, double* scratch);
 
 /// out[c] = sum of u over n and s, accumulated in double (a convolution's bias gradient).
 template <class T>

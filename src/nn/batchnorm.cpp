@@ -7,8 +7,19 @@
 //                        training: mean / biased var of the batch are computed and written;
 //                        eval: the given mean / var are used and copied out; with
 //                        params.relu, y = relu(normalized + residual) (residual: x's layout)
-//   batch_norm_backward  inputs (gy, x, weight?, mean, var)        outputs (gx, gweight?, gbias?)
+//   batch_norm_backward  inputs (gy, x, weight?, mean, var, y?)    outputs (gx, gweight?, gbias?)
+//                        with y (the output of batch_norm_relu), gy is the gradient of y and
+//                        the ReLU's mask is applied as it is read: ReluBackward(gy, y)
 // Double backward is not supported: the backward runs the kernel directly and records nothing.
+//
+// Note [ReLU mask in the backward]
+// After batch_norm_relu, the gradient of the normalized values is the incoming gradient where
+// the output is positive (ReluBackward). Written out by relu_backward it costs a pass that
+// reads the gradient and the output and writes a third tensor, which the backward kernel then
+// reads twice (its sums, then its affine pass). Instead the kernel takes the output as a mask
+// and applies it as it reads the gradient in both passes: a tensor's worth of traffic less and
+// no extra launch. When the residual needs a gradient (that same masked tensor), it is written
+// once and the kernel reads it as before.
 #include <cmath>
 #include <vector>
 
@@ -129,17 +140,22 @@ void cpu_batch_norm_backward(const KernelCall& call) {
   STRATA_CHECK(gy.dtype() == x.dtype() && gx.dtype() == x.dtype() && same_layout(v, channel_view(gy)) &&
                    same_layout(v, channel_view(gx)),
                "[batch_norm_backward] gradients must share the input's dtype and layout");
+  const Tensor* relu_out = call.inputs.size() > 5 && call.inputs[5].defined() ? &call.inputs[5] : nullptr;
+  STRATA_CHECK(!relu_out || (relu_out->dtype() == x.dtype() && same_layout(v, channel_view(*relu_out))),
+               "[batch_norm_backward] the ReLU's output must share the input's dtype and layout");
   const int64_t C = v.shape.c, M = v.shape.n * v.shape.s;
   dispatch<DTypeSet::Floating>(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using S = compute_t<T>;
     const T *gp = static_cast<const T*>(gy.data()), *xp = static_cast<const T*>(x.data());
+    const T* mask = relu_out ? static_cast<const T*>(relu_out->data()) : nullptr;
     const S *w = channel_param<S>(call, 2, C), *mean = channel_param<S>(call, 3, C), *var = channel_param<S>(call, 4, C);
     STRATA_CHECK(mean && var, "[batch_norm_backward] kernel needs the saved mean and var");
     S *gw = channel_out<S>(call, 1, C), *gb = channel_out<S>(call, 2, C);
     std::vector<double> m(static_cast<size_t>(C)), sg(static_cast<size_t>(C), 0.0), sgx(static_cast<size_t>(C), 0.0);
     for (int64_t c = 0; c < C; ++c) m[c] = double(mean[c]);
-    if (p.training || gw || gb) cpu::channel_sums(gp, xp, v.shape, v.strides, nullptr, m.data(), sg.data(), sgx.data());
+    if (p.training || gw || gb)
+      cpu::channel_sums(gp, xp, v.shape, v.strides, nullptr, m.data(), sg.data(), sgx.data(), mask);
     std::vector<S> k1(static_cast<size_t>(C)), k2(static_cast<size_t>(C)), k3(static_cast<size_t>(C));
     for (int64_t c = 0; c < C; ++c) {
       const double inv = 1.0 / std::sqrt(double(var[c]) + p.eps), wc = w ? double(w[c]) : 1.0;
@@ -156,7 +172,7 @@ void cpu_batch_norm_backward(const KernelCall& call) {
       }
     }
     cpu::channel_affine<T>(gp, p.training ? xp : nullptr, static_cast<T*>(gx.data()), v.shape, v.strides, k1.data(),
-                           p.training ? k2.data() : nullptr, k3.data());
+                           p.training ? k2.data() : nullptr, k3.data(), {}, mask);
   });
 }
 
@@ -257,9 +273,12 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
                    [params, f, s, need_x, need_w, need_b, need_r](const autograd::Grads& g, const autograd::Saved& sv) {
                      NoGradGuard no_grad;
                      const Tensor x = dense(sv[0], f);  // a saved-tensor hook may have changed its layout
-                     // the gradient of the normalized values (and of the residual): the ReLU's mask applied
-                     const Tensor gn = params.relu ? dense(relu_backward(dense(g[0], f), dense(sv[4], f)), f)
-                                                   : dense(g[0], f);
+                     // the gradient of the normalized values: the ReLU's mask applied. The residual's
+                     // gradient is that too, so it is written out when the residual needs one; else
+                     // the kernel applies the mask as it reads (Note [ReLU mask in the backward])
+                     const bool mask_in_kernel = params.relu && !need_r;
+                     const Tensor gn = params.relu && need_r ? dense(relu_backward(dense(g[0], f), dense(sv[4], f)), f)
+                                                             : dense(g[0], f);
                      // gx is always computed (the kernel's first output) and dropped when not needed
                      Tensor outs[3] = {detail::empty_in(x.shape(), x.dtype(), x.device(), f),
                                        need_w ? strata::detail::make_tensor({x.size(1)}, s, x.device()) : Tensor(),
@@ -268,7 +287,7 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
                        for (Tensor& o : outs)
                          if (o.defined()) o.zero_();
                      } else {
-                       const Tensor ins[5] = {gn, x, sv[1], sv[2], sv[3]};
+                       const Tensor ins[6] = {gn, x, sv[1], sv[2], sv[3], mask_in_kernel ? dense(sv[4], f) : Tensor()};
                        run_kernel(OpId::batch_norm_backward, x.dtype(), KernelCall{ins, outs, &params});
                      }
                      return autograd::Grads{need_x ? outs[0] : Tensor(), outs[1], outs[2], need_r ? gn : Tensor()};

@@ -262,7 +262,8 @@ TEST(BatchNorm, BadInputRaises) {
 // ---- batch_norm_relu: BN, the residual add and ReLU in one pass --------------------------------
 
 // relu(batch_norm(x) + residual) through the three separate ops, on its own copies of the
-// running statistics; returns the output, and the gradients of x, weight, bias and residual.
+// running statistics; returns the output, and the gradients of x, weight, bias and residual
+// (when it requires one: without, the backward applies the ReLU's mask inside its kernel).
 namespace {
 
 struct BnReluResult {
@@ -271,15 +272,16 @@ struct BnReluResult {
 };
 
 BnReluResult bn_relu_run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& r0,
-                         const Tensor& rm0, const Tensor& rv0, const Tensor& gy, bool training) {
+                         const Tensor& rm0, const Tensor& rv0, const Tensor& gy, bool training,
+                         bool residual_grad = true) {
   Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
-  Tensor r = r0.defined() ? r0.detach().requires_grad_() : Tensor();
+  Tensor r = r0.defined() ? r0.detach().requires_grad_(residual_grad) : Tensor();
   Tensor rm = rm0.clone(), rv = rv0.clone();
   const F::BatchNormArgs a{training, 0.1, 1e-5};
   Tensor y = fused ? F::batch_norm_relu(x, rm, rv, w, b, a, r)
                    : F::relu(r.defined() ? F::batch_norm(x, rm, rv, w, b, a) + r : F::batch_norm(x, rm, rv, w, b, a));
   std::vector<Tensor> inputs{x, w, b};
-  if (r.defined()) inputs.push_back(r);
+  if (r.defined() && residual_grad) inputs.push_back(r);
   return {y, rm, rv, autograd::grad({y}, inputs, {gy})};
 }
 
@@ -289,7 +291,7 @@ TEST(BatchNormRelu, MatchesBatchNormAddReluComposed) {
   Generator g(130);
   for (DType dt : {kFloat32, kFloat64})
     for (Image l : {Image::NCHW, Image::NHWC, Image::Sliced, Image::SlicedNHWC})
-      for (int residual : {0, 1, 2})  // none, in the input's layout, in NCHW
+      for (int residual : {0, 1, 2, 3})  // none, in the input's layout, in NCHW, without a gradient
         for (bool training : {true, false}) {
           SCOPED_TRACE(fmt::format("{} {} residual {} training {}", dt, strata::testing::image_name(l), residual,
                                    training));
@@ -298,11 +300,11 @@ TEST(BatchNormRelu, MatchesBatchNormAddReluComposed) {
           Tensor w = randn({4}, dt, &g), b = randn({4}, dt, &g);
           Tensor rm = randn({4}, dt, &g), rv = rand({4}, dt, &g) + 0.5;
           Tensor r = residual == 0 ? Tensor()
-                     : residual == 1 ? as_image(randn({3, 4, 5, 4}, dt, &g), l)
+                     : residual != 2 ? as_image(randn({3, 4, 5, 4}, dt, &g), l)
                                      : randn({3, 4, 5, 4}, dt, &g);
           Tensor gy = as_image(randn({3, 4, 5, 4}, dt, &g), l);
-          const BnReluResult want = bn_relu_run(false, x, w, b, r, rm, rv, gy, training);
-          const BnReluResult got = bn_relu_run(true, x, w, b, r, rm, rv, gy, training);
+          const BnReluResult want = bn_relu_run(false, x, w, b, r, rm, rv, gy, training, residual != 3);
+          const BnReluResult got = bn_relu_run(true, x, w, b, r, rm, rv, gy, training, residual != 3);
           const double t = dt == kFloat64 ? 1e-12 : 1e-5;
           EXPECT_TRUE(has_format(got.y, expected_format(x, l)));
           EXPECT_TRUE(all_close(got.y, values(want.y), t, t));
@@ -391,4 +393,22 @@ TEST(BatchNormRelu, SequentialFusesBatchNormThenRelu) {
   nn::Sequential custom(nn::BatchNorm2d(3), CountingReLU());
   custom(x);
   EXPECT_EQ(custom.at<CountingReLU>(1).calls, 1);
+}
+
+// 16-bit data: the backward with the ReLU's mask inside its kernel against the separate ops on
+// the same rounded inputs.
+TEST(BatchNormRelu, HalfPrecisionMaskInKernel) {
+  Generator g(131);
+  for (DType dt : {kFloat16, kBFloat16})
+    for (Image l : {Image::NCHW, Image::NHWC}) {
+      SCOPED_TRACE(fmt::format("{} {}", dt, strata::testing::image_name(l)));
+      Tensor x = as_image((randn({3, 4, 5, 4}, kFloat64, &g) * 2.0 + 1.0).to(dt), l);
+      Tensor w = randn({4}, kFloat32, &g), b = randn({4}, kFloat32, &g);
+      Tensor rm = zeros({4}), rv = ones({4}), gy = as_image(randn({3, 4, 5, 4}, kFloat64, &g).to(dt), l);
+      const BnReluResult want = bn_relu_run(false, x, w, b, Tensor(), rm, rv, gy, true);
+      const BnReluResult got = bn_relu_run(true, x, w, b, Tensor(), rm, rv, gy, true);
+      const double t = dt == kFloat16 ? 4e-3 : 3e-2;
+      for (size_t j = 0; j < got.grads.size(); ++j)
+        EXPECT_TRUE(all_close(got.grads[j], values(want.grads[j]), t, t)) << "gradient " << j;
+    }
 }

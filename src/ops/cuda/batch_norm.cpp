@@ -6,7 +6,7 @@
 // Kernel contracts (as on the CPU; per-channel tensors (C) contiguous in the statistics dtype,
 // f32 for f16/bf16/f32 data, f64 for f64):
 //   batch_norm           inputs (x, weight?, bias?, mean?, var?, residual?)  outputs (y, mean, var)
-//   batch_norm_backward  inputs (gy, x, weight?, mean, var)        outputs (gx, gweight?, gbias?)
+//   batch_norm_backward  inputs (gy, x, weight?, mean, var, y?)    outputs (gx, gweight?, gbias?)
 #include <strata/nn/functional_conv.hpp>
 #include <strata/ops/creation.hpp>
 
@@ -111,6 +111,12 @@ void cuda_batch_norm_backward(const KernelCall& call) {
                "[batch_norm_backward] gradients must share the input's dtype and layout");
   check_device(gy, x);
   check_device(gx, x);
+  const Tensor* relu_out = call.inputs.size() > 5 && call.inputs[5].defined() ? &call.inputs[5] : nullptr;
+  if (relu_out) {
+    STRATA_CHECK(relu_out->dtype() == x.dtype() && same_layout(l, channel_layout(*relu_out)),
+                 "[batch_norm_backward] the ReLU's output must share the input's dtype and layout");
+    check_device(*relu_out, x);
+  }
   cuda::DeviceGuard guard(x.device().index);
   dispatch<DTypeSet::Floating>(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -122,7 +128,8 @@ void cuda_batch_norm_backward(const KernelCall& call) {
     cuda_launch::check_launch(
         ck::batch_norm_backward<T>(l, cuda_launch::stream_for(x), static_cast<const T*>(gy.data()),
                                    static_cast<const T*>(x.data()), static_cast<T*>(gx.data()), w, mean, var, gw, gb,
-                                   p.eps, p.training, static_cast<double*>(scratch.data())),
+                                   p.eps, p.training, relu_out ? static_cast<const T*>(relu_out->data()) : nullptr,
+                                   static_cast<double*>(scratch.data())),
         "batch_norm_backward");
   });
 }
