@@ -5,13 +5,11 @@
 //   channel affine  out = a[c] * u + b[c] * v + k[c]                                 in compute_t<T>
 //                   (the forward then adds an optional residual and applies an optional ReLU)
 //
-// After a fused ReLU the backward reads u (the output's gradient) through the forward's output
-// as a mask, ReluBackward(u, y), in both passes (Note [ReLU mask in the backward] in
-// src/nn/batchnorm.cpp).
-//
 // with the per-channel statistics and coefficients computed between them by one thread per
 // channel, from the same double-precision formulas as the CPU (so mean, var and the
-// gradients agree with the CPU's up to summation order).
+// gradients agree with the CPU's up to summation order). After a fused ReLU the backward
+// reads u (the output's gradient) through the forward's output as a mask, ReluBackward(u, y),
+// in both passes (Note [ReLU mask in the backward] in src/nn/batchnorm.cpp).
 //
 // Sums are two-stage and deterministic: a grid of (channel tile, split) blocks writes one
 // partial per (split, channel) to the scratch buffer, and the finalize kernel adds the splits
