@@ -340,6 +340,16 @@ TEST(Elementwise, PyTorchEdgeRules) {
   EXPECT_EQ(values(clamp(from_vector<int64_t>({-5, -1, 0, 1, 5}), 3, 1)), (std::vector<double>(5, 1.0)));
   for (double got : values(clamp(from_vector<float>({1, 2}), NAN, std::nullopt))) EXPECT_TRUE(std::isnan(got));
   for (double got : values(clamp(from_vector<float>({1, 2}), 0, NAN))) EXPECT_TRUE(std::isnan(got));
+  // -0.0 inside the bounds keeps its sign; int64 values past 2^53 are kept exactly, and clamped
+  // exactly to a bound
+  EXPECT_TRUE(std::signbit(clamp(from_vector<float>({-0.0f}), -1, 1).item<double>()));
+  const int64_t odd = (int64_t(1) << 53) + 1;
+  Tensor wide = clamp(from_vector<int64_t>({odd, -odd, 7}), -odd + 2, odd);
+  EXPECT_EQ(wide.data_ptr<int64_t>()[0], odd);
+  EXPECT_EQ(wide.data_ptr<int64_t>()[1], -odd + 2);
+  EXPECT_EQ(wide.data_ptr<int64_t>()[2], 7);
+  // leaky_relu (its slope now read outside the select)
+  EXPECT_EQ(values(leaky_relu(from_vector<float>({-2, 0, 3}), 0.25)), (std::vector<double>{-0.5, 0, 3}));
   // relu keeps NaN; abs clears the sign of -0.0
   for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     EXPECT_TRUE(std::isnan(relu(from_vector<float>({NAN}).to(t)).item<double>()));
