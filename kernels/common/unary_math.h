@@ -67,7 +67,13 @@ struct PowScalar {
       }
       return result;
     } else {
+      // PyTorch's special exponents, each a product or a root rather than a call of pow
       if (exponent == 2.0) return x * x;
+      if (exponent == 3.0) return x * x * x;
+      if (exponent == 0.5) return std::sqrt(x);
+      if (exponent == -0.5) return T(1) / std::sqrt(x);
+      if (exponent == -1.0) return T(1) / x;
+      if (exponent == -2.0) return T(1) / (x * x);
       return std::pow(x, T(exponent));
     }
   }

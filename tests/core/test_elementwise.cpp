@@ -348,6 +348,17 @@ TEST(Elementwise, PyTorchEdgeRules) {
   EXPECT_EQ(wide.data_ptr<int64_t>()[0], odd);
   EXPECT_EQ(wide.data_ptr<int64_t>()[1], -odd + 2);
   EXPECT_EQ(wide.data_ptr<int64_t>()[2], 7);
+  // PyTorch's special float exponents are products and roots: against float64 pow within 2
+  // ulps, and pow(-0.0, 0.5) is sqrt's -0.0
+  Tensor pos = from_vector<float>({0.1f, 0.7f, 1.0f, 3.5f, 1e3f, 1e-3f});
+  for (double e : {2.0, 3.0, 0.5, -0.5, -1.0, -2.0}) {
+    std::vector<double> got = values(pow(pos, e)), in = values(pos);
+    for (size_t i = 0; i < in.size(); ++i) {
+      const double want = std::pow(in[i], e);
+      EXPECT_NEAR(got[i], want, 2.5e-7 * std::fabs(want)) << "x " << in[i] << " e " << e;
+    }
+  }
+  EXPECT_TRUE(std::signbit(pow(from_vector<float>({-0.0f}), 0.5).item<double>()));
   // leaky_relu (its slope now read outside the select)
   EXPECT_EQ(values(leaky_relu(from_vector<float>({-2, 0, 3}), 0.25)), (std::vector<double>{-0.5, 0, 3}));
   // relu keeps NaN; abs clears the sign of -0.0
