@@ -128,20 +128,25 @@ TEST(Embedding, GradCheckAndBadIndices) {
 
 // ---- Dropout -----------------------------------------------------------------------------------
 
+// Sizes with whole blocks of four and with a partial last block (the kernel runs them apart).
 TEST(Dropout, MaskMatchesThePhiloxDrawAndScales) {
-  Tensor x = randn({1000, 7}, kFloat64);
-  Generator g1(77), g2(77);
-  Tensor y = F::dropout(x, 0.3, true, &g1);
-  Tensor u = rand({1000, 7}, kFloat32, &g2);  // the same counters: element i keeps when u_i >= p
-  std::vector<double> xv = values(x), yv = values(y), uv = values(u);
-  int64_t kept = 0;
-  for (size_t i = 0; i < xv.size(); ++i) {
-    const bool keep = static_cast<float>(uv[i]) >= 0.3f;
-    kept += keep;
-    ASSERT_NEAR(yv[i], keep ? xv[i] / 0.7 : 0.0, 1e-12) << i;
-  }
-  EXPECT_NEAR(static_cast<double>(kept) / 7000.0, 0.7, 0.02);
-  EXPECT_EQ(g1.offset(), g2.offset());
+  for (const Shape& shape : {Shape{1000, 7}, Shape{1001, 7}, Shape{3}, Shape{5}})
+    for (DType t : {kFloat64, kFloat32}) {
+      Tensor x = randn(shape, t);
+      Generator g1(77), g2(77);
+      Tensor y = F::dropout(x, 0.3, true, &g1);
+      Tensor u = rand(shape, kFloat32, &g2);  // the same counters: element i keeps when u_i >= p
+      std::vector<double> xv = values(x), yv = values(y), uv = values(u);
+      int64_t kept = 0;
+      for (size_t i = 0; i < xv.size(); ++i) {
+        const bool keep = static_cast<float>(uv[i]) >= 0.3f;
+        kept += keep;
+        const double want = keep ? (t == kFloat32 ? double(float(xv[i]) * float(1 / 0.7)) : xv[i] / 0.7) : 0.0;
+        ASSERT_NEAR(yv[i], want, t == kFloat32 ? 1e-6 * std::fabs(want) : 1e-12) << i << " of " << fmt::format("{}", shape);
+      }
+      if (xv.size() > 1000) EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(xv.size()), 0.7, 0.02);
+      EXPECT_EQ(g1.offset(), g2.offset());
+    }
 }
 
 TEST(Dropout, EvalIdentityEdgesAndGradient) {
