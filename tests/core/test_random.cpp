@@ -37,6 +37,21 @@ TEST(Philox, StreamLayout) {
   // the next draw continues from the reserved offset
   Tensor b = rand({3}, {}, &g);
   EXPECT_EQ(values(b)[0], static_cast<double>(philox::uniform_at(1234, 3, 0)));
+  // the CPU kernels draw a block at a time; every element is still the per-element function's
+  // (the CUDA kernels' form), partial last blocks included
+  for (int64_t n : {1, 3, 5, 4099}) {
+    Generator gu(9), gn(9), gi(9);
+    const uint64_t offset = gu.offset();
+    std::vector<double> u = values(rand({n}, {}, &gu)), z = values(randn({n}, kFloat64, &gn));
+    std::vector<double> k = values(randint(-7, 1000003, {n}, kInt64, &gi));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t e = static_cast<uint64_t>(i);
+      ASSERT_EQ(u[i], static_cast<double>(philox::uniform_at(9, offset, e))) << n << " " << i;
+      ASSERT_EQ(z[i], static_cast<double>(philox::normal_at(9, offset, e))) << n << " " << i;
+      ASSERT_EQ(k[i], static_cast<double>(-7 + static_cast<int64_t>(philox::bits64_at(9, offset, e) % 1000010u)))
+          << n << " " << i;
+    }
+  }
 }
 
 TEST(Philox, DeterministicBySeed) {
