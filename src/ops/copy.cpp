@@ -11,6 +11,7 @@
 #include "core/tensor_internal.h"
 #include "kernels/common/convert.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/transpose.h"
 #include "ops/dispatch.h"
 #include "ops/loop.h"
 
@@ -34,8 +35,10 @@ void cpu_copy(const KernelCall& call) {
     using In = typename decltype(in_tag)::type;
     dispatch(dst.dtype(), "copy", [&](auto out_tag) {
       using Out = typename decltype(out_tag)::type;
-      cpu::elementwise(loop, static_cast<Out*>(dst.data()), [](In x) { return convert<Out>(x); },
-                       static_cast<const In*>(src.data()));
+      auto f = [](In x) { return convert<Out>(x); };
+      Out* out = static_cast<Out*>(dst.data());
+      const In* in = static_cast<const In*>(src.data());
+      if (!cpu::transpose_copy(loop, out, in, f)) cpu::elementwise(loop, out, f, in);
     });
   });
 }

@@ -1,4 +1,5 @@
-// Tensor basics: factories, views and the bounds they are held to, dtype promotion and
+// Tensor basics: factories, views and the bounds they are held to, copies across layouts
+// (the tiled transposes of kernels/cpu/transpose.h), dtype promotion and
 // conversion, the caching allocator, from_blob, printing.
 #include <cstdlib>
 #include <limits>
@@ -198,6 +199,41 @@ TEST(Tensor, ChannelsLast) {
   EXPECT_TRUE(all_close(cl, values(x), 0, 0));
   EXPECT_TRUE(cl.to(MemoryFormat::Contiguous).is_contiguous());
   EXPECT_THROW(randn({2, 3}).to(MemoryFormat::ChannelsLast), Error);
+}
+
+// Copies between layouts that run along different dims take tiles (kernels/cpu/transpose.h):
+// sizes around the tile, outer dims, a broadcast operand and a dtype conversion, each checked
+// element by element against the source.
+TEST(Tensor, TransposedCopiesMatchElementByElement) {
+  Generator g(31);
+  for (int64_t r : {31, 32, 33, 70})
+    for (int64_t c : {32, 45, 97}) {
+      Tensor x = randn({r, c}, kFloat64, &g);
+      for (DType t : {kFloat64, kFloat32}) {
+        Tensor y = x.t().to(t).contiguous();  // (c, r) from a transposed view
+        ASSERT_EQ(y.shape(), (Shape{c, r}));
+        std::vector<double> xv = values(x), yv = values(y);
+        for (int64_t i = 0; i < r; ++i)
+          for (int64_t j = 0; j < c; ++j)
+            ASSERT_EQ(yv[j * r + i], t == kFloat32 ? double(float(xv[i * c + j])) : xv[i * c + j]) << r << "x" << c;
+      }
+    }
+  // a permute with outer dims both ways, to channels-last and back
+  Tensor img = randn({3, 40, 5, 36}, kFloat32, &g);
+  Tensor cl = img.to(MemoryFormat::ChannelsLast), back = cl.contiguous();
+  EXPECT_EQ(values(cl), values(img));
+  EXPECT_EQ(values(back), values(img));
+  Tensor p = img.permute({2, 3, 0, 1}).contiguous();
+  std::vector<double> iv = values(img), pv = values(p);
+  for (int64_t n = 0; n < 3; ++n)
+    for (int64_t ch = 0; ch < 40; ++ch)
+      for (int64_t h = 0; h < 5; ++h)
+        for (int64_t w = 0; w < 36; ++w)
+          ASSERT_EQ(pv[((h * 36 + w) * 3 + n) * 40 + ch], iv[((n * 40 + ch) * 5 + h) * 36 + w]);
+  // into a transposed destination from a source broadcast along a third dim
+  Tensor src = randn({1, 48, 40}, kFloat32, &g), dst = zeros({4, 40, 48}, kFloat32).transpose(1, 2);
+  dst.copy_(src);
+  for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(values(dst.select(0, b)), values(src.select(0, 0)));
 }
 
 TEST(Tensor, FromBlobDoesNotCopyAndRunsDeleter) {
