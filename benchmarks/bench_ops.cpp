@@ -98,6 +98,11 @@ const std::vector<Case>& cases() {
     c.push_back(memory(Op::AddInPlace, "add_inplace_16M", "add_ 16M (a += b)", 3));
     c.push_back(memory(Op::Exp, "exp_16M", "exp 16M", 2));
     c.push_back(memory(Op::Gelu, "gelu_16M", "gelu 16M", 2));
+    c.push_back(memory(Op::GeluTanh, "gelu_tanh_16M", "gelu (tanh) 16M", 2));
+    c.push_back(memory(Op::Randn, "randn_16M", "randn 16M", 1));
+    c.push_back(memory(Op::Dropout, "dropout_16M", "dropout 16M (x read; y, mask written)", 3));
+    c.push_back({"transpose_4096x4096", "transpose 4096x4096 (.t().contiguous())", {Op::Transpose, 1, kRows, kRows, 0},
+                 Unit::GBytes, 2 * 4.0 * kRows * kRows});
     c.push_back(reduction(Op::SumAll, "sum_4096x4096", "sum 4096x4096 (all)"));
     c.push_back(reduction(Op::SumDim0, "sum_4096x4096_dim0", "sum 4096x4096 (dim 0)"));
     c.push_back(reduction(Op::SumDim1, "sum_4096x4096_dim1", "sum 4096x4096 (dim 1)"));

@@ -66,6 +66,20 @@ Runner strata_runner(const Workload& w) {
       st::Tensor a = st::rand({w.n});
       return [a] { st::gelu(a); };
     }
+    case Op::GeluTanh: {
+      st::Tensor a = st::rand({w.n});
+      return [a] { st::gelu(a, "tanh"); };
+    }
+    case Op::Randn:
+      return [n = w.n] { st::randn({n}); };
+    case Op::Dropout: {
+      st::Tensor a = st::rand({w.n});
+      return [a] { st::nn::functional::dropout(a, 0.1, true); };
+    }
+    case Op::Transpose: {
+      st::Tensor a = st::rand({w.m, w.n});
+      return [a] { a.t().contiguous(); };
+    }
     case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
       st::Tensor a = st::rand({w.m, w.n});
       if (w.op == Op::SumAll) return [a] { st::sum(a); };

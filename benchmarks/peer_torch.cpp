@@ -88,6 +88,20 @@ class TorchPeer final : public Peer {
         at::Tensor a = at::rand({w.n}, f32);
         return [a] { at::gelu(a); };
       }
+      case Op::GeluTanh: {
+        at::Tensor a = at::rand({w.n}, f32);
+        return [a] { at::gelu(a, "tanh"); };
+      }
+      case Op::Randn:
+        return [n = w.n] { at::randn({n}, f32); };
+      case Op::Dropout: {
+        at::Tensor a = at::rand({w.n}, f32);
+        return [a] { at::dropout(a, 0.1, true); };
+      }
+      case Op::Transpose: {
+        at::Tensor a = at::rand({w.m, w.n}, f32);
+        return [a] { a.t().contiguous(); };
+      }
       case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
         at::Tensor a = at::rand({w.m, w.n}, f32);
         if (w.op == Op::SumAll) return [a] { at::sum(a); };

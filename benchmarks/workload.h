@@ -19,6 +19,10 @@ enum class Op {
   Add, Mul,     // out = a op b, 16M fp32 each
   AddInPlace,   // a += b
   Exp, Gelu,    // out = f(a)
+  GeluTanh,     // out = gelu(a, approximate = "tanh")
+  Randn,        // out = a fresh (n) standard normal draw
+  Dropout,      // out = dropout(a, p = 0.1, training)
+  Transpose,    // out = a.t().contiguous(), a (m, n)
   SumAll,       // sum of a (rows, cols)
   SumDim0,      // sum over dim 0 of (rows, cols)
   SumDim1,      // sum over dim 1 of (rows, cols)
