@@ -20,7 +20,10 @@ struct Abs {
   }
 };
 struct Sign {
-  template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T((T(0) < x) - (x < T(0))); }
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return T(x != T(0));
+    else return T((T(0) < x) - (x < T(0)));
+  }
 };
 struct Exp { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return fast_exp(x); } };
 struct Log { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::log(x); } };
@@ -34,7 +37,12 @@ struct Sigmoid {
 };
 struct Erf { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return fast_erf(x); } };
 // NaN passes through, as PyTorch's clamp_min(x, 0) lets it.
-struct Relu { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x < T(0) ? T(0) : x; } };
+struct Relu {
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? T(0) : x;
+  }
+};
 // GELU, exact: x * Phi(x) with the normal CDF written through erf.
 struct GeluErf {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
