@@ -155,18 +155,28 @@ C attention_softmax_row(C* row, int64_t n, int64_t cols) {
 }
 
 // Multiplies the first `cols` weights of row `row` of the flattened (batch * L, S) weights
-// by their dropout factors (0 or 1 / (1 - rate)).
+// by their dropout factors (0 or 1 / (1 - rate)). The Philox blocks that lie whole in the row
+// run in a loop of four lanes, which vectorizes across blocks (as kernels/cpu/dropout.h); a
+// factor computed per weight made dropout cost more than the attention itself.
 template <class C>
 void attention_dropout_row(C* w, int64_t cols, int64_t row, const AttentionDims& d) {
   const uint64_t e0 = static_cast<uint64_t>(row) * static_cast<uint64_t>(d.keys);
   const C scale = static_cast<C>(1.0 / (1.0 - d.dropout));
   const float rate = static_cast<float>(d.dropout);
-  philox::Block r{};
-  for (int64_t j = 0; j < cols; ++j) {
+  auto one = [&](int64_t j) {
     const uint64_t e = e0 + static_cast<uint64_t>(j);
-    if (j == 0 || e % 4 == 0) r = philox::philox4x32_10(d.offset + e / 4, d.seed);
-    w[j] *= math::attention_dropout_factor(r, e, rate, scale);
+    w[j] *= math::attention_dropout_factor(philox::philox4x32_10(d.offset + e / 4, d.seed), e, rate, scale);
+  };
+  int64_t j = 0;
+  for (; j < cols && (e0 + static_cast<uint64_t>(j)) % 4 != 0; ++j) one(j);  // up to a block boundary
+  const uint64_t first = (e0 + static_cast<uint64_t>(j)) / 4;
+  const int64_t whole = (cols - j) / 4;
+  C* wb = w + j;
+  for (int64_t b = 0; b < whole; ++b) {
+    const philox::Block r = philox::philox4x32_10(d.offset + first + static_cast<uint64_t>(b), d.seed);
+    for (int l = 0; l < 4; ++l) wb[4 * b + l] *= math::attention_dropout_lane(r.v[l], rate, scale);
   }
+  for (j += 4 * whole; j < cols; ++j) one(j);
 }
 
 }  // namespace detail
@@ -214,7 +224,7 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const T*
   const int64_t block = attention_block_rows(S, sizeof(C));
   const int64_t attended = d.causal ? std::min(L, S) : S;  // keys past these get no gradient
   struct Scratch {
-    std::vector<C> q, k, v, o, go, p, pd, ds, gq, gk, gv;
+    std::vector<C> q, k, v, o, go, p, m, pd, ds, gq, gk, gv;
   };
   detail::attention_tasks<Scratch>(d.batch, [&](int64_t b, Scratch& w) {
     const auto kb = detail::as_compute(k + at.k.offset(b), attended, E, at.k.row_stride, w.k);
@@ -239,19 +249,21 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const T*
         for (int64_t j = 0; j < n; ++j) row[j] = math::vec_exp(row[j] - m);
         for (int64_t j = n; j < cols; ++j) row[j] = C(0);
       }
-      // with dropout, pd = p m: the weights o was made of
+      // with dropout, the factors m once, and pd = p m: the weights o was made of
       const C* pd = p;
       if (d.dropout > 0) {
-        w.pd.assign(w.p.begin(), w.p.end());
+        w.m.assign(static_cast<size_t>(rows * cols), C(1));
         for (int64_t r = 0; r < rows; ++r)
-          detail::attention_dropout_row(w.pd.data() + r * cols, cols, b * L + i0 + r, d);
+          detail::attention_dropout_row(w.m.data() + r * cols, cols, b * L + i0 + r, d);
+        w.pd.resize(static_cast<size_t>(rows * cols));
+        for (int64_t i = 0; i < rows * cols; ++i) w.pd[i] = p[i] * w.m[i];
         pd = w.pd.data();
       }
       // dv += pd^T do, and dp = (do v^T) m (into ds)
       detail::attention_gemm<C>(cols, Ev, rows, pd, cols, true, gob.data, gob.ld, false, w.gv.data(), Ev, 1, 1);
       detail::attention_gemm<C>(rows, cols, Ev, gob.data, gob.ld, false, vb.data, vb.ld, true, ds, cols, 1, 0);
       if (d.dropout > 0)
-        for (int64_t r = 0; r < rows; ++r) detail::attention_dropout_row(ds + r * cols, cols, b * L + i0 + r, d);
+        for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= w.m[i];
       for (int64_t r = 0; r < rows; ++r) {
         C delta = C(0);
         for (int64_t e = 0; e < Ev; ++e) delta += gob.data[r * gob.ld + e] * ob.data[r * ob.ld + e];
