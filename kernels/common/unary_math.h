@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "host_device.h"
+#include "reduce_ops.h"
 #include "vec_exp.h"
 
 namespace strata::math {
@@ -90,10 +91,23 @@ struct PowScalar {
 // parameter read in only one branch kept the CPU loop from vectorizing (4 ns per element).
 struct Clamp {
   double lo, hi;  // -inf / +inf when absent
+  // the bounds as integers (absent: the int64 limits), used for integer data when `integral`
+  int64_t ilo = 0, ihi = 0;
+  bool integral = false;
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
     // min(max(x, lo), hi), as PyTorch: NaN (in x or a bound) propagates, and lo > hi gives hi.
-    // Floats round-trip through double exactly; an integer is returned itself when kept, so
-    // int64 beyond 2^53 is not rounded.
+    // Integer data with integer bounds compares as integers (exact past 2^53; a bound outside
+    // T's range saturates to it); floats round-trip through double exactly.
+    if constexpr (std::is_integral_v<T>) {
+      if (integral) {
+        const int64_t tmin = static_cast<int64_t>(lowest<T>()), tmax = static_cast<int64_t>(highest<T>());
+        const int64_t l = ilo < tmin ? tmin : ilo > tmax ? tmax : ilo;
+        const int64_t h = ihi < tmin ? tmin : ihi > tmax ? tmax : ihi;
+        int64_t r = static_cast<int64_t>(x);
+        r = r < l ? l : r;
+        return static_cast<T>(r > h ? h : r);
+      }
+    }
     const double l = lo, h = hi, v = static_cast<double>(x);
     double r = v < l ? l : v;
     r = r > h ? h : r;

@@ -27,7 +27,8 @@ namespace {
 template <class F> F make_functor(const KernelCall&) { return F{}; }
 template <> math::PowScalar make_functor(const KernelCall& c) { return {c.param<UnaryScalarParams>().a}; }
 template <> math::Clamp make_functor(const KernelCall& c) {
-  return {c.param<UnaryScalarParams>().a, c.param<UnaryScalarParams>().b};
+  const auto& p = c.param<UnaryScalarParams>();
+  return {p.a, p.b, p.ia, p.ib, p.integral};
 }
 template <> math::LeakyRelu make_functor(const KernelCall& c) { return {c.param<UnaryScalarParams>().a}; }
 
@@ -81,6 +82,16 @@ Tensor& unary_inplace(OpId op, Tensor& x, const void* params = nullptr) {
 }
 
 double bound(const std::optional<Scalar>& s, double fallback) { return s ? s->to_double() : fallback; }
+
+// clamp's bounds, as doubles and, exactly, as integers when neither is floating.
+UnaryScalarParams clamp_params(const std::optional<Scalar>& min, const std::optional<Scalar>& max) {
+  const double inf = std::numeric_limits<double>::infinity();
+  UnaryScalarParams p{bound(min, -inf), bound(max, inf)};
+  p.ia = min ? min->to_int() : std::numeric_limits<int64_t>::min();
+  p.ib = max ? max->to_int() : std::numeric_limits<int64_t>::max();
+  p.integral = !(min && min->is_floating()) && !(max && max->is_floating());
+  return p;
+}
 
 }  // namespace
 
@@ -243,9 +254,8 @@ Tensor pow(const Tensor& x, Scalar exponent) {
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   STRATA_CHECK(min || max, "[clamp] at least one of min and max must be given");
-  const double inf = std::numeric_limits<double>::infinity();
-  UnaryScalarParams p{bound(min, -inf), bound(max, inf)};
-  bool float_bound = (min && min->is_floating()) || (max && max->is_floating());
+  const UnaryScalarParams p = clamp_params(min, max);
+  const bool float_bound = !p.integral;
   // the gradient passes where lo <= x <= hi
   return with_grad("clamp", x, unary_op(OpId::clamp, x, float_bound ? Kind::Float : Kind::Keep, &p), true, false,
                    [p](const Tensor& g, const Tensor& x, const Tensor&) {
@@ -255,8 +265,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   STRATA_CHECK(min || max, "[clamp_] at least one of min and max must be given");
-  const double inf = std::numeric_limits<double>::infinity();
-  UnaryScalarParams p{bound(min, -inf), bound(max, inf)};
+  const UnaryScalarParams p = clamp_params(min, max);
   // a NaN bound makes every element NaN, which an integer tensor cannot hold
   STRATA_CHECK(is_floating(dtype()) || (p.a == p.a && p.b == p.b), "[clamp_] a NaN bound for a {} tensor", dtype());
   return unary_inplace(OpId::clamp, *this, &p);

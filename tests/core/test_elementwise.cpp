@@ -340,14 +340,24 @@ TEST(Elementwise, PyTorchEdgeRules) {
   EXPECT_EQ(values(clamp(from_vector<int64_t>({-5, -1, 0, 1, 5}), 3, 1)), (std::vector<double>(5, 1.0)));
   for (double got : values(clamp(from_vector<float>({1, 2}), NAN, std::nullopt))) EXPECT_TRUE(std::isnan(got));
   for (double got : values(clamp(from_vector<float>({1, 2}), 0, NAN))) EXPECT_TRUE(std::isnan(got));
-  // -0.0 inside the bounds keeps its sign; int64 values past 2^53 are kept exactly, and clamped
-  // exactly to a bound
+  // -0.0 inside the bounds keeps its sign; int64 past 2^53 compares with integer bounds exactly
+  // (in double, 2^53 + 1 and 2^53 are one value), and a bound outside a small type saturates
   EXPECT_TRUE(std::signbit(clamp(from_vector<float>({-0.0f}), -1, 1).item<double>()));
-  const int64_t odd = (int64_t(1) << 53) + 1;
-  Tensor wide = clamp(from_vector<int64_t>({odd, -odd, 7}), -odd + 2, odd);
-  EXPECT_EQ(wide.data_ptr<int64_t>()[0], odd);
-  EXPECT_EQ(wide.data_ptr<int64_t>()[1], -odd + 2);
-  EXPECT_EQ(wide.data_ptr<int64_t>()[2], 7);
+  const int64_t two53 = int64_t(1) << 53, odd = two53 + 1;
+  Tensor wide = clamp(from_vector<int64_t>({odd, -odd, 7, two53 + 3}), -two53, two53 + 1);
+  const int64_t* w = wide.data_ptr<int64_t>();
+  EXPECT_EQ(w[0], odd);
+  EXPECT_EQ(w[1], -two53);
+  EXPECT_EQ(w[2], 7);
+  EXPECT_EQ(w[3], two53 + 1);
+  EXPECT_EQ(clamp(from_vector<int64_t>({odd}), std::nullopt, two53).data_ptr<int64_t>()[0], two53);
+  Tensor small = from_vector<int64_t>({-100, 5, 100}).to(kInt8);
+  EXPECT_EQ(values(clamp(small, -300, 300)), (std::vector<double>{-100, 5, 100}));
+  EXPECT_EQ(values(clamp(small, 300, std::nullopt)), (std::vector<double>{127, 127, 127}));
+  Tensor in_place = from_vector<int64_t>({odd, -odd});
+  in_place.clamp_(-two53, two53);
+  EXPECT_EQ(in_place.data_ptr<int64_t>()[0], two53);
+  EXPECT_EQ(in_place.data_ptr<int64_t>()[1], -two53);
   // PyTorch's special float exponents are products and roots: against float64 pow within 2
   // ulps, and pow(-0.0, 0.5) is sqrt's -0.0
   Tensor pos = from_vector<float>({0.1f, 0.7f, 1.0f, 3.5f, 1e3f, 1e-3f});

@@ -12,6 +12,10 @@ namespace strata {
 struct UnaryScalarParams {
   double a = 0;
   double b = 0;
+  /// clamp's bounds as integers (absent: the int64 limits), exact past 2^53, which integer
+  /// tensors compare against when `integral` says both bounds are integers.
+  int64_t ia = 0, ib = 0;
+  bool integral = false;
 };
 
 STRATA_API Tensor neg(const Tensor& x);
