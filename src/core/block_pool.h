@@ -31,6 +31,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <strata/core/allocator.hpp>
+
 namespace strata::detail {
 
 using StreamId = uintptr_t;  // a stream handle as an integer (0: the default stream)
@@ -69,6 +71,19 @@ struct PoolStats {
   int64_t num_ooms = 0;
   int64_t num_pending_frees = 0;
 };
+
+/// What an Allocator built on a pool reports as its stats().
+inline MemoryStats allocator_stats(const PoolStats& p) {
+  MemoryStats s;
+  s.bytes_in_use = p.allocated_bytes;
+  s.bytes_reserved = p.reserved_bytes;
+  s.peak_bytes_in_use = p.peak_allocated_bytes;
+  s.num_allocs = p.num_allocs;
+  s.num_frees = p.num_frees;
+  s.num_cache_hits = p.num_cache_hits;
+  s.num_system_allocs = p.num_raw_allocs;
+  return s;
+}
 
 class BlockPool {
  public:

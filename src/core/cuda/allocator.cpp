@@ -67,18 +67,7 @@ class CudaCachingAllocator final : public Allocator {
     return pool_.allocate(nbytes, reinterpret_cast<detail::StreamId>(current_stream(device_)));
   }
   void deallocate(void* ptr, size_t) override { pool_.free(ptr); }
-  MemoryStats stats() const override {
-    detail::PoolStats p = pool_.stats();
-    MemoryStats s;
-    s.bytes_in_use = p.allocated_bytes;
-    s.bytes_reserved = p.reserved_bytes;
-    s.peak_bytes_in_use = p.peak_allocated_bytes;
-    s.num_allocs = p.num_allocs;
-    s.num_frees = p.num_frees;
-    s.num_cache_hits = p.num_cache_hits;
-    s.num_system_allocs = p.num_raw_allocs;
-    return s;
-  }
+  MemoryStats stats() const override { return detail::allocator_stats(pool_.stats()); }
   void empty_cache() override { pool_.empty_cache(); }
   void reset_peak() override { pool_.reset_peak(); }
   Device device() const override { return Device::cuda(device_); }

@@ -39,18 +39,7 @@ class PinnedAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override { return cache_.allocate(nbytes); }
   void deallocate(void* ptr, size_t) override { cache_.free(ptr); }
-  MemoryStats stats() const override {
-    detail::PoolStats p = cache_.stats();
-    MemoryStats s;
-    s.bytes_in_use = p.allocated_bytes;
-    s.bytes_reserved = p.reserved_bytes;
-    s.peak_bytes_in_use = p.peak_allocated_bytes;
-    s.num_allocs = p.num_allocs;
-    s.num_frees = p.num_frees;
-    s.num_cache_hits = p.num_cache_hits;
-    s.num_system_allocs = p.num_raw_allocs;
-    return s;
-  }
+  MemoryStats stats() const override { return detail::allocator_stats(cache_.stats()); }
   void empty_cache() override { cache_.empty_cache(); }
   void reset_peak() override { cache_.reset_peak(); }
   Device device() const override { return kCPU; }
