@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "half.h"
 #include "host_device.h"
 #include "vec_exp.h"
 
@@ -21,6 +22,13 @@ inline constexpr double kGeluTanhC = 0.044715;
 struct ReluBackward {
   template <class T> STRATA_HOST_DEVICE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
 };
+// Element off of u as its compute type, read through a ReLU's mask when there is one: the
+// gradient of a ReLU's output y, ReluBackward(u, y) (batch norm's backward after a fused ReLU).
+template <class T>
+STRATA_HOST_DEVICE compute_t<T> relu_masked(const T* u, const T* mask, int64_t off) {
+  using C = compute_t<T>;
+  return mask ? ReluBackward{}(static_cast<C>(u[off]), static_cast<C>(mask[off])) : static_cast<C>(u[off]);
+}
 // tanh, from its output y: g (1 - y^2).
 struct TanhBackward {
   template <class T> STRATA_HOST_DEVICE T operator()(T g, T y) const { return g * (T(1) - y * y); }

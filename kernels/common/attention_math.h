@@ -50,13 +50,8 @@ STRATA_HOST_DEVICE int64_t attention_keys(int64_t row, int64_t keys, bool causal
 // functional::dropout over the weights (Note [Random stream layout]), so the fused path drops
 // what the composed one does. r holds the Philox block of e / 4.
 template <class C>
-STRATA_HOST_DEVICE C attention_dropout_lane(uint32_t bits, float rate, C scale) {
-  return scale * static_cast<C>(philox::to_unit_float(bits) >= rate);
-}
-
-template <class C>
 STRATA_HOST_DEVICE C attention_dropout_factor(const philox::Block& r, uint64_t e, float rate, C scale) {
-  return attention_dropout_lane(r.v[e % 4], rate, scale);
+  return philox::dropout_factor(r.v[e % 4], rate, scale);
 }
 
 template <class C>

@@ -48,6 +48,13 @@ STRATA_HOST_DEVICE Block philox4x32_10(uint64_t counter, uint64_t seed) {
 // Uniform in [0, 1) with 24 random bits.
 STRATA_HOST_DEVICE float to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * 5.9604644775390625e-8f; }
 
+// Dropout's factor from a lane's bits: scale (1 / (1 - rate)) when the lane's uniform is at
+// least rate, else 0; a product rather than a branch, so loops over lanes vectorize.
+template <class C>
+STRATA_HOST_DEVICE C dropout_factor(uint32_t bits, float rate, C scale) {
+  return scale * static_cast<C>(to_unit_float(bits) >= rate);
+}
+
 // Uniform in [0, 1) with 53 random bits, from two lanes.
 STRATA_HOST_DEVICE double to_unit_double(uint32_t hi, uint32_t lo) {
   uint64_t v = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);

@@ -174,7 +174,7 @@ void attention_dropout_row(C* w, int64_t cols, int64_t row, const AttentionDims&
   C* wb = w + j;
   for (int64_t b = 0; b < whole; ++b) {
     const philox::Block r = philox::philox4x32_10(d.offset + first + static_cast<uint64_t>(b), d.seed);
-    for (int l = 0; l < 4; ++l) wb[4 * b + l] *= math::attention_dropout_lane(r.v[l], rate, scale);
+    for (int l = 0; l < 4; ++l) wb[4 * b + l] *= philox::dropout_factor(r.v[l], rate, scale);
   }
   for (j += 4 * whole; j < cols; ++j) one(j);
 }

@@ -63,13 +63,6 @@ int64_t run_chunks(int64_t rows, int64_t row_len, const F& f) {
 // sum (u - su)(v - sv) = sum (u - su)(v - fv) + (fv - sv) * sum (u - su).
 inline constexpr int64_t kFloatRun = 1024;
 
-// u's element o as its compute type: ReluBackward(u, mask) with a mask.
-template <class T>
-inline compute_t<T> masked(const T* u, const T* mask, int64_t o) {
-  using C = compute_t<T>;
-  return mask ? math::ReluBackward{}(static_cast<C>(u[o]), static_cast<C>(mask[o])) : static_cast<C>(u[o]);
-}
-
 template <bool kMasked>
 inline void float_row_sums(const float* u, const float* mask, const float* v, int64_t n, double ku, double kv,
                            double& s1, double& s2) {
@@ -97,7 +90,7 @@ inline void float_row_sums(const float* u, const float* mask, const float* v, in
     for (int l = 0; l < 16; ++l) r1 += a[l], r2 += b[l];
   }
   for (; i < n; ++i) {
-    const double du = static_cast<double>(masked(u, kMasked ? mask : nullptr, i)) - fu;
+    const double du = static_cast<double>(math::relu_masked(u, kMasked ? mask : nullptr, i)) - fu;
     r1 += du;
     r2 += du * (static_cast<double>(v[i]) - fv);
   }
@@ -133,7 +126,7 @@ void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelS
         const T* vr = v + off;
         const T* mr = u_mask ? u_mask + off : nullptr;
         for (int64_t c = 0; c < C; ++c) {
-          const double du = static_cast<double>(bn_detail::masked(ur, mr, c * st.c)) - shift_u[c];
+          const double du = static_cast<double>(math::relu_masked(ur, mr, c * st.c)) - shift_u[c];
           a1[c] += du;
           a2[c] += du * (static_cast<double>(vr[c * st.c]) - shift_v[c]);
         }
@@ -162,13 +155,13 @@ void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelS
         if (st.s == 1) {
           for (; i + 8 <= sh.s; i += 8)
             for (int l = 0; l < 8; ++l) {
-              const double du = static_cast<double>(bn_detail::masked(ur, mr, i + l)) - ku;
+              const double du = static_cast<double>(math::relu_masked(ur, mr, i + l)) - ku;
               l1[l] += du;
               l2[l] += du * (static_cast<double>(vr[i + l]) - kv);
             }
         }
         for (; i < sh.s; ++i) {
-          const double du = static_cast<double>(bn_detail::masked(ur, mr, i * st.s)) - ku;
+          const double du = static_cast<double>(math::relu_masked(ur, mr, i * st.s)) - ku;
           l1[0] += du;
           l2[0] += du * (static_cast<double>(vr[i * st.s]) - kv);
         }
@@ -206,7 +199,7 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
   const bool relu = epilogue.relu, plain = !res && !relu;
   // one element at offset o of channel c, the general form
   auto value = [&](int64_t o, C ac, C bc, C kc) {
-    const C uo = bn_detail::masked(u, u_mask, o);
+    const C uo = math::relu_masked(u, u_mask, o);
     C r = with_v ? ac * uo + bc * static_cast<C>(v[o]) + kc : ac * uo + kc;
     if (res) r += static_cast<C>(res[o]);
     return T(relu ? math::Relu{}(r) : r);
@@ -220,7 +213,8 @@ void channel_affine(const T* u, const T* v, T* out, const ChannelShape& sh, cons
         if (plain && with_v && u_mask) {  // the backward after a ReLU
           const T *vr = v + off, *mr = u_mask + off;
           for (int64_t c = 0; c < sh.c; ++c)
-            o[c * st.c] = T(a[c] * bn_detail::masked(ur, mr, c * st.c) + b[c] * static_cast<C>(vr[c * st.c]) + k[c]);
+            o[c * st.c] =
+                T(a[c] * math::relu_masked(ur, mr, c * st.c) + b[c] * static_cast<C>(vr[c * st.c]) + k[c]);
         } else if (plain && with_v) {  // the backward
           const T* vr = v + off;
           for (int64_t c = 0; c < sh.c; ++c)

@@ -24,7 +24,7 @@ void dropout_blocks(const T* __restrict x, T* __restrict y, T* __restrict mask, 
                     float p, compute_t<T> keep, uint64_t seed, uint64_t offset) {
   using C = compute_t<T>;
   auto lane = [&](const philox::Block& r, int64_t i, int l) {
-    const C m = keep * static_cast<C>(philox::to_unit_float(r.v[l]) >= p);
+    const C m = philox::dropout_factor(r.v[l], p, keep);
     mask[i] = convert<T>(m);
     y[i] = convert<T>(static_cast<C>(x[i]) * m);
   };

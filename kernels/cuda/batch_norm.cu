@@ -60,13 +60,6 @@ __device__ __forceinline__ int64_t channel_first(const ChannelLayout& l, int64_t
   return l.channels_inner ? c : c * l.s;
 }
 
-// u's element at off as its compute type, through the ReLU's mask when there is one.
-template <class T>
-__device__ __forceinline__ compute_t<T> masked(const T* u, const T* mask, int64_t off) {
-  using C = compute_t<T>;
-  return mask ? math::ReluBackward{}(static_cast<C>(u[off]), static_cast<C>(mask[off])) : static_cast<C>(u[off]);
-}
-
 // The operands of one channel-sum pass. v null: s1 only. shift_first: both u and v are
 // shifted by u's first element of the channel (the forward's variance); otherwise u is not
 // shifted and v by shift_v[c] (null: 0). u_mask: u is read as ReluBackward(u, u_mask).
@@ -124,7 +117,7 @@ __global__ void sums_outer_kernel(ChannelLayout l, int64_t splits, SumArgs<T, S>
     const int64_t plane = l.c * l.s, cs = c * l.s;
     for (; m < hi; m += blockDim.x) {
       const int64_t off = n * plane + cs + s;
-      const double du = static_cast<double>(masked(a.u, a.u_mask, off)) - su;
+      const double du = static_cast<double>(math::relu_masked(a.u, a.u_mask, off)) - su;
       a1 += du;
       if (a.v) a2 += du * (static_cast<double>(static_cast<C>(a.v[off])) - sv);
       s += qs, n += qn;
@@ -152,7 +145,7 @@ __global__ void sums_inner_kernel(ChannelLayout l, int64_t splits, SumArgs<T, S>
     const int64_t step = int64_t(gridDim.y) * kTileRows;
     for (int64_t r = int64_t(blockIdx.y) * kTileRows + threadIdx.y; r < rows; r += step) {
       const int64_t off = r * l.c + c;
-      const double du = static_cast<double>(masked(a.u, a.u_mask, off)) - su;
+      const double du = static_cast<double>(math::relu_masked(a.u, a.u_mask, off)) - su;
       a1 += du;
       if (a.v) a2 += du * (static_cast<double>(static_cast<C>(a.v[off])) - sv);
     }
@@ -283,7 +276,7 @@ __global__ void affine_kernel(I total, I C, I S, bool channels_inner, AffineArgs
   const I step = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const I c = channels_inner ? i % C : (i / S) % C;
-    p.out[i] = affine_value(p, masked(p.u, p.u_mask, i), p.v ? static_cast<Cp>(p.v[i]) : Cp(0),
+    p.out[i] = affine_value(p, math::relu_masked(p.u, p.u_mask, i), p.v ? static_cast<Cp>(p.v[i]) : Cp(0),
                             p.r ? static_cast<Cp>(p.r[i]) : Cp(0), c);
   }
 }
