@@ -99,6 +99,7 @@ const std::vector<Case>& cases() {
     c.push_back(memory(Op::Exp, "exp_16M", "exp 16M", 2));
     c.push_back(memory(Op::Gelu, "gelu_16M", "gelu 16M", 2));
     c.push_back(memory(Op::GeluTanh, "gelu_tanh_16M", "gelu (tanh) 16M", 2));
+    c.push_back(memory(Op::Log, "log_16M", "log 16M", 2));
     c.push_back(memory(Op::Randn, "randn_16M", "randn 16M", 1));
     c.push_back(memory(Op::Dropout, "dropout_16M", "dropout 16M (x read; y, mask written)", 3));
     c.push_back({"transpose_4096x4096", "transpose 4096x4096 (.t().contiguous())", {Op::Transpose, 1, kRows, kRows, 0},

@@ -70,6 +70,10 @@ Runner strata_runner(const Workload& w) {
       st::Tensor a = st::rand({w.n});
       return [a] { st::gelu(a, "tanh"); };
     }
+    case Op::Log: {
+      st::Tensor a = st::rand({w.n});
+      return [a] { st::log(a); };
+    }
     case Op::Randn:
       return [n = w.n] { st::randn({n}); };
     case Op::Dropout: {

@@ -92,6 +92,10 @@ class TorchPeer final : public Peer {
         at::Tensor a = at::rand({w.n}, f32);
         return [a] { at::gelu(a, "tanh"); };
       }
+      case Op::Log: {
+        at::Tensor a = at::rand({w.n}, f32);
+        return [a] { at::log(a); };
+      }
       case Op::Randn:
         return [n = w.n] { at::randn({n}, f32); };
       case Op::Dropout: {

@@ -20,6 +20,7 @@ enum class Op {
   AddInPlace,   // a += b
   Exp, Gelu,    // out = f(a)
   GeluTanh,     // out = gelu(a, approximate = "tanh")
+  Log,          // out = log(a)
   Randn,        // out = a fresh (n) standard normal draw
   Dropout,      // out = dropout(a, p = 0.1, training)
   Transpose,    // out = a.t().contiguous(), a (m, n)

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "host_device.h"
+#include "vec_exp.h"
 
 namespace strata::philox {
 
@@ -67,21 +68,26 @@ STRATA_HOST_DEVICE float uniform_at(uint64_t seed, uint64_t offset, uint64_t i) 
   return to_unit_float(b.v[i % 4]);
 }
 
-// Box-Muller on a lane pair (a, b): the even element is radius * cos(theta), the odd one
-// radius * sin(theta).
-STRATA_HOST_DEVICE float box_muller_radius(uint32_t a) {
+// Box-Muller on a lane pair (a, b): z0 = r cos(theta) and z1 = r sin(theta) with
+// r = sqrt(-2 log(1 - u(a))) and theta = 2 pi u(b), through the branch-free float log and
+// sine and cosine of kernels/common/vec_exp.h on both devices, so that a loop of pairs
+// vectorizes on the CPU and the two devices evaluate the same formulas.
+STRATA_HOST_DEVICE void box_muller(uint32_t a, uint32_t b, float& z0, float& z1) {
   const float u1 = 1.0f - to_unit_float(a);  // in (0, 1]: never log(0)
-  return sqrtf(-2.0f * logf(u1));
+  const float radius = sqrtf(-2.0f * math::vec_log(u1));
+  float sine, cosine;
+  math::vec_sincos_turns(to_unit_float(b), sine, cosine);
+  z0 = radius * cosine;
+  z1 = radius * sine;
 }
-STRATA_HOST_DEVICE float box_muller_angle(uint32_t b) { return 6.28318530717958647692f * to_unit_float(b); }
 
-// A standard normal value of element i (Box-Muller on a lane pair of the block).
+// A standard normal value of element i: the even element of its lane pair takes z0, the odd z1.
 STRATA_HOST_DEVICE float normal_at(uint64_t seed, uint64_t offset, uint64_t i) {
   Block b = philox4x32_10(offset + i / 4, seed);
-  unsigned lane = static_cast<unsigned>(i % 4);
-  unsigned pair = lane & ~1u;
-  const float radius = box_muller_radius(b.v[pair]), theta = box_muller_angle(b.v[pair + 1]);
-  return (lane & 1u) ? radius * sinf(theta) : radius * cosf(theta);
+  unsigned pair = static_cast<unsigned>(i % 4) & ~1u;
+  float z0, z1;
+  box_muller(b.v[pair], b.v[pair + 1], z0, z1);
+  return (i & 1u) ? z1 : z0;
 }
 
 // The 64-bit value of a lane pair (lanes pair and pair + 1 of b).

@@ -27,7 +27,7 @@ struct Sign {
   }
 };
 struct Exp { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return fast_exp(x); } };
-struct Log { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::log(x); } };
+struct Log { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return fast_log(x); } };
 struct Sqrt { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::sqrt(x); } };
 struct Rsqrt { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / std::sqrt(x); } };
 struct Sin { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::sin(x); } };

@@ -1,8 +1,9 @@
-// exp, tanh and erf for float written without branches or table lookups, so that a loop of
-// them compiles to SIMD (glibc's expf, tanhf and erff are scalar calls). Cephes' method: x = n ln2 + r with |r| <= ln2 / 2,
-// e^r from a degree-7 polynomial, then scaled by 2^n through the exponent bits. Relative
-// error is within 2 ulp over the whole range; overflow gives inf, underflow goes through the
-// subnormals to 0, and NaN stays NaN. Doubles use std::exp.
+// exp, tanh, erf and log for float, and the sine and cosine of a fraction of a turn, written
+// without branches or table lookups, so that a loop of them compiles to SIMD (glibc's expf,
+// tanhf, erff, logf, sinf and cosf are scalar calls). exp is Cephes' method: x = n ln2 + r
+// with |r| <= ln2 / 2, e^r from a degree-7 polynomial, then scaled by 2^n through the exponent
+// bits. Relative error is within 2 ulp over the whole range; overflow gives inf, underflow goes
+// through the subnormals to 0, and NaN stays NaN. Doubles use the library functions.
 #pragma once
 
 #include <cmath>
@@ -95,6 +96,61 @@ STRATA_HOST_DEVICE float vec_erf(float x) {
   return x != x ? x : y;
 }
 
+// log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2 / 2 + f^3 P(f) for f = m - 1
+// with Cephes' degree-8 P, and e ln2 added in two parts (ln2 = hi + lo, hi exact in 8 bits) so
+// that it costs no precision. Subnormals are scaled by 2^24 first. log(0) = -inf, log of a
+// negative number NaN, log(inf) = inf. Within 2 ulp.
+STRATA_HOST_DEVICE float vec_log(float x) {
+  // selects of floats only: gcc 12 does not if-convert the loop when some are of integers
+  const bool subnormal = x < 1.17549435e-38f;  // also 0 and the negatives, replaced below
+  const uint32_t bits = halfbits::f32_bits(x * (subnormal ? 16777216.0f : 1.0f));
+  float m = halfbits::bits_f32((bits & 0x007fffffu) | 0x3f800000u);  // in [1, 2)
+  const bool upper = m > 1.41421356237309505f;
+  m = m * (upper ? 0.5f : 1.0f);
+  const float fe = static_cast<float>(static_cast<int32_t>(bits >> 23)) - (subnormal ? 151.0f : 127.0f) +
+                   (upper ? 1.0f : 0.0f);
+  const float f = m - 1.0f, z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = f * z * p - 2.12194440e-4f * fe;
+  y = y - 0.5f * z;
+  y = (f + y) + 0.693359375f * fe;
+  y = x == INFINITY ? x : y;
+  y = x == 0.0f ? -INFINITY : y;
+  y = x < 0.0f ? NAN : y;
+  return x != x ? x : y;
+}
+
+// sin(2 pi u) and cos(2 pi u) for |u| < 2^20, the angle of a Box-Muller pair. Subtracting the
+// nearest quarter turn q / 4 from u is exact, which leaves t = 2 pi (u - q / 4) in
+// [-pi / 4, pi / 4] for Cephes' sine and cosine polynomials, and the quadrant q mod 4 swaps and
+// negates them. Within 2 ulp; more accurate than sinf(2 pi u), whose argument is rounded.
+STRATA_HOST_DEVICE void vec_sincos_turns(float u, float& sine, float& cosine) {
+  const float kRound = 12582912.0f;  // 1.5 * 2^23: adding and removing it rounds to an integer
+  const float q = (4.0f * u + kRound) - kRound;
+  const float t = 6.28318530717958647692f * (u - 0.25f * q);
+  const float z = t * t;
+  float s = -1.9515295891e-4f;
+  s = s * z + 8.3321608736e-3f;
+  s = s * z - 1.6666654611e-1f;
+  s = s * z * t + t;
+  float c = 2.443315711809948e-5f;
+  c = c * z - 1.388731625493765e-3f;
+  c = c * z + 4.166664568298827e-2f;
+  c = c * z * z - 0.5f * z + 1.0f;
+  const int32_t quadrant = static_cast<int32_t>(q) & 3;
+  const float sv = quadrant & 1 ? c : s, cv = quadrant & 1 ? s : c;
+  sine = quadrant & 2 ? -sv : sv;
+  cosine = (quadrant + 1) & 2 ? -cv : cv;
+}
+
 // What the per-element functors call: the SIMD-friendly forms for float on the host, the
 // library functions for double and on the device (CUDA's expf and tanhf are fast there).
 template <class T>
@@ -113,6 +169,15 @@ STRATA_HOST_DEVICE T fast_erf(T x) {
 #else
   if constexpr (std::is_same_v<T, float>) return vec_erf(x);
   else return std::erf(x);
+#endif
+}
+template <class T>
+STRATA_HOST_DEVICE T fast_log(T x) {
+#if defined(__CUDA_ARCH__)
+  return std::log(x);
+#else
+  if constexpr (std::is_same_v<T, float>) return vec_log(x);
+  else return std::log(x);
 #endif
 }
 template <class T>

@@ -1,11 +1,13 @@
-// The branch-free float exp, tanh and erf of kernels/common/vec_exp.h, which the CPU kernels
-// of exp, tanh, erf, sigmoid, silu, GELU and softmax run: their error in ulps against the float64
+// The branch-free float exp, tanh, erf and log of kernels/common/vec_exp.h, which the CPU
+// kernels of exp, tanh, erf, log, sigmoid, silu, GELU and softmax run, and the sine and cosine
+// of a fraction of a turn behind the normal draws: their error in ulps against the float64
 // library functions over a sweep of the whole useful range, and the special values.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "kernels/common/vec_exp.h"
 
@@ -68,6 +70,59 @@ TEST(VecMath, ErfWithinFourUlps) {
   EXPECT_LE(w.ulps, 4.0) << "at x = " << w.at;
 }
 
+TEST(VecMath, LogWithinOneUlp) {
+  // positive floats only (the sweep's negatives give NaN, checked below), subnormals included
+  Worst w;
+  for (uint32_t u = 1; u < 0x7f800000u; u += 61) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    const double e = ulps(strata::math::vec_log(x), std::log(double(x)));
+    if (e > w.ulps) w = {e, x};
+  }
+  EXPECT_LE(w.ulps, 1.0) << "at x = " << w.at;
+}
+
+// sin(2 pi u) and cos(2 pi u) in float64, reduced to the nearest quarter turn first, so that
+// they are exact at the quarter turns (sin(2 pi * 0.5) in float64 is 1.2e-16, not 0).
+std::pair<double, double> sincos_turns_ref(double u) {
+  const double q = std::nearbyint(4.0 * u), t = 6.283185307179586476925 * (u - 0.25 * q);
+  const double s = std::sin(t), c = std::cos(t);
+  switch (static_cast<int64_t>(q) & 3) {
+    case 0: return {s, c};
+    case 1: return {c, -s};
+    case 2: return {-s, -c};
+    default: return {-c, s};
+  }
+}
+
+// Every uniform the Box-Muller angle can take (k / 2^24), and turns up to 2^20 either way.
+TEST(VecMath, SinCosOfTurnsWithinTwoUlps) {
+  Worst ws, wc;
+  auto check = [&](float u) {
+    float s, c;
+    strata::math::vec_sincos_turns(u, s, c);
+    const auto [rs, rc] = sincos_turns_ref(u);
+    const double es = ulps(s, rs), ec = ulps(c, rc);
+    if (es > ws.ulps) ws = {es, u};
+    if (ec > wc.ulps) wc = {ec, u};
+  };
+  for (uint32_t k = 0; k < (1u << 24); ++k) check(static_cast<float>(k) * 5.9604644775390625e-8f);
+  sweep(1e-30f, 1048575.0f, check);
+  EXPECT_LE(ws.ulps, 2.0) << "sine at u = " << ws.at;
+  EXPECT_LE(wc.ulps, 2.0) << "cosine at u = " << wc.at;
+  // the quarter turns exactly
+  float s, c;
+  strata::math::vec_sincos_turns(0.25f, s, c);
+  EXPECT_EQ(s, 1.0f);
+  EXPECT_EQ(c, 0.0f);
+  strata::math::vec_sincos_turns(0.5f, s, c);
+  EXPECT_EQ(s, 0.0f);
+  EXPECT_EQ(c, -1.0f);
+  strata::math::vec_sincos_turns(-0.25f, s, c);
+  EXPECT_EQ(s, -1.0f);
+  EXPECT_EQ(c, 0.0f);
+}
+
 TEST(VecMath, SpecialValues) {
   using strata::math::vec_exp;
   using strata::math::vec_tanh;
@@ -92,4 +147,14 @@ TEST(VecMath, SpecialValues) {
   EXPECT_EQ(vec_erf(-inf), -1.0f);
   EXPECT_EQ(vec_erf(5.0f), 1.0f);
   EXPECT_TRUE(std::isnan(vec_erf(nan)));
+  using strata::math::vec_log;
+  EXPECT_EQ(vec_log(1.0f), 0.0f);
+  EXPECT_EQ(vec_log(0.0f), -inf);
+  EXPECT_EQ(vec_log(-0.0f), -inf);
+  EXPECT_EQ(vec_log(inf), inf);
+  EXPECT_TRUE(std::isnan(vec_log(-1.0f)));
+  EXPECT_TRUE(std::isnan(vec_log(-inf)));
+  EXPECT_TRUE(std::isnan(vec_log(nan)));
+  EXPECT_NEAR(vec_log(std::numeric_limits<float>::denorm_min()), std::log(double(std::numeric_limits<float>::denorm_min())),
+              1e-5);
 }
