@@ -104,6 +104,12 @@ const std::vector<Case>& cases() {
     c.push_back(memory(Op::Dropout, "dropout_16M", "dropout 16M (x read; y, mask written)", 3));
     c.push_back({"transpose_4096x4096", "transpose 4096x4096 (.t().contiguous())", {Op::Transpose, 1, kRows, kRows, 0},
                  Unit::GBytes, 2 * 4.0 * kRows * kRows});
+    // index_add_ counts src read and its rows of the table read and written; gather the output
+    // written, the values read and the int64 index read
+    c.push_back({"index_add_8192x512", "index_add_ 8192 rows of 512 into (50000, 512)",
+                 {Op::IndexAdd, 1, 8192, 512, 50000}, Unit::GBytes, 3 * 4.0 * 8192 * 512 + 8.0 * 8192});
+    c.push_back({"gather_4096x1024_by_64", "gather dim 1 of (4096, 1024) by (4096, 64)",
+                 {Op::Gather, 1, 4096, 64, 1024}, Unit::GBytes, (4 + 4 + 8) * 4096.0 * 64});
     c.push_back(reduction(Op::SumAll, "sum_4096x4096", "sum 4096x4096 (all)"));
     c.push_back(reduction(Op::SumDim0, "sum_4096x4096_dim0", "sum 4096x4096 (dim 0)"));
     c.push_back(reduction(Op::SumDim1, "sum_4096x4096_dim1", "sum 4096x4096 (dim 1)"));

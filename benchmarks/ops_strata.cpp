@@ -84,6 +84,14 @@ Runner strata_runner(const Workload& w) {
       st::Tensor a = st::rand({w.m, w.n});
       return [a] { a.t().contiguous(); };
     }
+    case Op::IndexAdd: {
+      st::Tensor table = st::zeros({w.k, w.n}), src = st::rand({w.m, w.n}), index = st::randint(0, w.k, {w.m});
+      return [table, src, index]() mutable { st::index_add_(table, 0, index, src); };
+    }
+    case Op::Gather: {
+      st::Tensor a = st::rand({w.m, w.k}), index = st::randint(0, w.k, {w.m, w.n});
+      return [a, index] { st::gather(a, 1, index); };
+    }
     case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
       st::Tensor a = st::rand({w.m, w.n});
       if (w.op == Op::SumAll) return [a] { st::sum(a); };

@@ -106,6 +106,15 @@ class TorchPeer final : public Peer {
         at::Tensor a = at::rand({w.m, w.n}, f32);
         return [a] { a.t().contiguous(); };
       }
+      case Op::IndexAdd: {
+        at::Tensor table = at::zeros({w.k, w.n}, f32), src = at::rand({w.m, w.n}, f32);
+        at::Tensor index = at::randint(0, w.k, {w.m}, at::kLong);
+        return [table, src, index]() mutable { table.index_add_(0, index, src); };
+      }
+      case Op::Gather: {
+        at::Tensor a = at::rand({w.m, w.k}, f32), index = at::randint(0, w.k, {w.m, w.n}, at::kLong);
+        return [a, index] { at::gather(a, 1, index); };
+      }
       case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
         at::Tensor a = at::rand({w.m, w.n}, f32);
         if (w.op == Op::SumAll) return [a] { at::sum(a); };

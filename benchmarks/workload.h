@@ -24,6 +24,8 @@ enum class Op {
   Randn,        // out = a fresh (n) standard normal draw
   Dropout,      // out = dropout(a, p = 0.1, training)
   Transpose,    // out = a.t().contiguous(), a (m, n)
+  IndexAdd,     // table (k, n) index_add_ along dim 0 of src (m, n) at m random int64 rows: embedding's backward
+  Gather,       // gather along dim 1 of a (m, k) by a random int64 index (m, n)
   SumAll,       // sum of a (rows, cols)
   SumDim0,      // sum over dim 0 of (rows, cols)
   SumDim1,      // sum over dim 1 of (rows, cols)
