@@ -110,6 +110,11 @@ const std::vector<Case>& cases() {
                  {Op::IndexAdd, 1, 8192, 512, 50000}, Unit::GBytes, 3 * 4.0 * 8192 * 512 + 8.0 * 8192});
     c.push_back({"gather_4096x1024_by_64", "gather dim 1 of (4096, 1024) by (4096, 64)",
                  {Op::Gather, 1, 4096, 64, 1024}, Unit::GBytes, (4 + 4 + 8) * 4096.0 * 64});
+    c.push_back({"sort_1M", "sort 1M (values and int64 indices)", {Op::Sort, 1, 0, 1 << 20, 0}, Unit::GBytes,
+                 (4 + 4 + 8) * double(1 << 20)});
+    c.push_back({"topk_10_of_4096x1000", "topk k=10 along rows of (4096, 1000)", {Op::Topk, 1, 4096, 1000, 10},
+                 Unit::GBytes, 4.0 * 4096 * 1000});
+    c.push_back(memory(Op::ToHalf, "to_f16_16M", "to(float16) 16M (4 bytes read, 2 written)", 1.5));
     c.push_back(reduction(Op::SumAll, "sum_4096x4096", "sum 4096x4096 (all)"));
     c.push_back(reduction(Op::SumDim0, "sum_4096x4096_dim0", "sum 4096x4096 (dim 0)"));
     c.push_back(reduction(Op::SumDim1, "sum_4096x4096_dim1", "sum 4096x4096 (dim 1)"));

@@ -92,6 +92,18 @@ Runner strata_runner(const Workload& w) {
       st::Tensor a = st::rand({w.m, w.k}), index = st::randint(0, w.k, {w.m, w.n});
       return [a, index] { st::gather(a, 1, index); };
     }
+    case Op::Sort: {
+      st::Tensor a = st::rand({w.n});
+      return [a] { st::sort(a); };
+    }
+    case Op::Topk: {
+      st::Tensor a = st::rand({w.m, w.n});
+      return [a, k = w.k] { st::topk(a, k, 1); };
+    }
+    case Op::ToHalf: {
+      st::Tensor a = st::randn({w.n});
+      return [a] { a.to(st::kFloat16); };
+    }
     case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
       st::Tensor a = st::rand({w.m, w.n});
       if (w.op == Op::SumAll) return [a] { st::sum(a); };

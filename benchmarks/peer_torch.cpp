@@ -115,6 +115,18 @@ class TorchPeer final : public Peer {
         at::Tensor a = at::rand({w.m, w.k}, f32), index = at::randint(0, w.k, {w.m, w.n}, at::kLong);
         return [a, index] { at::gather(a, 1, index); };
       }
+      case Op::Sort: {
+        at::Tensor a = at::rand({w.n}, f32);
+        return [a] { at::sort(a); };
+      }
+      case Op::Topk: {
+        at::Tensor a = at::rand({w.m, w.n}, f32);
+        return [a, k = w.k] { at::topk(a, k, 1); };
+      }
+      case Op::ToHalf: {
+        at::Tensor a = at::randn({w.n}, f32);
+        return [a] { a.to(at::kHalf); };
+      }
       case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
         at::Tensor a = at::rand({w.m, w.n}, f32);
         if (w.op == Op::SumAll) return [a] { at::sum(a); };

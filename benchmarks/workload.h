@@ -26,6 +26,9 @@ enum class Op {
   Transpose,    // out = a.t().contiguous(), a (m, n)
   IndexAdd,     // table (k, n) index_add_ along dim 0 of src (m, n) at m random int64 rows: embedding's backward
   Gather,       // gather along dim 1 of a (m, k) by a random int64 index (m, n)
+  Sort,         // sort of n random floats, values and int64 indices
+  Topk,         // topk (largest k) along dim 1 of (m, n) random floats
+  ToHalf,       // a.to(float16), n floats
   SumAll,       // sum of a (rows, cols)
   SumDim0,      // sum over dim 0 of (rows, cols)
   SumDim1,      // sum over dim 1 of (rows, cols)

@@ -86,6 +86,24 @@ TEST(Half, RoundsToNearestEven) {
   EXPECT_EQ(Half(-0.0f).bits, 0x8000);
 }
 
+// A sweep of float bit patterns of both signs (every 4099th: float subnormals, the float16
+// subnormal range, normals, overflow, inf and NaN), against the same reference.
+TEST(Half, FloatPatternSweep) {
+  auto val = [](uint16_t h) { return f16_value(h); };
+  for (uint64_t u = 0; u <= 0xffffffffu; u += 4099) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    float x;
+    std::memcpy(&x, &bits, 4);
+    const uint16_t got = Half(x).bits;
+    if (std::isnan(x)) {
+      // a quiet NaN with the top ten payload bits kept, as the hardware conversions give
+      ASSERT_EQ(got, ((bits >> 16) & 0x8000) | 0x7e00 | ((bits >> 13) & 0x3ff)) << std::hex << bits;
+      continue;
+    }
+    ASSERT_EQ(got, nearest_even(static_cast<double>(x), val, 0x7c00, 65504.0, 65520.0)) << std::hex << bits;
+  }
+}
+
 TEST(BFloat16, AllPatternsAndRounding) {
   for (uint32_t b = 0; b < 65536; ++b) {
     double want = bf16_value(static_cast<uint16_t>(b));

@@ -240,7 +240,8 @@ TEST(JoinErrors, BadInput) {
 
 TEST(Sort, MatchesStableReference) {
   Generator g(3);
-  for (const Shape& s : {Shape{9}, Shape{4, 7}, Shape{3, 4, 5}, Shape{3, 0}, Shape{}, Shape{2, 300}})
+  // slices of 700 take the radix sort (kernels/cpu/sort.h), shorter ones std::sort
+  for (const Shape& s : {Shape{9}, Shape{4, 7}, Shape{3, 4, 5}, Shape{3, 0}, Shape{}, Shape{2, 300}, Shape{2, 700}})
     for (DType t : {kFloat32, kFloat64, kBFloat16, kInt64, kInt32, kUInt8, kBool}) {
       const int64_t nd = std::max<int64_t>(static_cast<int64_t>(s.size()), 1);
       for (int64_t dim = -nd; dim < nd; ++dim)
@@ -282,6 +283,33 @@ TEST(Sort, NaNOrdersAboveEverything) {
     EXPECT_TRUE(all_close(sv, {-inf, 1}, 0, 0)) << fmt::format("{}", t);
     EXPECT_TRUE(all_close(si, {2, 3}, 0, 0)) << fmt::format("{}", t);
   }
+}
+
+// NaN, infinities and both zeros in slices long enough for the radix sort, and in a topk: the
+// reference order, and every value written back bit for bit (the sign of each zero too).
+TEST(Sort, LongSlicesWithNaNAndSignedZeros) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  std::vector<double> pattern = {3, nan, -inf, 1, nan, inf, 1, -0.0, 0.0, -2, 0.0, -0.0}, xs;
+  for (int r = 0; r < 60; ++r) xs.insert(xs.end(), pattern.begin(), pattern.end());
+  const Shape s{static_cast<int64_t>(xs.size())};
+  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16})
+    for (bool descending : {false, true})
+      for (int64_t k : {int64_t(5), int64_t(100), s[0]}) {
+        SCOPED_TRACE(fmt::format("{} k {} {}", t, k, descending ? "descending" : "ascending"));
+        Tensor x = from_vector<double>(xs).to(t);
+        auto [v, i] = k == s[0] ? sort(x, 0, descending) : topk(x, k, 0, descending);
+        std::vector<double> want_v, want_i;
+        reference_order(xs, s, 0, k, descending, want_v, want_i);
+        std::vector<double> got_v = values(v), got_i = values(i);
+        for (int64_t j = 0; j < k; ++j) {
+          ASSERT_EQ(got_i[j], want_i[j]) << j;
+          ASSERT_EQ(std::isnan(got_v[j]), std::isnan(want_v[j])) << j;
+          if (!std::isnan(want_v[j])) {
+            ASSERT_EQ(got_v[j], want_v[j]) << j;
+            ASSERT_EQ(std::signbit(got_v[j]), std::signbit(want_v[j])) << j;
+          }
+        }
+      }
 }
 
 TEST(Topk, MatchesReferenceAndBreaksTiesByPosition) {
