@@ -8,8 +8,8 @@
 // word (no two words are equal), which a full sort orders by an LSD radix sort on the key's
 // bytes (stable, so ties keep position order) and topk by a partial sort (a heap of the best
 // k, which most words pass by after one comparison) when k is small, else by nth_element and
-// a sort of the first k. 64-bit keys are (key, position) pairs. The values written are read back from the slice
-// at each position, bit for bit (NaN payloads and the sign of zero included).
+// a sort of the first k. 64-bit keys are (key, position) pairs. The values written are read
+// back from the slice at each position, bit for bit (NaN payloads and the sign of zero included).
 #pragma once
 
 #include <algorithm>
