@@ -100,6 +100,7 @@ const std::vector<Case>& cases() {
     c.push_back(memory(Op::Gelu, "gelu_16M", "gelu 16M", 2));
     c.push_back(memory(Op::GeluTanh, "gelu_tanh_16M", "gelu (tanh) 16M", 2));
     c.push_back(memory(Op::Log, "log_16M", "log 16M", 2));
+    c.push_back(memory(Op::Sin, "sin_16M", "sin 16M (of -100 to 100)", 2));
     c.push_back(memory(Op::Randn, "randn_16M", "randn 16M", 1));
     c.push_back(memory(Op::Dropout, "dropout_16M", "dropout 16M (x read; y, mask written)", 3));
     c.push_back({"transpose_4096x4096", "transpose 4096x4096 (.t().contiguous())", {Op::Transpose, 1, kRows, kRows, 0},
@@ -113,6 +114,10 @@ const std::vector<Case>& cases() {
     c.push_back({"sort_1M", "sort 1M (values and int64 indices)", {Op::Sort, 1, 0, 1 << 20, 0}, Unit::GBytes,
                  (4 + 4 + 8) * double(1 << 20)});
     c.push_back({"topk_10_of_4096x1000", "topk k=10 along rows of (4096, 1000)", {Op::Topk, 1, 4096, 1000, 10},
+                 Unit::GBytes, 4.0 * 4096 * 1000});
+    c.push_back({"max_dim1_4096x1000", "max with indices along rows of (4096, 1000)", {Op::MaxDim1, 1, 4096, 1000, 0},
+                 Unit::GBytes, 4.0 * 4096 * 1000});
+    c.push_back({"amax_dim1_4096x1000", "amax along rows of (4096, 1000)", {Op::AmaxDim1, 1, 4096, 1000, 0},
                  Unit::GBytes, 4.0 * 4096 * 1000});
     c.push_back(memory(Op::ToHalf, "to_f16_16M", "to(float16) 16M (4 bytes read, 2 written)", 1.5));
     c.push_back(reduction(Op::SumAll, "sum_4096x4096", "sum 4096x4096 (all)"));

@@ -74,6 +74,10 @@ Runner strata_runner(const Workload& w) {
       st::Tensor a = st::rand({w.n});
       return [a] { st::log(a); };
     }
+    case Op::Sin: {
+      st::Tensor a = st::rand({w.n}) * 200.0 - 100.0;
+      return [a] { st::sin(a); };
+    }
     case Op::Randn:
       return [n = w.n] { st::randn({n}); };
     case Op::Dropout: {
@@ -99,6 +103,14 @@ Runner strata_runner(const Workload& w) {
     case Op::Topk: {
       st::Tensor a = st::rand({w.m, w.n});
       return [a, k = w.k] { st::topk(a, k, 1); };
+    }
+    case Op::MaxDim1: {
+      st::Tensor a = st::rand({w.m, w.n});
+      return [a] { st::max(a, 1); };
+    }
+    case Op::AmaxDim1: {
+      st::Tensor a = st::rand({w.m, w.n});
+      return [a] { st::amax(a, {1}); };
     }
     case Op::ToHalf: {
       st::Tensor a = st::randn({w.n});

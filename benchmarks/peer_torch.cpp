@@ -96,6 +96,10 @@ class TorchPeer final : public Peer {
         at::Tensor a = at::rand({w.n}, f32);
         return [a] { at::log(a); };
       }
+      case Op::Sin: {
+        at::Tensor a = at::rand({w.n}, f32) * 200.0 - 100.0;
+        return [a] { at::sin(a); };
+      }
       case Op::Randn:
         return [n = w.n] { at::randn({n}, f32); };
       case Op::Dropout: {
@@ -122,6 +126,14 @@ class TorchPeer final : public Peer {
       case Op::Topk: {
         at::Tensor a = at::rand({w.m, w.n}, f32);
         return [a, k = w.k] { at::topk(a, k, 1); };
+      }
+      case Op::MaxDim1: {
+        at::Tensor a = at::rand({w.m, w.n}, f32);
+        return [a] { at::max(a, 1); };
+      }
+      case Op::AmaxDim1: {
+        at::Tensor a = at::rand({w.m, w.n}, f32);
+        return [a] { at::amax(a, {1}); };
       }
       case Op::ToHalf: {
         at::Tensor a = at::randn({w.n}, f32);

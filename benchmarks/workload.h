@@ -21,6 +21,7 @@ enum class Op {
   Exp, Gelu,    // out = f(a)
   GeluTanh,     // out = gelu(a, approximate = "tanh")
   Log,          // out = log(a)
+  Sin,          // out = sin(a), a uniform in [-100, 100)
   Randn,        // out = a fresh (n) standard normal draw
   Dropout,      // out = dropout(a, p = 0.1, training)
   Transpose,    // out = a.t().contiguous(), a (m, n)
@@ -28,6 +29,8 @@ enum class Op {
   Gather,       // gather along dim 1 of a (m, k) by a random int64 index (m, n)
   Sort,         // sort of n random floats, values and int64 indices
   Topk,         // topk (largest k) along dim 1 of (m, n) random floats
+  MaxDim1,      // max with indices along dim 1 of (m, n) random floats
+  AmaxDim1,     // amax (values only) along dim 1 of (m, n) random floats
   ToHalf,       // a.to(float16), n floats
   SumAll,       // sum of a (rows, cols)
   SumDim0,      // sum over dim 0 of (rows, cols)

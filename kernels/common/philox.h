@@ -12,6 +12,7 @@
 
 #include "host_device.h"
 #include "vec_exp.h"
+#include "vec_trig.h"
 
 namespace strata::philox {
 
@@ -70,7 +71,7 @@ STRATA_HOST_DEVICE float uniform_at(uint64_t seed, uint64_t offset, uint64_t i) 
 
 // Box-Muller on a lane pair (a, b): z0 = r cos(theta) and z1 = r sin(theta) with
 // r = sqrt(-2 log(1 - u(a))) and theta = 2 pi u(b), through the branch-free float log and
-// sine and cosine of kernels/common/vec_exp.h on both devices, so that a loop of pairs
+// sine and cosine of vec_exp.h and vec_trig.h on both devices, so that a loop of pairs
 // vectorizes on the CPU and the two devices evaluate the same formulas.
 STRATA_HOST_DEVICE void box_muller(uint32_t a, uint32_t b, float& z0, float& z1) {
   const float u1 = 1.0f - to_unit_float(a);  // in (0, 1]: never log(0)

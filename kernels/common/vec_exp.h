@@ -1,9 +1,9 @@
-// exp, tanh, erf and log for float, and the sine and cosine of a fraction of a turn, written
-// without branches or table lookups, so that a loop of them compiles to SIMD (glibc's expf,
-// tanhf, erff, logf, sinf and cosf are scalar calls). exp is Cephes' method: x = n ln2 + r
-// with |r| <= ln2 / 2, e^r from a degree-7 polynomial, then scaled by 2^n through the exponent
-// bits. Relative error is within 2 ulp over the whole range; overflow gives inf, underflow goes
-// through the subnormals to 0, and NaN stays NaN. Doubles use the library functions.
+// exp, tanh, erf and log for float, written without branches or table lookups, so that a loop
+// of them compiles to SIMD (glibc's expf, tanhf, erff and logf are scalar calls; the sine and
+// cosine are in vec_trig.h). exp is Cephes' method: x = n ln2 + r with |r| <= ln2 / 2, e^r
+// from a degree-7 polynomial, then scaled by 2^n through the exponent bits. Relative error is
+// within 2 ulp over the whole range; overflow gives inf, underflow goes through the subnormals
+// to 0, and NaN stays NaN. Doubles use the library functions.
 #pragma once
 
 #include <cmath>
@@ -126,29 +126,6 @@ STRATA_HOST_DEVICE float vec_log(float x) {
   y = x == 0.0f ? -INFINITY : y;
   y = x < 0.0f ? NAN : y;
   return x != x ? x : y;
-}
-
-// sin(2 pi u) and cos(2 pi u) for |u| < 2^20, the angle of a Box-Muller pair. Subtracting the
-// nearest quarter turn q / 4 from u is exact, which leaves t = 2 pi (u - q / 4) in
-// [-pi / 4, pi / 4] for Cephes' sine and cosine polynomials, and the quadrant q mod 4 swaps and
-// negates them. Within 2 ulp; more accurate than sinf(2 pi u), whose argument is rounded.
-STRATA_HOST_DEVICE void vec_sincos_turns(float u, float& sine, float& cosine) {
-  const float kRound = 12582912.0f;  // 1.5 * 2^23: adding and removing it rounds to an integer
-  const float q = (4.0f * u + kRound) - kRound;
-  const float t = 6.28318530717958647692f * (u - 0.25f * q);
-  const float z = t * t;
-  float s = -1.9515295891e-4f;
-  s = s * z + 8.3321608736e-3f;
-  s = s * z - 1.6666654611e-1f;
-  s = s * z * t + t;
-  float c = 2.443315711809948e-5f;
-  c = c * z - 1.388731625493765e-3f;
-  c = c * z + 4.166664568298827e-2f;
-  c = c * z * z - 0.5f * z + 1.0f;
-  const int32_t quadrant = static_cast<int32_t>(q) & 3;
-  const float sv = quadrant & 1 ? c : s, cv = quadrant & 1 ? s : c;
-  sine = quadrant & 2 ? -sv : sv;
-  cosine = (quadrant + 1) & 2 ? -cv : cv;
 }
 
 // What the per-element functors call: the SIMD-friendly forms for float on the host, the

@@ -11,6 +11,7 @@
 // per thread on two (12.3 against 0.9 ns per element for the tanh GELU).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
@@ -77,6 +78,24 @@ __attribute__((noinline)) void run_range(const StridedLoop<1 + sizeof...(In)>& l
   }
 }
 
+// out[i] = fast(in[i]) on blocks of contiguous values that all satisfy fast_ok, slow(in[i]) on
+// the rest: the check is a vectorized scan, so the blocks cost no branch per element.
+template <class Out, class In, class Fast, class Slow, class Ok>
+__attribute__((noinline)) void run_flat_guarded(int64_t begin, int64_t end, Out* __restrict out, const In* in,
+                                                const Fast& fast, const Slow& slow, const Ok& fast_ok) {
+  constexpr int64_t kBlock = 512;
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t e = std::min(b + kBlock, end);
+    bool all_ok = true;
+    for (int64_t i = b; i < e; ++i) all_ok &= fast_ok(in[i]);
+    if (all_ok) {
+      for (int64_t i = b; i < e; ++i) out[i] = fast(in[i]);
+    } else {
+      for (int64_t i = b; i < e; ++i) out[i] = slow(in[i]);
+    }
+  }
+}
+
 }  // namespace detail
 
 /// Applies f elementwise. `f` takes one value per input and returns the output value.
@@ -90,6 +109,20 @@ void elementwise(const StridedLoop<1 + sizeof...(In)>& loop, Out* out, const F& 
   parallel_for(0, loop.numel, kDefaultGrain, [&](int64_t b, int64_t e) {
     detail::run_range(loop, b, e, out, std::index_sequence_for<In...>{}, f, in...);
   });
+}
+
+/// One input, out[i] = fast(in[i]) where fast_ok(in[i]) holds, else slow(in[i]), for a fast form
+/// that is exact only on part of the domain (the vectorized sine below 2^20, say).
+template <class Out, class In, class Fast, class Slow, class Ok>
+void elementwise_guarded(const StridedLoop<2>& loop, Out* out, const Fast& fast, const Slow& slow, const Ok& fast_ok,
+                         const In* in) {
+  if (loop.numel == 0) return;
+  if (loop.is_contiguous()) {
+    parallel_for(0, loop.numel, kDefaultGrain,
+                 [&](int64_t b, int64_t e) { detail::run_flat_guarded(b, e, out, in, fast, slow, fast_ok); });
+    return;
+  }
+  elementwise(loop, out, [&](In v) { return fast_ok(v) ? fast(v) : slow(v); }, in);
 }
 
 }  // namespace strata::cpu

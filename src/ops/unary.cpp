@@ -4,6 +4,7 @@
 // every device and can itself be differentiated), the activations' through the fused,
 // differentiable gradient ops of activation_grad.cpp.
 #include <limits>
+#include <type_traits>
 
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
@@ -15,6 +16,7 @@
 #include "core/tensor_internal.h"
 #include "kernels/common/convert.h"
 #include "kernels/common/unary_math.h"
+#include "kernels/common/vec_trig.h"
 #include "kernels/cpu/elementwise.h"
 #include "ops/activation_grad.h"
 #include "ops/dispatch.h"
@@ -44,6 +46,30 @@ void cpu_unary(const KernelCall& call) {
     using C = compute_t<T>;
     cpu::elementwise(loop, static_cast<T*>(out.data()), [f](T v) { return static_cast<T>(f(static_cast<C>(v))); },
                      static_cast<const T*>(x.data()));
+  });
+}
+
+// sin and cos: float math (float32, float16, bfloat16) takes the vectorized form of
+// kernels/common/vec_trig.h on every block whose values are all below kVecTrigLimit in
+// magnitude, and the library function, whose argument reduction is exact for any float, on
+// the rest (and on NaN).
+template <class F>
+void cpu_sin_or_cos(const KernelCall& call) {
+  static constexpr bool kSine = std::is_same_v<F, math::Sin>;
+  const Tensor& x = call.inputs[0];
+  Tensor& out = call.outputs[0];
+  auto loop = make_loop<2>(out, {&x}, "unary");
+  dispatch<DTypeSet::Floating>(x.dtype(), "unary", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    auto slow = [](T v) { return static_cast<T>(F{}(static_cast<C>(v))); };
+    if constexpr (std::is_same_v<C, float>) {
+      auto fast = [](T v) { return static_cast<T>(kSine ? math::vec_sin(float(v)) : math::vec_cos(float(v))); };
+      auto fast_ok = [](T v) { return std::fabs(float(v)) < math::kVecTrigLimit; };
+      cpu::elementwise_guarded(loop, static_cast<T*>(out.data()), fast, slow, fast_ok, static_cast<const T*>(x.data()));
+    } else {
+      cpu::elementwise(loop, static_cast<T*>(out.data()), slow, static_cast<const T*>(x.data()));
+    }
   });
 }
 
@@ -102,8 +128,8 @@ void register_unary_kernels(KernelTable& table) {
   table.set(OpId::log, CPU, kFloatDTypes, cpu_unary<math::Log, DTypeSet::Floating>);
   table.set(OpId::sqrt, CPU, kFloatDTypes, cpu_unary<math::Sqrt, DTypeSet::Floating>);
   table.set(OpId::rsqrt, CPU, kFloatDTypes, cpu_unary<math::Rsqrt, DTypeSet::Floating>);
-  table.set(OpId::sin, CPU, kFloatDTypes, cpu_unary<math::Sin, DTypeSet::Floating>);
-  table.set(OpId::cos, CPU, kFloatDTypes, cpu_unary<math::Cos, DTypeSet::Floating>);
+  table.set(OpId::sin, CPU, kFloatDTypes, cpu_sin_or_cos<math::Sin>);
+  table.set(OpId::cos, CPU, kFloatDTypes, cpu_sin_or_cos<math::Cos>);
   table.set(OpId::tanh, CPU, kFloatDTypes, cpu_unary<math::Tanh, DTypeSet::Floating>);
   table.set(OpId::sigmoid, CPU, kFloatDTypes, cpu_unary<math::Sigmoid, DTypeSet::Floating>);
   table.set(OpId::gelu, CPU, kFloatDTypes, cpu_unary<math::GeluErf, DTypeSet::Floating>);

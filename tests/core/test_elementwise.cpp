@@ -109,6 +109,46 @@ TEST(Unary, SpecialValues) {
   EXPECT_EQ(values(log(from_vector<float>({0})))[0], -INFINITY);
 }
 
+// sin and cos take a vectorized form on blocks of values below 2^20 in magnitude and the
+// library's exact reduction elsewhere: blocks of small values, blocks with one huge value, NaN
+// and inf, contiguous and strided, all within an ulp of float64's sin and cos.
+TEST(Unary, SinCosOnEitherSideOfTheVectorizedRange) {
+  std::vector<float> xs(5000);
+  Generator g(7);
+  std::vector<double> u = values(rand({5000}, TensorOptions(kFloat64), &g));
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((u[i] - 0.5) * (i < 2048 ? 200.0 : 2e6));
+  xs[1500] = 1e30f;  // one huge value puts its block on the exact path
+  xs[3000] = NAN;
+  xs[3001] = INFINITY;
+  xs[3002] = -0.0f;
+  xs[3003] = 1048576.0f;
+  xs[3004] = std::nextafter(1048576.0f, 0.0f);
+  const Tensor x = from_vector<float>(xs);
+  auto check = [](const Tensor& got, const Tensor& in, double (*ref)(double), const char* what) {
+    const std::vector<double> g = values(got), v = values(in);
+    ASSERT_EQ(g.size(), v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double want = ref(v[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(g[i])) << what << " of " << v[i];
+        continue;
+      }
+      const double ulp = std::ldexp(1.0, std::max(std::ilogb(want), -126) - 23);
+      EXPECT_LE(std::fabs(g[i] - want), ulp) << what << " of " << v[i] << " at " << i;
+    }
+  };
+  double (*dsin)(double) = std::sin, (*dcos)(double) = std::cos;
+  check(sin(x), x, dsin, "sin");
+  check(cos(x), x, dcos, "cos");
+  EXPECT_TRUE(std::signbit(values(sin(x))[3002]));
+  const Tensor strided = x.view({2500, 2}).select(1, 1);
+  check(sin(strided), strided, dsin, "strided sin");
+  check(cos(strided), strided, dcos, "strided cos");
+  // float16 computes in float32 and rounds once
+  const Tensor h = x.slice(0, 0, 2048).to(kFloat16);
+  EXPECT_TRUE(all_close(values(sin(h)), values(sin(h.to(kFloat32)).to(kFloat16)), 0, 0));
+}
+
 TEST(Unary, InPlaceAndBadInput) {
   Tensor x = from_vector<float>({-2, -1, 0, 1, 2}, Shape{5});
   Tensor view = x.slice(0, 0, 5, 2);

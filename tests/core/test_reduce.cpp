@@ -371,6 +371,71 @@ TEST(Reduce, NaNPropagates) {
   }
 }
 
+// Long contiguous rows take a two-pass scan (Note [Extreme runs] in kernels/cpu/reduce.h):
+// the extreme, then its first position. Rows with ties, NaNs (first at the start, in the
+// middle, in the tail past the last full lane step, or everywhere), infinities and signed
+// zeros, checked against a float64 scan, and against the transposed layout's lane path.
+TEST(Reduce, LongRowsExtremesAndFirstIndices) {
+  Generator gen(11);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t cols : {64, 100, 1000, 1037}) {
+    const int64_t rows = 9;
+    std::vector<double> v = values(randint(-3, 4, {rows, cols}, TensorOptions(kInt64), &gen));
+    auto at = [&](int64_t r, int64_t c) -> double& { return v[r * cols + c]; };
+    at(1, 0) = kNaN;
+    at(2, cols / 2) = kNaN;
+    at(2, cols / 2 + 3) = kNaN;
+    at(3, cols - 1) = kNaN;
+    for (int64_t c = 0; c < cols; ++c) at(4, c) = kNaN;
+    at(5, cols - 1) = 100;  // the maximum in the last, partial lane step
+    at(5, 3) = -inf;
+    for (int64_t c = 0; c < cols; ++c) at(6, c) = c % 2 ? 0.0 : -0.0;  // all equal: index 0
+    at(7, 7) = inf;
+    at(7, cols - 2) = inf;
+    at(8, cols - 1) = -100;
+    for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt8, kBool}) {
+      const bool floating = is_floating(t);
+      std::vector<double> w = v;
+      for (double& x : w) {
+        if (!floating && !std::isfinite(x)) x = 1;
+        if (t == kBool) x = x > 0;
+        if (t == kInt8) x = std::clamp(x, -100.0, 100.0);
+      }
+      Tensor base = from_vector<double>(w, Shape{rows, cols}).to(t);
+      for (const bool transposed : {false, true}) {
+        // the same values in a (cols, rows) tensor's transpose: strided rows, the lane path
+        Tensor x = transposed ? base.t().contiguous().t() : base;
+        auto [vmax, imax] = max(x, 1);
+        auto [vmin, imin] = min(x, 1);
+        const std::vector<double> gvmax = values(vmax), gimax = values(imax), gvmin = values(vmin),
+                                  gimin = values(imin), gamax = values(amax(x, {1})), gamin = values(amin(x, {1})),
+                                  gargmax = values(argmax(x, 1)), gargmin = values(argmin(x, 1));
+        for (int64_t r = 0; r < rows; ++r) {
+          // float64 reference: the first NaN wins; else the first extreme
+          const std::vector<double> row = values(base[r].to(kFloat64));
+          int64_t best_max = 0, best_min = 0;
+          for (int64_t c = 1; c < cols; ++c) {
+            const bool nan_max = std::isnan(row[best_max]), nan_min = std::isnan(row[best_min]);
+            if (!nan_max && (std::isnan(row[c]) || row[c] > row[best_max])) best_max = c;
+            if (!nan_min && (std::isnan(row[c]) || row[c] < row[best_min])) best_min = c;
+          }
+          const std::string where = fmt::format("{} cols {} row {}{}", dtype_name(t), cols, r,
+                                                transposed ? " (strided)" : "");
+          EXPECT_EQ(gimax[r], best_max) << where;
+          EXPECT_EQ(gimin[r], best_min) << where;
+          EXPECT_EQ(gargmax[r], best_max) << where;
+          EXPECT_EQ(gargmin[r], best_min) << where;
+          for (auto [got, want] : {std::pair{gvmax[r], row[best_max]}, {gamax[r], row[best_max]},
+                                   {gvmin[r], row[best_min]}, {gamin[r], row[best_min]}}) {
+            if (std::isnan(want)) EXPECT_TRUE(std::isnan(got)) << where;
+            else EXPECT_EQ(got, want) << where;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Reduce, EmptyInputs) {
   Tensor e = zeros({0, 3});
   EXPECT_EQ(sum(e).item<double>(), 0);
