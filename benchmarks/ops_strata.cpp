@@ -116,6 +116,14 @@ Runner strata_runner(const Workload& w) {
       st::Tensor a = st::randn({w.n});
       return [a] { a.to(st::kFloat16); };
     }
+    case Op::FromHalf: {
+      st::Tensor a = st::randn({w.n}).to(st::kFloat16);
+      return [a] { a.to(st::kFloat32); };
+    }
+    case Op::CatDim1: {
+      st::Tensor a = st::rand({w.m, w.n}), b = st::rand({w.m, w.n});
+      return [a, b] { st::cat({a, b}, 1); };
+    }
     case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
       st::Tensor a = st::rand({w.m, w.n});
       if (w.op == Op::SumAll) return [a] { st::sum(a); };

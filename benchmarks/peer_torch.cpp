@@ -139,6 +139,14 @@ class TorchPeer final : public Peer {
         at::Tensor a = at::randn({w.n}, f32);
         return [a] { a.to(at::kHalf); };
       }
+      case Op::FromHalf: {
+        at::Tensor a = at::randn({w.n}, f32).to(at::kHalf);
+        return [a] { a.to(at::kFloat); };
+      }
+      case Op::CatDim1: {
+        at::Tensor a = at::rand({w.m, w.n}, f32), b = at::rand({w.m, w.n}, f32);
+        return [a, b] { at::cat({a, b}, 1); };
+      }
       case Op::SumAll: case Op::SumDim0: case Op::SumDim1: {
         at::Tensor a = at::rand({w.m, w.n}, f32);
         if (w.op == Op::SumAll) return [a] { at::sum(a); };

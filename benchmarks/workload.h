@@ -32,6 +32,8 @@ enum class Op {
   MaxDim1,      // max with indices along dim 1 of (m, n) random floats
   AmaxDim1,     // amax (values only) along dim 1 of (m, n) random floats
   ToHalf,       // a.to(float16), n floats
+  FromHalf,     // a.to(float32), n float16 values
+  CatDim1,      // cat({a, b}, 1) of two (m, n) floats
   SumAll,       // sum of a (rows, cols)
   SumDim0,      // sum over dim 0 of (rows, cols)
   SumDim1,      // sum over dim 1 of (rows, cols)

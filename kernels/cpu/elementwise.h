@@ -86,9 +86,9 @@ __attribute__((noinline)) void run_flat_guarded(int64_t begin, int64_t end, Out*
   constexpr int64_t kBlock = 512;
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t e = std::min(b + kBlock, end);
-    bool all_ok = true;
-    for (int64_t i = b; i < e; ++i) all_ok &= fast_ok(in[i]);
-    if (all_ok) {
+    int rejected = 0;  // an int, not a bool: the vectorizer reduces |= of ints only
+    for (int64_t i = b; i < e; ++i) rejected |= !fast_ok(in[i]);
+    if (!rejected) {
       for (int64_t i = b; i < e; ++i) out[i] = fast(in[i]);
     } else {
       for (int64_t i = b; i < e; ++i) out[i] = slow(in[i]);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/autograd/graph.hpp>
@@ -11,6 +12,7 @@
 #include <strata/ops/join.hpp>
 
 #include "core/tensor_internal.h"
+#include "kernels/cpu/cat.h"
 
 namespace strata {
 
@@ -47,7 +49,25 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     shape[d] += t.size(d);
   }
   Tensor out = detail::make_tensor(shape, dtype, device);
-  {
+  // on the CPU, inputs already of the output's dtype and contiguous are copied row by row
+  std::vector<cpu::CatInput> rows;
+  if (device.is_cpu() && out.numel() > 0) {
+    int64_t outer = 1;  // rows: the dims before d
+    for (int64_t k = 0; k < d; ++k) outer *= shape[k];
+    for (const Tensor& t : tensors) {
+      if (skipped(t) || t.size(d) == 0) continue;
+      if (t.dtype() != dtype || !t.is_contiguous()) {
+        rows.clear();
+        break;
+      }
+      rows.push_back({static_cast<const char*>(t.data()), t.numel() / outer * static_cast<int64_t>(t.itemsize())});
+    }
+    if (!rows.empty()) {
+      cpu::cat_rows(static_cast<char*>(out.data()), outer, out.numel() / outer * static_cast<int64_t>(out.itemsize()),
+                    rows.data(), static_cast<int64_t>(rows.size()));
+    }
+  }
+  if (rows.empty()) {
     NoGradGuard no_grad;
     int64_t offset = 0;
     for (const Tensor& t : tensors) {

@@ -141,6 +141,25 @@ TEST(Cat, SkipsEmptyVectorsAndCopies) {
   EXPECT_TRUE(all_close(a, {0, 1, 2, 3, 4, 5}, 0, 0));
 }
 
+// Contiguous inputs of the output's dtype are copied a whole output row at a time, across
+// threads for many rows; views that start inside their storage are read from their start.
+TEST(Cat, ContiguousRowsAcrossThreads) {
+  Generator g(4);
+  Tensor big = rand({3001, 40}, {}, &g);
+  Tensor a = big.narrow(0, 1, 3000), b = rand({3000, 3}, {}, &g), c = rand({3000, 21}, {}, &g);
+  ASSERT_TRUE(a.is_contiguous());
+  const std::vector<double> av = values(a), bv = values(b), cv = values(c), got = values(cat({a, b, c}, 1));
+  ASSERT_EQ(got.size(), static_cast<size_t>(3000 * 64));
+  for (int64_t r = 0; r < 3000; ++r)
+    for (int64_t j = 0; j < 64; ++j) {
+      const double want = j < 40 ? av[r * 40 + j] : j < 43 ? bv[r * 3 + j - 40] : cv[r * 21 + j - 43];
+      ASSERT_EQ(got[r * 64 + j], want) << r << ", " << j;
+    }
+  Tensor masks = cat({a > 0.5, b > 0.5}, 1);
+  EXPECT_EQ(masks.dtype(), kBool);
+  EXPECT_TRUE(equal(masks, cat({(a > 0.5).to(kFloat32), (b > 0.5).to(kFloat32)}, 1).to(kBool)));
+}
+
 TEST(Stack, MatchesReference) {
   Generator g(2);
   for (const Shape& s : {Shape{}, Shape{4}, Shape{3, 2}, Shape{0, 2}})

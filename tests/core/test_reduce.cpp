@@ -436,6 +436,33 @@ TEST(Reduce, LongRowsExtremesAndFirstIndices) {
   }
 }
 
+// Sums over the leading dims with contiguous columns take 64, then 16, then single columns at
+// a time down blocks of rows (Note [Float column sums]): every split of the columns, row counts
+// on either side of a block, rows strided and rows from two dims.
+TEST(Reduce, Float32ColumnSums) {
+  Generator gen(5);
+  auto check = [](const Tensor& x, const std::vector<int64_t>& dims, const std::string& what) {
+    const std::vector<double> got = values(sum(x, dims));
+    const auto g = groups(values(x), x.shape(), dims);
+    ASSERT_EQ(got.size(), g.size()) << what;
+    for (size_t c = 0; c < g.size(); ++c) {
+      double want = 0, scale = 0;
+      for (double v : g[c]) want += v, scale += std::fabs(v);
+      ASSERT_NEAR(got[c], want, 1e-6 * scale + 1e-30) << what << " column " << c;
+    }
+  };
+  for (int64_t cols : {1, 15, 16, 17, 64, 85, 300})
+    for (int64_t rows : {1, 63, 64, 65, 200}) {
+      Tensor x = randn({rows, cols}, {}, &gen);
+      check(x, {0}, fmt::format("({}, {})", rows, cols));
+      check(randn({rows, cols + 9}, {}, &gen).narrow(1, 4, cols), {0}, fmt::format("({}, {}) strided", rows, cols));
+    }
+  Tensor three = randn({7, 5, 85}, {}, &gen);
+  check(three, {0, 1}, "(7, 5, 85) over two dims");
+  check(three.permute({1, 0, 2}), {0, 1}, "permuted (5, 7, 85) over two dims");
+  check(three.permute({1, 0, 2}).contiguous().permute({1, 0, 2}), {0, 1}, "(7, 5, 85) with swapped strides");
+}
+
 TEST(Reduce, EmptyInputs) {
   Tensor e = zeros({0, 3});
   EXPECT_EQ(sum(e).item<double>(), 0);
