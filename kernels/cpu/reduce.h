@@ -196,12 +196,15 @@ inline RunExtreme<C> run_extreme(const T* p, int64_t m) {
     best[0] = extreme(static_cast<C>(p[i]), best[0]);
     nan[0] |= math::is_nan(static_cast<C>(p[i]));
   }
-  RunExtreme<C> r{best[0], false};
-  for (int l = 0; l < L; ++l) {
-    r.value = extreme(best[l], r.value);
-    r.has_nan |= nan[l] != 0;
+  // the lanes in a tree, and the flags at once: a scalar pass over them cost as much per row of
+  // a thousand as the scan
+  for (int w = L / 2; w > 0; w /= 2) {
+#pragma GCC unroll 1
+    for (int l = 0; l < w; ++l) best[l] = extreme(best[l + w], best[l]);
   }
-  return r;
+  Flag any_nan = 0;
+  for (int l = 0; l < L; ++l) any_nan |= nan[l];
+  return {best[0], any_nan != 0};
 }
 
 // max or min: folds the run's extreme (NaN if it holds one) into lane[0].
