@@ -171,7 +171,7 @@ template <class T, bool IsMax> struct extreme_of<math::ArgReduce<T, IsMax>> {
 };
 
 template <class C> struct RunExtreme {
-  C value;       // the largest (or smallest) value that is not NaN, or NaN when the run is all NaN
+  C value;  // the run's largest (or smallest) value; unspecified when has_nan
   bool has_nan;
 };
 
@@ -196,8 +196,8 @@ inline RunExtreme<C> run_extreme(const T* p, int64_t m) {
     best[0] = extreme(static_cast<C>(p[i]), best[0]);
     nan[0] |= math::is_nan(static_cast<C>(p[i]));
   }
-  // the lanes in a tree, and the flags at once: a scalar pass over them cost as much per row of
-  // a thousand as the scan
+  // the lanes in a tree and the flags in one pass, both vectorized: a scalar pass over the
+  // lanes was a noticeable part of a row of a thousand
   for (int w = L / 2; w > 0; w /= 2) {
 #pragma GCC unroll 1
     for (int l = 0; l < w; ++l) best[l] = extreme(best[l + w], best[l]);
