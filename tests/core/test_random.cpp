@@ -2,6 +2,8 @@
 // seed, and the statistics of each distribution.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <utility>
 
 #include "kernels/common/philox.h"
 #include "testing.h"
@@ -42,6 +44,19 @@ TEST(Philox, StreamLayout) {
   // (the CUDA kernels' form), partial last blocks included: exactly, and for the normals to the
   // last bits, as the vectorized loop and this file may contract multiplies and adds differently
   // into fused ones (a wrong lane, pair or block is a different value altogether)
+  // randint on ranges from 1 to 2^54, the widest its +-2^53 bounds allow
+  constexpr int64_t k53 = int64_t{1} << 53;
+  for (auto [low, high] : {std::pair<int64_t, int64_t>{5, 6}, {0, 2}, {-(int64_t{1} << 32), 1}, {-k53 + 3, k53 / 2 + 5},
+                           {-k53, k53}}) {
+    Generator gr(21);
+    const uint64_t offset = gr.offset();
+    const Tensor k = randint(low, high, {1001}, kInt64, &gr);
+    const int64_t* kv = static_cast<const int64_t*>(k.data());
+    const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+    for (uint64_t i = 0; i < 1001; ++i)
+      ASSERT_EQ(static_cast<uint64_t>(kv[i]), static_cast<uint64_t>(low) + philox::bits64_at(21, offset, i) % range)
+          << low << " " << high << " " << i;
+  }
   for (int64_t n : {1, 3, 5, 4099}) {
     Generator gu(9), gn(9), gi(9);
     const uint64_t offset = gu.offset();
