@@ -121,6 +121,8 @@ const std::vector<Case>& cases() {
                  Unit::GBytes, 4.0 * 4096 * 1000});
     c.push_back(memory(Op::ToHalf, "to_f16_16M", "to(float16) 16M (4 bytes read, 2 written)", 1.5));
     c.push_back(memory(Op::FromHalf, "from_f16_16M", "float16 to(float32) 16M (2 bytes read, 4 written)", 1.5));
+    c.push_back({"arange_4M", "arange(4096000), int64 (8 bytes written)", {Op::Arange, 1, 0, 4096000, 0},
+                 Unit::GBytes, 8.0 * 4096000});
     c.push_back({"cat_dim1_4096x1000", "cat dim 1 of two (4096, 1000)", {Op::CatDim1, 1, 4096, 1000, 0}, Unit::GBytes,
                  4 * 4.0 * 4096 * 1000});
     c.push_back(reduction(Op::SumAll, "sum_4096x4096", "sum 4096x4096 (all)"));

@@ -120,6 +120,8 @@ Runner strata_runner(const Workload& w) {
       st::Tensor a = st::randn({w.n}).to(st::kFloat16);
       return [a] { a.to(st::kFloat32); };
     }
+    case Op::Arange:
+      return [n = w.n] { st::arange(n); };
     case Op::CatDim1: {
       st::Tensor a = st::rand({w.m, w.n}), b = st::rand({w.m, w.n});
       return [a, b] { st::cat({a, b}, 1); };

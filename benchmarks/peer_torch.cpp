@@ -143,6 +143,8 @@ class TorchPeer final : public Peer {
         at::Tensor a = at::randn({w.n}, f32).to(at::kHalf);
         return [a] { a.to(at::kFloat); };
       }
+      case Op::Arange:
+        return [n = w.n] { at::arange(n, at::kLong); };
       case Op::CatDim1: {
         at::Tensor a = at::rand({w.m, w.n}, f32), b = at::rand({w.m, w.n}, f32);
         return [a, b] { at::cat({a, b}, 1); };

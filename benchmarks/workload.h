@@ -33,6 +33,7 @@ enum class Op {
   AmaxDim1,     // amax (values only) along dim 1 of (m, n) random floats
   ToHalf,       // a.to(float16), n floats
   FromHalf,     // a.to(float32), n float16 values
+  Arange,       // arange(n), int64
   CatDim1,      // cat({a, b}, 1) of two (m, n) floats
   SumAll,       // sum of a (rows, cols)
   SumDim0,      // sum over dim 0 of (rows, cols)

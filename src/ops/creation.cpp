@@ -19,6 +19,12 @@ namespace strata {
 
 namespace {
 
+// p[i] = gen(i) over [b, e), out of line (Note [Loops out of line] in kernels/cpu/elementwise.h).
+template <class T, class Gen>
+__attribute__((noinline)) void fill_span(T* __restrict p, int64_t b, int64_t e, const Gen& gen) {
+  for (int64_t i = b; i < e; ++i) p[i] = convert<T>(gen(i));
+}
+
 // Kernels below write a contiguous output; callers pass one.
 template <class Gen>
 void fill_contiguous(Tensor& out, std::string_view op, Gen gen) {
@@ -26,9 +32,7 @@ void fill_contiguous(Tensor& out, std::string_view op, Gen gen) {
   dispatch<DTypeSet::Numeric>(out.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = static_cast<T*>(out.data());
-    cpu::parallel_for(0, n, 16384, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) p[i] = convert<T>(gen(i));
-    });
+    cpu::parallel_for(0, n, 16384, [&](int64_t b, int64_t e) { fill_span(p, b, e, gen); });
   });
 }
 
@@ -106,9 +110,18 @@ void cpu_randint(const KernelCall& call) {
   });
 }
 
+// arange through arange_value alone: without linspace's branches the loop vectorizes (it ran
+// element by element at 0.57x LibTorch's).
 void cpu_arange(const KernelCall& call) {
   const auto& p = call.param<RangeParams>();
-  fill_contiguous(call.outputs[0], "arange", [&](int64_t i) {
+  if (!p.is_linspace) {
+    const double start = p.start, step = p.step;
+    fill_contiguous(call.outputs[0], "arange", [start, step](int64_t i) __attribute__((always_inline)) {
+      return math::arange_value(i, start, step);
+    });
+    return;
+  }
+  fill_contiguous(call.outputs[0], "linspace", [&](int64_t i) {
     return math::range_value(i, p.start, p.step, p.end, p.count, p.is_linspace);
   });
 }

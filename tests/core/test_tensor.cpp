@@ -38,6 +38,19 @@ TEST(Tensor, Factories) {
   EXPECT_EQ(scalar_tensor(3).item<int>(), 3);
 }
 
+// Long aranges run as a vectorized loop over the threads' spans: every value is start + i step.
+TEST(Creation, LongArangeValues) {
+  const int64_t big = (int64_t{1} << 52) + 3;
+  const std::vector<double> ints = values(arange(big, big + 100003, 1));
+  for (size_t i = 0; i < ints.size(); ++i) ASSERT_EQ(ints[i], static_cast<double>(big + static_cast<int64_t>(i))) << i;
+  const std::vector<double> floats = values(arange(-3.0, 7000.0, 0.125, kFloat64));
+  ASSERT_EQ(floats.size(), 56024u);
+  for (size_t i = 0; i < floats.size(); ++i) ASSERT_EQ(floats[i], -3.0 + 0.125 * static_cast<double>(i)) << i;
+  const std::vector<double> down = values(arange(100, -100, -3, kInt8));
+  ASSERT_EQ(down.size(), 67u);
+  for (size_t i = 0; i < down.size(); ++i) ASSERT_EQ(down[i], 100.0 - 3.0 * static_cast<double>(i)) << i;
+}
+
 TEST(Tensor, FactoriesRejectBadInput) {
   EXPECT_THROW(zeros({2, -1}), Error);
   EXPECT_THROW(arange(0, 10, 0), Error);
