@@ -207,18 +207,20 @@ inline RunExtreme<C> run_extreme(const T* p, int64_t m) {
   return {best[0], any_nan != 0};
 }
 
+// The position of the first NaN of a run that holds one.
+template <class C, class T>
+inline int64_t first_nan(const T* p, int64_t m) {
+  int64_t pos = 0;
+  while (pos + 1 < m && !math::is_nan(static_cast<C>(p[pos]))) ++pos;
+  return pos;
+}
+
 // max or min: folds the run's extreme (NaN if it holds one) into lane[0].
 template <class T, class Op, class Acc>
 inline void fold_extreme_run(Acc* lane, const T* p, int64_t m, const Op& op) {
   constexpr bool kMax = extreme_of<Op>::direction > 0;
   const RunExtreme<Acc> r = run_extreme<kMax, Acc>(p, m);
-  Acc v = r.value;
-  if (r.has_nan) {
-    int64_t pos = 0;
-    while (pos + 1 < m && !math::is_nan(static_cast<Acc>(p[pos]))) ++pos;
-    v = static_cast<Acc>(p[pos]);
-  }
-  lane[0] = op.combine(lane[0], v);
+  lane[0] = op.combine(lane[0], r.has_nan ? static_cast<Acc>(p[first_nan<Acc>(p, m)]) : r.value);
 }
 
 // argmax or argmin: the first NaN, or the first of the values equal to the run's extreme, which
@@ -231,7 +233,7 @@ inline void fold_arg_run(math::ValueIndex<C>* lane, const T* p, int64_t m, const
   const RunExtreme<C> r = run_extreme<IsMax, C>(p, m);
   int64_t pos = 0;
   if (r.has_nan) {
-    while (pos + 1 < m && !math::is_nan(static_cast<C>(p[pos]))) ++pos;
+    pos = first_nan<C>(p, m);
   } else {
     for (; pos + L <= m; pos += L) {
       int any = 0;  // an int, not a bool: the vectorizer takes |= of ints only
@@ -325,8 +327,7 @@ typename Op::Acc reduce_span(const ReducePlan& p, const T* base, const Op& op, i
     // one contiguous run: no lanes to set up and combine (Note [Extreme runs])
     if (p.nred == 1 && s0 == 1 && re - rb >= 2 * kReduceLanes) {
       Acc acc = op.identity();
-      if constexpr (std::is_class_v<Acc>) fold_arg_run(&acc, base + rb, re - rb, op, rb);  // (value, index)
-      else fold_extreme_run(&acc, base + rb, re - rb, op);
+      fold_row(&acc, base + rb, re - rb, 1, op, o, rb);  // only lane 0 is touched
       return acc;
     }
   }
