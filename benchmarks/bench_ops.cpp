@@ -128,6 +128,11 @@ const std::vector<Case>& cases() {
     c.push_back(reduction(Op::SumAll, "sum_4096x4096", "sum 4096x4096 (all)"));
     c.push_back(reduction(Op::SumDim0, "sum_4096x4096_dim0", "sum 4096x4096 (dim 0)"));
     c.push_back(reduction(Op::SumDim1, "sum_4096x4096_dim1", "sum 4096x4096 (dim 1)"));
+    // rows and columns of 1000: the tails of the vector loops show, as in a classifier's logits
+    c.push_back({"sum_dim0_4096x1000", "sum (4096, 1000) (dim 0)", {Op::SumDim0, 1, 4096, 1000, 0}, Unit::GBytes,
+                 4.0 * 4096 * 1000});
+    c.push_back({"sum_dim1_4096x1000", "sum (4096, 1000) (dim 1)", {Op::SumDim1, 1, 4096, 1000, 0}, Unit::GBytes,
+                 4.0 * 4096 * 1000});
     // layers, forward + backward to the input and every parameter
     c.push_back(linear_train(2048, 768, 3072));  // a transformer MLP's up projection at 2048 tokens
     c.push_back(linear_train(256, 1024, 1024));  // bench_train's mlp

@@ -89,23 +89,52 @@ namespace detail {
 // extension, the 32 lanes are two 16-float registers (one zmm each with AVX-512, split into
 // narrower registers elsewhere). Lane l still adds p[l], p[l + 32], ... in order, so the
 // result is bit-identical to the generic loop.
-inline void fold_float_sum(float* lane, const float* p, int64_t m) {
+using FloatVec16 = float __attribute__((vector_size(64)));
+
+// Adds the whole blocks of 32 of p[0, m) into lanes (a, b): lane l takes p[l], p[l + 32], ...
+// Returns how many elements it read.
+inline int64_t add_float_blocks(FloatVec16& a, FloatVec16& b, const float* p, int64_t m) {
   static_assert(kReduceLanes == 32, "two 16-float vectors");
-  using F16 = float __attribute__((vector_size(64)));
-  F16 a, b;
-  std::memcpy(&a, lane, sizeof a);
-  std::memcpy(&b, lane + 16, sizeof b);
   int64_t i = 0;
   for (; i + 32 <= m; i += 32) {
-    F16 x, y;
+    FloatVec16 x, y;
     std::memcpy(&x, p + i, sizeof x);
     std::memcpy(&y, p + i + 16, sizeof y);
     a += x;
     b += y;
   }
+  return i;
+}
+
+inline void fold_float_sum(float* lane, const float* p, int64_t m) {
+  FloatVec16 a, b;
+  std::memcpy(&a, lane, sizeof a);
+  std::memcpy(&b, lane + 16, sizeof b);
+  const int64_t i = add_float_blocks(a, b, p, m);
   std::memcpy(lane, &a, sizeof a);
   std::memcpy(lane + 16, &b, sizeof b);
   for (int l = 0; i + l < m; ++l) lane[l] += p[i + l];
+}
+
+// The same for one whole run into zeroed lanes (a row sum, a mean along the last dim), ending
+// in registers: the tail is added as a zero-padded vector (x + 0 is x for every lane, none
+// can be -0), and the lanes are combined by halves, 16 + 16 down to 1 + 1, which is the tree
+// of reduce_span. The scalar tail and tree cost as much as the loop on rows of 1000.
+inline float sum_float_run(const float* p, int64_t m) {
+  using F8 = float __attribute__((vector_size(32)));
+  using F4 = float __attribute__((vector_size(16)));
+  FloatVec16 a = {}, b = {};
+  const int64_t i = add_float_blocks(a, b, p, m);
+  float tail[32] = {};
+  std::memcpy(tail, p + i, static_cast<size_t>(m - i) * sizeof(float));
+  FloatVec16 x, y;
+  std::memcpy(&x, tail, sizeof x);
+  std::memcpy(&y, tail + 16, sizeof y);
+  const FloatVec16 s16 = (a + x) + (b + y);
+  const F8 s8 = __builtin_shufflevector(s16, s16, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(s16, s16, 8, 9, 10, 11, 12, 13, 14, 15);
+  const F4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 // Note [Float column sums]
@@ -116,17 +145,16 @@ inline void fold_float_sum(float* lane, const float* p, int64_t m) {
 // still adds its rows in order: the same result as the row by row loop.
 inline void fold_float_columns(float* lane, const float* base, const int64_t* row_offset, int64_t rows,
                                int64_t cols) {
-  using F16 = float __attribute__((vector_size(64)));
   int64_t j = 0;
   for (; j + 64 <= cols; j += 64) {
-    F16 a0, a1, a2, a3;
+    FloatVec16 a0, a1, a2, a3;
     std::memcpy(&a0, lane + j, sizeof a0);
     std::memcpy(&a1, lane + j + 16, sizeof a1);
     std::memcpy(&a2, lane + j + 32, sizeof a2);
     std::memcpy(&a3, lane + j + 48, sizeof a3);
     for (int64_t k = 0; k < rows; ++k) {
       const float* row = base + row_offset[k] + j;
-      F16 x0, x1, x2, x3;
+      FloatVec16 x0, x1, x2, x3;
       std::memcpy(&x0, row, sizeof x0);
       std::memcpy(&x1, row + 16, sizeof x1);
       std::memcpy(&x2, row + 32, sizeof x2);
@@ -142,10 +170,10 @@ inline void fold_float_columns(float* lane, const float* base, const int64_t* ro
     std::memcpy(lane + j + 48, &a3, sizeof a3);
   }
   for (; j + 16 <= cols; j += 16) {
-    F16 a;
+    FloatVec16 a;
     std::memcpy(&a, lane + j, sizeof a);
     for (int64_t k = 0; k < rows; ++k) {
-      F16 x;
+      FloatVec16 x;
       std::memcpy(&x, base + row_offset[k] + j, sizeof x);
       a += x;
     }
@@ -331,6 +359,9 @@ typename Op::Acc reduce_span(const ReducePlan& p, const T* base, const Op& op, i
       return acc;
     }
   }
+  if constexpr (std::is_same_v<Op, math::SumReduce<float>>) {
+    if (p.nred == 1 && s0 == 1 && re - rb >= kReduceLanes) return sum_float_run(base + rb, re - rb);
+  }
   if (n0 < kReduceLanes) {
     Acc acc = op.identity();
     for (int64_t r = rb; r < re; rows.next()) {
@@ -475,16 +506,21 @@ void reduce_outer(const ReducePlan& p, const T* in, const Op& op, const Store& s
     }
   });
   if (nblk == 1) return;
+  // blocks in order, each block's columns side by side: contiguous, and each column still
+  // combines its blocks first to last
   parallel_for(0, units, 1, [&](int64_t ub, int64_t ue) {
+    Acc acc[kReduceCols];
     for (int64_t u = ub; u < ue; ++u) {
       int64_t q = u / nchunk, j0 = (u % nchunk) * kReduceCols, cw = std::min(kReduceCols, K - j0);
+      const Acc* block = partial + u * nblk * kReduceCols;
+      for (int64_t j = 0; j < cw; ++j) acc[j] = block[j];
+      for (int64_t b = 1; b < nblk; ++b) {
+        block += kReduceCols;
+        for (int64_t j = 0; j < cw; ++j) acc[j] = op.combine(acc[j], block[j]);
+      }
       Odometer group(p.nkept - 1, p.kept_size + 1, p.kept_in + 1, p.kept_out + 1);
       group.seek(q);
-      for (int64_t j = 0; j < cw; ++j) {
-        Acc acc = partial[(u * nblk) * kReduceCols + j];
-        for (int64_t b = 1; b < nblk; ++b) acc = op.combine(acc, partial[(u * nblk + b) * kReduceCols + j]);
-        store(group.b + (j0 + j) * kos, q * K + j0 + j, acc);
-      }
+      for (int64_t j = 0; j < cw; ++j) store(group.b + (j0 + j) * kos, q * K + j0 + j, acc[j]);
     }
   });
 }

@@ -463,6 +463,28 @@ TEST(Reduce, Float32ColumnSums) {
   check(three.permute({1, 0, 2}).contiguous().permute({1, 0, 2}), {0, 1}, "(7, 5, 85) with swapped strides");
 }
 
+// A contiguous float32 row sums in registers, its tail as a zero-padded vector and its lanes by
+// halves (sum_float_run in kernels/cpu/reduce.h): every tail length, rows across the float lane
+// blocks, against float64, and bit for bit against the same row read with a stride, which
+// folds lane by lane in memory in the same order.
+TEST(Reduce, Float32RowSums) {
+  Generator gen(9);
+  for (int64_t m : {32, 33, 47, 63, 64, 65, 95, 96, 97, 1000, 2047, 2048, 2049, 6000}) {
+    Tensor x = randn({3, m}, {}, &gen);
+    Tensor strided = randn({3, m, 2}, {}, &gen);
+    strided.select(2, 0).copy_(x);
+    const std::vector<double> got = values(sum(x, {1})), got_strided = values(sum(strided.select(2, 0), {1}));
+    const auto g = groups(values(x), x.shape(), {1});
+    for (size_t r = 0; r < g.size(); ++r) {
+      double want = 0, scale = 0;
+      for (double v : g[r]) want += v, scale += std::fabs(v);
+      EXPECT_NEAR(got[r], want, 1e-6 * scale) << "row " << r << " of " << m;
+      EXPECT_EQ(got[r], got_strided[r]) << "row " << r << " of " << m;
+    }
+    EXPECT_NEAR(values(mean(x, {1}))[0], got[0] / m, 1e-7 * std::fabs(got[0] / m) + 1e-12) << m;
+  }
+}
+
 TEST(Reduce, EmptyInputs) {
   Tensor e = zeros({0, 3});
   EXPECT_EQ(sum(e).item<double>(), 0);
