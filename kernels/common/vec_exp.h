@@ -63,37 +63,34 @@ STRATA_HOST_DEVICE float vec_tanh(float x) {
   return x != x ? x : y;
 }
 
-// erf: Cephes' odd polynomial below |x| = 1, and above it 1 - erfc(|x|) with erfc from the
-// Chebyshev fit of Numerical Recipes (fractional error below 1.2e-7), which erf then carries
-// at most 2e-8 of; +-1 past |x| = 4 (float erf rounds to it from 3.92 on). Branch-free.
-STRATA_HOST_DEVICE float vec_erf(float x) {
-  const float a = x < 0.0f ? -x : x;
-  const float z = x * x;
-  float p = 7.853861353153693e-5f;
-  p = p * z - 8.010193625184903e-4f;
-  p = p * z + 5.188327685732524e-3f;
-  p = p * z - 2.685381193529856e-2f;
-  p = p * z + 1.128358514861418e-1f;
-  p = p * z - 3.761262582423300e-1f;
-  p = p * z + 1.128379165726710e+0f;
-  const float small = x * p;
-  const float ac = a < 4.0f ? a : 4.0f;
-  const float t = 1.0f / (1.0f + 0.5f * ac);
-  float q = 0.17087277f;
-  q = q * t - 0.82215223f;
-  q = q * t + 1.48851587f;
-  q = q * t - 1.13520398f;
-  q = q * t + 0.27886807f;
-  q = q * t - 0.18628806f;
-  q = q * t + 0.09678418f;
-  q = q * t + 0.37409196f;
-  q = q * t + 1.00002368f;
-  q = q * t - 1.26551223f;
-  float large = 1.0f - t * vec_exp(q - ac * ac);
-  large = a < 4.0f ? large : 1.0f;
-  large = x < 0.0f ? -large : large;
-  const float y = a < 1.0f ? small : large;
-  return x != x ? x : y;
+// erf: x R(x^2) with R a rational function of degree 5 over 5, fitted here for the least
+// relative error on |x| <= 4 (2.5e-8), and evaluated in double, so that the float result is
+// within 0.92 ulp of erf (every float checked); +-1 past |x| = 4, where float erf rounds to it.
+// One division and no exp: less than half the time of the erfc-through-exp form it replaced.
+// Written so that gcc if-converts it under trapping math: a select with a constant arm before
+// the polynomial (z clamped to 16.0 itself, or x clamped in float) makes gcc fold that arm and
+// compute the rest under a branch, and a loop with a branch does not vectorize.
+STRATA_HOST_DEVICE float vec_erf(float xf) {
+  const double x = xf;
+  double z = x * x;                          // exact
+  z = z > 16.0 ? z * 0.0 + 16.0 : z;         // 16, or NaN for infinite x (set below)
+  double p = 1.98682019590803400e-06;
+  p = p * z + 2.84557998465246741e-04;
+  p = p * z + 3.88304556343737912e-03;
+  p = p * z + 5.31008287039128613e-02;
+  p = p * z + 1.93538264099637453e-01;
+  p = p * z + 1.12837913960373037e+00;
+  double q = 3.74201510730815865e-05;
+  q = q * z + 1.18549637774461973e-03;
+  q = q * z + 1.52066575672571893e-02;
+  q = q * z + 1.15347171862089634e-01;
+  q = q * z + 5.04851379043525283e-01;
+  q = q * z + 1.0;
+  float y = static_cast<float>(x * (p / q));  // keeps the sign of -0; NaN stays NaN
+  y = y > 1.0f ? 1.0f : y;
+  y = y < -1.0f ? -1.0f : y;
+  y = xf == INFINITY ? 1.0f : y;
+  return xf == -INFINITY ? -1.0f : y;
 }
 
 // log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2 / 2 + f^3 P(f) for f = m - 1

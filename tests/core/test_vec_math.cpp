@@ -66,10 +66,10 @@ TEST(VecMath, TanhWithinThreeUlps) {
   EXPECT_LE(w.ulps, 3.0) << "at x = " << w.at;
 }
 
-TEST(VecMath, ErfWithinFourUlps) {
+TEST(VecMath, ErfWithinOneUlp) {
   const Worst w = worst_ulps(1e-30f, 6.0f, [](float x) { return strata::math::vec_erf(x); },
                              [](double x) { return std::erf(x); });
-  EXPECT_LE(w.ulps, 4.0) << "at x = " << w.at;
+  EXPECT_LE(w.ulps, 1.0) << "at x = " << w.at;
 }
 
 TEST(VecMath, LogWithinOneUlp) {
