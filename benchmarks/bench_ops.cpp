@@ -148,6 +148,9 @@ const std::vector<Case>& cases() {
       c.push_back({"layernorm_train_2048x768", "layer_norm fwd+bwd (2048x768)", {Op::LayerNormTrain, 1, rows, cols, 0},
                    Unit::GBytes, 5 * 4.0 * rows * cols});
     }
+    // x read, y written; y and dy read, dx written: 5 tensors, along rows of 1000 (logits)
+    c.push_back({"softmax_train_4096x1000", "softmax fwd+bwd (4096x1000, dim 1)", {Op::SoftmaxTrain, 1, 4096, 1000, 0},
+                 Unit::GBytes, 5 * 4.0 * 4096 * 1000});
     // two (T x T x D) products per head forward (q k^T, p v), counted dense despite the mask;
     // fused (strata's default) and composed (set_fused_attention off), at GPT-2 small's head
     // shape and at bench_train's gpt
@@ -265,7 +268,8 @@ int main(int argc, char** argv) {
       "Counting: gemm 2mnk; linear and conv fwd+bwd 3 x forward FLOPs (2 x multiply-adds; backward to input, weight "
       "and bias); attention fwd+bwd 3 x 4 B H T^2 D (dense, the causal mask does not halve it); layer_norm fwd+bwd "
       "5 x 4 bytes per element (x read twice, y written, dy read, dx written; weight, bias and their grads not "
-      "counted); adamw 28 bytes/param (read p, g, m, v; write p, m, v); sgd_momentum 20 bytes/param (read p, g, "
+      "counted); softmax fwd+bwd 5 x 4 bytes per element (x read, y written, y and dy read, dx written); "
+      "adamw 28 bytes/param (read p, g, m, v; write p, m, v); sgd_momentum 20 bytes/param (read p, g, "
       "buf; write p, buf).\n"
       "Layers: fp32, every input requires grad, a fixed upstream gradient, grads set to none each iteration, conv "
       "without bias (NCHW). Optimizers: step only, gradients present, lr 1e-3, AdamW weight decay 0.01, SGD "

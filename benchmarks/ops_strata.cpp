@@ -147,6 +147,10 @@ Runner strata_runner(const Workload& w) {
       st::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
       return train_step({x, weight, bias}, [=] { return F::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});
     }
+    case Op::SoftmaxTrain: {
+      st::Tensor x = leaf({w.m, w.n});
+      return train_step({x}, [=] { return st::softmax(x, 1); }, {w.m, w.n});
+    }
     case Op::AttentionTrain:
     case Op::AttentionComposedTrain: {
       const st::Shape shape{w.b, w.m, w.n, w.k};

@@ -169,6 +169,10 @@ class TorchPeer final : public Peer {
         at::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
         return train_step({x, weight, bias}, [=] { return at::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});
       }
+      case Op::SoftmaxTrain: {
+        at::Tensor x = leaf({w.m, w.n});
+        return train_step({x}, [=] { return at::softmax(x, 1); }, {w.m, w.n});
+      }
       case Op::AttentionTrain:
       case Op::AttentionComposedTrain: {
         const std::vector<int64_t> shape{w.b, w.m, w.n, w.k};

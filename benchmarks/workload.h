@@ -42,6 +42,7 @@ enum class Op {
   LinearTrain,     // x (m, k) @ weight (n, k)^T + bias (n)
   Conv2dTrain,     // conv2d of x (b, conv.c_in, conv.h, conv.w), no bias (as in ResNet), NCHW
   LayerNormTrain,  // layer_norm over the last dim of x (m, n), with weight and bias (n)
+  SoftmaxTrain,    // softmax over the last dim of x (m, n)
   AttentionTrain,  // causal attention of q, k, v (b, m heads, n tokens, k head dim)
   AttentionComposedTrain,  // the same with strata's fused attention switched off (LibTorch: the same)
   // one optimizer step over m tensors of n / m parameters each, gradients present

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "host_device.h"
+#include "vec_exp.h"
 
 namespace strata::math {
 
@@ -25,7 +26,7 @@ STRATA_HOST_DEVICE C softmax_grad(C y, C g, Acc total) {
 
 template <class C, class Acc>
 STRATA_HOST_DEVICE C log_softmax_grad(C y, C g, Acc total) {
-  return g - std::exp(y) * static_cast<C>(total);
+  return g - fast_exp(y) * static_cast<C>(total);  // std::exp of a float is a scalar call
 }
 
 // The elements of row `row` that a causal softmax keeps: the rows are the (L, S) matrices'

@@ -29,8 +29,35 @@ namespace detail {
 // 16-bit types the exp is recomputed rather than rounded twice.
 template <class T> inline constexpr bool kStoreExp = std::is_floating_point_v<T>;
 
+// Note [Float softmax rows]
+// A float32 row (the logits of a classifier, an attention row) in four passes over the row,
+// which sits in L1: its maximum as in Note [Extreme runs], exp(x - max) written to y, their
+// sum in float lanes (sum_float_run, blocks of kReduceLanes * kReduceLaneRows added in double:
+// Note [Float lanes]), then y scaled, or rewritten as x - max - log(sum). One pass that also
+// summed in double lanes kept those lanes in memory and converted every exp to double: 0.95x
+// LibTorch's softmax along rows of 1000.
+inline void softmax_row_float(const float* x, float* y, int64_t n, bool log) {
+  const RunExtreme<float> r = run_extreme<true, float>(x, n);
+  const float mx = r.has_nan ? NAN : r.value;
+  for (int64_t j = 0; j < n; ++j) y[j] = math::vec_exp(x[j] - mx);
+  constexpr int64_t block = kReduceLanes * kReduceLaneRows;
+  double sum = 0;
+  for (int64_t b = 0; b < n; b += block) sum += sum_float_run(y + b, std::min(block, n - b));
+  if (log) {
+    const float lse = static_cast<float>(std::log(sum));
+    for (int64_t j = 0; j < n; ++j) y[j] = x[j] - mx - lse;
+  } else {
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+  }
+}
+
 template <class T>
 void softmax_row(const T* x, T* y, int64_t n, bool log) {
+  if constexpr (std::is_same_v<T, float>) {
+    // run_extreme reads a whole lane width; log_softmax reads x after y is written
+    if (n >= kReduceLanes && (!log || x != y)) return softmax_row_float(x, y, n, log);
+  }
   using C = compute_t<T>;
   using Acc = math::acc_t<T>;
   C lane[kReduceLanes];
@@ -115,10 +142,31 @@ void softmax_cols(const T* x, T* y, int64_t n, int64_t inner, int64_t cw, bool l
   }
 }
 
+// The gradient of a float32 row as in Note [Float softmax rows]: the terms of the row's total
+// (g y, or g for log_softmax) summed in float lanes, the products first written to dx.
+inline void softmax_backward_row_float(const float* y, const float* g, float* dx, int64_t n, bool log) {
+  const float* terms = g;
+  if (!log) {
+    for (int64_t j = 0; j < n; ++j) dx[j] = math::softmax_grad_term(y[j], g[j], false);
+    terms = dx;
+  }
+  constexpr int64_t block = kReduceLanes * kReduceLaneRows;
+  double total = 0;
+  for (int64_t b = 0; b < n; b += block) total += sum_float_run(terms + b, std::min(block, n - b));
+  if (log) {
+    for (int64_t j = 0; j < n; ++j) dx[j] = math::log_softmax_grad(y[j], g[j], total);
+  } else {
+    for (int64_t j = 0; j < n; ++j) dx[j] = math::softmax_grad(y[j], g[j], total);
+  }
+}
+
 // The gradient of one contiguous row (see kernels/common/softmax_math.h), the row's sum in
 // kReduceLanes accumulators so that it vectorises.
 template <class T>
 void softmax_backward_row(const T* y, const T* g, T* dx, int64_t n, bool log) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (dx != y && dx != g) return softmax_backward_row_float(y, g, dx, n, log);  // dx holds terms first
+  }
   using C = compute_t<T>;
   using Acc = math::acc_t<T>;
   Acc part[kReduceLanes] = {};

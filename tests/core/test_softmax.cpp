@@ -43,7 +43,8 @@ void ref_softmax(std::vector<double>& l, bool log) {
   for (double& x : l) x = log ? x - m - std::log(s) : std::exp(x - m) / s;
 }
 
-const std::vector<Shape> kShapes = {{}, {1}, {9}, {100}, {3, 4, 5}, {2, 1, 3, 33}, {0, 4}, {3, 0}, {4, 300, 3}};
+// {2, 5000}: float32 rows longer than a float lane block (Note [Float softmax rows])
+const std::vector<Shape> kShapes = {{}, {1}, {9}, {100}, {3, 4, 5}, {2, 1, 3, 33}, {0, 4}, {3, 0}, {4, 300, 3}, {2, 5000}};
 const std::vector<DType> kFloatTypes = {kFloat32, kFloat64, kFloat16, kBFloat16};
 const std::vector<Layout> kLayouts = {Layout::Contiguous, Layout::Transposed, Layout::Sliced};
 
@@ -216,7 +217,7 @@ TEST(Softmax, ThreadCountDoesNotChangeResults) {
 TEST(Softmax, GradientMatchesFloat64Formula) {
   Generator gen(7);
   for (DType t : kFloatTypes)
-    for (const Shape& shape : {Shape{3, 5, 7}, Shape{2, 300}, Shape{1}, Shape{4, 0}})
+    for (const Shape& shape : {Shape{3, 5, 7}, Shape{2, 300}, Shape{1}, Shape{4, 0}, Shape{2, 5000}})
       for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim)
         for (bool log : {false, true}) {
           Tensor x = random_input(shape, t, 2.0, gen).requires_grad_();
