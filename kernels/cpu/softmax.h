@@ -32,17 +32,24 @@ template <class T> inline constexpr bool kStoreExp = std::is_floating_point_v<T>
 // Note [Float softmax rows]
 // A float32 row (the logits of a classifier, an attention row) in four passes over the row,
 // which sits in L1: its maximum as in Note [Extreme runs], exp(x - max) written to y, their
-// sum in float lanes (sum_float_run, blocks of kReduceLanes * kReduceLaneRows added in double:
-// Note [Float lanes]), then y scaled, or rewritten as x - max - log(sum). One pass that also
-// summed in double lanes kept those lanes in memory and converted every exp to double: 0.95x
-// LibTorch's softmax along rows of 1000.
+// sum in float lanes (sum_float_blocks), then y scaled, or rewritten as x - max - log(sum).
+// One pass that also summed in double lanes kept those lanes in memory and converted every
+// exp to double: 0.95x LibTorch's softmax along rows of 1000.
+
+// A float run's sum as a float32 sum along a row forms it: float lanes per block of
+// kReduceLanes * kReduceLaneRows (Note [Float lanes]), the blocks added in double.
+inline double sum_float_blocks(const float* p, int64_t n) {
+  constexpr int64_t block = kReduceLanes * kReduceLaneRows;
+  double sum = 0;
+  for (int64_t b = 0; b < n; b += block) sum += sum_float_run(p + b, std::min(block, n - b));
+  return sum;
+}
+
 inline void softmax_row_float(const float* x, float* y, int64_t n, bool log) {
   const RunExtreme<float> r = run_extreme<true, float>(x, n);
   const float mx = r.has_nan ? NAN : r.value;
   for (int64_t j = 0; j < n; ++j) y[j] = math::vec_exp(x[j] - mx);
-  constexpr int64_t block = kReduceLanes * kReduceLaneRows;
-  double sum = 0;
-  for (int64_t b = 0; b < n; b += block) sum += sum_float_run(y + b, std::min(block, n - b));
+  const double sum = sum_float_blocks(y, n);
   if (log) {
     const float lse = static_cast<float>(std::log(sum));
     for (int64_t j = 0; j < n; ++j) y[j] = x[j] - mx - lse;
@@ -150,9 +157,7 @@ inline void softmax_backward_row_float(const float* y, const float* g, float* dx
     for (int64_t j = 0; j < n; ++j) dx[j] = math::softmax_grad_term(y[j], g[j], false);
     terms = dx;
   }
-  constexpr int64_t block = kReduceLanes * kReduceLaneRows;
-  double total = 0;
-  for (int64_t b = 0; b < n; b += block) total += sum_float_run(terms + b, std::min(block, n - b));
+  const double total = sum_float_blocks(terms, n);
   if (log) {
     for (int64_t j = 0; j < n; ++j) dx[j] = math::log_softmax_grad(y[j], g[j], total);
   } else {
