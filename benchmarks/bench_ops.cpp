@@ -102,6 +102,8 @@ const std::vector<Case>& cases() {
     c.push_back(memory(Op::Log, "log_16M", "log 16M", 2));
     c.push_back(memory(Op::Sin, "sin_16M", "sin 16M (of -100 to 100)", 2));
     c.push_back(memory(Op::Randn, "randn_16M", "randn 16M", 1));
+    c.push_back({"randint_4M", "randint(0, 50000), 4M int64 (8 bytes written)", {Op::Randint, 1, 0, 4096000, 50000},
+                 Unit::GBytes, 8.0 * 4096000});
     c.push_back(memory(Op::Dropout, "dropout_16M", "dropout 16M (x read; y, mask written)", 3));
     c.push_back({"transpose_4096x4096", "transpose 4096x4096 (.t().contiguous())", {Op::Transpose, 1, kRows, kRows, 0},
                  Unit::GBytes, 2 * 4.0 * kRows * kRows});

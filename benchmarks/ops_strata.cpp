@@ -80,6 +80,8 @@ Runner strata_runner(const Workload& w) {
     }
     case Op::Randn:
       return [n = w.n] { st::randn({n}); };
+    case Op::Randint:
+      return [n = w.n, k = w.k] { st::randint(0, k, {n}); };
     case Op::Dropout: {
       st::Tensor a = st::rand({w.n});
       return [a] { st::nn::functional::dropout(a, 0.1, true); };

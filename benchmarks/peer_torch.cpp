@@ -102,6 +102,8 @@ class TorchPeer final : public Peer {
       }
       case Op::Randn:
         return [n = w.n] { at::randn({n}, f32); };
+      case Op::Randint:
+        return [n = w.n, k = w.k] { at::randint(0, k, {n}, at::kLong); };
       case Op::Dropout: {
         at::Tensor a = at::rand({w.n}, f32);
         return [a] { at::dropout(a, 0.1, true); };

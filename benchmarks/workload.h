@@ -23,6 +23,7 @@ enum class Op {
   Log,          // out = log(a)
   Sin,          // out = sin(a), a uniform in [-100, 100)
   Randn,        // out = a fresh (n) standard normal draw
+  Randint,      // out = a fresh (n) int64 draw from [0, k)
   Dropout,      // out = dropout(a, p = 0.1, training)
   Transpose,    // out = a.t().contiguous(), a (m, n)
   IndexAdd,     // table (k, n) index_add_ along dim 0 of src (m, n) at m random int64 rows: embedding's backward

@@ -12,6 +12,7 @@
 #include "kernels/common/convert.h"
 #include "kernels/common/philox.h"
 #include "kernels/common/range_math.h"
+#include "kernels/cpu/fast_remainder.h"
 #include "kernels/cpu/parallel.h"
 #include "ops/dispatch.h"
 
@@ -98,15 +99,38 @@ void cpu_normal(const KernelCall& call) {
   });
 }
 
-// bits64_at's values, a block (two lane pairs) at a time.
+// Note [randint remainders]
+// randint's element i is low + bits64_at(i) % range. A 64-bit division per element kept the
+// whole loop scalar, Philox included: 0.53x LibTorch's randint. Each thread now draws the bits
+// of a chunk of blocks in a loop that vectorizes, then takes their remainders without a
+// division (cpu::FastRemainder): the same values, element for element.
+__attribute__((noinline)) void draw_bits64(uint64_t* __restrict bits, int64_t blocks, const RandomParams& p,
+                                           int64_t first_block) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const philox::Block r = block_of(p, first_block + b);
+    bits[2 * b] = philox::bits64_of(r, 0);
+    bits[2 * b + 1] = philox::bits64_of(r, 2);
+  }
+}
+
 void cpu_randint(const KernelCall& call) {
   const auto& p = call.param<RandomParams>();
-  uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(p.b) - static_cast<int64_t>(p.a));
-  int64_t low = static_cast<int64_t>(p.a);
-  fill_blocks<2>(call.outputs[0], "randint", [&](int64_t blk) {
-    const philox::Block r = block_of(p, blk);
-    return std::array<int64_t, 2>{low + static_cast<int64_t>(philox::bits64_of(r, 0) % range),
-                                  low + static_cast<int64_t>(philox::bits64_of(r, 2) % range)};
+  const cpu::FastRemainder remainder(static_cast<uint64_t>(static_cast<int64_t>(p.b) - static_cast<int64_t>(p.a)));
+  const int64_t low = static_cast<int64_t>(p.a);
+  Tensor& out = call.outputs[0];
+  const int64_t n = out.numel(), blocks = (n + 1) / 2;
+  dispatch<DTypeSet::Numeric>(out.dtype(), "randint", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = static_cast<T*>(out.data());
+    cpu::parallel_for(0, blocks, 8192, [&](int64_t b, int64_t e) {
+      constexpr int64_t kChunk = 512;  // blocks: 8 KiB of bits, in L1
+      uint64_t bits[2 * kChunk];
+      for (int64_t c = b; c < e; c += kChunk) {
+        const int64_t m = std::min(kChunk, e - c), first = 2 * c, count = std::min(2 * m, n - first);
+        draw_bits64(bits, m, p, c);
+        for (int64_t i = 0; i < count; ++i) o[first + i] = convert<T>(low + static_cast<int64_t>(remainder(bits[i])));
+      }
+    });
   });
 }
 

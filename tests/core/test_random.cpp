@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "kernels/common/philox.h"
+#include "kernels/cpu/fast_remainder.h"
 #include "testing.h"
 
 using namespace strata;
@@ -136,4 +138,30 @@ TEST(Philox, Distributions) {
   EXPECT_THROW(normal_(view, 0, -1), Error);
   Tensor ints = zeros({3}, kInt32);
   EXPECT_THROW(uniform_(ints), Error);
+}
+
+// randint's division-free remainder (kernels/cpu/fast_remainder.h) against %, at the ends of
+// both ranges and on pseudo-random pairs of every divisor width.
+TEST(Random, FastRemainderMatchesDivision) {
+  const uint64_t top = ~uint64_t{0};
+  const std::vector<uint64_t> divisors = {1, 2, 3, 7, 10, 4096, 1000003, (uint64_t{1} << 32) - 1, uint64_t{1} << 32,
+                                          (uint64_t{1} << 32) + 1, uint64_t{1} << 54, (uint64_t{1} << 63) + 5, top - 1,
+                                          top};
+  const std::vector<uint64_t> xs = {0, 1, 2, 4095, 4096, 4097, uint64_t{1} << 63, top - 1, top};
+  for (uint64_t d : divisors) {
+    const strata::cpu::FastRemainder r(d);
+    for (uint64_t x : xs) ASSERT_EQ(r(x), x % d) << x << " % " << d;
+    for (uint64_t k = 1; k < 64; ++k) ASSERT_EQ(r(d * k), (d * k) % d) << d << " * " << k;
+  }
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {  // xorshift64
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  for (int i = 0; i < 200000; ++i) {
+    const uint64_t d = std::max<uint64_t>(1, next() >> (i % 64)), x = next();
+    ASSERT_EQ(strata::cpu::FastRemainder(d)(x), x % d) << x << " % " << d;
+  }
 }
