@@ -31,7 +31,7 @@ fuzzer() {  # name, extra sources and libraries...
   local name=$1
   shift
   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Iinclude -I"$build/gen_include" -Isrc "$@" \
+    -Iinclude -I"$build/gen_include" -Isrc -Itests "$@" \
     -L"$build" -lstrata -lfmt -Wl,-rpath,"$(cd "$build" && pwd)" -o "$out/$name"
 }
 fuzzer fuzz_safetensors tests/io/fuzz_safetensors.cpp src/io/json.cpp src/io/safetensors_view.cpp \

@@ -12,6 +12,8 @@
 
 #include <strata/data/idx.hpp>
 
+#include "temp_dir.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int fd = memfd_create("idx", 0);
   if (fd < 0) std::abort();
@@ -27,11 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   close(fd);
   if (t.dtype() != strata::kUInt8 || !t.is_contiguous()) std::abort();
   // write_idx replaces files atomically (rename), so it needs a real folder
-  static const std::string again_path = [] {
-    char folder[] = "/tmp/strata-fuzz-idx-XXXXXX";
-    if (!mkdtemp(folder)) std::abort();
-    return std::string(folder) + "/again.idx";
-  }();
+  static const strata::testing::TempDir folder("strata-fuzz-idx");  // removed when the fuzzer exits
+  static const std::string again_path = folder / "again.idx";
   strata::data::write_idx(again_path, t);
   strata::Tensor back = strata::data::read_idx(again_path);
   if (back.shape() != t.shape()) std::abort();

@@ -1,5 +1,5 @@
 // Independent encoders for the image tests: JPEG through TurboJPEG's compressor and PNG through
-// libpng's writer, plus temp-folder and file helpers.
+// libpng's writer, plus file helpers (and TempDir, from temp_dir.h).
 #pragma once
 
 #include <csetjmp>
@@ -12,6 +12,8 @@
 #include <png.h>
 #include <turbojpeg.h>
 #include <unistd.h>
+
+#include "temp_dir.h"
 
 namespace strata::testing {
 
@@ -73,20 +75,6 @@ inline std::vector<uint8_t> encode_png(const PngSpec& spec, std::vector<uint8_t>
   if (!ok) out.clear();
   return out;
 }
-
-/// A fresh, empty folder under the system temp dir, removed by the destructor.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    static int counter = 0;
-    path = std::filesystem::temp_directory_path() /
-           ("strata_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());

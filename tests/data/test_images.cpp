@@ -203,7 +203,7 @@ TEST(ImageFolder, ClassesSamplesAndDecoding) {
   write_bytes(dir / "cat/notes.txt", {'x'});
   write_bytes(dir / "dog/sub/c.jpeg", encode_jpeg(px(3), 6, 4, 90));
   write_bytes(dir / "ant/x.Png", encode_png({.width = 6, .height = 4}, px(4)));
-  sd::ImageFolder ds(dir.path.string());
+  sd::ImageFolder ds(dir.str());
   EXPECT_EQ(ds.classes(), (std::vector<std::string>{"ant", "cat", "dog"}));
   EXPECT_EQ(ds.class_to_idx().at("dog"), 2);
   ASSERT_EQ(ds.size(), 4);
@@ -227,7 +227,7 @@ TEST(ImageFolder, AugmentationIsPerIndexNotPerThread) {
   for (int i = 0; i < 6; ++i)
     write_bytes(dir / fmt::format("c{}/{}.png", i % 2, i), encode_png({.width = 20, .height = 16}, random_bytes(960, i)));
   sd::Compose tf({sd::RandomResizedCrop(8), sd::RandomHorizontalFlip(), sd::ToTensor()});
-  sd::ImageFolder ds(dir.path.string(), tf, 42);
+  sd::ImageFolder ds(dir.str(), tf, 42);
   std::vector<std::vector<double>> serial;
   for (int64_t i = 0; i < ds.size(); ++i) serial.push_back(values(ds.get(i).input));
   ASSERT_EQ(ds.get(0).input.shape(), (st::Shape{3, 8, 8}));
@@ -243,17 +243,17 @@ TEST(ImageFolder, AugmentationIsPerIndexNotPerThread) {
   EXPECT_NE(serial[0], serial[2]);  // different indices draw different crops
   ds.set_epoch(1);
   EXPECT_NE(values(ds.get(0).input), serial[0]);
-  sd::ImageFolder other_seed(dir.path.string(), tf, 43);
+  sd::ImageFolder other_seed(dir.str(), tf, 43);
   EXPECT_NE(values(other_seed.get(0).input), serial[0]);
 }
 
 TEST(ImageFolder, BadRootsRaise) {
   TempDir dir;
   expect_error([&] { sd::ImageFolder(dir / "nope"); }, {"not a directory"});
-  expect_error([&] { sd::ImageFolder(dir.path.string()); }, {"no class subfolders"});
+  expect_error([&] { sd::ImageFolder(dir.str()); }, {"no class subfolders"});
   write_bytes(dir / "a/1.png", encode_png({.width = 2, .height = 2}, random_bytes(12, 1)));
   write_bytes(dir / "b/readme.txt", {'x'});
-  expect_error([&] { sd::ImageFolder(dir.path.string()); }, {"holds no", "b"});
+  expect_error([&] { sd::ImageFolder(dir.str()); }, {"holds no", "b"});
 }
 
 TEST(ImageFolder, SymlinkedFoldersAreListedOnceAndLoopsEnd) {
@@ -267,7 +267,7 @@ TEST(ImageFolder, SymlinkedFoldersAreListedOnceAndLoopsEnd) {
   fs::create_directory_symlink(".", dir / "a/self2");
   fs::create_directory_symlink(outside / "extra", dir / "b/x1");  // a folder outside, linked twice
   fs::create_directory_symlink(outside / "extra", dir / "b/x2");
-  sd::ImageFolder folder(dir.path.string());
+  sd::ImageFolder folder(dir.str());
   EXPECT_EQ(folder.classes(), (std::vector<std::string>{"a", "b"}));
   ASSERT_EQ(folder.size(), 3);  // a/1.png, and b/2.png with the linked folder's file once
   EXPECT_EQ(folder.get(0).target.item<int64_t>(), 0);
@@ -277,8 +277,8 @@ TEST(ImageFolder, SymlinkedFoldersAreListedOnceAndLoopsEnd) {
 
 TEST(ImageDecode, NonRegularFilesAreRefused) {
   TempDir dir;
-  expect_error([&] { sd::read_image(dir.path.string()); }, {"not a regular file"});
-  expect_error([&] { sd::read_file_bytes(dir.path.string()); }, {"not a regular file"});
+  expect_error([&] { sd::read_image(dir.str()); }, {"not a regular file"});
+  expect_error([&] { sd::read_file_bytes(dir.str()); }, {"not a regular file"});
   expect_error([&] { sd::read_image(dir / "missing.png"); }, {"missing.png"});
 }
 

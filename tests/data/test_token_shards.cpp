@@ -9,6 +9,7 @@
 #include <random>
 #include <span>
 
+#include "temp_dir.h"
 #include "testing.h"
 
 namespace st = strata;
@@ -20,17 +21,9 @@ namespace {
 // A fresh empty folder per test, removed afterwards.
 class TokenShards : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("strata-shards-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  size_t files_in_dir() const { return static_cast<size_t>(std::distance(fs::directory_iterator(dir_), {})); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return dir_ / name; }
+  size_t files_in_dir() const { return static_cast<size_t>(std::distance(fs::directory_iterator(dir_.str()), {})); }
+  strata::testing::TempDir dir_{"strata-shards"};
 };
 
 std::vector<uint32_t> random_tokens(size_t n, uint32_t max, uint32_t seed) {
@@ -292,6 +285,6 @@ TEST_F(TokenShards, TokenizeTool) {
   EXPECT_NE(run("--out " + path("all.bin") + " --val " + path("valdir") + " " + path("one.txt")), 0);
   EXPECT_EQ(contents(path("all.bin")), all_before);
   EXPECT_FALSE(fs::exists(path("bad.bin")));
-  for (auto& entry : fs::directory_iterator(dir_))
+  for (auto& entry : fs::directory_iterator(dir_.str()))
     EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "leftover " << entry.path();
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "testing.h"
 
 #include <strata/io/checkpoint.hpp>
@@ -89,14 +90,6 @@ inline int wait_exit_status(pid_t pid) {
   int status = 0;
   if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
-}
-
-/// A fresh empty folder under the system's temporary folder.
-inline std::string make_temp_dir() {
-  std::string templ = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) +
-                      "/strata_ckpt_XXXXXX";
-  char* dir = ::mkdtemp(templ.data());
-  return dir ? std::string(dir) : std::string();
 }
 
 }  // namespace strata::testing

@@ -3,7 +3,6 @@
 // listed and nothing changed; corrupted and truncated files are refused naming what is wrong.
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -12,7 +11,6 @@
 using namespace strata;
 using strata::testing::TinyRun;
 using strata::testing::values;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -56,9 +54,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 struct Fixture : ::testing::Test {
-  std::string dir = strata::testing::make_temp_dir();
-  std::string path = dir + "/ck.safetensors";
-  void TearDown() override { fs::remove_all(dir); }
+  strata::testing::TempDir temp{"strata_ckpt"};
+  std::string dir = temp.str(), path = dir + "/ck.safetensors";
 };
 using Checkpoint = Fixture;
 

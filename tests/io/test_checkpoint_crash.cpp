@@ -77,12 +77,8 @@ TEST(CheckpointChild, Writer) {
 }
 
 TEST(CheckpointCrash, KilledWriterNeverCorrupts) {
-  const std::string dir = strata::testing::make_temp_dir(), path = dir + "/ck.safetensors";
-  ASSERT_FALSE(dir.empty());
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { fs::remove_all(dir); }
-  } cleanup{dir};  // also when an assertion ends the test early
+  const strata::testing::TempDir temp("strata_ckpt");
+  const std::string dir = temp.str(), path = dir + "/ck.safetensors";
   {
     Blob blob;
     save_numbered(path, blob, 0);

@@ -10,18 +10,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "temp_dir.h"
 #include "testing.h"
 
 namespace strata {
 namespace {
 
+using strata::testing::TempDir;
 using strata::testing::throws_with;
-
-std::string make_temp_dir() {
-  std::string tmpl = ::testing::TempDir() + "strata_io_XXXXXX";
-  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
-}
 
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;
@@ -83,7 +79,8 @@ TEST(Safetensors, RoundTripEveryDTypeAndLayout) {
   ASSERT_FALSE(in.at("int8.sliced").is_contiguous());
   io::Metadata meta = {{"format", "pt"}, {"step", "1200"}, {"note", "quote \" slash \\ tab \t ünï \x01"}};
 
-  std::string dir = make_temp_dir();
+  const TempDir temp("strata_io");
+  const std::string& dir = temp.str();
   std::string path = dir + "/model.safetensors";
   io::save_safetensors(path, in, meta);
   EXPECT_EQ(read_bytes(path), as_string(io::serialize_safetensors(in, meta)));
@@ -194,7 +191,8 @@ bool inside(const void* p, const std::vector<std::pair<uintptr_t, uintptr_t>>& r
 }
 
 TEST(Safetensors, LoadAliasesTheMappingAndKeepsItAlive) {
-  std::string dir = make_temp_dir();
+  const TempDir temp("strata_io");
+  const std::string& dir = temp.str();
   std::string path = dir + "/w.safetensors";
   io::save_safetensors(path, {{"w", sample(kFloat32, {64, 64}, 1)}, {"b", sample(kInt64, {7}, 2)}});
   const std::string on_disk = read_bytes(path);
@@ -243,7 +241,8 @@ TEST(Safetensors, ViewListsDTypesStrataCannotHold) {
 }
 
 TEST(AtomicFile, ThrowingWriterLeavesOldFileAndNoTemporary) {
-  std::string dir = make_temp_dir();
+  const TempDir temp("strata_io");
+  const std::string& dir = temp.str();
   std::string path = dir + "/ckpt.safetensors";
   write_bytes(path, "old contents");
   EXPECT_THROW(io::write_file_atomically(path,
@@ -262,7 +261,8 @@ TEST(AtomicFile, ThrowingWriterLeavesOldFileAndNoTemporary) {
 }
 
 TEST(AtomicFile, SystemErrorsNameThePath) {
-  std::string dir = make_temp_dir();
+  const TempDir temp("strata_io");
+  const std::string& dir = temp.str();
   try {
     io::write_file_atomically(dir + "/missing/x.bin", [](std::FILE*) {});
     FAIL() << "no error";
@@ -284,7 +284,8 @@ TEST(AtomicFile, SystemErrorsNameThePath) {
 }
 
 TEST(AtomicFile, LinksModesLongNamesAndOtherKindsOfFile) {
-  std::string dir = make_temp_dir();
+  const TempDir temp("strata_io");
+  const std::string& dir = temp.str();
   auto write = [](const char* text) { return [text](std::FILE* f) { std::fputs(text, f); }; };
   // a symbolic link: the file it points to is replaced, and the link stays a link
   write_bytes(dir + "/target.bin", "old");
@@ -319,7 +320,8 @@ TEST(AtomicFile, LinksModesLongNamesAndOtherKindsOfFile) {
 
 TEST(Safetensors, HeaderPastTheFormatsLimitIsRefusedBeforeWriting) {
   // a reader refuses headers over kMaxSafetensorsHeaderBytes, so a writer must not make one
-  std::string dir = make_temp_dir();
+  const TempDir temp("strata_io");
+  const std::string& dir = temp.str();
   std::string path = dir + "/m.safetensors";
   io::save_safetensors(path, {{"a", ones({2})}});
   const std::string before = read_bytes(path);

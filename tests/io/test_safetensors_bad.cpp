@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "temp_dir.h"
 #include "testing.h"
 
 namespace strata {
@@ -174,7 +175,8 @@ TEST(SafetensorsBad, TruncatedAndCorrupted) {
 }
 
 TEST(SafetensorsBad, LoadNamesTheFile) {
-  std::string path = ::testing::TempDir() + "strata_io_bad.safetensors";
+  const strata::testing::TempDir temp("strata_io");
+  const std::string path = temp / "bad.safetensors";
   std::string bytes = file("{" + f32("a", "1", 0, 4) + "}", 3);
   std::FILE* f = std::fopen(path.c_str(), "wb");
   std::fwrite(bytes.data(), 1, bytes.size(), f);
@@ -187,7 +189,6 @@ TEST(SafetensorsBad, LoadNamesTheFile) {
     EXPECT_NE(std::string(e.what()).find("reach past"), std::string::npos) << e.what();
   }
   EXPECT_THROW(io::load_safetensors(path + ".missing"), Error);
-  std::remove(path.c_str());
 }
 
 }  // namespace
