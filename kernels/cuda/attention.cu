@@ -21,6 +21,7 @@
 //   multiplied by the same factors, and delta = do . o still holds.
 //
 // Causal query blocks are launched heaviest first (the last queries attend the most keys).
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -353,6 +354,16 @@ cudaError_t launch(Kernel kernel, size_t smem, cudaStream_t stream, int64_t batc
 int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 
 }  // namespace
+
+size_t attention_shared_bytes(int64_t D) {
+  size_t bytes = 0;
+  with_head_dim(D, [&](auto d) {
+    constexpr int kD = decltype(d)::value;
+    bytes = std::max(forward_smem<kD>(), backward_smem<kD>());
+    return cudaSuccess;
+  });
+  return bytes;
+}
 
 template <class T>
 cudaError_t attention_forward(cudaStream_t stream, const T* q, const T* k, const T* v, T* o, float* lse,

@@ -8,6 +8,7 @@
 // cudaError_t.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -21,6 +22,11 @@ inline constexpr int64_t kMaxAttentionDim = 128;
 inline constexpr int64_t kAttentionTile = 64;  // queries per block, keys per step
 // Query and key blocks ride in gridDim.y, which holds at most 65535.
 inline constexpr int64_t kMaxAttentionRows = 65535 * kAttentionTile;
+
+/// The most dynamic shared memory, in bytes, the forward and backward kernels ask for at head
+/// dim D: 150.5 KiB from 65 to 128, which Hopper (227 KiB a block) and A100 (163) grant but GPUs
+/// of compute capability 8.6 and 8.9 (99) do not. 0 above kMaxAttentionDim.
+size_t attention_shared_bytes(int64_t D);
 
 /// Dropout of the weights: factor 0 or scale = 1 / (1 - rate) per element of the flattened
 /// (batch, L, S) weights, from Philox (seed, offset) as functional::dropout draws. rate 0: none.

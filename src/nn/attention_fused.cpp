@@ -219,7 +219,8 @@ bool detail::fused_attention_applies(const Tensor& q, const Tensor& k, const Ten
   const int64_t problems = checked_numel(*batch, "scaled_dot_product_attention");
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
   if (dev == DeviceType::CUDA && (E != Ev || E > kCudaAttentionMaxDim || L > kCudaAttentionMaxRows ||
-                                  S > kCudaAttentionMaxRows || problems > INT32_MAX))
+                                  S > kCudaAttentionMaxRows || problems > INT32_MAX ||
+                                  !cuda_attention_fits(q.device().index, E)))
     return false;
   return ext::has_kernel(OpId::attention, dev, q.dtype()) && ext::has_kernel(OpId::attention_backward, dev, q.dtype());
 }

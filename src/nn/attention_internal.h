@@ -36,11 +36,15 @@ std::optional<math::AttentionRows> attention_rows(const Tensor& t);
 /// address, or a logsumexp that is not contiguous.
 math::AttentionLayout attention_layout(const KernelCall& call, std::string_view op);
 
+/// Whether a block on CUDA device `device` may opt in to the shared memory the fused kernels
+/// take at head dim E (src/ops/cuda/attention.cpp); false in a build without CUDA.
+bool cuda_attention_fits(int device, int64_t head_dim);
+
 /// Whether attention of q (..., L, E) over k (..., S, E), v (..., S, Ev) with no mask and
 /// dropout at rate `dropout` may run the fused kernels: switched on for the device, kernels for
 /// its dtype, a rate below 1, one dtype and device, the same batch dims, no empty dim (and on
-/// CUDA, E == Ev <= 128, at most kCudaAttentionMaxRows queries and keys, fewer than 2^31
-/// problems).
+/// CUDA, E == Ev <= 128, shared memory for E on the device, at most kCudaAttentionMaxRows
+/// queries and keys, fewer than 2^31 problems).
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout);
 
 /// dropout(softmax(scale q k^T (causally masked))) v through the fused kernels, dropping the

@@ -355,8 +355,8 @@ TEST(CudaBatchNorm, TrainAndEvalWithRunningStatistics) {
   SEED_TRACE();
   struct Input { const char* name; st::Shape shape; bool nhwc; };
   const std::vector<Input> inputs = {{"NCHW", {4, 6, 5, 7}, false}, {"NHWC", {4, 6, 5, 7}, true},
-                                     {"(N, C)", {9, 5}, false},     {"(N, C, L)", {3, 4, 10}, false},
-                                     {"wide NHWC", {2, 70, 3, 3}, true}};
+                                     {"(N, C)", {9, 5}, false},     {"(N, C) vectors", {9, 16}, false},
+                                     {"(N, C, L)", {3, 4, 10}, false},  {"wide NHWC", {2, 70, 3, 3}, true}};
   for (DType dt : kFloats)
     for (const Input& in : inputs)
       for (bool training : {true, false}) {
@@ -381,7 +381,8 @@ TEST(CudaBatchNorm, TrainAndEvalWithRunningStatistics) {
 // relu(batch_norm(x) + residual) in one kernel against the CPU's. The shapes take both of the
 // affine pass's paths: 16-byte vectors (NCHW with H * W a multiple of 8, channels-last with C a
 // multiple of 8) and one element at a time (odd sizes, and input and residual one element past
-// alignment).
+// alignment). A residual that needs no gradient lets the backward apply the ReLU's mask as it
+// reads (Note [ReLU mask in the backward]); one that needs one has the masked gradient written.
 TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
   SKIP_WITHOUT_GPU();
   SEED_TRACE();
@@ -391,19 +392,22 @@ TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
                                      {"NCHW odd", {2, 3, 5, 7}, false, false},
                                      {"NHWC odd", {2, 6, 3, 3}, true, false},
                                      {"NCHW misaligned", {2, 4, 4, 4}, false, true}};
+  struct Residual { const char* name; bool present, needs_grad; };
+  const Residual residuals[] = {{"", false, false}, {" residual", true, true}, {" constant residual", true, false}};
   for (DType dt : kFloats)
     for (const Input& in : inputs)
-      for (bool with_residual : {false, true})
+      for (const Residual& res : residuals)
         for (bool training : {true, false}) {
-          SCOPED_TRACE(std::string(in.name) + " " + name(dt) + (with_residual ? " residual" : "") +
-                       (training ? " training" : " eval"));
+          SCOPED_TRACE(std::string(in.name) + " " + name(dt) + res.name + (training ? " training" : " eval"));
+          const bool with_residual = res.present, residual_grad = res.needs_grad;
           const DType s = dt == st::kFloat64 ? st::kFloat64 : st::kFloat32;
           const int64_t c = in.shape[1];
           const Tensor x = random(in.shape, dt, -2, 3), w = random({c}, s, 0.5, 1.5), b = random({c}, s);
           const Tensor r = with_residual ? random(in.shape, dt) : Tensor();
           const Tensor rm = random({c}, s), rv = random({c}, s, 0.5, 2);
           const F::BatchNormArgs a{training, 0.1, 1e-5};
-          Tensor xc = leaf(x), wc = leaf(w), bc = leaf(b), rc = r.defined() ? leaf(r) : Tensor();
+          auto residual_of = [&](const Tensor& t) { return !with_residual ? Tensor() : residual_grad ? leaf(t) : t; };
+          Tensor xc = leaf(x), wc = leaf(w), bc = leaf(b), rc = residual_of(r);
           Tensor rmc = rm.clone(), rvc = rv.clone();
           Tensor yc = F::batch_norm_relu(xc, rmc, rvc, wc, bc, a, rc);
           const Tensor gy = random(yc.shape(), dt);
@@ -417,11 +421,11 @@ TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
             return view;
           };
           Tensor xg = leaf(on_gpu(x)), wg = leaf(gpu(w)), bg = leaf(gpu(b));
-          Tensor rg = r.defined() ? leaf(on_gpu(r)) : Tensor(), rmg = gpu(rm), rvg = gpu(rv);
+          Tensor rg = with_residual ? residual_of(on_gpu(r)) : Tensor(), rmg = gpu(rm), rvg = gpu(rv);
           Tensor yg = F::batch_norm_relu(xg, rmg, rvg, wg, bg, a, rg);
           yg.backward(in_layout(gpu(gy), in.nhwc));
           std::vector<Tensor> cpu_leaves{xc, wc, bc}, gpu_leaves{xg, wg, bg};
-          if (with_residual) cpu_leaves.push_back(rc), gpu_leaves.push_back(rg);
+          if (residual_grad) cpu_leaves.push_back(rc), gpu_leaves.push_back(rg);
           expect_same_batch_norm({yc, rmc, rvc, cpu_leaves}, {yg, rmg, rvg, gpu_leaves}, dt);
         }
 }

@@ -34,6 +34,7 @@ TEST(CudaRuntime, DeviceQueries) {
   EXPECT_GT(p.total_memory, 0);
   EXPECT_GT(p.multiprocessor_count, 0);
   EXPECT_GE(p.major, 3);
+  EXPECT_GE(p.shared_memory_per_block_optin, 48 * 1024);  // every GPU since compute capability 3.0
   {
     cuda::DeviceGuard g(0);
     EXPECT_EQ(cuda::current_device(), 0);

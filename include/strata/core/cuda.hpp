@@ -24,6 +24,7 @@ struct DeviceProperties {
   int multiprocessor_count = 0;
   int major = 0;  ///< compute capability, major.minor (9.0 for H100)
   int minor = 0;
+  int64_t shared_memory_per_block_optin = 0;  ///< bytes of shared memory a block may opt in to
 };
 
 STRATA_API DeviceProperties get_device_properties(int device = -1);

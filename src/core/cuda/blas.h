@@ -1,6 +1,6 @@
 // cuBLAS and cuBLASLt resources for the GEMM launchers (src/ops/cuda/matmul.cpp): handles per
-// (device, thread), created at first use, and one workspace per (device, stream) from the
-// caching device allocator. See Note [BLAS handles and workspaces] in blas.cpp.
+// (device, thread), created at first use, and one workspace per (device, stream, handles) from
+// the caching device allocator. See Note [BLAS handles and workspaces] in blas.cpp.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,8 @@
 
 namespace strata::cuda {
 
-/// Bytes of each stream's GEMM workspace, shared by cuBLASLt and cuBLAS calls on that stream.
+/// Bytes of each GEMM workspace, shared by the cuBLASLt and cuBLAS calls of one thread's handles
+/// on one stream.
 inline constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
 
 struct BlasHandles {

@@ -56,6 +56,7 @@ DeviceProperties get_device_properties(int device) {
   out.multiprocessor_count = p.multiProcessorCount;
   out.major = p.major;
   out.minor = p.minor;
+  out.shared_memory_per_block_optin = static_cast<int64_t>(p.sharedMemPerBlockOptin);
   return out;
 }
 

@@ -2,8 +2,11 @@
 // in src/nn/attention_fused.cpp): the same inputs, outputs and AttentionParams as the CPU
 // kernels there, launched on the current stream of the tensors' device. The kernels are in
 // kernels/cuda/attention.cu.
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 
+#include "core/cuda/check.h"
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"
 #include "kernels/cuda/attention_ops.h"
@@ -89,6 +92,26 @@ void cuda_attention_backward(const KernelCall& call) {
 }
 
 }  // namespace
+
+// The opt-in limit is read once per device: it is fixed for the process's life.
+bool nn::detail::cuda_attention_fits(int device, int64_t head_dim) {
+  static std::mutex mutex;
+  static std::unordered_map<int, int64_t> optin_bytes;
+  int64_t limit = 0;
+  {
+    std::lock_guard lock(mutex);
+    auto it = optin_bytes.find(device);
+    if (it == optin_bytes.end()) {
+      int bytes = 0;
+      STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                        "scaled_dot_product_attention");
+      it = optin_bytes.emplace(device, bytes).first;
+    }
+    limit = it->second;
+  }
+  const size_t need = ck::attention_shared_bytes(head_dim);
+  return need > 0 && need <= static_cast<size_t>(limit);
+}
 
 namespace detail {
 void register_cuda_attention_kernels(KernelTable& table) {

@@ -30,6 +30,10 @@ ck::ChannelLayout channel_layout(const Tensor& t) {
   if (t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast))
     return {t.size(0), t.size(1), s, true};
   STRATA_CHECK(t.is_contiguous(), "[batch_norm] kernel needs NCHW or channels-last data, got strides {}", t.strides());
+  // (N, C) data (BatchNorm1d, or 1x1 maps) is N rows of C channels, as channels-last is: the
+  // channel-inner kernels read it coalesced and 16 bytes at a time, where NCHW with S = 1
+  // would read each channel with a stride of C
+  if (s == 1) return {t.size(0), t.size(1), 1, true};
   return {t.size(0), t.size(1), s, false};
 }
 

@@ -2,7 +2,7 @@
 // planned as on the CPU (ops/matmul_plan.h: transposed views read in place, broadcast batch
 // dims as stride 0, irregular views compacted first) and each call of the plan goes to
 // kernels/cuda/gemm.h on the current stream, with this thread's cuBLASLt/cuBLAS handles and
-// the stream's workspace (core/cuda/blas.h). linear's bias and GELU ride in the GEMM's
+// their workspace on that stream (core/cuda/blas.h). linear's bias and GELU ride in the GEMM's
 // epilogue. Plain C++: nvcc never sees strata's headers.
 #include <string_view>
 
