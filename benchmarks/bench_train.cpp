@@ -8,8 +8,8 @@
 //
 //   bench_train [--workloads mlp,cnn,resnet50,gpt] [--steps N] [--rounds R] [--warmup W]
 //               [--device cpu|cuda] [--phases] [--ops]
-//   --phases  after the rounds, times forward + loss, backward and the optimizer step apart
-//   --ops     after the rounds, strata's time per op (kernel) and per op and input shapes
+//   --phases  after the rounds, times forward + loss, backward and the optimizer step apart (CPU)
+//   --ops     after the rounds, strata's time per op (kernel) and per op and input shapes (CPU)
 //   STRATA_BENCH_THREADS   threads for both libraries (default 2)
 #include <algorithm>
 #include <chrono>
@@ -45,12 +45,17 @@ struct Workload {
 };
 
 std::vector<Workload> workloads(bool cuda) {
-  return {
+  std::vector<Workload> all = {
       {"mlp", Model::Mlp, 256, 1, "samples/s", 5, 20, 5},
       {"cnn", Model::Cnn, 32, 1, "samples/s", 2, 4, 5},
       {"resnet50", Model::ResNet50, cuda ? 64 : 8, 1, "images/s", 1, 2, 3},
       {"gpt", Model::Gpt, 16, kGptContext, "tokens/s", 2, 4, 5},
   };
+  // a GPU step takes milliseconds: more warm-up (the caching allocator's growth, cuDNN's first
+  // calls) and rounds long enough to time
+  if (cuda)
+    for (Workload& w : all) w.warmup = std::max(w.warmup, 5), w.steps = std::max(w.steps, 20);
+  return all;
 }
 
 double median(std::vector<double> v) {
@@ -112,6 +117,8 @@ Options parse(int argc, char** argv) {
       usage("unknown argument '" + a + "'");
     }
   }
+  // their clocks are read without waiting for the device: on a GPU they would time launches
+  if (o.cuda && (o.phases || o.ops)) usage("--phases and --ops time CPU runs only (not --device cuda)");
   for (const std::string& n : o.names) {
     const auto all = workloads(false);
     if (std::none_of(all.begin(), all.end(), [&](const Workload& w) { return w.name == n; }))

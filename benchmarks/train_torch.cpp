@@ -190,6 +190,9 @@ std::unique_ptr<Trainer> make(bool adamw, torch::Tensor x, torch::Tensor y, torc
 std::unique_ptr<Trainer> make_torch_trainer(const TrainConfig& c) {
   if (c.cuda && !torch::cuda::is_available()) return nullptr;
   const torch::Device dev = c.cuda ? torch::kCUDA : torch::kCPU;
+  // full float32 on both sides: LibTorch lets cuDNN use TF32 by default, strata does not
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
   torch::manual_seed(c.seed);
   const int64_t B = c.batch;
   const auto classes = [&](int64_t n, torch::IntArrayRef shape) { return torch::randint(0, n, shape, torch::kLong); };

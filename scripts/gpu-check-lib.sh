@@ -17,14 +17,33 @@ cuda_toolkit_lib() {
   done
 }
 
+# cuDNN from NVIDIA's pip package when the toolkit has none (a GPU machine with PyTorch): its
+# header folder and library as CMake arguments, one a line, or nothing.
+pip_cudnn_args() {
+  [[ -f ${CUDA_HOME:-/usr/local/cuda}/include/cudnn.h || -f /usr/local/cuda/include/cudnn.h ]] && return
+  python3 - 2>/dev/null <<'EOF'
+import glob, os
+try:
+    import nvidia.cudnn as c
+    root = list(c.__path__)[0]
+except Exception:
+    raise SystemExit
+libs = sorted(glob.glob(os.path.join(root, "lib", "libcudnn.so*")))
+if os.path.isfile(os.path.join(root, "include", "cudnn.h")) and libs:
+    print("-DSTRATA_CUDNN_INCLUDE_DIR=" + os.path.join(root, "include"))
+    print("-DSTRATA_CUDNN_LIBRARY=" + libs[0])
+EOF
+}
+
 configure_gpu_build() {
-  local nvcc=()
+  local nvcc=() cudnn=()
   if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     nvcc=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
   fi
+  mapfile -t cudnn < <(pip_cudnn_args)
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}  # cache hits across build folders
   # RUNPATH $ORIGIN/lib for executables in the bundle's top folder, $ORIGIN for its libraries
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${nvcc[@]}" \
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${nvcc[@]}" "${cudnn[@]}" \
     -DSTRATA_WITH_CUDA=ON -DSTRATA_CUDA_ARCHS="${STRATA_CUDA_ARCHS:-90}" -DSTRATA_WITH_DNNL=OFF \
     -DSTRATA_WITH_MPI=OFF -DSTRATA_BUILD_TESTS=ON -DSTRATA_BUILD_BENCHMARKS=ON -DSTRATA_BUILD_EXAMPLES=ON \
     -DSTRATA_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=${STRATA_BUNDLE_MARCH:-x86-64-v3}" \
@@ -58,6 +77,11 @@ make_shards() {
 make_bundle() {
   local jobs=$1 tests exe deps soname path corpus
   configure_gpu_build || return 1
+  # without cuDNN the build would still succeed, and every convolution fail on the GPU
+  if grep -q '^STRATA_CUDNN_LIBRARY:FILEPATH=.*NOTFOUND' "$build/CMakeCache.txt"; then
+    echo "gpu-check: no cuDNN found (neither in the CUDA toolkit nor from pip's nvidia-cudnn)" >&2
+    return 1
+  fi
   tests=$(ctest --test-dir "$build" -N -L cuda | sed -n 's/^ *Test *#[0-9]*: *//p' | tr '\n' ' ')
   [[ -n ${tests// /} ]] || { echo "gpu-check: no test labelled cuda in $build" >&2; return 1; }
   # shellcheck disable=SC2086

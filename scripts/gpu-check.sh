@@ -32,15 +32,17 @@
 # 2 when the tests passed but bench_gpu or the example failed, 3 when no bundle could be made.
 # Environment: STRATA_CUDA_ARCHS (90), STRATA_BUNDLE_MARCH (x86-64-v3), STRATA_BUILD_JOBS
 # (nproc), STRATA_FORTUNES_DIR (/usr/share/games/fortunes); on the GPU machine
-# STRATA_GPU_TEST_TIMEOUT (90 s per test), STRATA_GPU_TEST_BUDGET (200 s for all tests),
-# STRATA_GPU_BENCH_TIMEOUT (120 s), STRATA_GPU_TORCH_TIMEOUT (100 s), STRATA_GPU_EXAMPLE_TIMEOUT
-# (90 s), STRATA_GPU_RESNET_TIMEOUT (60 s, the ResNet-50 example), STRATA_GPU_BENCH_ARGS
+# STRATA_GPU_TEST_TIMEOUT (90 s per test), STRATA_GPU_TEST_BUDGET (150 s for all tests),
+# STRATA_GPU_BENCH_TIMEOUT (100 s), STRATA_GPU_TORCH_TIMEOUT (90 s), STRATA_GPU_EXAMPLE_TIMEOUT
+# (60 s), STRATA_GPU_RESNET_TIMEOUT (45 s, the ResNet-50 example), STRATA_GPU_BENCH_ARGS
 # (passed to both benchmarks, e.g. "--only gemm --reps 50"),
 # STRATA_GPU_PROFILE=gpt|gpt_fused|mlp|cnn|resnet50 (1 = gpt: also time every kernel of two
 # training steps of that workload, bench_gpu's gpt_train, gpt_train_fused (beside PyTorch's
 # gpt_train) or a train_* row, in strata and in PyTorch
 # with ncu, 170 s each at most: ncu_strata.txt, ncu_torch.txt, and the top kernels of each in
-# the table). At most about 9.5 minutes in all (about 15 with the profile).
+# the table). At most about 8 minutes in all (about 14 with the profile); the test rows are
+# written to summary.txt as soon as the tests end, so a run cut short still leaves them. Built on
+# the GPU machine (no bundle carried), the CUDA arch is the GPU's unless STRATA_CUDA_ARCHS says.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 3
 root=$PWD
@@ -67,6 +69,10 @@ run_checks() {
   fi
 
   if [[ ! -f $bundle/MANIFEST ]]; then
+    # the GPU's own arch (compute_cap 9.0 -> 90) unless one is asked for
+    local cap
+    cap=$(cut -d, -f2 <<<"$gpu" | tr -d ' .')
+    [[ -z ${STRATA_CUDA_ARCHS:-} && $cap =~ ^[0-9]+$ ]] && export STRATA_CUDA_ARCHS=$cap
     echo "gpu-check: no gpu-bundle/ here: building one on this machine first"
     mkdir -p "$logs"
     if ! make_bundle "$(nproc)" >"$logs/build.log" 2>&1; then
@@ -91,7 +97,7 @@ run_checks() {
   } >"$logs/env.txt"
 
   # ---- tests -----------------------------------------------------------------------------
-  local per_test=${STRATA_GPU_TEST_TIMEOUT:-90} budget=${STRATA_GPU_TEST_BUDGET:-200}
+  local per_test=${STRATA_GPU_TEST_TIMEOUT:-90} budget=${STRATA_GPU_TEST_BUDGET:-150}
   local start=$SECONDS test_rows=() notes=() any_test_failed=0 name
   : >"$logs/tests.log"
   for name in $(manifest_tests "$bundle/MANIFEST"); do
@@ -121,6 +127,11 @@ run_checks() {
     { echo "==== $name: $status (exit $rc, ${elapsed}s)"; cat "$scratch/$name.log"; } >>"$logs/tests.log"
   done
 
+  if ((${#test_rows[@]} == 0)); then
+    any_test_failed=1
+    notes+=("no test listed in gpu-bundle/MANIFEST: nothing was run")
+  fi
+
   print_header() {
     echo
     echo "== strata GPU check: ${gpu:-no GPU visible}; bundle $(manifest_field "$bundle/MANIFEST" commit)"
@@ -129,6 +140,8 @@ run_checks() {
     local n
     for n in "${notes[@]}"; do echo "  $n"; done
   }
+
+  print_header >"$logs/summary.txt"  # replaced by the whole table at the end
 
   if [[ -z $gpu ]]; then
     { print_header; echo "no GPU visible: the tests ran without one (skipped); benchmarks and the example were not run"
@@ -140,11 +153,11 @@ run_checks() {
   local bench_rc=0 torch_rc=0 py=$root/benchmarks/bench_gpu_torch.py
   [[ -f $py ]] || py=$bundle/bench_gpu_torch.py
   # shellcheck disable=SC2086
-  timeout -k 5 "${STRATA_GPU_BENCH_TIMEOUT:-120}" "$bundle/bench_gpu" ${STRATA_GPU_BENCH_ARGS:-} \
+  timeout -k 5 "${STRATA_GPU_BENCH_TIMEOUT:-100}" "$bundle/bench_gpu" ${STRATA_GPU_BENCH_ARGS:-} \
     >"$scratch/bench_gpu.log" 2>&1 || bench_rc=$?
   # PyTorch loads its own CUDA libraries: it runs with the caller's library path
   # shellcheck disable=SC2086
-  LD_LIBRARY_PATH=$orig_ld_path PYTHONUNBUFFERED=1 timeout -k 5 "${STRATA_GPU_TORCH_TIMEOUT:-100}" \
+  LD_LIBRARY_PATH=$orig_ld_path PYTHONUNBUFFERED=1 timeout -k 5 "${STRATA_GPU_TORCH_TIMEOUT:-90}" \
     python3 "$py" ${STRATA_GPU_BENCH_ARGS:-} >"$scratch/bench_torch.log" 2>&1 || torch_rc=$?
   { echo "==== bench_gpu (exit $bench_rc)"; cat "$scratch/bench_gpu.log"
     echo "==== bench_gpu_torch.py (exit $torch_rc)"; cat "$scratch/bench_torch.log"; } >"$logs/bench.log"
@@ -152,14 +165,15 @@ run_checks() {
   # ---- the example ---------------------------------------------------------------------------
   local example_rc=0 ex=$scratch/example
   mkdir -p "$ex"
-  (cd "$ex" && timeout -k 5 "${STRATA_GPU_EXAMPLE_TIMEOUT:-90}" "$bundle/transformer" --device cuda \
+  (cd "$ex" && timeout -k 5 "${STRATA_GPU_EXAMPLE_TIMEOUT:-60}" "$bundle/transformer" --device cuda \
     --train-data "$bundle/data/train.bin" --val-data "$bundle/data/val.bin" --layers 4 --width 256 --heads 8 \
     --context 128 --batch 32 --steps 60 --warmup 10 --log-every 10 --eval-every 60 --eval-batches 4 \
     --sample-tokens 64 --checkpoint ckpt.safetensors --weights model.safetensors --metrics metrics.csv) \
     >"$scratch/example.log" 2>&1 || example_rc=$?
   local resnet_rc=0
-  (cd "$ex" && timeout -k 5 "${STRATA_GPU_RESNET_TIMEOUT:-60}" "$bundle/resnet50" --device cuda --batch 64 \
-    --steps 40 --warmup 5 --channels-last --cudnn-benchmark --workers 4 --log-every 10 --timing-warmup 10 \
+  (cd "$ex" && timeout -k 5 "${STRATA_GPU_RESNET_TIMEOUT:-45}" "$bundle/resnet50" --device cuda --batch 64 \
+    --synthetic-size 2560 --steps 40 --warmup 5 --channels-last --cudnn-benchmark --workers 4 --log-every 10 \
+    --timing-warmup 10 \
     --metrics resnet50.csv) >"$scratch/resnet50.log" 2>&1 || resnet_rc=$?
   { echo "==== transformer (exit $example_rc)"; cat "$scratch/example.log"
     echo "==== metrics.csv"; cat "$ex/metrics.csv" 2>/dev/null
@@ -178,7 +192,8 @@ run_checks() {
     echo
     bench_table "$scratch/bench_gpu.log" "$scratch/bench_torch.log"
     grep -q '^RESULT' "$scratch/bench_gpu.log" || echo "  $(tail -1 "$scratch/bench_gpu.log")"
-    ((bench_rc == 0)) || echo "  bench_gpu: exit $bench_rc$( ((bench_rc == 124)) && echo ' (timed out)'): see bench.log"
+    ((bench_rc == 0)) ||
+      echo "  bench_gpu: exit $bench_rc$( ((bench_rc == 124 || bench_rc == 137)) && echo ' (timed out)'): see bench.log"
     grep -m1 '^SKIP' "$scratch/bench_torch.log" | sed 's/^/  /'
     ((torch_rc == 0)) || echo "  bench_gpu_torch.py: exit $torch_rc: see bench.log"
     echo

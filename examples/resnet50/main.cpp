@@ -114,7 +114,12 @@ int main(int argc, char** argv) {
     STRATA_CHECK(o.batch <= data.dataset->size(), "[resnet50] --batch ({}) is larger than the training set ({} images)",
                  o.batch, data.dataset->size());
     st::data::DataLoader<st::data::Example> loader(
-        data.dataset, {.batch_size = o.batch, .shuffle = true, .drop_last = true, .num_workers = o.workers, .seed = o.seed});
+        data.dataset, {.batch_size = o.batch,
+                       .shuffle = true,
+                       .drop_last = true,
+                       .num_workers = o.workers,
+                       .pin_memory = device.type == st::DeviceType::CUDA,  // copied to the GPU asynchronously
+                       .seed = o.seed});
     std::printf("data: %lld images of %lldx%lld from %s, %lld classes, %lld batches of %lld per epoch\n",
                 (long long)data.dataset->size(), (long long)o.image_size, (long long)o.image_size,
                 o.data.empty() ? "synthetic data" : o.data.c_str(), (long long)data.classes, (long long)loader.size(),
@@ -130,6 +135,7 @@ int main(int argc, char** argv) {
 
     ResNet50 model({.classes = data.classes, .zero_init_residual = o.zero_init_residual});
     model.to(device);
+    if (o.channels_last) model.to(st::MemoryFormat::ChannelsLast);  // the conv weights too, as the batches
     std::printf("model: ResNet-50 v1.5, %lld parameters, on %s%s; %s, peak lr %g, %lld steps (%lld warmup)\n",
                 (long long)model.num_parameters(), fmt::format("{}", device).c_str(),
                 o.channels_last ? ", channels-last" : "", o.optimizer.c_str(), o.lr, (long long)o.steps,

@@ -201,11 +201,14 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
   while (step < end) {
     if (data.folder) data.folder->set_epoch(static_cast<uint64_t>(loader.epoch()));  // before the pass starts
     for (auto& batch : loader) {
-      st::Tensor x = batch.input.to(device);
+      // on a GPU run from pinned memory, without a wait: the forward's kernels queue behind the
+      // copy (the pinned buffer is held until it is done)
+      st::Tensor x = batch.input.to(device, /*non_blocking=*/true);
       if (o.channels_last) x = x.to(st::MemoryFormat::ChannelsLast);
       const double lr = schedule.get_last_lr()[0];
       st::Tensor logits = model(x);
-      st::Tensor loss = F::cross_entropy(logits, batch.target.to(device), {.label_smoothing = o.label_smoothing});
+      const st::Tensor y = batch.target.to(device, /*non_blocking=*/true);
+      st::Tensor loss = F::cross_entropy(logits, y, {.label_smoothing = o.label_smoothing});
       opt.zero_grad();
       loss.backward();
       opt.step();

@@ -66,7 +66,8 @@ STRATA_HOST_DEVICE double to_unit_double(uint32_t hi, uint32_t lo) {
 // The uniform value of element i of a draw that starts at `offset`.
 STRATA_HOST_DEVICE float uniform_at(uint64_t seed, uint64_t offset, uint64_t i) {
   Block b = philox4x32_10(offset + i / 4, seed);
-  return to_unit_float(b.v[i % 4]);
+  const uint32_t even = (i & 2) ? b.v[2] : b.v[0], odd = (i & 2) ? b.v[3] : b.v[1];  // selects (normal_at)
+  return to_unit_float((i & 1) ? odd : even);
 }
 
 // Box-Muller on a lane pair (a, b): z0 = r cos(theta) and z1 = r sin(theta) with
@@ -87,13 +88,14 @@ STRATA_HOST_DEVICE float normal_at(uint64_t seed, uint64_t offset, uint64_t i) {
   Block b = philox4x32_10(offset + i / 4, seed);
   unsigned pair = static_cast<unsigned>(i % 4) & ~1u;
   float z0, z1;
-  box_muller(b.v[pair], b.v[pair + 1], z0, z1);
+  // selects, not b.v[pair]: a run-time index puts the block in CUDA's local memory
+  box_muller(pair ? b.v[2] : b.v[0], pair ? b.v[3] : b.v[1], z0, z1);
   return (i & 1u) ? z1 : z0;
 }
 
 // The 64-bit value of a lane pair (lanes pair and pair + 1 of b).
 STRATA_HOST_DEVICE uint64_t bits64_of(const Block& b, unsigned pair) {
-  return (static_cast<uint64_t>(b.v[pair]) << 32) | b.v[pair + 1];
+  return (static_cast<uint64_t>(pair ? b.v[2] : b.v[0]) << 32) | (pair ? b.v[3] : b.v[1]);
 }
 
 // A uniform 64-bit value of element i, for integer draws.

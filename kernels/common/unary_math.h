@@ -67,14 +67,16 @@ struct LogicalNot { template <class T> STRATA_HOST_DEVICE bool operator()(T x) c
 // Ops with one scalar parameter.
 struct PowScalar {
   double exponent;
+  int64_t integer_exponent = 0;  // the exponent of integer data, exact (the op checks it is >= 0)
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
     if constexpr (std::is_integral_v<T>) {
-      T result = 1, base = x;
-      for (int64_t e = static_cast<int64_t>(exponent); e > 0; e >>= 1) {
-        if (e & 1) result *= base;
+      // by squaring, in uint64: the products wrap as the integer type's do, without signed overflow
+      uint64_t result = 1, base = static_cast<uint64_t>(x);
+      for (uint64_t k = integer_exponent > 0 ? static_cast<uint64_t>(integer_exponent) : 0; k > 0; k >>= 1) {
+        if (k & 1) result *= base;
         base *= base;
       }
-      return result;
+      return static_cast<T>(result);
     } else {
       // PyTorch's special exponents, each a product or a root rather than a call of pow
       if (exponent == 2.0) return x * x;
@@ -112,7 +114,11 @@ struct Clamp {
     double r = v < l ? l : v;
     r = r > h ? h : r;
     if constexpr (std::is_integral_v<T>) {
-      return r == v ? x : static_cast<T>(r);
+      // a float bound past T's range saturates to it: converting such a double is undefined
+      // (x86 gives the lowest value, CUDA saturates). int64's highest rounds up to 2^63 in double
+      const double tmin = static_cast<double>(lowest<T>()), tmax = static_cast<double>(highest<T>());
+      const T in_range = r >= tmax ? highest<T>() : r <= tmin ? lowest<T>() : static_cast<T>(r);
+      return r == v ? x : in_range;
     } else {
       r = h != h ? h : r;
       r = l != l ? l : r;

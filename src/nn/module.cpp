@@ -180,6 +180,17 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
+Module& Module::to(MemoryFormat format) {
+  NoGradGuard no_grad;
+  for_each_tensor([&](Tensor& t, bool) {
+    if (t.dim() != 4 || t.is_contiguous(format)) return;
+    Tensor laid_out = t.to(format), grad = t.grad().defined() ? t.grad().to(format) : Tensor();
+    t.set_data(laid_out);
+    if (grad.defined()) t.set_grad(grad);
+  });
+  return *this;
+}
+
 void Module::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
   for (Tensor& p : parameters()) {

@@ -27,7 +27,9 @@ namespace strata {
 namespace {
 
 template <class F> F make_functor(const KernelCall&) { return F{}; }
-template <> math::PowScalar make_functor(const KernelCall& c) { return {c.param<UnaryScalarParams>().a}; }
+template <> math::PowScalar make_functor(const KernelCall& c) {
+  return {c.param<UnaryScalarParams>().a, c.param<UnaryScalarParams>().ia};
+}
 template <> math::Clamp make_functor(const KernelCall& c) {
   const auto& p = c.param<UnaryScalarParams>();
   return {p.a, p.b, p.ia, p.ib, p.integral};
@@ -275,6 +277,7 @@ Tensor pow(const Tensor& x, Scalar exponent) {
   }
   STRATA_CHECK(exponent.to_int() >= 0, "[pow] integer tensors cannot be raised to the negative power {}",
                exponent.to_int());
+  p.ia = exponent.to_int();  // exact: 2^63 - 1 is not a double
   return unary_op(OpId::pow_scalar, x, Kind::Keep, &p);
 }
 

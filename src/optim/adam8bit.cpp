@@ -26,7 +26,11 @@ const float* dynamic_map(bool is_signed) {
 
 int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
-bool quantized(const Adam8bitOptions& o, const Tensor& p) { return p.numel() >= o.min_8bit_size && p.numel() > 0; }
+// The flat codes follow the parameter's memory, which must then be in C order: a channels-last
+// parameter keeps 32-bit moments (Note [Parameter layouts] in update_util.h).
+bool quantized(const Adam8bitOptions& o, const Tensor& p) {
+  return p.numel() >= o.min_8bit_size && p.numel() > 0 && p.is_contiguous();
+}
 
 // The 8-bit state of `p`, created when missing: zero scales make every code decode to 0, so the
 // moments start at zero.

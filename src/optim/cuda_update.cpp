@@ -14,6 +14,7 @@
 #include "kernels/common/quant8.h"
 #include "kernels/cuda/optim_ops.h"
 #include "ops/cuda/launch.h"
+#include "optim/update_util.h"
 
 namespace strata::optim::cuda_update {
 
@@ -26,13 +27,18 @@ T* ptr(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data()) : nullptr;
 }
 
-// Every tensor of a batch must be a contiguous tensor on the first parameter's device; the
-// state tensors that mirror a parameter must have its length.
+// Every tensor of a batch lives on the first parameter's device. A parameter is dense in its
+// layout; a tensor that mirrors it (numel >= 0: its grad, its states) has its length and, when
+// shaped like it, its layout, else is contiguous (Note [Parameter layouts] in update_util.h).
 void check_tensor(const Tensor& t, const Tensor& p, int64_t numel, const char* op) {
   if (!t.defined()) return;
-  STRATA_CHECK(t.device() == p.device() && t.is_contiguous() && (numel < 0 || t.numel() == numel),
-               "[{}] a CUDA update got a tensor of shape {} on {} (contiguous: {}) for a parameter of shape {} on {}",
-               op, t.shape(), t.device(), t.is_contiguous(), p.shape(), p.device());
+  const bool laid_out = numel < 0              ? t.is_contiguous(detail::param_format(t))  // a parameter
+                        : t.shape() == p.shape() ? t.is_contiguous(detail::param_format(p))  // its grad, states
+                                                 : t.is_contiguous();                      // flat codes, scales
+  STRATA_CHECK(t.device() == p.device() && (numel < 0 || t.numel() == numel) && laid_out,
+               "[{}] a CUDA update got a tensor of shape {} and strides {} on {} for a parameter of shape {} and "
+               "strides {} on {}",
+               op, t.shape(), t.strides(), t.device(), p.shape(), p.strides(), p.device());
 }
 
 template <class Item>

@@ -17,6 +17,8 @@
 
 #include <strata/autograd/grad_mode.hpp>
 
+#include "optim/update_util.h"
+
 namespace strata::optim {
 
 namespace {
@@ -50,10 +52,10 @@ std::vector<Tensor> Optimizer::params() const {
 }
 
 double Optimizer::momentum(size_t) const {
-  detail::throw_error("[{}] has no momentum or betas hyperparameter", name_);
+  strata::detail::throw_error("[{}] has no momentum or betas hyperparameter", name_);
 }
 void Optimizer::set_momentum(size_t, double) {
-  detail::throw_error("[{}] has no momentum or betas hyperparameter", name_);
+  strata::detail::throw_error("[{}] has no momentum or betas hyperparameter", name_);
 }
 
 std::optional<double> Optimizer::initial_lr(size_t group) const {
@@ -90,9 +92,9 @@ void Optimizer::check_param(const Tensor& p, size_t g, size_t i) const {
   STRATA_CHECK(p.device().is_cpu() || p.device().is_cuda(),
                "[{}] parameter {} of group {} is on {}: optimizers update CPU and CUDA parameters", name_, i, g,
                p.device());
-  STRATA_CHECK(p.is_contiguous(),
-               "[{}] parameter {} of group {} is not contiguous (shape {}, strides {}): the fused update needs "
-               "contiguous parameters",
+  STRATA_CHECK(p.is_contiguous(detail::param_format(p)),
+               "[{}] parameter {} of group {} is neither contiguous nor channels-last (shape {}, strides {}): the "
+               "fused update needs one of those layouts",
                name_, i, g, p.shape(), p.strides());
 }
 
@@ -158,7 +160,7 @@ Tensor Optimizer::step(const std::function<Tensor()>& closure) {
       STRATA_CHECK(grad.shape() == p.shape() && grad.dtype() == p.dtype() && grad.device() == p.device(),
                    "[{}] the grad of parameter {} of group {} is {} {} on {}, but the parameter is {} {} on {}", name_,
                    i, g, grad.shape(), grad.dtype(), grad.device(), p.shape(), p.dtype(), p.device());
-      work.push_back({g, p, grad.is_contiguous() ? grad : grad.contiguous()});
+      work.push_back({g, p, detail::in_format(grad, detail::param_format(p))});  // Note [Parameter layouts]
     }
   }
   // every state in the layout of the current options (Note [Option changes]), committed only
@@ -180,8 +182,10 @@ Tensor Optimizer::step(const std::function<Tensor()>& closure) {
   for (Work& w : work) {
     Entry& e = state_[w.param.impl_ptr().get()];  // node-based: the reference outlives rehashing
     if (!e.param.defined()) e.param = w.param;
-    for (auto& [name, t] : e.state.tensors)  // the parameter moved (Module::to) after earlier steps
+    for (auto& [name, t] : e.state.tensors) {  // the parameter moved or was laid out anew (Module::to)
       if (t.device() != w.param.device()) t = t.to(w.param.device());
+      t = detail::state_layout(t, w.param);
+    }
     if (w.param.device().is_cpu()) {
       update(w.group, w.param, w.grad, e.state);
       w.param.storage()->bump_version();
@@ -298,7 +302,7 @@ void Optimizer::load_state_dict(const StateDict& d) {
         STRATA_CHECK(src.dtype() == spec.dtype || (is_floating(src.dtype()) && is_floating(spec.dtype)),
                      "[{}] load_state_dict: '{}' has dtype {} but parameter {} needs {}", name_, it->first,
                      src.dtype(), i, spec.dtype);
-        Tensor t = src.to(p.device(), spec.dtype).contiguous();
+        Tensor t = detail::state_layout(src.to(p.device(), spec.dtype), p);
         if (t.storage() == src.storage()) t = t.clone();
         e.state.tensors[spec.name] = t;
       }

@@ -30,12 +30,39 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data());
 }
 
-/// The state tensor `name`, created when missing: shaped like `like`, of its dtype, on its
-/// device, filled with `fill` (rounded once to the dtype).
+// Note [Parameter layouts]
+// The updates are fused passes over a parameter's memory, its grad's and its states', element
+// i of each at the same offset. A parameter is contiguous, or channels-last when 4-d (conv
+// weights after Module::to(MemoryFormat::ChannelsLast)); its grad and every state shaped like it
+// are put in the same layout, so the offsets agree. State dicts hold logical values, so a
+// checkpoint loads into either layout. Adam8bit's flat 8-bit codes follow the parameter's
+// memory order and so need contiguous parameters (it says so).
+
+/// The layout `p` is updated in (Note [Parameter layouts]).
+inline MemoryFormat param_format(const Tensor& p) {
+  return p.dim() == 4 && !p.is_contiguous() && p.is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
+                                                                                          : MemoryFormat::Contiguous;
+}
+
+/// t laid out in `format`: itself when it already is, else a copy.
+inline Tensor in_format(const Tensor& t, MemoryFormat format) {
+  if (t.is_contiguous(format)) return t;
+  return format == MemoryFormat::Contiguous ? t.contiguous() : t.to(format);
+}
+
+/// A state tensor laid out as the update needs: like `p` when shaped like it, else contiguous.
+inline Tensor state_layout(const Tensor& t, const Tensor& p) {
+  return in_format(t, t.shape() == p.shape() ? param_format(p) : MemoryFormat::Contiguous);
+}
+
+/// The state tensor `name`, created when missing: shaped and laid out like `like`, of its
+/// dtype, on its device, filled with `fill` (rounded once to the dtype).
 inline Tensor& state_tensor(ParamState& st, const std::string& name, const Tensor& like, double fill = 0) {
   auto it = st.tensors.find(name);
-  if (it == st.tensors.end())
-    it = st.tensors.emplace(name, full(like.shape(), fill, TensorOptions(like.dtype(), like.device()))).first;
+  if (it == st.tensors.end()) {
+    Tensor t = full(like.shape(), fill, TensorOptions(like.dtype(), like.device()));
+    it = st.tensors.emplace(name, state_layout(t, like)).first;
+  }
   return it->second;
 }
 

@@ -394,6 +394,19 @@ TEST(Elementwise, PyTorchEdgeRules) {
   Tensor small = from_vector<int64_t>({-100, 5, 100}).to(kInt8);
   EXPECT_EQ(values(clamp(small, -300, 300)), (std::vector<double>{-100, 5, 100}));
   EXPECT_EQ(values(clamp(small, 300, std::nullopt)), (std::vector<double>{127, 127, 127}));
+  // a float bound past an integer type's range saturates to it (converting it would be undefined)
+  Tensor i32 = from_vector<int64_t>({-5, 0, 5}).to(kInt32);
+  EXPECT_EQ(values(i32.clone().clamp_(1e10, std::nullopt)), (std::vector<double>(3, 2147483647.0)));
+  EXPECT_EQ(values(i32.clone().clamp_(std::nullopt, -1e10)), (std::vector<double>(3, -2147483648.0)));
+  Tensor i64 = from_vector<int64_t>({-5, 0, 5});
+  EXPECT_EQ(i64.clone().clamp_(1e19, std::nullopt).data_ptr<int64_t>()[1], INT64_MAX);
+  EXPECT_EQ(i64.clone().clamp_(std::nullopt, -1e19).data_ptr<int64_t>()[2], INT64_MIN);
+  // an integer exponent past 2^53 is exact (2^63 - 1 is odd; as a double it would be 2^63), and
+  // the powers wrap as Python's pow(x, 2**63 - 1, 2**64) does
+  Tensor wrapped = pow(from_vector<int64_t>({1, -1, 0, 2, 3}), INT64_MAX);
+  ASSERT_EQ(wrapped.dtype(), kInt64);
+  const int64_t* pw = wrapped.data_ptr<int64_t>();
+  EXPECT_EQ(std::vector<int64_t>(pw, pw + 5), (std::vector<int64_t>{1, -1, 0, 0, -6148914691236517205}));
   Tensor in_place = from_vector<int64_t>({odd, -odd});
   in_place.clamp_(-two53, two53);
   EXPECT_EQ(in_place.data_ptr<int64_t>()[0], two53);

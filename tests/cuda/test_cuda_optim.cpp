@@ -329,6 +329,40 @@ TEST(CudaOptim, StateFollowsTheParameter) {
   EXPECT_TRUE(testing::all_close(values(p), values(twin), 1e-4, 2e-5));
 }
 
+// A channels-last CUDA parameter (conv weights after Module::to(MemoryFormat::ChannelsLast))
+// against its contiguous CPU twin, grads in either layout: the multi-tensor kernels run over
+// the parameter's memory with its grad and states laid out alike (Note [Parameter layouts]).
+TEST(CudaOptim, ChannelsLastParameters) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const Shape shape{16, 8, 3, 3};
+  Tensor twin = cuda_testing::random(shape, kFloat32);
+  Tensor p = gpu(twin).to(MemoryFormat::ChannelsLast), q = gpu(twin).to(MemoryFormat::ChannelsLast);
+  twin.requires_grad_();
+  p.requires_grad_();
+  q.requires_grad_();
+  Tensor twin2 = twin.detach().clone().requires_grad_();
+  optim::SGD sgd({p}, {.lr = 1e-2, .momentum = 0.9}), sgd_ref({twin}, {.lr = 1e-2, .momentum = 0.9});
+  optim::AdamW adamw({q}, {.lr = 1e-2}), adamw_ref({twin2}, {.lr = 1e-2});
+  for (int step = 0; step < 5; ++step) {
+    const Tensor g = cuda_testing::random(shape, kFloat32);
+    const Tensor on_gpu = step % 2 ? gpu(g).to(MemoryFormat::ChannelsLast) : gpu(g);
+    p.set_grad(on_gpu.clone());
+    q.set_grad(on_gpu.clone());
+    twin.set_grad(g.clone());
+    twin2.set_grad(g.clone());
+    sgd.step();
+    sgd_ref.step();
+    adamw.step();
+    adamw_ref.step();
+  }
+  EXPECT_TRUE(p.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(testing::all_close(values(p), values(twin), 1e-5, 1e-6));
+  EXPECT_TRUE(testing::all_close(values(q), values(twin2), 1e-4, 2e-5));
+  for (const auto& [name, t] : adamw.state(q)->tensors)
+    EXPECT_TRUE(testing::all_close(values(t), values(adamw_ref.state(twin2)->tensors.at(name)), 1e-4, 1e-6)) << name;
+}
+
 // clip_grad_norm_ on CUDA grads: the same total and scaled grads as on the CPU.
 TEST(CudaOptim, ClipGradNorm) {
   SKIP_WITHOUT_GPU();

@@ -191,6 +191,42 @@ TEST(ModuleTo, KeepsHandlesConvertsGradsAndIntegerBuffersStay) {
   for (const Tensor& p : held) EXPECT_FALSE(p.grad().defined());
 }
 
+// to(ChannelsLast) lays out the conv weights (the 4-d tensors) channels-last in place, keeps
+// every other tensor as it was, and trains as the contiguous twin does.
+TEST(ModuleTo, ChannelsLastWeights) {
+  Net plain, laid_out;
+  laid_out.load_state_dict(plain.state_dict());
+  std::vector<Tensor> held = laid_out.parameters();
+  laid_out.to(MemoryFormat::ChannelsLast);
+  int convs = 0;
+  for (const auto& [name, p] : laid_out.named_parameters()) {
+    if (p.dim() == 4) {
+      ++convs;
+      EXPECT_TRUE(p.is_contiguous(MemoryFormat::ChannelsLast)) << name;
+      EXPECT_FALSE(p.is_contiguous()) << name;
+    } else {
+      EXPECT_TRUE(p.is_contiguous()) << name;
+    }
+  }
+  EXPECT_EQ(convs, 5);  // the stem's and two per block
+  EXPECT_TRUE(held[0].is_contiguous(MemoryFormat::ChannelsLast));  // the handles see it
+  const Tensor x = randn({2, 3, 6, 6});
+  Tensor a = plain(x), b = laid_out(x.to(MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(all_close(b, values(a), 1e-5, 1e-6));
+  a.sum().backward();
+  b.sum().backward();
+  std::vector<Tensor> pa = plain.parameters(), pb = laid_out.parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    ASSERT_EQ(pb[i].grad().defined(), pa[i].grad().defined()) << i;  // the aux head gets none
+    if (pa[i].grad().defined()) EXPECT_TRUE(all_close(pb[i].grad(), values(pa[i].grad()), 1e-4, 1e-5)) << i;
+  }
+  const nn::StateDict want = plain.state_dict();
+  // weights equal, running statistics to rounding (the convolutions sum in another order)
+  for (const auto& [name, t] : laid_out.state_dict())
+    EXPECT_TRUE(all_close(t, values(want.at(name)), 1e-5, 1e-6)) << name;
+}
+
 namespace {
 struct WithBuffers : nn::Module {
   Tensor w, stat, scratch;

@@ -92,6 +92,68 @@ TEST(OptimState, ExactResume) {
       {.momentum = 0.9, .centered = true}, {.centered = true}, {.momentum = 0.5}});
 }
 
+// A channels-last parameter (Module::to(MemoryFormat::ChannelsLast)) trains as its contiguous
+// twin: each update is elementwise, run over the parameter's memory with its grad and states
+// laid out alike (Note [Parameter layouts] in src/optim/update_util.h), so the results are
+// bit for bit equal; LAMB's norms sum in another order (close). The state dict holds the same
+// values, and loads into the other layout.
+template <class Opt, class Options>
+void expect_layouts_agree(const Options& o, bool exact) {
+  SCOPED_TRACE(Opt({ones({1})}, o).name());
+  const Shape shape{6, 4, 3, 5};
+  manual_seed(5);
+  const Tensor w0 = randn(shape);
+  Tensor a = w0.clone(), b = w0.to(MemoryFormat::ChannelsLast);
+  a.requires_grad_();
+  b.requires_grad_();
+  ASSERT_FALSE(b.is_contiguous());
+  auto same = [&](const Tensor& x, const Tensor& y) {
+    if (exact) EXPECT_TRUE(bitwise_equal(x, y));
+    else EXPECT_TRUE(testing::all_close(x, testing::values(y), 1e-5, 1e-7));
+  };
+  Opt oa({a}, o), ob({b}, o);
+  for (int t = 0; t < 6; ++t) {
+    const Tensor g = randn(shape);
+    a.set_grad(g.clone());
+    b.set_grad(t % 2 ? g.to(MemoryFormat::ChannelsLast) : g.clone());  // grads come in either layout
+    oa.step();
+    ob.step();
+  }
+  EXPECT_TRUE(b.is_contiguous(MemoryFormat::ChannelsLast));
+  same(b, a);
+  const optim::StateDict da = oa.state_dict(), db = ob.state_dict();
+  ASSERT_EQ(da.tensors.size(), db.tensors.size());
+  for (const auto& [key, t] : da.tensors) same(db.tensors.at(key), t);
+  // the channels-last optimizer's state continues a contiguous copy of its parameter
+  Tensor c = b.detach().contiguous();
+  c.requires_grad_();
+  Opt oc({c}, o);
+  oc.load_state_dict(db);
+  const Tensor g = randn(shape);
+  b.set_grad(g.clone());
+  c.set_grad(g.clone());
+  ob.step();
+  oc.step();
+  same(c, b);
+}
+
+TEST(OptimState, ChannelsLastParameters) {
+  expect_layouts_agree<optim::SGD>(optim::SGDOptions{.lr = 0.01, .momentum = 0.9, .nesterov = true}, true);
+  expect_layouts_agree<optim::AdamW>(optim::AdamWOptions{.amsgrad = true}, true);
+  expect_layouts_agree<optim::Adagrad>(optim::AdagradOptions{.initial_accumulator_value = 0.1}, true);
+  expect_layouts_agree<optim::RMSprop>(optim::RMSpropOptions{.momentum = 0.5, .centered = true}, true);
+  expect_layouts_agree<optim::LAMB>(optim::LAMBOptions{.weight_decay = 0.01}, false);
+  expect_layouts_agree<optim::Adam8bit>(optim::Adam8bitOptions{.min_8bit_size = 1 << 20}, true);
+  // 8-bit codes follow a parameter's memory order: a channels-last one keeps 32-bit moments
+  Tensor p = randn({8, 4, 3, 3}).to(MemoryFormat::ChannelsLast);
+  p.requires_grad_();
+  optim::Adam8bit opt({p}, {.min_8bit_size = 16});
+  p.set_grad(ones({8, 4, 3, 3}));
+  opt.step();
+  EXPECT_EQ(opt.state(p)->tensors.count("exp_avg"), 1u);
+  EXPECT_EQ(opt.state(p)->tensors.count("exp_avg_codes"), 0u);
+}
+
 TEST(OptimState, StateDictContents) {
   Tensor a = ones({2, 3}), b = ones({4});
   a.requires_grad_();
@@ -316,7 +378,10 @@ TEST(OptimState, BadParameters) {
   EXPECT_THROW(optim::SGD({b}, {.lr = inf}), Error);
   EXPECT_THROW(optim::LAMB({b}, {.lr = inf}), Error);
   Tensor t = ones({3, 4}).t();
-  EXPECT_THROW(optim::Adam({t}), Error);  // not contiguous
+  EXPECT_THROW(optim::Adam({t}), Error);  // neither contiguous nor channels-last
+  Tensor permuted = ones({2, 3, 4, 5}).permute({0, 2, 1, 3});
+  permuted.requires_grad_();
+  EXPECT_THROW(optim::Adam({permuted}), Error);
 
   optim::SGD opt({a});
   EXPECT_THROW(opt.add_param_group(std::vector<Tensor>{a}), Error);

@@ -69,6 +69,10 @@ class STRATA_API Module {
   /// Converts floating parameters and buffers; integer buffers keep their dtype.
   Module& to(DType dtype);
   Module& to(Device device, DType dtype);
+  /// Lays out every 4-d parameter and buffer (convolution weights) in `format`, in place, as
+  /// PyTorch's to(memory_format=...): a channels-last network then reads its weights without
+  /// converting them each step. Other tensors keep their layout.
+  Module& to(MemoryFormat format);
 
   void zero_grad(bool set_to_none = true);
   int64_t num_parameters() const;

@@ -13,7 +13,8 @@ struct UnaryScalarParams {
   double a = 0;
   double b = 0;
   /// clamp's bounds as integers (absent: the int64 limits), exact past 2^53, which integer
-  /// tensors compare against when `integral` says both bounds are integers.
+  /// tensors compare against when `integral` says both bounds are integers; pow's exponent of
+  /// integer tensors in `ia`.
   int64_t ia = 0, ib = 0;
   bool integral = false;
 };

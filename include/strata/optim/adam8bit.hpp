@@ -5,7 +5,8 @@
 // Each step dequantizes a block, applies the fp32 AdamW step (optim_math.h), and requantizes
 // the new moments to the nearest code. Weight decay is decoupled, as in AdamW (and in
 // bitsandbytes). Parameters with fewer than min_8bit_size elements keep fp32 moments
-// ("exp_avg", "exp_avg_sq") and are updated exactly as AdamW updates them. A change of
+// ("exp_avg", "exp_avg_sq") and are updated exactly as AdamW updates them, as do channels-last
+// parameters (Module::to(MemoryFormat)), whose memory is not in the codes' order. A change of
 // min_8bit_size or block_size between steps requantizes or dequantizes the moments.
 // Quantized state: "exp_avg_codes", "exp_avg_absmax", "exp_avg_sq_codes", "exp_avg_sq_absmax".
 #pragma once

@@ -18,7 +18,9 @@ namespace {
 namespace ck = cuda_kernels;
 
 template <class F> F make_functor(const KernelCall&) { return F{}; }
-template <> math::PowScalar make_functor(const KernelCall& c) { return {c.param<UnaryScalarParams>().a}; }
+template <> math::PowScalar make_functor(const KernelCall& c) {
+  return {c.param<UnaryScalarParams>().a, c.param<UnaryScalarParams>().ia};
+}
 template <> math::Clamp make_functor(const KernelCall& c) {
   const auto& p = c.param<UnaryScalarParams>();
   return {p.a, p.b, p.ia, p.ib, p.integral};
