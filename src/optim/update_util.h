@@ -35,8 +35,8 @@ T* ptr(const Tensor& t) {
 // i of each at the same offset. A parameter is contiguous, or channels-last when 4-d (conv
 // weights after Module::to(MemoryFormat::ChannelsLast)); its grad and every state shaped like it
 // are put in the same layout, so the offsets agree. State dicts hold logical values, so a
-// checkpoint loads into either layout. Adam8bit's flat 8-bit codes follow the parameter's
-// memory order and so need contiguous parameters (it says so).
+// checkpoint loads into either layout. Adam8bit's flat 8-bit codes are in C order, so a
+// channels-last parameter keeps 32-bit moments there (its `quantized`).
 
 /// The layout `p` is updated in (Note [Parameter layouts]).
 inline MemoryFormat param_format(const Tensor& p) {
