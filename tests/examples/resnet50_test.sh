@@ -7,7 +7,8 @@
 #     weights, only the memory layout differs); LAMB also lowers the loss;
 #   - a tiny ImageFolder of PNG files trains for 2 steps, validated on itself after each;
 #   - 6 steps straight equal 3 steps (--stop-after), then --resume to 6, mid-epoch: the same
-#     loss and lr at every step and byte-identical final checkpoints;
+#     loss and lr at every step and byte-identical final checkpoints; the same for a
+#     channels-last run, whose losses match the contiguous run's to 1e-4;
 #   - --cudnn-benchmark on the CPU says it has no effect; --amp, a missing --data folder,
 #     --resume without --checkpoint, a missing checkpoint, a resume with another batch size,
 #     --val-data without --data and
@@ -90,6 +91,18 @@ grep -q 'stopped after step 3 of 6; continue with --resume' stopped.txt || fail 
 grep -q 'resumed from split.ckpt at step 3' resumed.txt || fail "no resume line"
 diff <(cut -d, -f1-3 straight.csv) <(cut -d, -f1-3 split.csv) || fail "the resumed run's losses or lrs differ"
 cmp straight.ckpt split.ckpt || fail "the resumed run's final checkpoint differs"
+
+# channels-last, weights and optimizer state included: the same losses as the contiguous run to
+# rounding (convolutions sum in another order), and an exact resume of its own
+cl=(--channels-last --steps 6)
+"$example" "${tiny[@]}" "${ck[@]}" "${cl[@]}" --checkpoint cl_straight.ckpt --metrics cl_straight.csv >/dev/null
+paste -d, <(losses straight.csv) <(losses cl_straight.csv) |
+  awk -F, '{ d = $1 - $2; if (d > 1e-4 || d < -1e-4) exit 1 }' ||
+  fail "channels-last training drifted: $(losses straight.csv | tr '\n' ' ') vs $(losses cl_straight.csv | tr '\n' ' ')"
+"$example" "${tiny[@]}" "${ck[@]}" "${cl[@]}" --checkpoint cl_split.ckpt --stop-after 3 --metrics cl_split.csv >/dev/null
+"$example" "${tiny[@]}" "${ck[@]}" "${cl[@]}" --checkpoint cl_split.ckpt --resume --metrics cl_split.csv >/dev/null
+diff <(cut -d, -f1-3 cl_straight.csv) <(cut -d, -f1-3 cl_split.csv) || fail "the channels-last resume differs"
+cmp cl_straight.ckpt cl_split.ckpt || fail "the channels-last resumed run's final checkpoint differs"
 
 # refused: exit status 1 and a message on stderr that contains NEEDLE
 expect_refusal() {
