@@ -380,18 +380,23 @@ TEST(CudaBatchNorm, TrainAndEvalWithRunningStatistics) {
 
 // relu(batch_norm(x) + residual) in one kernel against the CPU's. The shapes take both of the
 // affine pass's paths: 16-byte vectors (NCHW with H * W a multiple of 8, channels-last with C a
-// multiple of 8) and one element at a time (odd sizes, and input and residual one element past
-// alignment). A residual that needs no gradient lets the backward apply the ReLU's mask as it
+// multiple of 8) and one element at a time (odd sizes, and the input, the residual or the
+// incoming gradient one element past alignment, each alone and all together). A residual that needs no gradient lets the backward apply the ReLU's mask as it
 // reads (Note [ReLU mask in the backward]); one that needs one has the masked gradient written.
 TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
   SKIP_WITHOUT_GPU();
   SEED_TRACE();
-  struct Input { const char* name; st::Shape shape; bool nhwc; bool misaligned; };
-  const std::vector<Input> inputs = {{"NCHW vectors", {3, 5, 4, 6}, false, false},
-                                     {"NHWC vectors", {3, 16, 3, 5}, true, false},
-                                     {"NCHW odd", {2, 3, 5, 7}, false, false},
-                                     {"NHWC odd", {2, 6, 3, 3}, true, false},
-                                     {"NCHW misaligned", {2, 4, 4, 4}, false, true}};
+  enum Misaligned { kNone = 0, kX = 1, kResidual = 2, kGrad = 4, kAll = 7 };
+  struct Input { const char* name; st::Shape shape; bool nhwc; int misaligned; };
+  const std::vector<Input> inputs = {{"NCHW vectors", {3, 5, 4, 6}, false, kNone},
+                                     {"NHWC vectors", {3, 16, 3, 5}, true, kNone},
+                                     {"NCHW odd", {2, 3, 5, 7}, false, kNone},
+                                     {"NHWC odd", {2, 6, 3, 3}, true, kNone},
+                                     {"NCHW misaligned", {2, 4, 4, 4}, false, kAll},
+                                     {"NCHW misaligned input", {2, 4, 4, 4}, false, kX},
+                                     {"NCHW misaligned residual", {2, 4, 4, 4}, false, kResidual},
+                                     {"NCHW misaligned gradient", {2, 4, 4, 4}, false, kGrad},
+                                     {"NHWC misaligned", {2, 16, 3, 3}, true, kAll}};
   struct Residual { const char* name; bool present, needs_grad; };
   const Residual residuals[] = {{"", false, false}, {" residual", true, true}, {" constant residual", true, false}};
   for (DType dt : kFloats)
@@ -412,18 +417,21 @@ TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
           Tensor yc = F::batch_norm_relu(xc, rmc, rvc, wc, bc, a, rc);
           const Tensor gy = random(yc.shape(), dt);
           yc.backward(gy);
-          // on the GPU in the case's layout, or one element into a larger buffer (misaligned)
-          auto on_gpu = [&](const Tensor& t) {
-            if (!in.misaligned) return in_layout(gpu(t), in.nhwc);
+          // on the GPU in the case's layout, or, for the operands the case names, one element into
+          // a larger buffer in that layout (misaligned)
+          auto on_gpu = [&](const Tensor& t, int which) {
+            if (!(in.misaligned & which)) return in_layout(gpu(t), in.nhwc);
             Tensor big = st::empty({t.numel() + 1}, st::TensorOptions(dt, st::Device::cuda()));
-            Tensor view = big.narrow(0, 1, t.numel()).view(in.shape);
+            const st::Shape& n = in.shape;
+            Tensor view = big.narrow(0, 1, t.numel());
+            view = in.nhwc ? view.view({n[0], n[2], n[3], n[1]}).permute({0, 3, 1, 2}) : view.view(n);
             view.copy_(gpu(t));
             return view;
           };
-          Tensor xg = leaf(on_gpu(x)), wg = leaf(gpu(w)), bg = leaf(gpu(b));
-          Tensor rg = with_residual ? residual_of(on_gpu(r)) : Tensor(), rmg = gpu(rm), rvg = gpu(rv);
+          Tensor xg = leaf(on_gpu(x, kX)), wg = leaf(gpu(w)), bg = leaf(gpu(b));
+          Tensor rg = with_residual ? residual_of(on_gpu(r, kResidual)) : Tensor(), rmg = gpu(rm), rvg = gpu(rv);
           Tensor yg = F::batch_norm_relu(xg, rmg, rvg, wg, bg, a, rg);
-          yg.backward(in_layout(gpu(gy), in.nhwc));
+          yg.backward(on_gpu(gy, kGrad));
           std::vector<Tensor> cpu_leaves{xc, wc, bc}, gpu_leaves{xg, wg, bg};
           if (residual_grad) cpu_leaves.push_back(rc), gpu_leaves.push_back(rg);
           expect_same_batch_norm({yc, rmc, rvc, cpu_leaves}, {yg, rmg, rvg, gpu_leaves}, dt);
