@@ -255,7 +255,7 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
         save(step);
         last = Clock::now();  // nor is saving
       }
-      if (step == end) break;  // mid-pass: the loader's workers are stopped with it
+      if (step == end) break;  // mid-pass: the loader's workers stop at its next pass or its end
     }
   }
   if (timed_images == 0) return static_cast<double>(all_images) / std::max(all_s, 1e-9);

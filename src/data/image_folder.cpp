@@ -22,8 +22,12 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, uint64_t 
     : root_(root), transform_(std::move(transform)), seed_(seed) {
   std::error_code ec;
   STRATA_CHECK(fs::is_directory(root, ec), "[ImageFolder] {} is not a directory", root);
-  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec))
-    if (entry.is_directory(ec)) classes_.push_back(entry.path().filename().string());
+  // a dangling link is skipped, as PyTorch's ImageFolder skips it: its error is its own
+  // (type_ec), not the listing's (ec)
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_directory(type_ec)) classes_.push_back(it->path().filename().string());
+  }
   STRATA_CHECK(!ec, "[ImageFolder] cannot list {}: {}", root, ec.message());
   STRATA_CHECK(!classes_.empty(), "[ImageFolder] {} has no class subfolders", root);
   std::sort(classes_.begin(), classes_.end());
@@ -36,11 +40,12 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, uint64_t 
     // or a folder already listed) would repeat samples, or loop forever
     std::set<fs::path> seen{fs::canonical(root, ec), fs::canonical(dir, ec)};
     for (fs::recursive_directory_iterator it(dir, options, ec), end; !ec && it != end; it.increment(ec)) {
-      if (it->is_directory(ec)) {
+      std::error_code type_ec;  // a dangling link: skipped
+      if (it->is_directory(type_ec)) {
         std::error_code resolve;  // a folder that cannot be resolved is listed as it is
         const fs::path real = fs::canonical(it->path(), resolve);
         if (!resolve && !seen.insert(real).second) it.disable_recursion_pending();
-      } else if (it->is_regular_file(ec) && is_image_file(it->path().string())) {
+      } else if (it->is_regular_file(type_ec) && is_image_file(it->path().string())) {
         files.push_back(it->path().string());
       }
     }

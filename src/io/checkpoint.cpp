@@ -132,6 +132,13 @@ CheckpointFile read_checkpoint(const std::string& path) {
                  "[checkpoint] {} is corrupted: tensor '{}' does not match its checksum (stored {}, computed {})", path,
                  name, it->second, detail::to_hex64(got));
   }
+  // a tensor dropped from the file with its checksum left behind (a re-save of a subset) would
+  // otherwise resume with that state re-created as zeros
+  for (const auto& [key, value] : meta) {
+    if (key.rfind("checksum.", 0) != 0 || key == "checksum.metadata") continue;
+    STRATA_CHECK(f.tensors.count(key.substr(9)), "[checkpoint] {}: a checksum names tensor '{}', which the file lacks",
+                 path, key.substr(9));
+  }
   CheckpointFile out;
   detail::parse_layout(path, f, out);
   return out;

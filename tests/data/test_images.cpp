@@ -275,6 +275,20 @@ TEST(ImageFolder, SymlinkedFoldersAreListedOnceAndLoopsEnd) {
   EXPECT_EQ(folder.get(2).target.item<int64_t>(), 1);
 }
 
+// Dangling links are skipped wherever they are, whatever the listing order (PyTorch's
+// ImageFolder skips them too): a missing target is the link's problem, not the folder's.
+TEST(ImageFolder, DanglingLinksAreSkipped) {
+  TempDir dir;
+  write_bytes(dir / "a/1.png", encode_png({.width = 2, .height = 2}, random_bytes(12, 1)));
+  write_bytes(dir / "b/2.png", encode_png({.width = 2, .height = 2}, random_bytes(12, 2)));
+  namespace fs = std::filesystem;
+  for (const char* name : {"a/0.png", "a/9.png", "b/old.jpg", "0class", "zclass"})
+    fs::create_symlink(dir / "moved-away.png", dir / name);
+  sd::ImageFolder folder(dir.str());
+  EXPECT_EQ(folder.classes(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(folder.size(), 2);
+}
+
 TEST(ImageDecode, NonRegularFilesAreRefused) {
   TempDir dir;
   expect_error([&] { sd::read_image(dir.str()); }, {"not a regular file"});

@@ -231,6 +231,24 @@ TEST_F(Checkpoint, FlippedByteNamesTheTensor) {
   EXPECT_NE(msg.find("metadata does not match its checksum"), std::string::npos) << msg;
 }
 
+// A tool that re-saves a subset of the tensors and keeps the metadata (checksums included)
+// makes a file whose checksums name a tensor it lacks: refused, naming it.
+TEST_F(Checkpoint, ChecksumOfAMissingTensorIsRefused) {
+  train_and_save(path);
+  io::SafetensorsFile f = io::load_safetensors(path);
+  std::string dropped;
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind("optim.", 0) == 0) dropped = name;
+  ASSERT_FALSE(dropped.empty());
+  io::TensorMap kept;
+  for (const auto& [name, t] : f.tensors)
+    if (name != dropped) kept[name] = t.clone();
+  const std::string subset = dir + "/subset.safetensors";
+  io::save_safetensors(subset, kept, f.metadata);
+  std::string msg = error_of([&] { io::read_checkpoint(subset); });
+  EXPECT_NE(msg.find("names tensor '" + dropped + "', which the file lacks"), std::string::npos) << msg;
+}
+
 TEST_F(Checkpoint, TruncatedFileIsRefused) {
   train_and_save(path);
   const std::string good = read_bytes(path);

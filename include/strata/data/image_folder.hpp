@@ -3,6 +3,7 @@
 // that should not measure disk or decoding).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -46,7 +47,7 @@ class STRATA_API ImageFolder : public Dataset<Example> {
   std::string root_;
   Transform transform_;
   uint64_t seed_;
-  uint64_t epoch_ = 0;
+  std::atomic<uint64_t> epoch_{0};  // set between epochs while workers of a left pass may read it
   std::vector<std::string> classes_;
   std::map<std::string, int64_t> class_to_idx_;
   std::vector<std::pair<std::string, int64_t>> samples_;
