@@ -26,7 +26,6 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
 
   const std::string& str() const { return path_; }
-  operator const std::string&() const { return path_; }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
 
  private:

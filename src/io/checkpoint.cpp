@@ -134,10 +134,12 @@ CheckpointFile read_checkpoint(const std::string& path) {
   }
   // a tensor dropped from the file with its checksum left behind (a re-save of a subset) would
   // otherwise resume with that state re-created as zeros
+  constexpr std::string_view kChecksum = "checksum.";
   for (const auto& [key, value] : meta) {
-    if (key.rfind("checksum.", 0) != 0 || key == "checksum.metadata") continue;
-    STRATA_CHECK(f.tensors.count(key.substr(9)), "[checkpoint] {}: a checksum names tensor '{}', which the file lacks",
-                 path, key.substr(9));
+    if (key.rfind(kChecksum, 0) != 0 || key == "checksum.metadata") continue;
+    const std::string name = key.substr(kChecksum.size());
+    STRATA_CHECK(f.tensors.count(name), "[checkpoint] {}: a checksum names tensor '{}', which the file lacks", path,
+                 name);
   }
   CheckpointFile out;
   detail::parse_layout(path, f, out);

@@ -142,6 +142,17 @@ template <class F> void Module::for_each_tensor(F&& f) {
   }
 }
 
+namespace {
+// t (a parameter or buffer) and its grad replaced by convert of each, in place: handles held
+// elsewhere (an optimizer's) see the change.
+template <class Convert>
+void replace_in_place(Tensor& t, Convert convert) {
+  Tensor data = convert(t), grad = t.grad().defined() ? convert(t.grad()) : Tensor();
+  t.set_data(data);
+  if (grad.defined()) t.set_grad(grad);
+}
+}  // namespace
+
 Module& Module::to(Device device, DType dtype) {
   STRATA_CHECK(is_floating(dtype), "[{}] to(): parameters can only be converted to a floating dtype, got {}", name(),
                dtype);
@@ -149,9 +160,7 @@ Module& Module::to(Device device, DType dtype) {
   for_each_tensor([&](Tensor& t, bool) {
     DType target = is_floating(t.dtype()) ? dtype : t.dtype();
     if (t.device() == device && t.dtype() == target) return;
-    Tensor moved = t.to(device, target), grad = t.grad().defined() ? t.grad().to(device, target) : Tensor();
-    t.set_data(moved);
-    if (grad.defined()) t.set_grad(grad);
+    replace_in_place(t, [&](const Tensor& x) { return x.to(device, target); });
   });
   return *this;
 }
@@ -159,10 +168,7 @@ Module& Module::to(Device device, DType dtype) {
 Module& Module::to(Device device) {
   NoGradGuard no_grad;
   for_each_tensor([&](Tensor& t, bool) {
-    if (t.device() == device) return;
-    Tensor moved = t.to(device), grad = t.grad().defined() ? t.grad().to(device) : Tensor();
-    t.set_data(moved);
-    if (grad.defined()) t.set_grad(grad);
+    if (t.device() != device) replace_in_place(t, [&](const Tensor& x) { return x.to(device); });
   });
   return *this;
 }
@@ -172,10 +178,7 @@ Module& Module::to(DType dtype) {
                dtype);
   NoGradGuard no_grad;
   for_each_tensor([&](Tensor& t, bool) {
-    if (!is_floating(t.dtype()) || t.dtype() == dtype) return;
-    Tensor moved = t.to(dtype), grad = t.grad().defined() ? t.grad().to(dtype) : Tensor();
-    t.set_data(moved);
-    if (grad.defined()) t.set_grad(grad);
+    if (is_floating(t.dtype()) && t.dtype() != dtype) replace_in_place(t, [&](const Tensor& x) { return x.to(dtype); });
   });
   return *this;
 }
@@ -183,10 +186,7 @@ Module& Module::to(DType dtype) {
 Module& Module::to(MemoryFormat format) {
   NoGradGuard no_grad;
   for_each_tensor([&](Tensor& t, bool) {
-    if (t.dim() != 4 || t.is_contiguous(format)) return;
-    Tensor laid_out = t.to(format), grad = t.grad().defined() ? t.grad().to(format) : Tensor();
-    t.set_data(laid_out);
-    if (grad.defined()) t.set_grad(grad);
+    if (t.dim() == 4 && !t.is_contiguous(format)) replace_in_place(t, [&](const Tensor& x) { return x.to(format); });
   });
   return *this;
 }
