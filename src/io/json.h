@@ -7,32 +7,63 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
+
+#include <strata/core/error.hpp>
 
 namespace strata::io::json {
 
-struct Member;
+enum class Kind { Object, Array, String, Integer };
 
-struct Value {
-  enum class Kind { Object, Array, String, Integer };
-  Kind kind = Kind::Object;
-  std::string string;
-  uint64_t integer = 0;
-  std::vector<Value> array;
-  std::vector<Member> object;  // document order; keys are unique
+const char* kind_name(Kind kind);
+
+/// A pull reader: the caller walks the document in the order its schema expects, so a
+/// header becomes its entries directly, without a tree of values in between (a tree costs
+/// tens of bytes per input byte, and a hostile 100 MB header could take gigabytes). Every
+/// syntax problem raises strata::Error "[safetensors] header: <problem> at byte <k>".
+class Reader {
+ public:
+  explicit Reader(std::string_view text) : s_(text) {}
+
+  /// The kind of the next value, after whitespace; raises on anything outside the subset.
+  Kind next_kind();
+  /// Steps into an object or array (after whitespace).
+  void begin_object() { skip_ws(), expect('{'); }
+  void begin_array() { skip_ws(), expect('['); }
+  /// The next member's key, its ':' consumed, or false at the object's '}' (consumed).
+  /// `first` is true for the first call after begin_object.
+  bool next_member(std::string& key, bool first);
+  /// True when another array element follows (positioned at it), false at ']' (consumed).
+  bool next_element(bool first);
+  std::string string();
+  uint64_t integer();
+  /// Only whitespace may follow the document's value.
+  void end();
+
+  /// Where the key of the last next_member began, for messages about that key.
+  size_t key_position() const { return key_pos_; }
+
+  template <class... Args>
+  [[noreturn]] void fail_at(size_t pos, fmt::format_string<Args...> format, Args&&... args) const {
+    throw Error(
+        fmt::format("[safetensors] header: {} at byte {}", fmt::format(format, std::forward<Args>(args)...), pos));
+  }
+  template <class... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) const {
+    fail_at(pos_, format, std::forward<Args>(args)...);
+  }
+
+ private:
+  bool at_end() const { return pos_ >= s_.size(); }
+  char peek() const { return s_[pos_]; }
+  void skip_ws();
+  void expect(char c);
+  unsigned hex4();
+  bool next_item(char close, const char* unterminated, bool first);
+
+  std::string_view s_;
+  size_t pos_ = 0;
+  size_t key_pos_ = 0;
 };
-
-struct Member {
-  std::string key;
-  Value value;
-};
-
-const char* kind_name(Value::Kind kind);
-
-/// Parses one JSON value filling `text` (surrounding JSON whitespace allowed). Raises
-/// strata::Error "[safetensors] header: <problem> at byte <k>" on anything outside the
-/// subset, on duplicate object keys and on nesting deeper than a header needs.
-Value parse(std::string_view text);
 
 /// Byte offset of the first invalid UTF-8 sequence (overlong forms, surrogates and code
 /// points past U+10FFFF are invalid), or npos when `s` is valid.

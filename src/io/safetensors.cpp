@@ -53,6 +53,9 @@ Plan make_plan(const TensorMap& tensors, const Metadata& metadata) {
   for (const auto& [name, t] : tensors) {
     STRATA_CHECK(name != "__metadata__", "[safetensors] \"__metadata__\" is reserved and cannot name a tensor");
     STRATA_CHECK(t.defined(), "[safetensors] tensor \"{}\" is undefined", name);
+    STRATA_CHECK(static_cast<size_t>(t.dim()) <= kMaxSafetensorsDims,
+                 "[safetensors] tensor \"{}\" has {} dimensions; at most {} can be read back", name, t.dim(),
+                 kMaxSafetensorsDims);
     check_utf8(name, "tensor name");
     order.emplace_back(name, t);
   }

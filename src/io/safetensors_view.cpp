@@ -40,72 +40,122 @@ uint64_t read_le64(const uint8_t* p) {
   return v;
 }
 
-const json::Value& field(const json::Value& entry, const std::string& name, std::string_view key) {
-  for (const auto& [k, v] : entry.object)
-    if (k == key) return v;
-  throw Error(fmt::format("[safetensors] tensor \"{}\": missing \"{}\"", name, key));
-}
-
-SafetensorsEntry parse_entry(const std::string& name, const json::Value& v) {
-  STRATA_CHECK(v.kind == json::Value::Kind::Object, "[safetensors] tensor \"{}\": expected an object, found {}", name,
-               json::kind_name(v.kind));
-  for (const auto& [k, _] : v.object)
-    STRATA_CHECK(k == "dtype" || k == "shape" || k == "data_offsets", "[safetensors] tensor \"{}\": unknown field \"{}\"",
-                 name, k);
+// One tensor's object, read field by field; checked in a fixed order once it is closed.
+SafetensorsEntry read_entry(json::Reader& r, std::string name) {
   SafetensorsEntry e;
-  e.name = name;
+  e.name = std::move(name);
+  const std::string& n = e.name;
+  if (json::Kind k = r.next_kind(); k != json::Kind::Object)
+    STRATA_CHECK(false, "[safetensors] tensor \"{}\": expected an object, found {}", n, json::kind_name(k));
+  bool has_dtype = false, has_shape = false, has_offsets = false;
+  std::string key;
+  r.begin_object();
+  for (bool first = true; r.next_member(key, first); first = false) {
+    bool* seen = key == "dtype" ? &has_dtype : key == "shape" ? &has_shape : key == "data_offsets" ? &has_offsets
+                                                                                                   : nullptr;
+    STRATA_CHECK(seen != nullptr, "[safetensors] tensor \"{}\": unknown field \"{}\"", n, key);
+    if (*seen) r.fail_at(r.key_position(), "duplicate key \"{}\"", key);
+    *seen = true;
+    json::Kind kind = r.next_kind();
+    if (seen == &has_dtype) {
+      STRATA_CHECK(kind == json::Kind::String, "[safetensors] tensor \"{}\": dtype must be a string", n);
+      e.dtype = r.string();
+    } else if (seen == &has_shape) {
+      STRATA_CHECK(kind == json::Kind::Array, "[safetensors] tensor \"{}\": shape must be an array", n);
+      r.begin_array();
+      for (bool f = true; r.next_element(f); f = false) {
+        STRATA_CHECK(r.next_kind() == json::Kind::Integer,
+                     "[safetensors] tensor \"{}\": shape entries must be integers", n);
+        STRATA_CHECK(e.shape.size() < kMaxSafetensorsDims, "[safetensors] tensor \"{}\": shape has more than {} "
+                     "dimensions", n, kMaxSafetensorsDims);
+        uint64_t d = r.integer();
+        STRATA_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                     "[safetensors] tensor \"{}\": shape size {} does not fit in int64", n, d);
+        e.shape.push_back(static_cast<int64_t>(d));
+      }
+    } else {
+      const char* bad = "[safetensors] tensor \"{}\": data_offsets must be an array of two integers";
+      STRATA_CHECK(kind == json::Kind::Array, fmt::runtime(bad), n);
+      uint64_t offsets[2];
+      size_t count = 0;
+      r.begin_array();
+      for (bool f = true; r.next_element(f); f = false) {
+        STRATA_CHECK(count < 2 && r.next_kind() == json::Kind::Integer, fmt::runtime(bad), n);
+        offsets[count++] = r.integer();
+      }
+      STRATA_CHECK(count == 2, fmt::runtime(bad), n);
+      e.begin = offsets[0];
+      e.end = offsets[1];
+    }
+  }
+  for (auto [has, field] : {std::pair{has_dtype, "dtype"}, {has_shape, "shape"}, {has_offsets, "data_offsets"}})
+    STRATA_CHECK(has, "[safetensors] tensor \"{}\": missing \"{}\"", n, field);
 
-  const json::Value& dtype = field(v, name, "dtype");
-  STRATA_CHECK(dtype.kind == json::Value::Kind::String, "[safetensors] tensor \"{}\": dtype must be a string", name);
-  const FormatDType* fd = find_dtype(dtype.string);
-  STRATA_CHECK(fd != nullptr, "[safetensors] tensor \"{}\": unknown dtype \"{}\"", name, dtype.string);
-  e.dtype = dtype.string;
-
-  const json::Value& shape = field(v, name, "shape");
-  STRATA_CHECK(shape.kind == json::Value::Kind::Array, "[safetensors] tensor \"{}\": shape must be an array", name);
+  const FormatDType* fd = find_dtype(e.dtype);
+  STRATA_CHECK(fd != nullptr, "[safetensors] tensor \"{}\": unknown dtype \"{}\"", n, e.dtype);
   uint64_t numel = 1;
   bool overflow = false;
-  for (const json::Value& d : shape.array) {
-    STRATA_CHECK(d.kind == json::Value::Kind::Integer, "[safetensors] tensor \"{}\": shape entries must be integers",
-                 name);
-    STRATA_CHECK(d.integer <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                 "[safetensors] tensor \"{}\": shape size {} does not fit in int64", name, d.integer);
-    e.shape.push_back(static_cast<int64_t>(d.integer));
+  for (int64_t s : e.shape) {
+    auto d = static_cast<uint64_t>(s);
     // A zero anywhere makes the product 0, whatever else overflows.
-    if (d.integer == 0) numel = 0, overflow = false;
-    else if (numel != 0 && (overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / d.integer))
+    if (d == 0) numel = 0, overflow = false;
+    else if (numel != 0 && (overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / d))
       overflow = true;
-    else if (numel != 0) numel *= d.integer;
+    else if (numel != 0) numel *= d;
   }
-  STRATA_CHECK(!overflow, "[safetensors] tensor \"{}\": the element count of shape {} overflows int64", name, e.shape);
+  STRATA_CHECK(!overflow, "[safetensors] tensor \"{}\": the element count of shape {} overflows int64", n, e.shape);
   STRATA_CHECK(numel <= std::numeric_limits<uint64_t>::max() / fd->itemsize,
-               "[safetensors] tensor \"{}\": the byte count of shape {} overflows", name, e.shape);
-
-  const json::Value& offsets = field(v, name, "data_offsets");
-  STRATA_CHECK(offsets.kind == json::Value::Kind::Array && offsets.array.size() == 2 &&
-                   offsets.array[0].kind == json::Value::Kind::Integer &&
-                   offsets.array[1].kind == json::Value::Kind::Integer,
-               "[safetensors] tensor \"{}\": data_offsets must be an array of two integers", name);
-  e.begin = offsets.array[0].integer;
-  e.end = offsets.array[1].integer;
-  STRATA_CHECK(e.end >= e.begin, "[safetensors] tensor \"{}\": data_offsets [{}, {}] end before begin", name, e.begin,
+               "[safetensors] tensor \"{}\": the byte count of shape {} overflows", n, e.shape);
+  STRATA_CHECK(e.end >= e.begin, "[safetensors] tensor \"{}\": data_offsets [{}, {}] end before begin", n, e.begin,
                e.end);
   STRATA_CHECK(e.end - e.begin == numel * fd->itemsize,
-               "[safetensors] tensor \"{}\": data_offsets [{}, {}] span {} bytes but {} {} needs {} x {} = {}", name,
+               "[safetensors] tensor \"{}\": data_offsets [{}, {}] span {} bytes but {} {} needs {} x {} = {}", n,
                e.begin, e.end, e.end - e.begin, e.dtype, e.shape, numel, fd->itemsize, numel * fd->itemsize);
   return e;
 }
 
-Metadata parse_metadata(const json::Value& v) {
-  STRATA_CHECK(v.kind == json::Value::Kind::Object, "[safetensors] __metadata__ must be an object, found {}",
-               json::kind_name(v.kind));
+Metadata read_metadata(json::Reader& r) {
+  if (json::Kind k = r.next_kind(); k != json::Kind::Object)
+    STRATA_CHECK(false, "[safetensors] __metadata__ must be an object, found {}", json::kind_name(k));
   Metadata m;
-  for (const auto& [k, item] : v.object) {
-    STRATA_CHECK(item.kind == json::Value::Kind::String, "[safetensors] __metadata__ \"{}\" must be a string, found {}",
-                 k, json::kind_name(item.kind));
-    m.emplace(k, item.string);
+  std::string key;
+  r.begin_object();
+  for (bool first = true; r.next_member(key, first); first = false) {
+    size_t key_pos = r.key_position();
+    json::Kind kind = r.next_kind();
+    STRATA_CHECK(kind == json::Kind::String, "[safetensors] __metadata__ \"{}\" must be a string, found {}", key,
+                 json::kind_name(kind));
+    if (!m.emplace(key, r.string()).second) r.fail_at(key_pos, "duplicate key \"{}\"", key);
   }
   return m;
+}
+
+// The header's top-level object: __metadata__ and one entry per tensor, names unique.
+void read_header(std::string_view header, SafetensorsView& view) {
+  json::Reader r(header);
+  std::vector<size_t> key_positions;  // of each entry, for a duplicate's message
+  bool has_metadata = false;
+  std::string key;
+  r.begin_object();
+  for (bool first = true; r.next_member(key, first); first = false) {
+    if (key == "__metadata__") {
+      if (has_metadata) r.fail_at(r.key_position(), "duplicate key \"__metadata__\"");
+      has_metadata = true;
+      view.metadata = read_metadata(r);
+    } else {
+      key_positions.push_back(r.key_position());
+      view.entries.push_back(read_entry(r, std::move(key)));
+    }
+  }
+  r.end();
+  std::vector<size_t> order(view.entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tie(view.entries[a].name, key_positions[a]) < std::tie(view.entries[b].name, key_positions[b]);
+  });
+  for (size_t i = 1; i < order.size(); ++i)
+    if (view.entries[order[i]].name == view.entries[order[i - 1]].name)
+      r.fail_at(key_positions[order[i]], "duplicate key \"{}\"", view.entries[order[i]].name);
 }
 
 }  // namespace
@@ -145,13 +195,7 @@ SafetensorsView view_safetensors(const void* data, size_t size) {
   STRATA_CHECK(!header.empty() && header[0] == '{', "[safetensors] header does not start with '{{'");
   size_t bad = json::find_invalid_utf8(header);
   STRATA_CHECK(bad == std::string_view::npos, "[safetensors] header: invalid UTF-8 at byte {}", bad);
-  json::Value root = json::parse(header);
-  STRATA_CHECK(root.kind == json::Value::Kind::Object, "[safetensors] header must be a JSON object");
-
-  for (const auto& [key, v] : root.object) {
-    if (key == "__metadata__") view.metadata = parse_metadata(v);
-    else view.entries.push_back(parse_entry(key, v));
-  }
+  read_header(header, view);
   // The byte buffer is tiled by the entries in offset order (the header's key order is
   // free), from 0 to its very end.
   std::sort(view.entries.begin(), view.entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {

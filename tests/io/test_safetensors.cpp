@@ -318,7 +318,7 @@ TEST(AtomicFile, LinksModesLongNamesAndOtherKindsOfFile) {
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"link.bin", std::string(255, 'n'), "pipe", "sub", "target.bin"}));
 }
 
-TEST(Safetensors, HeaderPastTheFormatsLimitIsRefusedBeforeWriting) {
+TEST(Safetensors, HeaderPastTheFormatsLimitsIsRefusedBeforeWriting) {
   // a reader refuses headers over kMaxSafetensorsHeaderBytes, so a writer must not make one
   const TempDir temp("strata_io");
   const std::string& dir = temp.str();
@@ -329,6 +329,9 @@ TEST(Safetensors, HeaderPastTheFormatsLimitIsRefusedBeforeWriting) {
   EXPECT_TRUE(throws_with([&] { io::save_safetensors(path, {{"a", zeros({2})}}, big); }, {"header", "limit"}));
   const std::string long_name(io::kMaxSafetensorsHeaderBytes, 'n');
   EXPECT_TRUE(throws_with([&] { io::save_safetensors(path, {{long_name, zeros({1})}}); }, {"limit"}));
+  // nor shapes of more dimensions than readers take
+  Tensor many_dims = zeros({1}).reshape(Shape(io::kMaxSafetensorsDims + 1, 1));
+  EXPECT_TRUE(throws_with([&] { io::save_safetensors(path, {{"a", many_dims}}); }, {"65 dimensions", "at most 64"}));
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_EQ(list_dir(dir), std::vector<std::string>{"m.safetensors"});
 }

@@ -82,9 +82,11 @@ TEST(SafetensorsBad, JsonOutsideTheSubset) {
   EXPECT_TRUE(rejects(file(R"({"__metadata__":{"a":true}})", 0), "true"));
   EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,0]}})", 0),
                       "64 bits"));
-  EXPECT_TRUE(rejects(file(R"({"a":1,})", 0), "expected a string key"));
+  EXPECT_TRUE(rejects(file(R"({"__metadata__":{"a":"1",}})", 0), "expected a string key"));
   EXPECT_TRUE(rejects(file(R"({"a" 1})", 0), "expected ':'"));
-  EXPECT_TRUE(rejects(file(R"({"a":[1,2)", 0, false), "unterminated array"));
+  EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[1,2)", 0, false), "unterminated array"));
+  EXPECT_TRUE(rejects(file(R"({"__metadata__":{"a":"1")", 0, false), "unterminated object"));
+  EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[1 2]}})", 0), "expected ']'"));
   EXPECT_TRUE(rejects(file(R"({"a)", 0, false), "unterminated string"));
   EXPECT_TRUE(rejects(file("{\"a\tb\":1}", 0), "control character"));
   EXPECT_TRUE(rejects(file(R"({"\q":1})", 0), "unknown escape"));
@@ -92,8 +94,10 @@ TEST(SafetensorsBad, JsonOutsideTheSubset) {
   EXPECT_TRUE(rejects(file(R"({"\ud83d":1})", 0), "not followed by a low surrogate"));
   EXPECT_TRUE(rejects(file(R"({"\ud83d\u0041":1})", 0), "followed by"));
   EXPECT_TRUE(rejects(file(R"({"\ude00":1})", 0), "lone low surrogate"));
+  // The reader follows the header's schema, so nesting anywhere else is refused where it starts.
   std::string deep = "{\"a\":" + std::string(5000, '[') + std::string(5000, ']') + "}";
-  EXPECT_TRUE(rejects(file(deep, 0), "nesting deeper"));
+  EXPECT_TRUE(rejects(file(deep, 0), "expected an object, found an array"));
+  EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", 4), "must be integers"));
 }
 
 TEST(SafetensorsBad, EscapesDecode) {
@@ -109,6 +113,10 @@ TEST(SafetensorsBad, DuplicateKeys) {
   EXPECT_TRUE(rejects(file("{" + f32("a", "1", 0, 4) + "," + f32("a", "1", 4, 8) + "}", 8), "duplicate key \"a\""));
   EXPECT_TRUE(rejects(file(R"({"__metadata__":{"k":"1","k":"2"}})", 0), "duplicate key \"k\""));
   EXPECT_TRUE(rejects(file(R"({"a":{"dtype":"F32","dtype":"F32","shape":[],"data_offsets":[0,4]}})", 4), "duplicate"));
+  EXPECT_TRUE(rejects(file(R"({"__metadata__":{},"__metadata__":{}})", 0), "duplicate key \"__metadata__\""));
+  // apart in the header and in byte order, still found
+  const std::string b_twice = "{" + f32("b", "1", 0, 4) + "," + f32("c", "1", 4, 8) + "," + f32("b", "1", 8, 12) + "}";
+  EXPECT_TRUE(rejects(file(b_twice, 12), "duplicate key \"b\""));
 }
 
 TEST(SafetensorsBad, ByteRanges) {
@@ -143,6 +151,15 @@ TEST(SafetensorsBad, ShapesAndDTypes) {
   EXPECT_TRUE(rejects(file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4), "two integers"));
   EXPECT_TRUE(rejects(file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4), "unknown field"));
   EXPECT_TRUE(rejects(file(R"({"a":[]})", 0), "expected an object"));
+  EXPECT_TRUE(rejects(file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,4]}})", 4), "two integers"));
+  EXPECT_TRUE(rejects(file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,"4"]}})", 4), "two integers"));
+  EXPECT_TRUE(rejects(file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":{}}})", 4), "two integers"));
+  // At most kMaxSafetensorsDims dimensions, refused at the first one past it (a hostile
+  // header of 100 MB of zeros in one shape is not read into memory).
+  std::string dims64 = fmt::format("{}", fmt::join(std::vector<int>(64, 1), ","));
+  std::string ok = file("{" + f32("a", dims64, 0, 4) + "}", 4);
+  EXPECT_EQ(io::parse_safetensors(ok.data(), ok.size()).tensors.at("a").dim(), 64);
+  EXPECT_TRUE(rejects(file("{" + f32("a", dims64 + ",1", 0, 4) + "}", 4), "more than 64 dimensions"));
   // A zero anywhere makes the element count 0, however large the other sizes.
   std::string zero = file("{" + f32("a", "0,9223372036854775807,9223372036854775807", 0, 0) + "}", 0);
   EXPECT_EQ(io::parse_safetensors(zero.data(), zero.size()).tensors.at("a").numel(), 0);

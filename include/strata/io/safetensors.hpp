@@ -25,6 +25,9 @@ using Metadata = std::map<std::string, std::string>;
 /// The largest JSON header a file may have (the reference implementation's limit, which bounds
 /// what a hostile file can make a reader allocate). Writers refuse to go past it.
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+/// The most dimensions a tensor's shape may have (as NumPy allows); readers refuse more, so
+/// that a header's size, not its content, bounds what reading it allocates. Writers refuse too.
+inline constexpr size_t kMaxSafetensorsDims = 64;
 
 /// Writes tensors (any strides, CPU or GPU; copied to contiguous CPU bytes) and metadata
 /// as one safetensors file, atomically (see atomic_file.hpp): after a crash the path holds
