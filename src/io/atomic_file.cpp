@@ -3,15 +3,20 @@
 // the new one, and mappings of the old file stay valid (it keeps its inode).
 #include <strata/io/atomic_file.hpp>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include <strata/core/error.hpp>
 
@@ -26,8 +31,23 @@ std::string folder_of(const std::string& path) {
 
 namespace {
 
-// Opens a fresh temporary beside `path` with O_EXCL; mode 0666 minus the umask, as a plain
-// fopen would give the final file.
+// Note [Temporary locks]: a writer holds an exclusive flock on its temporary from creation
+// to rename, and the lock dies with its process. A cleaner removes only temporaries it can
+// lock itself, and unlinks while holding the lock. A cleaner may lock a temporary in the
+// instant between its creation and its writer's flock; the writer then finds it unlinked
+// (st_nlink 0) once it gets the lock, and starts over with a new name. Process ids alone
+// cannot tell: a container's writer is often pid 1 in every run, and another host's pids mean
+// nothing here.
+
+int lock_exclusive(int fd) {
+  int rc;
+  do rc = ::flock(fd, LOCK_EX);
+  while (rc != 0 && errno == EINTR);
+  return rc;
+}
+
+// Opens a fresh temporary beside `path` with O_EXCL, locked; mode 0666 minus the umask, as a
+// plain fopen would give the final file.
 int open_temporary(const std::string& path, std::string& temp) {
   static std::atomic<uint64_t> counter{0};
   std::random_device rd;
@@ -35,10 +55,43 @@ int open_temporary(const std::string& path, std::string& temp) {
   for (int attempt = 0; attempt < 100; ++attempt) {
     temp = fmt::format("{}/{}{}-{}-{:08x}", folder, prefix, ::getpid(), counter++, rd());
     int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST) return fd;
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) return fd;
+    if (lock_exclusive(fd) != 0) return fd;  // no flock here: cleaners fall back to process ids
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && st.st_nlink > 0) return fd;
+    ::close(fd);  // a cleaner took it before the lock
   }
   errno = EEXIST;
   return -1;
+}
+
+// A temporary no lock could be tried on: abandoned when its writer's process is gone.
+bool writer_gone(std::string_view rest) {
+  long pid = 0;
+  auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+  if (ec != std::errc() || end == rest.data() || *end != '-' || pid <= 0) return false;
+  if (pid == ::getpid()) return false;  // another thread of ours may be writing
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+// Removes `file` if no writer holds it (Note [Temporary locks]).
+void remove_if_abandoned(const std::string& file, std::string_view rest) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno != ENOENT && errno != ELOOP && writer_gone(rest)) ::unlink(file.c_str());
+    return;
+  }
+  struct stat opened {}, named {};
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    // still the file that was opened: not renamed over, not replaced
+    if (::fstat(fd, &opened) == 0 && ::lstat(file.c_str(), &named) == 0 && opened.st_ino == named.st_ino &&
+        opened.st_dev == named.st_dev)
+      ::unlink(file.c_str());
+  } else if (errno != EWOULDBLOCK && writer_gone(rest)) {
+    ::unlink(file.c_str());
+  }
+  ::close(fd);
 }
 
 }  // namespace
@@ -47,6 +100,21 @@ std::string temporary_prefix(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   const std::string_view base = std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1);
   return fmt::format(".{}.tmp-", base.substr(0, 100));
+}
+
+void remove_abandoned_temporaries(const std::string& path) {
+  const std::string dest = atomic_destination(path, "atomic_file");  // where the temporaries are
+  const std::string folder = folder_of(dest), prefix = temporary_prefix(dest);
+  DIR* dir = ::opendir(folder.c_str());
+  if (!dir) return;  // a save will report an unusable folder
+  std::vector<std::string> candidates;
+  while (const dirent* e = ::readdir(dir)) {
+    std::string_view name = e->d_name;
+    if (name.substr(0, prefix.size()) == prefix) candidates.emplace_back(name);
+  }
+  ::closedir(dir);
+  for (const std::string& name : candidates)
+    remove_if_abandoned(folder + "/" + name, std::string_view(name).substr(prefix.size()));
 }
 
 std::string atomic_destination(const std::string& path, std::string_view op) {
@@ -73,10 +141,14 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   STRATA_CHECK(fd >= 0, "[atomic_file] cannot create a temporary file for {}: {}", path, std::strerror(errno));
   struct stat old {};
   if (::stat(dest.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 07777);  // a replaced file keeps its mode
+  // The lock lives on the open file description; this duplicate keeps it held from the
+  // stream's fclose until the rename is done.
+  const int lock_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   std::FILE* f = ::fdopen(fd, "wb");
-  if (!f) {
+  if (!f || lock_fd < 0) {
     int err = errno;
-    ::close(fd);
+    f ? std::fclose(f) : ::close(fd);
+    if (lock_fd >= 0) ::close(lock_fd);
     ::unlink(temp.c_str());
     STRATA_CHECK(false, "[atomic_file] cannot open a stream for {}: {}", path, std::strerror(err));
   }
@@ -84,6 +156,7 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     if (f) std::fclose(f);
     f = nullptr;
     ::unlink(temp.c_str());
+    ::close(lock_fd);
   };
   auto fail = [&](const char* step) {
     int err = errno;
@@ -103,6 +176,7 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   f = nullptr;
   if (rc != 0) fail("fclose");
   if (::rename(temp.c_str(), dest.c_str()) != 0) fail("rename");
+  ::close(lock_fd);
   // Makes the rename itself durable; a folder that cannot be opened or synced (some
   // filesystems refuse) leaves the new file in place, so it is not an error.
   int dir = ::open(folder_of(dest).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -18,12 +18,6 @@
 //   "checksum.metadata"    xxHash64 over every other metadata entry ("key\0value\0" in key order)
 #include <strata/io/checkpoint.hpp>
 
-#include <dirent.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <charconv>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -42,31 +36,6 @@ void put_state(TensorMap& tensors, Metadata& meta, const std::string& part, cons
   meta[part + ".type"] = d.type;
   for (const auto& [k, v] : d.scalars) meta[part + ".scalar." + k] = detail::format_double(v);
   for (const auto& [k, t] : d.tensors) tensors[part + "." + k] = t;
-}
-
-// Note [Stale temporaries]: a writer killed mid-save leaves the temporary that
-// write_file_atomically (atomic_file.cpp) names "<folder>/<temporary_prefix><pid>-<n>-<hex>".
-// Before writing, we remove those of `path` whose writer process no longer exists; a live
-// writer's temporary (another process saving the same path) is left alone.
-void remove_stale_temporaries(const std::string& path) {
-  const std::string dest = atomic_destination(path, "checkpoint");  // where the temporaries are
-  const std::string folder = folder_of(dest);
-  std::string prefix = temporary_prefix(dest);
-  DIR* dir = ::opendir(folder.c_str());
-  if (!dir) return;  // the save itself will report an unusable folder
-  std::vector<std::string> stale;
-  while (const dirent* e = ::readdir(dir)) {
-    std::string_view name = e->d_name;
-    if (name.substr(0, prefix.size()) != prefix) continue;
-    std::string_view rest = name.substr(prefix.size());
-    long pid = 0;
-    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
-    if (ec != std::errc() || end == rest.data() || *end != '-' || pid <= 0) continue;
-    if (pid == ::getpid()) continue;  // another thread of ours may be writing
-    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) stale.emplace_back(name);
-  }
-  ::closedir(dir);
-  for (const std::string& name : stale) ::unlink((folder + "/" + name).c_str());
 }
 
 }  // namespace
@@ -100,7 +69,7 @@ void save_checkpoint(const std::string& path, const TrainingState& s, const Chec
   }
   meta["checksum.metadata"] = detail::to_hex64(detail::metadata_hash(meta));
 
-  remove_stale_temporaries(path);
+  remove_abandoned_temporaries(path);  // of earlier runs killed mid-save
   save_safetensors(path, tensors, meta);
 }
 

@@ -110,7 +110,12 @@ Checkpoint load_checkpoint(const std::string& path, TrainingState& s) {
     if (stage >= 3 && s.optimizer) s.optimizer->load_state_dict(*optim_before);
     if (stage >= 2 && s.scaler) s.scaler.load(*scaler_before);
     if (stage >= 1 && s.scheduler) s.scheduler.load(*sched_before);
-    throw Error(fmt::format("[checkpoint] cannot load {} (nothing was changed): {}", path, e.what()));
+    // The model's own checks passed above, so only a failing copy (a device error) stops it
+    // midway; its earlier tensors are then already written.
+    throw Error(fmt::format("[checkpoint] cannot load {} ({}): {}", path,
+                            stage == 4 ? "the model may be partly loaded; the other parts were restored"
+                                       : "nothing was changed",
+                            e.what()));
   }
   for (const auto& [name, st] : ck.generators) {
     Generator& g = name == "default" ? default_generator() : *s.generators.at(name);

@@ -2,6 +2,8 @@
 // format's specification, mmap'd loading (tensors alias the mapping, which lives as long as
 // they do) and atomic writes (a failed write leaves the old file and no temporary).
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -316,6 +318,52 @@ TEST(AtomicFile, LinksModesLongNamesAndOtherKindsOfFile) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
   EXPECT_THROW(io::write_file_atomically(dir + "/x.bin", {}), Error);  // no write function
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"link.bin", std::string(255, 'n'), "pipe", "sub", "target.bin"}));
+}
+
+// A temporary is abandoned when no writer holds its lock, whatever process id its name
+// carries: a killed writer in a container was often pid 1, and so is the next run.
+TEST(AtomicFile, AbandonedTemporariesAreThoseNobodyHolds) {
+  const TempDir temp("strata_io");
+  const std::string& dir = temp.str();
+  const std::string path = dir + "/f.bin", prefix = dir + "/" + io::temporary_prefix(path);
+  write_bytes(path, "old");
+  const std::string ours = prefix + std::to_string(::getpid()) + "-0-0000beef";  // this pid, unlocked
+  const std::string dead = prefix + "999999999-0-0000dead";  // no such process, unlocked
+  const std::string held = prefix + "1-0-00000001";          // a live writer holds it
+  const std::string other = dir + "/.g.bin.tmp-1-0-00000002";  // another file's temporary
+  for (const std::string& f : {ours, dead, held, other}) write_bytes(f, "partial");
+  const int held_fd = ::open(held.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held_fd, 0);
+  ASSERT_EQ(::flock(held_fd, LOCK_EX | LOCK_NB), 0);
+
+  io::remove_abandoned_temporaries(path);
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{".f.bin.tmp-1-0-00000001", ".g.bin.tmp-1-0-00000002", "f.bin"}));
+
+  // A write in progress holds its temporary: a cleaner running meanwhile (another thread of
+  // this process, say) leaves it, and the write completes.
+  io::write_file_atomically(path, [&](std::FILE* f) {
+    std::fputs("new", f);
+    std::vector<std::string> names = list_dir(dir);
+    ASSERT_EQ(names.size(), 4u);
+    std::string writing;
+    for (const std::string& n : names)
+      if (dir + "/" + n != held && n.rfind(".f.bin.tmp-", 0) == 0) writing = dir + "/" + n;
+    ASSERT_FALSE(writing.empty());
+    int fd = ::open(writing.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_NE(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    EXPECT_EQ(errno, EWOULDBLOCK);
+    ::close(fd);
+    io::remove_abandoned_temporaries(path);
+    EXPECT_EQ(list_dir(dir).size(), 4u);
+  });
+  EXPECT_EQ(read_bytes(path), "new");
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{".f.bin.tmp-1-0-00000001", ".g.bin.tmp-1-0-00000002", "f.bin"}));
+
+  // its writer gone (the lock with it), the temporary is removed
+  ::close(held_fd);
+  io::remove_abandoned_temporaries(path);
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{".g.bin.tmp-1-0-00000002", "f.bin"}));
 }
 
 TEST(Safetensors, HeaderPastTheFormatsLimitsIsRefusedBeforeWriting) {

@@ -17,8 +17,9 @@ namespace strata::io {
 /// from `write`, which is rethrown) the temporary is removed and `path` is untouched; I/O
 /// failures raise strata::Error naming the path and the system's reason. `write` must not
 /// close the FILE. The temporary is named "<folder>/<temporary_prefix(path)><pid>-<n>-<hex>"
-/// (<pid> the writer's process id), so a temporary left by a killed writer can be recognised
-/// and removed. A symbolic link is followed: the file it points to is replaced and the link
+/// (<pid> the writer's process id) and holds an exclusive flock(2) until it is renamed, so a
+/// temporary left by a killed writer can be recognised and removed (remove_abandoned_temporaries).
+/// A symbolic link is followed: the file it points to is replaced and the link
 /// kept (see atomic_destination); a file that exists keeps its permission bits.
 STRATA_API void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write);
 
@@ -34,5 +35,11 @@ STRATA_API std::string folder_of(const std::string& path);
 /// The start of the names of the temporaries written beside `path`: "." + the file name
 /// (its first 100 bytes, so that the longest legal names still leave room) + ".tmp-".
 STRATA_API std::string temporary_prefix(const std::string& path);
+
+/// Removes the temporaries beside `path` whose writers died (killed mid-write): those nobody
+/// holds a lock on. A live writer's temporary, in this process or another, is left alone.
+/// Where a temporary cannot be locked (a filesystem without flock), its writer's process id
+/// decides. Best effort: a folder that cannot be listed is not an error.
+STRATA_API void remove_abandoned_temporaries(const std::string& path);
 
 }  // namespace strata::io
