@@ -84,6 +84,19 @@ struct LoaderCore::Pipeline {
   int64_t next_job = 0, end_job = 0, next_deliver = 0, window = 1;
   std::map<int64_t, Result> ready;
   std::vector<std::thread> threads;
+
+  // Stops and joins the workers and frees the batches they made ahead. Runs on the thread
+  // that drives the loader (the loader is not shared between threads), at most once usefully.
+  void halt() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    work_cv.notify_all();
+    for (std::thread& t : threads) t.join();
+    threads.clear();
+    ready.clear();
+  }
 };
 
 LoaderCore::LoaderCore(int64_t dataset_size, LoaderOptions options, FetchFn fetch)
@@ -121,12 +134,7 @@ std::vector<int64_t> LoaderCore::batch_indices(int64_t batch) const {
 
 void LoaderCore::stop_workers() {
   if (!pipeline_) return;
-  {
-    std::lock_guard<std::mutex> lock(pipeline_->mutex);
-    pipeline_->stop = true;
-  }
-  pipeline_->work_cv.notify_all();
-  for (std::thread& t : pipeline_->threads) t.join();
+  pipeline_->halt();
   pipeline_.reset();
 }
 
@@ -153,13 +161,19 @@ std::shared_ptr<void> LoaderCore::start_pass() {
   if (options_.num_workers > 0 && delivered_ < num_batches_) start_workers();
   resume_pending_ = false;
   in_pass_ = true;
-  auto pass = std::make_shared<int64_t>(epoch_);
+  // The last iterator of the pass to go stops its workers (Note [Abandoned pass]); a pass
+  // already replaced or a loader already gone has nothing left to stop.
+  std::weak_ptr<Pipeline> workers = pipeline_;
+  std::shared_ptr<void> pass(new int64_t(epoch_), [workers](int64_t* epoch) {
+    delete epoch;
+    if (std::shared_ptr<Pipeline> p = workers.lock()) p->halt();
+  });
   pass_ = pass;
   return pass;
 }
 
 void LoaderCore::start_workers() {
-  pipeline_ = std::make_unique<Pipeline>();
+  pipeline_ = std::make_shared<Pipeline>();
   Pipeline& p = *pipeline_;
   p.next_job = p.next_deliver = delivered_;
   p.end_job = num_batches_;

@@ -286,6 +286,67 @@ TEST(DataLoader, EarlyBreakAndDestructionDoNotHang) {
   }
 }
 
+namespace {
+
+// A batch that counts how many of its kind exist.
+struct Counted {
+  static inline std::atomic<int64_t> alive{0};
+  Counted() { ++alive; }
+  Counted(const Counted&) { ++alive; }
+  ~Counted() { --alive; }
+};
+
+int64_t threads_of_this_process() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoll(line.substr(8));
+  return -1;
+}
+
+}  // namespace
+
+// Leaving a loop early stops the pass's workers and frees the batches they made ahead as
+// soon as its iterators are gone, not at the next pass or the loader's destruction.
+TEST(DataLoader, LeftPassStopsItsWorkersAndFreesItsBatches) {
+  Watchdog dog(60);
+  const int64_t threads_before = threads_of_this_process();
+  ASSERT_GT(threads_before, 0);
+  auto data = std::make_shared<Tricky>(rows(400), -1, 0);
+  sd::DataLoader<Counted> loader(data, {.batch_size = 2, .num_workers = 3, .prefetch = 4},
+                                 [](std::vector<sd::Example>&&) { return Counted(); });
+  for (auto& b : loader) {
+    (void)b;
+    // the workers fill their window: 3 x 4 batches ahead of this one
+    for (int i = 0; i < 2000 && Counted::alive.load() < 13; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(Counted::alive.load(), 13);
+    EXPECT_EQ(threads_of_this_process(), threads_before + 3);
+    break;
+  }
+  EXPECT_EQ(Counted::alive.load(), 0);
+  EXPECT_EQ(threads_of_this_process(), threads_before);
+  EXPECT_EQ(loader.state().epoch, 1);
+  // An iterator kept past the loop keeps the pass, and its workers, alive.
+  {
+    auto it = loader.begin();
+    EXPECT_EQ(threads_of_this_process(), threads_before + 3);
+    ++it;
+    EXPECT_EQ(loader.state().batches, 2);
+  }
+  EXPECT_EQ(threads_of_this_process(), threads_before);
+  EXPECT_EQ(Counted::alive.load(), 0);
+  // A pass replaced by a new one while its iterator lives: releasing that iterator later
+  // leaves the new pass's workers running.
+  auto old_pass = loader.begin();
+  auto new_pass = loader.begin();
+  old_pass = {};
+  int64_t n = 1;
+  for (++new_pass; new_pass != std::default_sentinel; ++new_pass) ++n;
+  EXPECT_EQ(n, 200);
+  EXPECT_EQ(loader.state().epoch, 4);
+}
+
 TEST(DataLoader, PrefetchIsBounded) {
   Watchdog dog(60);
   auto data = std::make_shared<Tricky>(rows(60), -1, 0);

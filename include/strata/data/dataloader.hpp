@@ -15,6 +15,8 @@
 // new Python iterator does. state() always says where this loader's next batch comes from:
 // inside the loop, the rest of the live pass; after an abandoned pass, the start of the next
 // epoch. So to resume mid-epoch from a checkpoint, take state() inside the loop, before a break.
+// An abandoned pass's workers stop, and the batches they prepared ahead are freed, as soon as
+// its last iterator is destroyed (the end of the loop's scope).
 #pragma once
 
 #include <concepts>
@@ -119,7 +121,7 @@ class STRATA_API LoaderCore {
   bool in_pass_ = false;
   std::weak_ptr<void> pass_;    // the live pass's token, expired once its iterators are gone
   std::vector<int64_t> order_;  // the sampler's indices for epoch_
-  std::unique_ptr<Pipeline> pipeline_;
+  std::shared_ptr<Pipeline> pipeline_;  // shared with the pass token, which stops it
 };
 
 }  // namespace detail
