@@ -47,39 +47,20 @@ uint64_t token_max(TokenDType dtype) { return (uint64_t{1} << (8 * token_bytes(d
 TokenShardWriter::TokenShardWriter(std::string path, TokenDType dtype) : path_(std::move(path)), dtype_(dtype) {
   STRATA_CHECK(valid_dtype(static_cast<uint32_t>(dtype)), "[TokenShardWriter] unknown token dtype code {}",
                static_cast<uint32_t>(dtype));
-  dest_ = io::atomic_destination(path_, "TokenShardWriter");
-  std::string pattern = io::folder_of(dest_) + "/" + io::temporary_prefix(dest_) + "XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  int fd = ::mkstemp(buf.data());
-  STRATA_CHECK(fd >= 0, "[TokenShardWriter] cannot create a temporary file for {}: {}", path_, std::strerror(errno));
-  temp_ = buf.data();
-  // mkstemp makes 0600: a shard is a normal readable file, and a replaced one keeps its mode
-  struct stat old {};
-  (void)::fchmod(fd, ::stat(dest_.c_str(), &old) == 0 ? old.st_mode & 07777 : 0644);
-  file_ = ::fdopen(fd, "wb");
-  if (!file_) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(temp_.c_str());
-    STRATA_CHECK(false, "[TokenShardWriter] cannot open {}: {}", temp_, std::strerror(err));
-  }
+  file_ = std::make_unique<io::AtomicFile>(path_, "TokenShardWriter");
+  io::remove_abandoned_temporaries(path_);  // of earlier writers killed mid-shard; ours is held
   // Room for the header, written for real by close().
   uint8_t zeros[kTokenShardHeaderSize] = {};
-  if (std::fwrite(zeros, 1, sizeof zeros, file_) != sizeof zeros) {
-    int err = errno;
-    abandon();
-    STRATA_CHECK(false, "[TokenShardWriter] writing {} failed: {}", temp_, std::strerror(err));
-  }
+  write(zeros, sizeof zeros, "the header");
 }
 
-TokenShardWriter::~TokenShardWriter() { abandon(); }
+TokenShardWriter::~TokenShardWriter() = default;
 
-void TokenShardWriter::abandon() {
-  if (!file_) return;
-  std::fclose(file_);
-  file_ = nullptr;
-  ::unlink(temp_.c_str());
+void TokenShardWriter::write(const void* bytes, size_t size, const char* what) {
+  if (size == 0 || std::fwrite(bytes, 1, size, file_->stream()) == size) return;
+  int err = errno;
+  file_.reset();  // removes the temporary
+  STRATA_CHECK(false, "[TokenShardWriter] writing {} of {} failed: {}", what, path_, std::strerror(err));
 }
 
 void TokenShardWriter::append(std::span<const uint32_t> tokens) {
@@ -92,11 +73,7 @@ void TokenShardWriter::append(std::span<const uint32_t> tokens) {
                  tokens[i], i, width);
     put_le(bytes.data() + i * width, tokens[i], width);
   }
-  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
-    int err = errno;
-    abandon();
-    STRATA_CHECK(false, "[TokenShardWriter] writing {} failed: {}", path_, std::strerror(err));
-  }
+  write(bytes.data(), bytes.size(), "tokens");
   count_ += static_cast<int64_t>(tokens.size());
 }
 
@@ -108,28 +85,14 @@ void TokenShardWriter::close() {
   put_le(header + 12, static_cast<uint32_t>(dtype_), 4);
   put_le(header + 16, static_cast<uint64_t>(count_), 8);
   put_le(header + 24, kTokenShardHeaderSize, 8);
-  auto fail = [&](const char* step) {
+  if (std::fseek(file_->stream(), 0, SEEK_SET) != 0) {
     int err = errno;
-    abandon();
-    STRATA_CHECK(false, "[TokenShardWriter] writing {} failed at {}: {}", path_, step, std::strerror(err));
-  };
-  if (std::fflush(file_) != 0) fail("fflush");
-  if (std::fseek(file_, 0, SEEK_SET) != 0) fail("fseek");
-  if (std::fwrite(header, 1, sizeof header, file_) != sizeof header) fail("header");
-  if (std::fflush(file_) != 0) fail("fflush");
-  if (::fsync(::fileno(file_)) != 0) fail("fsync");
-  int rc = std::fclose(file_);
-  file_ = nullptr;
-  if (rc != 0) {
-    int err = errno;
-    ::unlink(temp_.c_str());
-    STRATA_CHECK(false, "[TokenShardWriter] closing {} failed: {}", path_, std::strerror(err));
+    file_.reset();
+    STRATA_CHECK(false, "[TokenShardWriter] seeking in the temporary of {} failed: {}", path_, std::strerror(err));
   }
-  if (::rename(temp_.c_str(), dest_.c_str()) != 0) {
-    int err = errno;
-    ::unlink(temp_.c_str());
-    STRATA_CHECK(false, "[TokenShardWriter] renaming the temporary onto {} failed: {}", path_, std::strerror(err));
-  }
+  write(header, sizeof header, "the header");
+  std::unique_ptr<io::AtomicFile> file = std::move(file_);  // closed from here on, whatever commit does
+  file->commit();
 }
 
 // ---- reader ------------------------------------------------------------------------------

@@ -133,57 +133,64 @@ std::string atomic_destination(const std::string& path, std::string_view op) {
   return dest;
 }
 
-void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write) {
-  STRATA_CHECK(static_cast<bool>(write), "[atomic_file] no write function given for {}", path);
-  const std::string dest = atomic_destination(path, "atomic_file");
-  std::string temp;
-  int fd = open_temporary(dest, temp);
-  STRATA_CHECK(fd >= 0, "[atomic_file] cannot create a temporary file for {}: {}", path, std::strerror(errno));
+AtomicFile::AtomicFile(const std::string& path, std::string_view op)
+    : path_(path), dest_(atomic_destination(path, op)), op_(op) {
+  int fd = open_temporary(dest_, temp_);
+  STRATA_CHECK(fd >= 0, "[{}] cannot create a temporary file for {}: {}", op_, path_, std::strerror(errno));
   struct stat old {};
-  if (::stat(dest.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 07777);  // a replaced file keeps its mode
+  if (::stat(dest_.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 07777);  // a replaced file keeps its mode
   // The lock lives on the open file description; this duplicate keeps it held from the
   // stream's fclose until the rename is done.
-  const int lock_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  std::FILE* f = ::fdopen(fd, "wb");
-  if (!f || lock_fd < 0) {
+  lock_fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  file_ = lock_fd_ >= 0 ? ::fdopen(fd, "wb") : nullptr;
+  if (!file_) {
     int err = errno;
-    f ? std::fclose(f) : ::close(fd);
-    if (lock_fd >= 0) ::close(lock_fd);
-    ::unlink(temp.c_str());
-    STRATA_CHECK(false, "[atomic_file] cannot open a stream for {}: {}", path, std::strerror(err));
+    ::close(fd);
+    ::unlink(temp_.c_str());
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    STRATA_CHECK(false, "[{}] cannot open a stream for {}: {}", op_, path_, std::strerror(err));
   }
-  auto abandon = [&] {
-    if (f) std::fclose(f);
-    f = nullptr;
-    ::unlink(temp.c_str());
-    ::close(lock_fd);
-  };
+}
+
+void AtomicFile::abandon() noexcept {
+  if (lock_fd_ < 0) return;  // committed, or abandoned already
+  if (file_) std::fclose(file_);
+  file_ = nullptr;
+  ::unlink(temp_.c_str());  // before the lock goes, so no cleaner meets a half-removed file
+  ::close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+void AtomicFile::commit() {
+  STRATA_CHECK(file_ != nullptr, "[{}] {} is already committed or abandoned", op_, path_);
   auto fail = [&](const char* step) {
     int err = errno;
     abandon();
-    STRATA_CHECK(false, "[atomic_file] writing {} failed at {}: {}", path, step, std::strerror(err));
+    STRATA_CHECK(false, "[{}] writing {} failed at {}: {}", op_, path_, step, std::strerror(err));
   };
-  try {
-    write(f);
-  } catch (...) {
-    abandon();
-    throw;
-  }
-  if (std::ferror(f)) fail("write");
-  if (std::fflush(f) != 0) fail("fflush");
-  if (::fsync(::fileno(f)) != 0) fail("fsync");
-  int rc = std::fclose(f);
-  f = nullptr;
+  if (std::ferror(file_)) fail("write");
+  if (std::fflush(file_) != 0) fail("fflush");
+  if (::fsync(::fileno(file_)) != 0) fail("fsync");
+  int rc = std::fclose(file_);
+  file_ = nullptr;
   if (rc != 0) fail("fclose");
-  if (::rename(temp.c_str(), dest.c_str()) != 0) fail("rename");
-  ::close(lock_fd);
+  if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("rename");
+  ::close(lock_fd_);
+  lock_fd_ = -1;
   // Makes the rename itself durable; a folder that cannot be opened or synced (some
   // filesystems refuse) leaves the new file in place, so it is not an error.
-  int dir = ::open(folder_of(dest).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dir = ::open(folder_of(dest_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     ::fsync(dir);
     ::close(dir);
   }
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write) {
+  STRATA_CHECK(static_cast<bool>(write), "[atomic_file] no write function given for {}", path);
+  AtomicFile file(path, "atomic_file");
+  write(file.stream());  // an exception leaves the file to its destructor, which removes the temporary
+  file.commit();
 }
 
 }  // namespace strata::io

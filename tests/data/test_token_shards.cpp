@@ -1,5 +1,7 @@
 // Token shards: write/read round trips for every dtype, atomic writing, every bad-header
 // case, windows checked against the original token vector, and the strata-tokenize tool.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -130,6 +132,37 @@ TEST_F(TokenShards, WriterIsAtomic) {
   write_shard(path("link.bin"), {9}, sd::TokenDType::kU8);
   EXPECT_TRUE(fs::is_symlink(path("link.bin")));
   EXPECT_EQ(sd::TokenShard(p).at(0), 9u);
+}
+
+// A writer holds its temporary locked, so a second writer's clean-up leaves it; the
+// temporary of a writer killed mid-shard is nobody's and goes when the next writer starts.
+TEST_F(TokenShards, WritersRemoveTemporariesOfKilledWritersOnly) {
+  const std::string p = path("s.bin");
+  const std::string dead = path(st::io::temporary_prefix(p) + "1-0-0000dead");
+  write_bytes(dead, std::vector<uint8_t>(100, 7));
+  sd::TokenShardWriter first(p, sd::TokenDType::kU16);
+  EXPECT_FALSE(fs::exists(dead));
+  first.append(std::vector<uint32_t>{1, 2});
+  std::string writing;
+  for (const auto& e : fs::directory_iterator(dir_.str())) writing = e.path().string();
+  ASSERT_EQ(files_in_dir(), 1u);
+  const int fd = ::open(writing.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(::flock(fd, LOCK_EX | LOCK_NB), 0) << "the temporary is held while it is written";
+  ::close(fd);
+  {
+    sd::TokenShardWriter second(p, sd::TokenDType::kU8);  // cleans up, then is dropped unclosed
+    EXPECT_EQ(files_in_dir(), 2u);
+  }
+  EXPECT_TRUE(fs::exists(writing));
+  first.append(3);
+  first.close();
+  EXPECT_EQ(files_in_dir(), 1u);
+  const sd::TokenShard shard(p);
+  ASSERT_EQ(shard.size(), 3);
+  EXPECT_EQ(shard.at(0) * 100 + shard.at(1) * 10 + shard.at(2), 123u);
+  EXPECT_THROW(first.close(), st::Error);
+  EXPECT_THROW(first.append(4), st::Error);
 }
 
 TEST_F(TokenShards, BadHeadersRaiseClearErrors) {

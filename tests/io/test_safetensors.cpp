@@ -366,6 +366,42 @@ TEST(AtomicFile, AbandonedTemporariesAreThoseNobodyHolds) {
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{".g.bin.tmp-1-0-00000002", "f.bin"}));
 }
 
+// The streaming form: bytes written and rewritten through the stream land only on commit;
+// an abandoned file leaves the destination as it was and no temporary.
+TEST(AtomicFile, StreamsLandOnCommitOnly) {
+  const TempDir temp("strata_io");
+  const std::string& dir = temp.str();
+  const std::string path = dir + "/f.bin";
+  write_bytes(path, "old");
+  {
+    io::AtomicFile file(path, "test");
+    std::fputs("....body", file.stream());
+    EXPECT_EQ(read_bytes(path), "old");
+    EXPECT_EQ(list_dir(dir).size(), 2u);
+  }
+  EXPECT_EQ(list_dir(dir), std::vector<std::string>{"f.bin"});
+  EXPECT_EQ(read_bytes(path), "old");
+  io::AtomicFile file(path, "test");
+  std::fputs("....body", file.stream());
+  ASSERT_EQ(std::fseek(file.stream(), 0, SEEK_SET), 0);
+  std::fputs("head", file.stream());
+  file.commit();
+  EXPECT_EQ(file.stream(), nullptr);
+  EXPECT_EQ(read_bytes(path), "headbody");
+  EXPECT_EQ(list_dir(dir), std::vector<std::string>{"f.bin"});
+  EXPECT_TRUE(throws_with([&] { file.commit(); }, {"[test]", "already committed"}));
+  file.abandon();  // after a commit: nothing to undo
+  EXPECT_EQ(read_bytes(path), "headbody");
+  // a rename that fails (a folder appeared at the destination) removes the temporary
+  const std::string later = dir + "/later";
+  io::AtomicFile doomed(later, "test");
+  ASSERT_EQ(::mkdir(later.c_str(), 0755), 0);
+  write_bytes(later + "/keep", "x");
+  EXPECT_TRUE(throws_with([&] { doomed.commit(); }, {"[test]", later.c_str(), "rename"}));
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"f.bin", "later"}));
+  EXPECT_TRUE(throws_with([&] { io::AtomicFile(later, "test"); }, {"[test]", "not a regular file"}));
+}
+
 TEST(Safetensors, HeaderPastTheFormatsLimitsIsRefusedBeforeWriting) {
   // a reader refuses headers over kMaxSafetensorsHeaderBytes, so a writer must not make one
   const TempDir temp("strata_io");

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +15,10 @@
 #include <strata/core/generator.hpp>
 #include <strata/core/tensor.hpp>
 #include <strata/data/dataset.hpp>
+
+namespace strata::io {
+class AtomicFile;
+}
 
 namespace strata::data {
 
@@ -52,10 +55,10 @@ class STRATA_API TokenShardWriter {
   const std::string& path() const { return path_; }
 
  private:
-  void abandon();
-  std::string path_, dest_, temp_;  // dest_: the file replaced on close (a link's target)
+  void write(const void* bytes, size_t size, const char* what);
+  std::string path_;
   TokenDType dtype_;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<io::AtomicFile> file_;  // null once closed, or after a failed write
   int64_t count_ = 0;
 };
 

@@ -12,6 +12,33 @@
 
 namespace strata::io {
 
+/// A file being replaced atomically, for writers that stream: its bytes go to stream(), a
+/// temporary beside the destination that holds an exclusive flock(2) from creation until it
+/// is renamed. commit() flushes, fsyncs and renames it over the destination, then fsyncs
+/// the folder; destruction or abandon() before that removes the temporary and leaves the
+/// destination untouched. Errors raise strata::Error naming `op`, the path and the system's
+/// reason; a failed commit also removes the temporary. The stream must not be closed by the
+/// caller; seeking within it is fine.
+class STRATA_API AtomicFile {
+ public:
+  /// Opens the temporary. `path` is resolved by atomic_destination, so a folder or device
+  /// there is refused now, before anything is written.
+  AtomicFile(const std::string& path, std::string_view op);
+  ~AtomicFile() { abandon(); }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  /// The temporary's stream; null once committed or abandoned.
+  std::FILE* stream() const { return file_; }
+  void commit();
+  void abandon() noexcept;
+
+ private:
+  std::string path_, dest_, temp_, op_;
+  std::FILE* file_ = nullptr;
+  int lock_fd_ = -1;  // keeps the lock from the stream's fclose until the rename is done
+};
+
 /// Calls `write` with a temporary file opened in `path`'s folder, then flushes and fsyncs
 /// it, renames it over `path` and fsyncs the folder. On any error (including an exception
 /// from `write`, which is rethrown) the temporary is removed and `path` is untouched; I/O
