@@ -16,9 +16,9 @@ namespace bench {
 
 struct GptConfig {
   int64_t vocab = 256;
-  int64_t context = 64;
+  int64_t context = 128;
   int64_t layers = 4;
-  int64_t width = 128;
+  int64_t width = 256;
   int64_t heads = 4;
   double dropout = 0.0;
 };

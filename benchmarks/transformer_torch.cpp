@@ -42,8 +42,8 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   bench::GptConfig model;
   int64_t batch = 16;
-  int64_t steps = 400;
-  double lr = 3e-3;
+  int64_t steps = 800;
+  double lr = 2e-3;
   double min_lr = 3e-4;
   int64_t warmup = 50;
   double weight_decay = 0.1;
@@ -212,7 +212,7 @@ int main(int argc, char** argv) {
 
     const double tokens_per_step = static_cast<double>(o.batch * o.model.context);
     const auto t0 = Clock::now();
-    double running = 0, val_loss = NAN, train_seconds = 0, eval_seconds = 0;
+    double running = 0, val_loss = NAN, train_seconds = 0, eval_seconds = 0, interval_seconds = 0;
     int64_t running_n = 0, evals = 0;
     std::vector<double> step_seconds;  // training alone, for the median rate
     for (int64_t step = 0; step < o.steps; ++step) {
@@ -228,6 +228,7 @@ int main(int argc, char** argv) {
       const double l = loss.item<double>();
       const auto trained = Clock::now();
       train_seconds += seconds(before, trained);
+      interval_seconds += seconds(before, trained);
       step_seconds.push_back(seconds(before, trained));
       running += l;
       ++running_n;
@@ -239,11 +240,13 @@ int main(int argc, char** argv) {
       }
       const auto now = Clock::now();
       eval_seconds += seconds(trained, now);
-      // as the example: this step's rate, its validation included
-      const double tps = tokens_per_step / std::max(seconds(before, now), 1e-9);
-      csv << step + 1 << ',' << shortest(l) << ',' << shortest(lr) << ',' << std::to_string(std::llround(tps)) << ','
+      // as the example: the CSV has each step's training rate, a progress line the rate of the
+      // steps since the last one, validation excluded from both
+      const double step_tps = tokens_per_step / std::max(seconds(before, trained), 1e-9);
+      csv << step + 1 << ',' << shortest(l) << ',' << shortest(lr) << ',' << std::to_string(std::llround(step_tps)) << ','
           << (eval ? shortest(val_loss) : "") << '\n';
       if (log || eval) {
+        const double tps = tokens_per_step * static_cast<double>(running_n) / std::max(interval_seconds, 1e-9);
         const double elapsed = seconds(t0, now);
         const double eta = elapsed / static_cast<double>(step + 1) * static_cast<double>(o.steps - step - 1);
         char val_text[32] = "";
@@ -253,6 +256,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         running = 0;
         running_n = 0;
+        interval_seconds = 0;
       }
     }
     if (std::isnan(val_loss)) val_loss = evaluate(model, val, o);  // no steps to run

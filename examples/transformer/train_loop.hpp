@@ -28,9 +28,9 @@ namespace F = strata::nn::functional;
 struct Options {
   gpt::Config model;
   int64_t batch = 16;
-  int64_t steps = 400;
+  int64_t steps = 800;
   int64_t stop_after = 0;  // stop (with a checkpoint) after this step; the schedule still spans `steps`
-  double lr = 3e-3;
+  double lr = 2e-3;
   double min_lr = 3e-4;
   int64_t warmup = 50;
   double weight_decay = 0.1;
@@ -147,15 +147,20 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
   // rows past the checkpoint would repeat: a resumed run trims them at its first row
   example::MetricsCsv csv(o.metrics, checkpointing::kMetricsHeader, start, "transformer");
   const double tokens_per_step = static_cast<double>(o.batch * o.model.context);
+  auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   auto t0 = std::chrono::steady_clock::now();
   double running = 0, val_loss = NAN;
+  double interval_seconds = 0, train_seconds = 0;  // training alone: validation and checkpoints excluded
   int64_t running_n = 0;
   for (int64_t step = start; step < end; ++step) {
     auto before = std::chrono::steady_clock::now();
     double lr = lr_at(o, step);
     for (size_t i = 0; i < opt.num_param_groups(); ++i) opt.set_lr(i, lr);
     auto [x, y] = random_batch(train_set, o.batch, g);
-    const double l = train_step(model, opt, x, y, o, device).item<double>();
+    const double l = train_step(model, opt, x, y, o, device).item<double>();  // item() waits for the device
+    const double step_seconds = seconds(before, std::chrono::steady_clock::now());
+    interval_seconds += step_seconds;
+    train_seconds += step_seconds;
     example::check_loss("transformer", l, step + 1);
     running += l;
     ++running_n;
@@ -163,11 +168,13 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
     const bool eval = (step + 1) % o.eval_every == 0 || step + 1 == end;
     if (eval) val_loss = evaluate(model, val_set, o, device);
     auto now = std::chrono::steady_clock::now();
-    double tps = tokens_per_step / std::max(std::chrono::duration<double>(now - before).count(), 1e-9);
-    csv.row() << step + 1 << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.0f}", tps)
-        << ',' << (eval ? fmt::format("{}", val_loss) : "") << '\n';
+    csv.row() << step + 1 << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ','
+              << fmt::format("{:.0f}", tokens_per_step / std::max(step_seconds, 1e-9)) << ','
+              << (eval ? fmt::format("{}", val_loss) : "") << '\n';
     if (log || eval) {
-      double elapsed = std::chrono::duration<double>(now - t0).count();
+      // the training rate of the steps since the last line
+      double tps = tokens_per_step * static_cast<double>(running_n) / std::max(interval_seconds, 1e-9);
+      double elapsed = seconds(t0, now);
       double eta = elapsed / static_cast<double>(step + 1 - start) * static_cast<double>(end - step - 1);
       std::printf("step %5lld/%lld  loss %.4f  lr %.2e  %7.0f tok/s  elapsed %5.1fs  eta %5.1fs%s\n",
                   (long long)(step + 1), (long long)o.steps, running / running_n, lr, tps, elapsed, eta,
@@ -175,12 +182,17 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
       std::fflush(stdout);
       running = 0;
       running_n = 0;
+      interval_seconds = 0;
     }
     if (eval) {
       csv.flush();  // the CSV holds every row the checkpoint covers
       checkpointing::save(o.checkpoint, state, step + 1);
     }
   }
+  if (end > start)
+    std::printf("training: %lld steps in %.1f s, %.0f tokens/s (validation and checkpoints excluded)\n",
+                (long long)(end - start), train_seconds,
+                tokens_per_step * static_cast<double>(end - start) / std::max(train_seconds, 1e-9));
   if (std::isnan(val_loss)) val_loss = evaluate(model, val_set, o, device);  // nothing left to run
   return val_loss;
 }
