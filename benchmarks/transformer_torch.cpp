@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
       // as the example: the CSV has each step's training rate, a progress line the rate of the
       // steps since the last one, validation excluded from both
       const double step_tps = tokens_per_step / std::max(seconds(before, trained), 1e-9);
-      csv << step + 1 << ',' << shortest(l) << ',' << shortest(lr) << ',' << std::to_string(std::llround(step_tps)) << ','
+      csv << step + 1 << ',' << shortest(l) << ',' << shortest(lr) << ',' << std::llround(step_tps) << ','
           << (eval ? shortest(val_loss) : "") << '\n';
       if (log || eval) {
         const double tps = tokens_per_step * static_cast<double>(running_n) / std::max(interval_seconds, 1e-9);
