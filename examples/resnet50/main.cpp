@@ -25,7 +25,8 @@ namespace {
 using namespace resnet;
 
 void add_options(CLI::App& app, Options& o) {
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --x overrides
+  // a later --x overrides; --help shows each option's default
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.add_option("--data", o.data, "ImageFolder root (root/<class>/<image>); default: synthetic images");
   app.add_option("--val-data", o.val_data, "ImageFolder of validation images (the same classes as --data)");
   app.add_option("--eval-every", o.eval_every, "steps between validations (0: at the end only)")

@@ -19,7 +19,8 @@
 namespace {
 
 void add_options(CLI::App& app, Options& o) {
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --x overrides
+  // a later --x overrides; --help shows each option's default
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.add_option("--layers", o.model.layers, "transformer blocks");
   app.add_option("--width", o.model.width, "embedding width");
   app.add_option("--heads", o.model.heads, "attention heads");

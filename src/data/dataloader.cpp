@@ -85,17 +85,21 @@ struct LoaderCore::Pipeline {
   std::map<int64_t, Result> ready;
   std::vector<std::thread> threads;
 
-  // Stops and joins the workers and frees the batches they made ahead. Runs on the thread
-  // that drives the loader (the loader is not shared between threads), at most once usefully.
+  // Stops and joins the workers and frees the batches they made ahead. The first call takes
+  // the threads; a later or concurrent one (an iterator released on another thread while the
+  // loader starts a new pass) finds none left to join.
   void halt() {
+    std::vector<std::thread> joining;
     {
       std::lock_guard<std::mutex> lock(mutex);
       stop = true;
+      joining.swap(threads);
     }
     work_cv.notify_all();
-    for (std::thread& t : threads) t.join();
-    threads.clear();
-    ready.clear();
+    for (std::thread& t : joining) t.join();
+    std::map<int64_t, Result> dropped;
+    std::lock_guard<std::mutex> lock(mutex);
+    dropped.swap(ready);  // freed after the unlock (a batch's destructor is the user's code)
   }
 };
 

@@ -85,11 +85,13 @@ void TokenShardWriter::close() {
   put_le(header + 12, static_cast<uint32_t>(dtype_), 4);
   put_le(header + 16, static_cast<uint64_t>(count_), 8);
   put_le(header + 24, kTokenShardHeaderSize, 8);
-  if (std::fseek(file_->stream(), 0, SEEK_SET) != 0) {
+  auto fail = [&](const char* step) {
     int err = errno;
-    file_.reset();
-    STRATA_CHECK(false, "[TokenShardWriter] seeking in the temporary of {} failed: {}", path_, std::strerror(err));
-  }
+    file_.reset();  // removes the temporary
+    STRATA_CHECK(false, "[TokenShardWriter] writing {} failed at {}: {}", path_, step, std::strerror(err));
+  };
+  if (std::fflush(file_->stream()) != 0) fail("fflush");  // the tokens still buffered
+  if (std::fseek(file_->stream(), 0, SEEK_SET) != 0) fail("fseek");
   write(header, sizeof header, "the header");
   std::unique_ptr<io::AtomicFile> file = std::move(file_);  // closed from here on, whatever commit does
   file->commit();

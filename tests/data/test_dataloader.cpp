@@ -288,12 +288,18 @@ TEST(DataLoader, EarlyBreakAndDestructionDoNotHang) {
 
 namespace {
 
-// A batch that counts how many of its kind exist.
+// A batch that counts how many of its kind exist; a moved-from one no longer counts, so a
+// batch moved into place is counted once throughout.
 struct Counted {
   static inline std::atomic<int64_t> alive{0};
+  bool counts = true;
   Counted() { ++alive; }
   Counted(const Counted&) { ++alive; }
-  ~Counted() { --alive; }
+  Counted(Counted&& other) noexcept { other.counts = false; }
+  Counted& operator=(const Counted&) = delete;
+  ~Counted() {
+    if (counts) --alive;
+  }
 };
 
 int64_t threads_of_this_process() {
@@ -304,13 +310,37 @@ int64_t threads_of_this_process() {
   return -1;
 }
 
+// The thread count once it reads `expected`, or what it reads after 10 s: a joined thread
+// leaves the count a moment after its join returns.
+int64_t threads_settled_at(int64_t expected) {
+  int64_t n = threads_of_this_process();
+  for (int i = 0; i < 10000 && n != expected; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = threads_of_this_process();
+  }
+  return n;
+}
+
+// The thread count once two reads 20 ms apart agree (threads of earlier tests may still be
+// leaving).
+int64_t steady_thread_count() {
+  int64_t n = threads_of_this_process();
+  for (int i = 0; i < 500; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int64_t again = threads_of_this_process();
+    if (again == n) break;
+    n = again;
+  }
+  return n;
+}
+
 }  // namespace
 
 // Leaving a loop early stops the pass's workers and frees the batches they made ahead as
 // soon as its iterators are gone, not at the next pass or the loader's destruction.
 TEST(DataLoader, LeftPassStopsItsWorkersAndFreesItsBatches) {
   Watchdog dog(60);
-  const int64_t threads_before = threads_of_this_process();
+  const int64_t threads_before = steady_thread_count();
   ASSERT_GT(threads_before, 0);
   auto data = std::make_shared<Tricky>(rows(400), -1, 0);
   sd::DataLoader<Counted> loader(data, {.batch_size = 2, .num_workers = 3, .prefetch = 4},
@@ -325,7 +355,7 @@ TEST(DataLoader, LeftPassStopsItsWorkersAndFreesItsBatches) {
     break;
   }
   EXPECT_EQ(Counted::alive.load(), 0);
-  EXPECT_EQ(threads_of_this_process(), threads_before);
+  EXPECT_EQ(threads_settled_at(threads_before), threads_before);
   EXPECT_EQ(loader.state().epoch, 1);
   // An iterator kept past the loop keeps the pass, and its workers, alive.
   {
@@ -334,7 +364,7 @@ TEST(DataLoader, LeftPassStopsItsWorkersAndFreesItsBatches) {
     ++it;
     EXPECT_EQ(loader.state().batches, 2);
   }
-  EXPECT_EQ(threads_of_this_process(), threads_before);
+  EXPECT_EQ(threads_settled_at(threads_before), threads_before);
   EXPECT_EQ(Counted::alive.load(), 0);
   // A pass replaced by a new one while its iterator lives: releasing that iterator later
   // leaves the new pass's workers running.
