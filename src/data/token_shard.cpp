@@ -100,7 +100,7 @@ void TokenShardWriter::close() {
 // ---- reader ------------------------------------------------------------------------------
 
 TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block: refused below
   STRATA_CHECK(fd >= 0, "[TokenShard] cannot open {}: {}", path_, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

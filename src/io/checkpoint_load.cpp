@@ -4,6 +4,7 @@
 // snapshots if one of them does.
 #include <strata/io/checkpoint.hpp>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -106,16 +107,26 @@ Checkpoint load_checkpoint(const std::string& path, TrainingState& s) {
     stage = 4;
     if (s.model) s.model->load_state_dict(ck.model);
   } catch (const std::exception& e) {
-    // the part that refused is restored too, in case it changed anything before refusing
-    if (stage >= 3 && s.optimizer) s.optimizer->load_state_dict(*optim_before);
-    if (stage >= 2 && s.scaler) s.scaler.load(*scaler_before);
-    if (stage >= 1 && s.scheduler) s.scheduler.load(*sched_before);
+    // The part that refused is restored too, in case it changed anything before refusing.
+    // Each restore is tried whatever the others do, and the first error is the one reported.
+    std::vector<std::string> unrestored;
+    auto restore = [&](bool needed, const char* part, const std::function<void()>& load) {
+      if (!needed) return;
+      try {
+        load();
+      } catch (const std::exception& r) {
+        unrestored.push_back(fmt::format("the {} could not be restored ({})", part, r.what()));
+      }
+    };
+    restore(stage >= 3 && s.optimizer, "optimizer", [&] { s.optimizer->load_state_dict(*optim_before); });
+    restore(stage >= 2 && s.scaler, "grad scaler", [&] { s.scaler.load(*scaler_before); });
+    restore(stage >= 1 && s.scheduler, "scheduler", [&] { s.scheduler.load(*sched_before); });
     // The model's own checks passed above, so only a failing copy (a device error) stops it
     // midway; its earlier tensors are then already written.
-    throw Error(fmt::format("[checkpoint] cannot load {} ({}): {}", path,
-                            stage == 4 ? "the model may be partly loaded; the other parts were restored"
-                                       : "nothing was changed",
-                            e.what()));
+    std::string outcome = stage == 4 ? "the model may be partly loaded; " : "";
+    outcome += unrestored.empty() ? (stage == 4 ? "the other parts were restored" : "nothing was changed")
+                                  : fmt::format("{}", fmt::join(unrestored, "; "));
+    throw Error(fmt::format("[checkpoint] cannot load {} ({}): {}", path, outcome, e.what()));
   }
   for (const auto& [name, st] : ck.generators) {
     Generator& g = name == "default" ? default_generator() : *s.generators.at(name);

@@ -78,8 +78,9 @@ RMSprop::RMSprop(std::vector<Group> groups, RMSpropOptions defaults)
 std::vector<StateSpec> RMSprop::state_specs(size_t g, const Tensor& p) const {
   const RMSpropOptions& o = param_groups()[g].options;
   std::vector<StateSpec> s{{"square_avg", p.shape(), p.dtype()}};
-  if (o.centered) s.push_back({"grad_avg", p.shape(), p.dtype()});
-  if (o.momentum > 0) s.push_back({"momentum_buffer", p.shape(), p.dtype()});
+  // absent when the option was switched on after steps: the next step creates them
+  if (o.centered) s.push_back({"grad_avg", p.shape(), p.dtype(), false});
+  if (o.momentum > 0) s.push_back({"momentum_buffer", p.shape(), p.dtype(), false});
   return s;
 }
 

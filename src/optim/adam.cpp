@@ -25,7 +25,8 @@ void validate_adam(const char* name, const O& o) {
 template <class O>
 std::vector<StateSpec> adam_specs(const O& o, const Tensor& p) {
   std::vector<StateSpec> s{{"exp_avg", p.shape(), p.dtype()}, {"exp_avg_sq", p.shape(), p.dtype()}};
-  if (o.amsgrad) s.push_back({"max_exp_avg_sq", p.shape(), p.dtype()});
+  // absent when amsgrad was switched on after steps: the next step creates it (Note [Option changes])
+  if (o.amsgrad) s.push_back({"max_exp_avg_sq", p.shape(), p.dtype(), false});
   return s;
 }
 

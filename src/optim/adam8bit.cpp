@@ -152,6 +152,45 @@ std::optional<ParamState> Adam8bit::converted_state(size_t g, const Tensor& p, c
   return out;
 }
 
+// A dict saved for the other memory layout of the parameter (Note [Parameter layouts]): 8-bit
+// codes for a channels-last parameter, which keeps 32-bit moments, or 32-bit moments for a
+// contiguous one that quantizes. The codes were made in blocks of the dict's block_size, which
+// load_state_dict has already made the group's.
+ParamState Adam8bit::state_from_dict(size_t g, const Tensor& p, ParamState st) const {
+  const Adam8bitOptions& o = param_groups()[g].options;
+  const bool want8 = quantized(o, p), has8 = st.tensors.count("exp_avg_codes") > 0,
+             has32 = st.tensors.count("exp_avg") > 0 || st.tensors.count("exp_avg_sq") > 0;
+  if (want8 && has32 && !has8) {
+    auto moment = [&](const char* name) {
+      auto it = st.tensors.find(name);
+      return it != st.tensors.end() && it->second.defined() && it->second.shape() == p.shape() &&
+                     is_floating(it->second.dtype())
+                 ? it->second.to(p.dtype())
+                 : Tensor();
+    };
+    const Tensor m = moment("exp_avg"), v = moment("exp_avg_sq");
+    if (!m.defined() || !v.defined() || st.tensors.size() != 2) return st;  // the checks name the problem
+    ParamState out{st.step, {}};
+    encode(out, m, v, p, o.block_size);
+    return out;
+  }
+  if (!want8 && has8 && !has32) {
+    const int64_t n = p.numel(), blocks = num_blocks(n, o.block_size);
+    auto fits = [&](const char* name, int64_t size, DType dtype) {
+      auto it = st.tensors.find(name);
+      return it != st.tensors.end() && it->second.defined() && it->second.shape() == Shape{size} &&
+             it->second.dtype() == dtype;
+    };
+    if (!fits("exp_avg_codes", n, kUInt8) || !fits("exp_avg_sq_codes", n, kUInt8) ||
+        !fits("exp_avg_absmax", blocks, kFloat32) || !fits("exp_avg_sq_absmax", blocks, kFloat32) ||
+        st.tensors.size() != 4)
+      return st;
+    const Moments mv = decode(st, p, o.block_size);  // moments in the logical order, as codes are
+    return ParamState{st.step, {{"exp_avg", mv.exp_avg}, {"exp_avg_sq", mv.exp_avg_sq}}};
+  }
+  return st;
+}
+
 void Adam8bit::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) {
   const Adam8bitOptions& o = param_groups()[g].options;
   ++st.step;

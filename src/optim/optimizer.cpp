@@ -6,8 +6,10 @@
 // step first brings every state to the layout of the current options (converted_state): a
 // state the options no longer use is dropped, one they newly use is created by update() as at
 // a first step (zeros, as PyTorch), and Adam8bit carries its moments across storage formats.
-// The step count is kept. state_dict() saves states in the current layout too, so a dict
-// taken after a change loads into an optimizer built with the new options.
+// The step count is kept. state_dict() saves states in the current layout too (a state the
+// options newly use is absent until a step creates it, so load_state_dict takes such states
+// as optional), so a dict taken after a change loads into an optimizer built with the new
+// options, and the next step creates the same state in both.
 #include <strata/optim/optimizer.hpp>
 
 #include <cmath>
@@ -268,6 +270,7 @@ void Optimizer::load_state_dict(const StateDict& d) {
   try {
     std::vector<std::vector<StateSpec>> specs;  // by global parameter index
     std::vector<const Tensor*> by_index;
+    std::vector<size_t> group_of;
     for (size_t g = 0; g < groups; ++g) {
       if (auto it = d.scalars.find(group_scalar(g, "initial_lr")); it != d.scalars.end()) {
         STRATA_CHECK(std::isfinite(it->second) && it->second >= 0,
@@ -278,7 +281,17 @@ void Optimizer::load_state_dict(const StateDict& d) {
       for (const Tensor& p : group_params(g)) {
         specs.push_back(state_specs(g, p));
         by_index.push_back(&p);
+        group_of.push_back(g);
       }
+    }
+    // the dict's tensors by parameter: each must belong to a parameter with a step count
+    std::map<size_t, std::map<std::string, Tensor>> dict_state;
+    for (const auto& [key, t] : d.tensors) {
+      size_t i = 0;
+      std::string name;
+      const bool known = parse_state_key(key, i, name) && i < specs.size() && d.scalars.count(state_key(i, "step"));
+      STRATA_CHECK(known, "[{}] load_state_dict: unexpected entry '{}' in the state dict", name_, key);
+      dict_state[i][name] = t;
     }
     for (size_t i = 0; i < by_index.size(); ++i) {
       auto step = d.scalars.find(state_key(i, "step"));
@@ -287,37 +300,33 @@ void Optimizer::load_state_dict(const StateDict& d) {
       double s = step->second;
       STRATA_CHECK(std::isfinite(s) && s >= 0 && s == std::floor(s) && s < 9e15,
                    "[{}] load_state_dict: '{}' is {}, not a step count", name_, step->first, s);
-      Entry e{p, ParamState{static_cast<int64_t>(s), {}}};
+      const ParamState from_dict =
+          state_from_dict(group_of[i], p, ParamState{static_cast<int64_t>(s), std::move(dict_state[i])});
+      Entry e{p, ParamState{from_dict.step, {}}};
       for (const StateSpec& spec : specs[i]) {
-        auto it = d.tensors.find(state_key(i, spec.name));
-        if (it == d.tensors.end()) {
+        const std::string key = state_key(i, spec.name);
+        auto it = from_dict.tensors.find(spec.name);
+        if (it == from_dict.tensors.end()) {
           STRATA_CHECK(!spec.required, "[{}] load_state_dict: the state dict has no '{}' for parameter {} (shape {})",
-                       name_, state_key(i, spec.name), i, p.shape());
+                       name_, key, i, p.shape());
           continue;
         }
         const Tensor& src = it->second;
         STRATA_CHECK(src.defined() && src.shape() == spec.shape,
-                     "[{}] load_state_dict: '{}' has shape {} but parameter {} needs {}", name_, it->first,
+                     "[{}] load_state_dict: '{}' has shape {} but parameter {} needs {}", name_, key,
                      src.defined() ? src.shape() : Shape{}, i, spec.shape);
         STRATA_CHECK(src.dtype() == spec.dtype || (is_floating(src.dtype()) && is_floating(spec.dtype)),
-                     "[{}] load_state_dict: '{}' has dtype {} but parameter {} needs {}", name_, it->first,
-                     src.dtype(), i, spec.dtype);
+                     "[{}] load_state_dict: '{}' has dtype {} but parameter {} needs {}", name_, key, src.dtype(), i,
+                     spec.dtype);
         Tensor t = detail::state_layout(src.to(p.device(), spec.dtype), p);
         if (t.storage() == src.storage()) t = t.clone();
         e.state.tensors[spec.name] = t;
       }
+      // nothing in the dict may go unused: a stray entry means it came from another layout
+      for (const auto& [name, t] : from_dict.tensors)
+        STRATA_CHECK(e.state.tensors.count(name) > 0, "[{}] load_state_dict: unexpected entry '{}' in the state dict",
+                     name_, state_key(i, name));
       loaded[p.impl_ptr().get()] = std::move(e);
-    }
-    // nothing in the dict may go unused: a stray entry means it came from another layout
-    for (const auto& [key, t] : d.tensors) {
-      size_t i = 0;
-      std::string name;
-      bool known = parse_state_key(key, i, name) && i < specs.size() && d.scalars.count(state_key(i, "step"));
-      if (known) {
-        known = false;
-        for (const StateSpec& s : specs[i]) known = known || s.name == name;
-      }
-      STRATA_CHECK(known, "[{}] load_state_dict: unexpected entry '{}' in the state dict", name_, key);
     }
     for (const auto& [key, v] : d.scalars) {
       size_t i = 0;

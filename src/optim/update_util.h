@@ -36,7 +36,8 @@ T* ptr(const Tensor& t) {
 // weights after Module::to(MemoryFormat::ChannelsLast)); its grad and every state shaped like it
 // are put in the same layout, so the offsets agree. State dicts hold logical values, so a
 // checkpoint loads into either layout. Adam8bit's flat 8-bit codes are in C order, so a
-// channels-last parameter keeps 32-bit moments there (its `quantized`).
+// channels-last parameter keeps 32-bit moments there (its `quantized`); its state_from_dict
+// decodes or encodes a dict saved for the other layout.
 
 /// The layout `p` is updated in (Note [Parameter layouts]).
 inline MemoryFormat param_format(const Tensor& p) {

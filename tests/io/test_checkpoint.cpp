@@ -206,6 +206,50 @@ TEST_F(Checkpoint, RefusalAfterPartialApplyRollsBack) {
   EXPECT_EQ(fewer.state(ps[0]), nullptr);
 }
 
+// When a part's restore fails too, the other parts are still restored, and the error gives
+// the original refusal and names the part left changed.
+TEST_F(Checkpoint, EveryPartIsRestoredWhenAnothersRestoreFails) {
+  double scale = 1024;
+  bool refuse_restore = false;
+  auto scaler = [&] {
+    return io::Stateful{[&] {
+                          optim::StateDict d;
+                          d.type = "TestScaler";
+                          d.scalars["scale"] = scale;
+                          return d;
+                        },
+                        [&](const optim::StateDict& d) {
+                          if (refuse_restore && d.scalars.at("scale") == 8) throw Error("restore refused");
+                          scale = d.scalars.at("scale");
+                        }};
+  };
+  {
+    manual_seed(11);
+    TinyRun run(3, 7);
+    run.step();
+    io::TrainingState saved = run.state();
+    saved.scaler = scaler();
+    io::save_checkpoint(path, saved, {.step = 1});
+  }
+  scale = 8;
+  refuse_restore = true;
+  TinyRun run(5, 6);
+  std::vector<Tensor> ps = run.model.parameters();
+  ps.pop_back();
+  optim::AdamW fewer(ps, {.lr = 1e-2});  // refuses the checkpoint's optimizer state
+  optim::WarmupCosine sched(fewer, 4, 20, 1e-4);
+  io::TrainingState state{.model = &run.model, .optimizer = &fewer, .scheduler = io::stateful(sched),
+                          .scaler = scaler(), .generators = {{"data", &run.data}},
+                          .config = {{"hidden", "32"}, {"layers", "2"}}};
+  std::string msg = error_of([&] { io::load_checkpoint(path, state); });
+  EXPECT_NE(msg.find("param group 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the grad scaler could not be restored (restore refused)"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("nothing was changed"), std::string::npos) << msg;
+  EXPECT_EQ(sched.last_epoch(), 0) << "the scheduler is restored all the same";
+  EXPECT_EQ(scale, 1024) << "the scaler kept the checkpoint's state, as the error says";
+  EXPECT_EQ(fewer.state(ps[0]), nullptr);
+}
+
 TEST_F(Checkpoint, FlippedByteNamesTheTensor) {
   train_and_save(path);
   const std::string good = read_bytes(path);

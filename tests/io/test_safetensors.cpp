@@ -314,6 +314,11 @@ TEST(AtomicFile, LinksModesLongNamesAndOtherKindsOfFile) {
   for (const std::string& p : {dir + "/sub", dir + "/pipe", std::string("/dev/null")})
     EXPECT_TRUE(throws_with([&] { io::write_file_atomically(p, spy); }, {p.c_str(), "not a regular file"})) << p;
   EXPECT_FALSE(called);
+  // and readers refuse them without waiting for a writer that never comes
+  for (const std::string& p : {dir + "/sub", dir + "/pipe"}) {
+    EXPECT_TRUE(throws_with([&] { io::load_safetensors(p); }, {p.c_str()})) << p;
+    EXPECT_TRUE(throws_with([&] { data::TokenShard shard(p); }, {p.c_str(), "not a regular file"})) << p;
+  }
   ASSERT_EQ(::stat("/dev/null", &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
   EXPECT_THROW(io::write_file_atomically(dir + "/x.bin", {}), Error);  // no write function

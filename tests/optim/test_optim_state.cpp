@@ -2,6 +2,7 @@
 // runs 50 more, bit for bit equal to 100 uninterrupted steps; and every misuse raises
 // strata::Error and leaves the optimizer as it was.
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -152,6 +153,50 @@ TEST(OptimState, ChannelsLastParameters) {
   opt.step();
   EXPECT_EQ(opt.state(p)->tensors.count("exp_avg"), 1u);
   EXPECT_EQ(opt.state(p)->tensors.count("exp_avg_codes"), 0u);
+  // so a dict loads into the other layout: 8-bit codes become a channels-last parameter's
+  // 32-bit moments (decoded), and those moments a contiguous parameter's codes again
+  Tensor q = randn({8, 4, 3, 3});
+  q.requires_grad_();
+  optim::Adam8bit oq({q}, {.min_8bit_size = 16, .block_size = 64});
+  q.set_grad(randn({8, 4, 3, 3}));
+  oq.step();
+  Tensor r = q.detach().to(MemoryFormat::ChannelsLast);
+  r.requires_grad_();
+  optim::Adam8bit orr({r}, {.min_8bit_size = 16});
+  orr.load_state_dict(oq.state_dict());  // block_size 64 comes with the dict
+  EXPECT_EQ(orr.state(r)->tensors.count("exp_avg"), 1u);
+  EXPECT_EQ(orr.state(r)->step, 1);
+  const optim::Adam8bit::Moments mq = oq.moments(q), mr = orr.moments(r);
+  EXPECT_TRUE(bitwise_equal(mr.exp_avg.contiguous(), mq.exp_avg));
+  EXPECT_TRUE(bitwise_equal(mr.exp_avg_sq.contiguous(), mq.exp_avg_sq));
+  Tensor c = r.detach().contiguous();
+  c.requires_grad_();
+  optim::Adam8bit oc({c}, {.min_8bit_size = 16});
+  oc.load_state_dict(orr.state_dict());
+  EXPECT_EQ(oc.state(c)->tensors.count("exp_avg_codes"), 1u);
+  EXPECT_EQ(oc.state(c)->tensors.at("exp_avg_absmax").numel(), (288 + 63) / 64);
+  // quantized again: within the 8-bit map's spacing of the original moments
+  const optim::Adam8bit::Moments mc = oc.moments(c);
+  EXPECT_TRUE(testing::all_close(mc.exp_avg, testing::values(mq.exp_avg), 2e-2, 1e-6));
+  EXPECT_TRUE(testing::all_close(mc.exp_avg_sq, testing::values(mq.exp_avg_sq), 2e-2, 1e-8));
+  // and the runs go on alike
+  const Tensor g = randn({8, 4, 3, 3});
+  q.set_grad(g.clone());
+  r.set_grad(g.clone());
+  c.set_grad(g.clone());
+  oq.step();
+  orr.step();
+  oc.step();
+  EXPECT_TRUE(testing::all_close(r, testing::values(q), 1e-4, 1e-6));
+  EXPECT_TRUE(testing::all_close(c, testing::values(q), 1e-4, 2e-5));  // a step moves by ~1e-3 (lr)
+  // codes that do not fit the parameter are refused as before, naming the entry
+  optim::StateDict bad = oq.state_dict();
+  bad.tensors["state.0.exp_avg_absmax"] = zeros({3});
+  Tensor r2 = q.detach().to(MemoryFormat::ChannelsLast);
+  r2.requires_grad_();
+  optim::Adam8bit o2({r2}, {.min_8bit_size = 16});
+  EXPECT_THROW(o2.load_state_dict(bad), Error);
+  EXPECT_EQ(o2.state(r2), nullptr);
 }
 
 TEST(OptimState, StateDictContents) {
@@ -230,9 +275,17 @@ TEST(OptimState, LoadRejectsForeignOrMismatchedDicts) {
   bad = good;
   bad.scalars["state.0.step"] = -3;
   expect_rejected(bad);
-  bad = good;
-  bad.scalars["group.0.amsgrad"] = 1;  // needs max_exp_avg_sq, which the dict lacks
-  expect_rejected(bad);
+  {  // amsgrad on but no max_exp_avg_sq: a dict taken after amsgrad was switched on, before the
+     // step that creates it (Note [Option changes]), loads
+    optim::StateDict switched = good;
+    switched.scalars["group.0.amsgrad"] = 1;
+    Tensor f = ones({4, 5});
+    f.requires_grad_();
+    optim::Adam o({f});
+    o.load_state_dict(switched);
+    EXPECT_TRUE(o.param_groups()[0].options.amsgrad);
+    EXPECT_EQ(o.state(f)->tensors.count("max_exp_avg_sq"), 0u);
+  }
   target.load_state_dict(good);  // and the good one still loads
   EXPECT_EQ(target.param_groups()[0].options.lr, 1e-3);
   ASSERT_NE(target.state(e), nullptr);
@@ -354,6 +407,55 @@ TEST(OptimState, OptionChangesBetweenSteps) {
   optim::RMSprop again({y}, {.centered = true});
   again.load_state_dict(r.state_dict());
   EXPECT_EQ(again.state(y)->step, 3);
+}
+
+// A dict taken after an option was switched on, before a step created the state it asks for,
+// loads (into the same optimizer and a fresh one), and both then step the same.
+TEST(OptimState, StateAnOptionNewlyAsksForIsOptionalOnLoad) {
+  auto param = [](const std::vector<double>& v) {
+    Tensor p = from_vector(v).to(kFloat32);
+    p.requires_grad_();
+    return p;
+  };
+  const Tensor g1 = from_vector(std::vector<double>{0.5, -1, 2, 0.25}).to(kFloat32);
+  const Tensor g2 = from_vector(std::vector<double>{-0.5, 3, 1, -2}).to(kFloat32);
+  auto check = [&](optim::Optimizer& o, const Tensor& p, const std::function<void()>& switch_on,
+                   const std::function<std::unique_ptr<optim::Optimizer>(const Tensor&)>& make) {
+    p.set_grad(g1);
+    o.step();
+    switch_on();
+    const optim::StateDict d = o.state_dict();
+    o.load_state_dict(d);  // refused before: the dict lacked the new state
+    Tensor q = param({0, 0, 0, 0});
+    std::unique_ptr<optim::Optimizer> fresh = make(q);
+    fresh->load_state_dict(d);
+    NoGradGuard no_grad;
+    q.copy_(p);
+    p.set_grad(g2);
+    q.set_grad(g2);
+    o.step();
+    fresh->step();
+    EXPECT_EQ(testing::values(p), testing::values(q)) << o.name();
+    EXPECT_EQ(fresh->state(q)->tensors.size(), o.state(p)->tensors.size()) << o.name();
+  };
+  Tensor a = param({1, -2, 3, 0.5});
+  optim::AdamW adamw({a}, {.lr = 0.1});
+  check(adamw, a, [&] { adamw.param_groups()[0].options.amsgrad = true; },
+        [](const Tensor& q) {
+          return std::make_unique<optim::AdamW>(std::vector<Tensor>{q},
+                                                optim::AdamWOptions{.lr = 0.1, .amsgrad = true});
+        });
+  Tensor b = param({1, -2, 3, 0.5});
+  optim::RMSprop rms({b}, {.lr = 0.01});
+  check(rms, b,
+        [&] {
+          rms.param_groups()[0].options.centered = true;
+          rms.param_groups()[0].options.momentum = 0.5;
+        },
+        [](const Tensor& q) {
+          return std::make_unique<optim::RMSprop>(std::vector<Tensor>{q},
+                                                  optim::RMSpropOptions{.lr = 0.01, .momentum = 0.5, .centered = true});
+        });
 }
 
 TEST(OptimState, BadParameters) {

@@ -58,6 +58,7 @@ class STRATA_API Adam8bit : public OptimizerFor<Adam8bitOptions> {
   void update_cuda(size_t group, const std::vector<ParamUpdate>& batch) override;
   std::vector<StateSpec> state_specs(size_t group, const Tensor& param) const override;
   std::optional<ParamState> converted_state(size_t group, const Tensor& param, const ParamState& st) const override;
+  ParamState state_from_dict(size_t group, const Tensor& param, ParamState st) const override;
 };
 
 }  // namespace strata::optim

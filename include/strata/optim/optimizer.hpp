@@ -65,7 +65,8 @@ struct StateSpec {
   std::string name;
   Shape shape;
   DType dtype;
-  bool required = true;  // false: created on first use (SGD's momentum buffer)
+  bool required = true;  // false: may be absent, created on first use (SGD's momentum buffer, or a
+                         // state an option switched on after some steps asks for)
 };
 
 class STRATA_API Optimizer {
@@ -128,6 +129,12 @@ class STRATA_API Optimizer {
   /// Replaces or erases entries but never writes into a tensor: `st` may share them. The
   /// default erases the tensors state_specs() no longer lists.
   virtual std::optional<ParamState> converted_state(size_t group, const Tensor& param, const ParamState& st) const;
+  /// A parameter's state as a state dict holds it (the group's options already loaded), in the
+  /// form this optimizer keeps for `param`; load_state_dict then checks it against
+  /// state_specs(). The default keeps it as it is; Adam8bit turns 8-bit codes into 32-bit
+  /// moments and back, so a dict loads whatever the parameter's memory layout. A state it
+  /// cannot convert is returned as it is, for those checks to name what is wrong.
+  virtual ParamState state_from_dict(size_t /*group*/, const Tensor& /*param*/, ParamState st) const { return st; }
   /// Records that every state now has the layout of the groups' current options.
   virtual void mark_synced() = 0;
   /// Validates every group's options; raises Error naming the group and the bad value.
