@@ -171,6 +171,13 @@ bool any_requires_grad(const std::vector<Tensor>& ts) {
   return false;
 }
 
+void check_once_differentiable(const char* op, const Grads& grad_outputs, const Saved& saved) {
+  STRATA_CHECK(!any_requires_grad(grad_outputs) && !any_requires_grad(saved),
+               "[{}] double backward is not supported: its backward is not differentiable, and create_graph "
+               "asked for a gradient of it",
+               op);
+}
+
 Edge gradient_edge(const Tensor& t) {
   AutogradMeta& meta = meta_of(t);
   if (meta.grad_fn) return Edge{meta.grad_fn, meta.output_nr};

@@ -270,7 +270,9 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
   std::vector<Tensor> saved{xd, w, mean, var};
   if (relu) saved.push_back(y);
   autograd::record(op, {input, weight, bias, residual}, {y}, saved,
-                   [params, f, s, need_x, need_w, need_b, need_r](const autograd::Grads& g, const autograd::Saved& sv) {
+                   [op, params, f, s, need_x, need_w, need_b, need_r](const autograd::Grads& g,
+                                                                      const autograd::Saved& sv) {
+                     autograd::check_once_differentiable(op, g, sv);
                      NoGradGuard no_grad;
                      const Tensor x = dense(sv[0], f);  // a saved-tensor hook may have changed its layout
                      // the gradient of the normalized values: the ReLU's mask applied. The residual's

@@ -252,6 +252,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
   const bool need_x = input.requires_grad(), need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad();
   autograd::record("conv2d", {input, weight, bias}, {y}, {input, weight},
                    [args, f, need_x, need_w, need_b](const autograd::Grads& g, const autograd::Saved& s) {
+                     autograd::check_once_differentiable("conv2d", g, s);
                      const Tensor &x = s[0], &w = s[1];
                      autograd::Grads out(3);
                      if (need_x) out[0] = backward_input_op(x.shape(), w, g[0], args, f);
@@ -351,6 +352,7 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   const bool need_x = input.requires_grad(), need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad();
   autograd::record("conv_transpose2d", {input, weight, bias}, {y}, {input, weight},
                    [conv, f, need_x, need_w, need_b](const autograd::Grads& g, const autograd::Saved& s) {
+                     autograd::check_once_differentiable("conv_transpose2d", g, s);
                      const Tensor &x = s[0], &w = s[1];
                      autograd::Grads out(3);
                      if (need_x) out[0] = forward_op(g[0], w, Tensor(), conv, x.shape(), f);

@@ -254,6 +254,7 @@ MaxPoolResult max_pool2d_with_indices(const Tensor& input, Size2 kernel_size, co
   Tensor y = run_forward(OpId::max_pool2d, input, out_shape(input, oh, ow), f, &p, &indices);
   autograd::record("max_pool2d", {input}, {y}, {indices},
                    [p, in = input.shape(), f](const autograd::Grads& g, const autograd::Saved& s) {
+                     autograd::check_once_differentiable("max_pool2d", g, s);
                      return autograd::Grads{run_backward(OpId::max_pool2d_backward, g[0], s[0], in, f, &p)};
                    });
   return {y, indices};
@@ -274,7 +275,8 @@ Tensor avg_pool2d(const Tensor& input, Size2 kernel_size, const AvgPool2dArgs& a
   if (input.dim() == 3) return avg_pool2d(input.unsqueeze(0), kernel_size, args).squeeze(0);
   const MemoryFormat f = suggested_format(input);
   Tensor y = run_forward(OpId::avg_pool2d, input, out_shape(input, oh, ow), f, &p);
-  autograd::record("avg_pool2d", {input}, {y}, {}, [p, in = input.shape(), f](const autograd::Grads& g, const autograd::Saved&) {
+  autograd::record("avg_pool2d", {input}, {y}, {}, [p, in = input.shape(), f](const autograd::Grads& g, const autograd::Saved& s) {
+    autograd::check_once_differentiable("avg_pool2d", g, s);
     return autograd::Grads{run_backward(OpId::avg_pool2d_backward, g[0], Tensor(), in, f, &p)};
   });
   return y;
@@ -288,7 +290,8 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Size2 output_size) {
   const MemoryFormat f = suggested_format(input);
   Tensor y = run_forward(OpId::adaptive_avg_pool2d, input, out_shape(input, output_size.h, output_size.w), f, nullptr);
   autograd::record("adaptive_avg_pool2d", {input}, {y}, {},
-                   [in = input.shape(), f](const autograd::Grads& g, const autograd::Saved&) {
+                   [in = input.shape(), f](const autograd::Grads& g, const autograd::Saved& s) {
+                     autograd::check_once_differentiable("adaptive_avg_pool2d", g, s);
                      return autograd::Grads{
                          run_backward(OpId::adaptive_avg_pool2d_backward, g[0], Tensor(), in, f, nullptr)};
                    });

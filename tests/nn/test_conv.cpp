@@ -427,3 +427,35 @@ TEST(Conv2dLayer, BadConfigurationAndInputRaise) {
                                                     {.padding = 4}); },
                           {"empty output"}));
 }
+
+// The backwards of conv, batch norm and pooling run kernels that are not recorded: asking for
+// a gradient of them (create_graph) is refused by name, not answered with the part that goes
+// through them missing. First-order gradients with create_graph still work where nothing
+// needs their graph.
+TEST(Conv2d, DoubleBackwardIsRefusedByName) {
+  auto second_order = [](const std::function<Tensor(const Tensor&)>& f) {
+    Tensor x = randn({1, 2, 4, 4}, kFloat64);
+    x.requires_grad_();
+    Tensor y = f(x);
+    Tensor loss = (y * y).sum() + (x * x).sum() * 0.5;  // another path to x, as a penalty would add
+    Tensor gx = autograd::grad({loss}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
+    return autograd::grad({gx.sum()}, {x})[0];
+  };
+  nn::Conv2d conv(2, 2, 3, {.padding = 1});
+  conv.to(kFloat64);
+  nn::BatchNorm2d bn(2);
+  bn.to(kFloat64);
+  auto refused = [&](const std::function<Tensor(const Tensor&)>& f, const char* op) {
+    return throws_with([&] { second_order(f); }, {op, "double backward"});
+  };
+  EXPECT_TRUE(refused([&](const Tensor& x) { return conv(x); }, "[conv2d]"));
+  EXPECT_TRUE(refused([&](const Tensor& x) { return bn(x); }, "[batch_norm]"));
+  EXPECT_TRUE(refused([](const Tensor& x) { return nn::functional::max_pool2d(x, 2); }, "[max_pool2d]"));
+  EXPECT_TRUE(refused([](const Tensor& x) { return nn::functional::avg_pool2d(x, 2); }, "[avg_pool2d]"));
+  EXPECT_TRUE(refused([](const Tensor& x) { return nn::functional::adaptive_avg_pool2d(x, 1); }, "[adaptive_avg_pool2d]"));
+  // without create_graph the same gradients come as before
+  Tensor x = randn({1, 2, 4, 4}, kFloat64);
+  x.requires_grad_();
+  Tensor g = autograd::grad({conv(x).sum()}, {x})[0];
+  EXPECT_EQ(g.shape(), x.shape());
+}

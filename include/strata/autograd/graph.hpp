@@ -113,6 +113,12 @@ STRATA_API bool any_requires_grad(const std::vector<Tensor>& ts);
 
 using BackwardFn = std::function<Grads(const Grads& grad_outputs, const Saved& saved)>;
 
+/// For a backward that runs its kernels without recording them (PyTorch's
+/// once_differentiable): under create_graph (grad mode on inside the backward), a gradient
+/// that depends on an incoming gradient or saved tensor needing grad would silently lose that
+/// dependence, so this raises strata::Error naming `op` instead.
+STRATA_API void check_once_differentiable(const char* op, const Grads& grad_outputs, const Saved& saved);
+
 /// Records a node for an op that produced `outputs` from `inputs` (see Note [Recording an
 /// op]). Does nothing unless grad mode is on and some input requires grad. Outputs become
 /// non-leaf tensors that require grad.
