@@ -63,6 +63,26 @@ std::vector<Tensor> pin_memory(const std::vector<Tensor>& batch) {
 
 namespace detail {
 
+namespace {
+
+// Marks a thread inside a loader's pass; a second thread entering at the same time raises
+// (the loader's passes are not thread-safe, and two threads in them could wait forever).
+class OneThread {
+ public:
+  explicit OneThread(std::atomic<bool>& busy) : busy_(busy) {
+    STRATA_CHECK(!busy_.exchange(true), "[DataLoader] used from two threads at once: one thread drives a loader "
+                                        "(give each thread a loader of its own)");
+  }
+  ~OneThread() { busy_.store(false); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
+}  // namespace
+
 void throw_sample_error(int64_t index, int64_t batch, const char* what) {
   throw Error(fmt::format("[DataLoader] loading sample {} (batch {}) failed: {}", index, batch, what));
 }
@@ -96,6 +116,7 @@ struct LoaderCore::Pipeline {
       joining.swap(threads);
     }
     work_cv.notify_all();
+    ready_cv.notify_all();
     for (std::thread& t : joining) t.join();
     std::map<int64_t, Result> dropped;
     std::lock_guard<std::mutex> lock(mutex);
@@ -149,6 +170,7 @@ static void check_epoch(int64_t epoch) {
 }
 
 std::shared_ptr<void> LoaderCore::start_pass() {
+  const OneThread one(busy_);
   stop_workers();
   in_pass_ = false;
   if (!resume_pending_) {  // the previous pass was abandoned part-way: its epoch is over
@@ -216,7 +238,12 @@ void LoaderCore::work(Pipeline& p) {
   }
 }
 
-BatchPtr LoaderCore::next() {
+BatchPtr LoaderCore::next(const std::shared_ptr<void>& pass) {
+  const OneThread one(busy_);
+  STRATA_CHECK(pass_.lock() == pass,
+               "[DataLoader] this iterator's pass was abandoned: a later begin() started another pass (epoch {}), "
+               "and one pass is live at a time; take the batches from the new pass's iterator",
+               epoch_);
   if (!in_pass_) return nullptr;
   if (delivered_ >= num_batches_) {  // the pass is complete: point at the next epoch
     stop_workers();
@@ -235,7 +262,8 @@ BatchPtr LoaderCore::next() {
       Pipeline::Result r;
       {
         std::unique_lock<std::mutex> lock(p.mutex);
-        p.ready_cv.wait(lock, [&] { return p.ready.count(delivered_) != 0; });
+        p.ready_cv.wait(lock, [&] { return p.ready.count(delivered_) != 0 || p.stop; });
+        STRATA_CHECK(!p.stop, "[DataLoader] the pass's workers were stopped");  // its iterators are gone
         auto it = p.ready.find(delivered_);
         r = std::move(it->second);
         p.ready.erase(it);

@@ -377,6 +377,66 @@ TEST(DataLoader, LeftPassStopsItsWorkersAndFreesItsBatches) {
   EXPECT_EQ(loader.state().epoch, 4);
 }
 
+// One pass is live at a time: an iterator of a pass that a later begin() abandoned raises when
+// advanced (it had gone on taking the new pass's batches, or with workers waited forever on a
+// pass whose workers had stopped), and the new pass is whole.
+TEST(DataLoader, IteratorOfAnAbandonedPassRaises) {
+  Watchdog dog(60);
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(workers);
+    auto data = std::make_shared<Tricky>(rows(8), -1, 0);
+    sd::DataLoader<sd::Example> loader(data, {.batch_size = 2, .shuffle = true, .num_workers = workers, .seed = 1});
+    auto a = loader.begin();
+    auto b = loader.begin();
+    EXPECT_TRUE(st::testing::throws_with([&] { ++a; }, {"[DataLoader]", "abandoned", "new pass"}));
+    std::vector<int64_t> seen = targets_of(*b);
+    for (++b; b != std::default_sentinel; ++b)
+      for (int64_t t : targets_of(*b)) seen.push_back(t);
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+    // peeking at a batch inside the loop starts a pass of its own: the loop then raises
+    EXPECT_THROW(
+        {
+          for (auto& batch : loader) {
+            (void)batch;
+            auto peek = *loader.begin();
+          }
+        },
+        st::Error);
+  }
+}
+
+// A dataset whose first get() waits until released, to hold a thread inside a pass.
+class Gate : public sd::Dataset<sd::Example> {
+ public:
+  int64_t size() const override { return 4; }
+  sd::Example get(int64_t i) const override {
+    if (i == 0 && !entered.exchange(true))
+      while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return {st::full({1}, static_cast<double>(i)), st::full({1}, static_cast<double>(i), st::kInt64)};
+  }
+  mutable std::atomic<bool> entered{false}, released{false};
+};
+
+// Two threads in one loader's passes at once raise rather than race (they had deadlocked).
+TEST(DataLoader, TwoThreadsAtOnceRaise) {
+  Watchdog dog(60);
+  auto gate = std::make_shared<Gate>();
+  sd::DataLoader<sd::Example> loader(gate, {.batch_size = 1});
+  int64_t batches = 0;
+  std::thread first([&] {
+    for (auto& b : loader) {
+      (void)b;
+      ++batches;
+    }
+  });
+  while (!gate->entered.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(st::testing::throws_with([&] { loader.begin(); }, {"[DataLoader]", "two threads"}));
+  gate->released = true;
+  first.join();
+  EXPECT_EQ(batches, 4);
+}
+
 TEST(DataLoader, PrefetchIsBounded) {
   Watchdog dog(60);
   auto data = std::make_shared<Tricky>(rows(60), -1, 0);

@@ -452,7 +452,8 @@ TEST(Conv2d, DoubleBackwardIsRefusedByName) {
   EXPECT_TRUE(refused([&](const Tensor& x) { return bn(x); }, "[batch_norm]"));
   EXPECT_TRUE(refused([](const Tensor& x) { return nn::functional::max_pool2d(x, 2); }, "[max_pool2d]"));
   EXPECT_TRUE(refused([](const Tensor& x) { return nn::functional::avg_pool2d(x, 2); }, "[avg_pool2d]"));
-  EXPECT_TRUE(refused([](const Tensor& x) { return nn::functional::adaptive_avg_pool2d(x, 1); }, "[adaptive_avg_pool2d]"));
+  EXPECT_TRUE(
+      refused([](const Tensor& x) { return nn::functional::adaptive_avg_pool2d(x, 1); }, "[adaptive_avg_pool2d]"));
   // without create_graph the same gradients come as before
   Tensor x = randn({1, 2, 4, 4}, kFloat64);
   x.requires_grad_();

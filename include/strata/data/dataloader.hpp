@@ -16,9 +16,12 @@
 // inside the loop, the rest of the live pass; after an abandoned pass, the start of the next
 // epoch. So to resume mid-epoch from a checkpoint, take state() inside the loop, before a break.
 // An abandoned pass's workers stop, and the batches they prepared ahead are freed, as soon as
-// its last iterator is destroyed (the end of the loop's scope).
+// its last iterator is destroyed (the end of the loop's scope). One pass is live at a time: an
+// iterator of a pass that a later begin() abandoned raises when advanced. A loader is driven by
+// one thread at a time; two threads in its passes at once raise.
 #pragma once
 
+#include <atomic>
 #include <concepts>
 #include <cstdint>
 #include <functional>
@@ -91,8 +94,9 @@ class STRATA_API LoaderCore {
   /// live while the returned token is held (by its iterators; Note [Abandoned pass]). If it
   /// raises, no pass started and the next call retries the same position.
   std::shared_ptr<void> start_pass();
-  /// The next batch of the pass, or null once the pass is over.
-  BatchPtr next();
+  /// The next batch of the pass `pass` (its token), or null once the pass is over. Raises
+  /// strata::Error when `pass` is no longer the live pass.
+  BatchPtr next(const std::shared_ptr<void>& pass);
   int64_t num_batches() const { return num_batches_; }
   /// The epoch of the live pass, or the one the next pass starts.
   int64_t epoch() const;
@@ -122,6 +126,7 @@ class STRATA_API LoaderCore {
   std::weak_ptr<void> pass_;    // the live pass's token, expired once its iterators are gone
   std::vector<int64_t> order_;  // the sampler's indices for epoch_
   std::shared_ptr<Pipeline> pipeline_;  // shared with the pass token, which stops it
+  std::atomic<bool> busy_{false};       // a thread is in start_pass or next
 };
 
 }  // namespace detail
@@ -195,7 +200,7 @@ class DataLoader {
     Batch& operator*() const { return *static_cast<Batch*>(batch_.get()); }
     Batch* operator->() const { return static_cast<Batch*>(batch_.get()); }
     iterator& operator++() {
-      batch_ = core_->next();
+      batch_ = core_->next(pass_);
       return *this;
     }
     void operator++(int) { ++*this; }
@@ -214,7 +219,7 @@ class DataLoader {
   /// previous one ended abandons it; its next epoch begins (Note [Abandoned pass]).
   iterator begin() {
     std::shared_ptr<void> pass = core().start_pass();
-    detail::BatchPtr first = core_->next();
+    detail::BatchPtr first = core_->next(pass);
     return iterator(core_.get(), std::move(first), std::move(pass));
   }
   std::default_sentinel_t end() const { return {}; }
