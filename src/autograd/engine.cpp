@@ -96,7 +96,13 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
       if (!in[slot].defined()) continue;
       for (auto& hook : n->output_hooks[slot]) {
         Tensor r = hook(in[slot]);
-        if (r.defined()) in[slot] = r;
+        if (!r.defined()) continue;
+        const Tensor& g = in[slot];
+        STRATA_CHECK(r.shape() == g.shape() && r.dtype() == g.dtype() && r.device() == g.device(),
+                     "[autograd] a gradient hook of an output of {} was given a gradient of shape {} ({}, {}) and "
+                     "returned one of shape {} ({}, {})",
+                     n->name(), g.shape(), g.dtype(), g.device(), r.shape(), r.dtype(), r.device());
+        in[slot] = r;
       }
     }
     if (captures && capture_nodes.count(n)) {

@@ -142,7 +142,9 @@ ImageOrTensor CenterCrop::operator()(ImageOrTensor value, Generator&) const {
   const Image& image = need_image(value, "CenterCrop");
   STRATA_CHECK(image.height >= height && image.width >= width, "[CenterCrop] a {}x{} crop of a {}x{} image", height,
                width, image.height, image.width);
-  return crop(image, {(image.height - height) / 2, (image.width - width) / 2, height, width});
+  // torchvision's int(round(border / 2)): Python rounds a half to the even neighbour
+  auto offset = [](int64_t border) { return border / 2 + (border % 2 == 1 && (border / 2) % 2 == 1 ? 1 : 0); };
+  return crop(image, {offset(image.height - height), offset(image.width - width), height, width});
 }
 
 // ---- to tensor, normalize ------------------------------------------------------------------

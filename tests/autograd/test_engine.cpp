@@ -83,6 +83,30 @@ TEST(Engine, LeafHookMustKeepTheGradientsShapeAndDtype) {
   EXPECT_FALSE(z.grad().defined());
 }
 
+// The same for a hook on an intermediate tensor: a gradient of another shape had been summed
+// down silently, one of another dtype truncated.
+TEST(Engine, OutputHookMustKeepTheGradientsShapeAndDtype) {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = x * 2;
+  y.register_hook([](const Tensor&) { return ones({2, 3}); });
+  EXPECT_TRUE(strata::testing::throws_with([&] { y.sum().backward(); }, {"gradient hook", "[3]", "[2, 3]"}));
+  EXPECT_FALSE(x.grad().defined());
+  Tensor a = ones({3}).requires_grad_();
+  Tensor b = a * 2;
+  b.register_hook([](const Tensor& g) { return g.to(kInt64); });
+  EXPECT_THROW(exp(b).sum().backward(), Error);
+  Tensor c = ones({3}, kFloat64).requires_grad_();
+  Tensor d = c * 2;
+  d.register_hook([](const Tensor& g) { return g.to(kFloat32); });
+  EXPECT_THROW(d.sum().backward(), Error);
+  // a hook that keeps the kind of gradient still replaces it
+  Tensor e = ones({3}).requires_grad_();
+  Tensor f = e * 2;
+  f.register_hook([](const Tensor& g) { return g * 10; });
+  f.sum().backward();
+  EXPECT_TRUE(all_close(e.grad(), {20, 20, 20}, 0, 0));
+}
+
 TEST(Engine, ScalarRootAndErrors) {
   Tensor x = from_vector<double>({1, 2}).requires_grad_();
   EXPECT_THROW((x * 2).backward(), Error);  // non-scalar needs a gradient

@@ -84,12 +84,17 @@ TEST(Transforms, HorizontalFlipExact) {
 TEST(Transforms, CenterCropExact) {
   sd::Image img = random_image(9, 10, 2);
   st::Generator g;
-  sd::Image c = as_image(sd::CenterCrop(4, 7)(img, g));  // borders 5 (top 2) and 3 (left 1)
-  ASSERT_EQ(c.height, 4);
-  ASSERT_EQ(c.width, 7);
-  for (int64_t y = 0; y < 4; ++y)
-    for (int64_t x = 0; x < 7; ++x)
-      for (int k = 0; k < 3; ++k) ASSERT_EQ(c.at(y, x)[k], img.at(y + 2, x + 1)[k]);
+  // torchvision's offsets, int(round(border / 2)) with Python's halves to even: borders 5 and 3
+  // give 2 and 2, borders 7 and 1 give 4 and 0
+  struct Case { int64_t h, w, top, left; };
+  for (Case c : {Case{4, 7, 2, 2}, Case{2, 9, 4, 0}}) {
+    sd::Image out = as_image(sd::CenterCrop(c.h, c.w)(img, g));
+    ASSERT_EQ(out.height, c.h);
+    ASSERT_EQ(out.width, c.w);
+    for (int64_t y = 0; y < c.h; ++y)
+      for (int64_t x = 0; x < c.w; ++x)
+        for (int k = 0; k < 3; ++k) ASSERT_EQ(out.at(y, x)[k], img.at(y + c.top, x + c.left)[k]);
+  }
   EXPECT_THROW(sd::CenterCrop(10)(img, g), st::Error);
 }
 

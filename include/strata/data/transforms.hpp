@@ -68,8 +68,10 @@ struct STRATA_API Resize {
   ImageOrTensor operator()(ImageOrTensor value, Generator& gen) const;
 };
 
-/// The central height x width region (the image must be at least that large). When the
-/// border is odd, the extra row / column is taken from the bottom / right.
+/// The central height x width region (the image must be at least that large), at
+/// torchvision's offsets: round(border / 2) with halves rounded to even, so an odd border puts
+/// its extra row / column at the bottom / right when half of it rounds down (borders 1, 5, 9,
+/// ...) and at the top / left otherwise (3, 7, ...).
 struct STRATA_API CenterCrop {
   int64_t height, width;
   explicit CenterCrop(int64_t size) : CenterCrop(size, size) {}
