@@ -6,6 +6,8 @@
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/nn/module.hpp>
 
+#include "core/tensor_internal.h"
+
 namespace strata::nn {
 
 Tensor Module::forward(const Tensor&) {
@@ -68,24 +70,52 @@ Module* Module::child_at(const Child& c) const {
   return reinterpret_cast<Module*>(const_cast<char*>(reinterpret_cast<const char*>(this)) + c.offset);
 }
 
-std::vector<std::pair<std::string, Module*>> Module::named_children() const {
+std::vector<std::pair<std::string, Module*>> Module::registered_children() const {
   std::vector<std::pair<std::string, Module*>> out;
   for (const Child& c : children_) out.emplace_back(c.name, child_at(c));
   return out;
 }
 
+namespace {
+
+// The entries of `all` whose object (key(entry)) has not come before: a module or tensor
+// registered under two names is listed once, under the first, as PyTorch lists it. Entries
+// without an object (key null: an undefined tensor) are all kept.
+template <class T, class Key>
+std::vector<T> first_of_each(std::vector<T> all, Key key) {
+  std::set<const void*> seen;
+  std::vector<T> out;
+  for (T& e : all) {
+    const void* k = key(e);
+    if (!k || seen.insert(k).second) out.push_back(std::move(e));
+  }
+  return out;
+}
+
+const void* tensor_key(const std::pair<std::string, Tensor>& e) {
+  return e.second.defined() ? e.second.impl_ptr().get() : nullptr;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Module*>> Module::named_children() const {
+  return first_of_each(registered_children(), [](const auto& e) -> const void* { return e.second; });
+}
+
 std::vector<Module*> Module::children() const {
   std::vector<Module*> out;
-  for (const Child& c : children_) out.push_back(child_at(c));
+  for (auto& [name, m] : named_children()) out.push_back(m);
   return out;
 }
 
 std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   std::vector<std::pair<std::string, Module*>> out;
   std::vector<std::pair<std::string, Module*>> stack{{"", this}};
+  std::set<const Module*> seen;
   while (!stack.empty()) {  // pre-order, children in registration order
     auto [prefix, m] = stack.back();
     stack.pop_back();
+    if (!seen.insert(m).second) continue;  // a module registered twice is listed once
     out.emplace_back(prefix, m);
     auto kids = m->named_children();
     for (auto it = kids.rbegin(); it != kids.rend(); ++it)
@@ -94,12 +124,15 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+std::vector<std::pair<std::string, Tensor>> Module::registered_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out = params_;
-  if (!recurse) return out;
-  for (const auto& [cname, child] : named_children())
-    for (auto& [n, t] : child->named_parameters(true)) out.emplace_back(cname + "." + n, t);
+  for (const auto& [cname, child] : registered_children())
+    for (auto& [n, t] : child->registered_parameters()) out.emplace_back(cname + "." + n, t);
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+  return first_of_each(recurse ? registered_parameters() : params_, tensor_key);
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const {
@@ -110,10 +143,10 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
 
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
   std::vector<std::pair<std::string, Tensor>> out = buffers_;
-  if (!recurse) return out;
-  for (const auto& [cname, child] : named_children())
-    for (auto& [n, t] : child->named_buffers(true)) out.emplace_back(cname + "." + n, t);
-  return out;
+  if (recurse)
+    for (const auto& [cname, child] : named_children())
+      for (auto& [n, t] : child->named_buffers(true)) out.emplace_back(cname + "." + n, t);
+  return first_of_each(std::move(out), tensor_key);
 }
 
 std::vector<Tensor> Module::buffers(bool recurse) const {
@@ -210,7 +243,7 @@ StateDict Module::state_dict() const {
   // detached aliases, as PyTorch's state_dict(keep_vars=False): writing into them changes the
   // module, but they are not graph leaves, so in-place edits need no no_grad
   StateDict out;
-  for (auto& [n, t] : named_parameters()) out.emplace(n, t.detach());
+  for (auto& [n, t] : registered_parameters()) out.emplace(n, t.detach());
   // persistent buffers only
   std::vector<std::pair<std::string, const Module*>> stack{{"", this}};
   while (!stack.empty()) {
@@ -220,7 +253,7 @@ StateDict Module::state_dict() const {
       const auto& [bn, b] = m->buffers_[i];
       if (m->buffer_persistent_[i] && b.defined()) out.emplace(prefix + bn, b.detach());
     }
-    for (auto& [cn, c] : m->named_children()) stack.emplace_back(prefix + cn + ".", c);
+    for (auto& [cn, c] : m->registered_children()) stack.emplace_back(prefix + cn + ".", c);
   }
   return out;
 }
@@ -228,7 +261,7 @@ StateDict Module::state_dict() const {
 LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
   StateDict own = state_dict();
   LoadResult result;
-  std::vector<std::string> mismatches;
+  std::vector<std::string> mismatches, unwritable;
   for (const auto& [k, t] : own) {
     auto it = dict.find(k);
     if (it == dict.end()) {
@@ -236,17 +269,24 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
     } else if (!it->second.defined() || it->second.shape() != t.shape()) {
       mismatches.push_back(fmt::format("{}: expected shape {}, got {}", k, t.shape(),
                                        it->second.defined() ? fmt::format("{}", it->second.shape()) : "undefined"));
+    } else {
+      try {  // a destination copy_ would refuse (an expanded buffer) is found before anything is written
+        strata::detail::check_writable(t, "load_state_dict");
+      } catch (const Error& e) {
+        unwritable.push_back(fmt::format("{}: {}", k, e.what()));
+      }
     }
   }
   for (const auto& [k, t] : dict)
     if (!own.count(k)) result.unexpected_keys.push_back(k);
-  bool bad = !mismatches.empty() || (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
+  bool bad = !mismatches.empty() || !unwritable.empty() || (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
   if (bad) {
     std::string msg = fmt::format("[load_state_dict] {} does not match the state dict:", name());
     if (!result.missing_keys.empty()) msg += fmt::format("\n  missing keys: {}", fmt::join(result.missing_keys, ", "));
     if (strict && !result.unexpected_keys.empty())
       msg += fmt::format("\n  unexpected keys: {}", fmt::join(result.unexpected_keys, ", "));
     if (!mismatches.empty()) msg += fmt::format("\n  shape mismatches: {}", fmt::join(mismatches, "; "));
+    if (!unwritable.empty()) msg += fmt::format("\n  cannot be written: {}", fmt::join(unwritable, "; "));
     throw Error(msg);  // nothing has been written yet
   }
   NoGradGuard no_grad;

@@ -354,6 +354,53 @@ TEST(StateDict, NonStrictStillRejectsShapeMismatchesAndWritesNothing) {
   EXPECT_TRUE(throws_with([&] { a.load_state_dict(d, false); }, {"stem.1.running_mean", "undefined"}));
 }
 
+// A destination copy_ would refuse (a buffer that is an expanded view) is found with the other
+// checks: nothing is written, where the keys before it had been.
+TEST(StateDict, UnwritableDestinationWritesNothing) {
+  struct WithExpanded : nn::Module {
+    Tensor a, pe;
+    WithExpanded() {
+      a = register_parameter("a", zeros({2}));
+      pe = register_buffer("pe", zeros({1, 4}).expand({3, 4}));
+    }
+  } m;
+  EXPECT_TRUE(throws_with([&] { m.load_state_dict({{"a", full({2}, 5.0)}, {"pe", ones({3, 4})}}); },
+                          {"cannot be written", "pe"}));
+  EXPECT_EQ(values(m.a), (std::vector<double>{0, 0}));
+}
+
+// A child or a tensor registered under two names is one object: listed once (under its first
+// name) by parameters(), named_modules(), children() and apply(), as PyTorch does, so an
+// optimizer or a gradient norm sees it once; state_dict keeps both names.
+TEST(ModuleRegistration, SharedChildIsListedOnce) {
+  struct Shared : nn::Module {
+    nn::Linear lin{3, 3};
+    Tensor w;
+    Shared() {
+      register_module("a", lin);
+      register_module("b", lin);
+      w = register_parameter("w", ones({2}));
+      register_parameter("w_again", w);
+    }
+  } m;
+  EXPECT_EQ(m.parameters().size(), 3u);
+  EXPECT_EQ(m.num_parameters(), 9 + 3 + 2);
+  std::vector<std::string> names;
+  for (auto& [n, t] : m.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"w", "a.weight", "a.bias"}));
+  EXPECT_EQ(m.children().size(), 1u);
+  EXPECT_EQ(m.named_modules().size(), 2u);
+  int calls = 0;
+  m.apply([&](nn::Module&) { ++calls; });
+  EXPECT_EQ(calls, 2);
+  nn::StateDict d = m.state_dict();
+  for (const char* k : {"a.weight", "a.bias", "b.weight", "b.bias", "w", "w_again"}) EXPECT_EQ(d.count(k), 1u) << k;
+  m.load_state_dict(d);
+  optim::SGD opt(m.parameters(), {.lr = 0.1});  // refused a parameter listed twice before
+  m.lin.weight.set_grad(ones({3, 3}));
+  EXPECT_NEAR(optim::total_grad_norm(m.parameters()), 3.0, 1e-12);
+}
+
 // ---- state_dict --------------------------------------------------------------------------------
 
 namespace {

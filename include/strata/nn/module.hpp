@@ -49,6 +49,8 @@ class STRATA_API Module {
   /// The class name shown in errors and printing ("Linear").
   virtual std::string name() const { return "Module"; }
 
+  /// The listings below name each module and tensor once: one registered under two names (a
+  /// shared submodule, a tied weight) comes under its first. state_dict() keeps every name.
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
@@ -81,7 +83,8 @@ class STRATA_API Module {
   /// module (PyTorch's keep_vars=False).
   StateDict state_dict() const;
   /// Copies values in. strict: every key must match both ways. Shapes must always match.
-  /// Raises Error listing every missing key, unexpected key and shape mismatch.
+  /// Raises Error listing every missing key, unexpected key, shape mismatch and destination
+  /// that cannot be written (an expanded view), before writing anything.
   LoadResult load_state_dict(const StateDict& dict, bool strict = true);
 
  protected:
@@ -112,6 +115,10 @@ class STRATA_API Module {
   void add_owned_child(std::string name, std::unique_ptr<Module> child);
   void check_new_name(const std::string& name) const;
   Module* child_at(const Child& c) const;
+  // Every registration, a module or tensor registered twice included (state_dict keeps both
+  // names, as PyTorch's does; the public listings name each object once).
+  std::vector<std::pair<std::string, Module*>> registered_children() const;
+  std::vector<std::pair<std::string, Tensor>> registered_parameters() const;
   template <class F> void for_each_tensor(F&& f);
 
   std::vector<std::pair<std::string, Tensor>> params_;
