@@ -279,7 +279,8 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
   }
   for (const auto& [k, t] : dict)
     if (!own.count(k)) result.unexpected_keys.push_back(k);
-  bool bad = !mismatches.empty() || !unwritable.empty() || (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
+  const bool bad = !mismatches.empty() || !unwritable.empty() ||
+                   (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
   if (bad) {
     std::string msg = fmt::format("[load_state_dict] {} does not match the state dict:", name());
     if (!result.missing_keys.empty()) msg += fmt::format("\n  missing keys: {}", fmt::join(result.missing_keys, ", "));

@@ -123,6 +123,39 @@ void SequentialLR::apply(int64_t epoch) {
   last_lr_ = s.get_last_lr();
 }
 
+void SequentialLR::save_extra(StateDict& d) const {
+  for (size_t i = 0; i < schedulers_.size(); ++i)
+    for (const auto& [k, v] : schedulers_[i]->state_dict().scalars) d.scalars[fmt::format("scheduler.{}.{}", i, k)] = v;
+}
+
+// All children load, or none changes. A dict without children's state (written before they
+// were saved) leaves them as constructed, as loading it did then.
+void SequentialLR::load_extra(const StateDict& d) {
+  std::vector<StateDict> parts(schedulers_.size());
+  bool any = false;
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    const std::string prefix = fmt::format("scheduler.{}.", i);
+    parts[i].type = schedulers_[i]->name();
+    for (auto it = d.scalars.lower_bound(prefix); it != d.scalars.end() && it->first.rfind(prefix, 0) == 0; ++it)
+      parts[i].scalars[it->first.substr(prefix.size())] = it->second;
+    any = any || !parts[i].scalars.empty();
+  }
+  if (!any) return;
+  std::vector<StateDict> before;
+  for (const auto& s : schedulers_) before.push_back(s->state_dict());
+  size_t i = 0;
+  try {
+    for (; i < schedulers_.size(); ++i) {
+      STRATA_CHECK(!parts[i].scalars.empty(), "[SequentialLR] load_state_dict: no state for scheduler {} ({})", i,
+                   schedulers_[i]->name());
+      schedulers_[i]->load_state_dict(parts[i]);
+    }
+  } catch (...) {
+    for (size_t j = 0; j < i; ++j) schedulers_[j]->load_state_dict(before[j]);
+    throw;
+  }
+}
+
 // ---- ReduceLROnPlateau -------------------------------------------------------------------
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, ReduceLROnPlateauOptions o) : opt_(&opt), o_(std::move(o)) {

@@ -270,6 +270,37 @@ TEST(Scheduler, SequentialLR) {
   EXPECT_THROW(optim::SequentialLR(*other.opt, {warm, decay}, {5}), Error);
 }
 
+// A SequentialLR's state dict carries its children's, whose base lrs give the lrs: resumed on
+// an optimizer built with other lrs it goes on as the saved run (it had used the new lrs).
+TEST(Scheduler, SequentialLRStateDictCarriesItsChildren) {
+  auto make = [](Fixture& f) {
+    auto warm = std::make_shared<optim::LinearLR>(*f.opt, 0.5, 1.0, 4);
+    auto decay = std::make_shared<optim::ExponentialLR>(*f.opt, 0.9);
+    return std::make_unique<optim::SequentialLR>(*f.opt, std::vector<std::shared_ptr<LRScheduler>>{warm, decay},
+                                                 std::vector<int64_t>{5});
+  };
+  Fixture f;  // lrs 0.05 and 0.2
+  auto s = make(f);
+  for (int i = 0; i < 7; ++i) s->step();
+  const optim::StateDict d = s->state_dict();
+  Fixture g(1.0, 1.0);
+  auto r = make(g);
+  r->load_state_dict(d);
+  s->step();
+  r->step();
+  EXPECT_NEAR(g.opt->lr(0), 0.05 * std::pow(0.9, 3), 1e-15);
+  EXPECT_NEAR(g.opt->lr(1), 0.2 * std::pow(0.9, 3), 1e-15);
+  EXPECT_EQ(r->get_last_lr(), s->get_last_lr());
+  // a child's state that does not fit is refused, and nothing changes
+  optim::StateDict bad = d;
+  bad.scalars["scheduler.1.last_epoch"] = 0.5;
+  Fixture h(1.0, 1.0);
+  auto t = make(h);
+  const optim::StateDict before = t->state_dict();
+  EXPECT_THROW(t->load_state_dict(bad), Error);
+  EXPECT_EQ(t->state_dict().scalars, before.scalars);
+}
+
 TEST(Scheduler, InitialLrIsShared) {
   Fixture f;
   optim::StepLR first(*f.opt, 2, 0.5);

@@ -3,6 +3,12 @@
 // scheduler attached), so schedules compose (SequentialLR) and resume exactly from a step count.
 // As in PyTorch, constructing a scheduler applies the step-0 lr; call step() once per epoch or
 // iteration, after optimizer.step().
+//
+// Unlike PyTorch's recursive forms, each step sets the lr from the closed form alone: two
+// schedulers stepped on one optimizer do not multiply (the last stepped wins), and an lr set
+// by hand lasts until the next step. Compose with SequentialLR, or one LambdaLR whose factor
+// is the product. A state dict holds the position and base lrs (a SequentialLR's, its
+// children's too), not the constructor's arguments: load it into a scheduler built alike.
 #pragma once
 
 #include <cstdint>
@@ -217,6 +223,9 @@ class STRATA_API SequentialLR : public LRScheduler {
 
  protected:
   void apply(int64_t epoch) override;
+  /// The children's state dicts, under "scheduler.<i>.": their base lrs give the lrs.
+  void save_extra(StateDict& d) const override;
+  void load_extra(const StateDict& d) override;
 
  private:
   size_t index_at(int64_t epoch, int64_t& local) const;
