@@ -33,7 +33,7 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, uint64_t 
   std::sort(classes_.begin(), classes_.end());
   for (size_t c = 0; c < classes_.size(); ++c) {
     class_to_idx_[classes_[c]] = static_cast<int64_t>(c);
-    std::vector<std::string> files;
+    std::vector<std::pair<std::string, std::string>> files;  // (folder, file name)
     const fs::path dir = fs::path(root) / classes_[c];
     auto options = fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
     // symlinked folders are followed once each: a link back up (to the root, the class folder
@@ -46,13 +46,16 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, uint64_t 
         const fs::path real = fs::canonical(it->path(), resolve);
         if (!resolve && !seen.insert(real).second) it.disable_recursion_pending();
       } else if (it->is_regular_file(type_ec) && is_image_file(it->path().string())) {
-        files.push_back(it->path().string());
+        files.emplace_back(it->path().parent_path().string(), it->path().filename().string());
       }
     }
     STRATA_CHECK(!ec, "[ImageFolder] cannot list {}: {}", dir.string(), ec.message());
     STRATA_CHECK(!files.empty(), "[ImageFolder] class folder {} holds no .jpg, .jpeg or .png file", dir.string());
+    // torchvision's order: folders by their path, then the files of each by name (a class
+    // folder's own files before its subfolders', "sub/" before "sub-x/")
     std::sort(files.begin(), files.end());
-    for (std::string& f : files) samples_.emplace_back(std::move(f), static_cast<int64_t>(c));
+    for (auto& [folder, name] : files)
+      samples_.emplace_back((fs::path(folder) / name).string(), static_cast<int64_t>(c));
   }
 }
 

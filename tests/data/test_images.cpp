@@ -289,6 +289,20 @@ TEST(ImageFolder, DanglingLinksAreSkipped) {
   EXPECT_EQ(folder.size(), 2);
 }
 
+// Samples come in torchvision's order (sorted(os.walk(...)), then sorted file names): a class
+// folder's own files, then each folder's by the folder's path ("a/sub" < "a/sub-x" <
+// "a/sub/sub2"), where sorting whole paths put "sub-x/c.png" before "sub/b.png".
+TEST(ImageFolder, SamplesInTorchvisionsOrder) {
+  TempDir dir;
+  for (const char* name : {"a/z.png", "a/.x.png", "a/sub/b.png", "a/sub-x/c.png", "a/sub/sub2/d.png"})
+    write_bytes(dir / name, encode_png({.width = 2, .height = 2}, random_bytes(12, 1)));
+  sd::ImageFolder folder(dir.str());
+  std::vector<std::string> names;
+  for (const auto& [path, label] : folder.samples()) names.push_back(path.substr(dir.str().size() + 1));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"a/.x.png", "a/z.png", "a/sub/b.png", "a/sub-x/c.png", "a/sub/sub2/d.png"}));
+}
+
 TEST(ImageDecode, NonRegularFilesAreRefused) {
   TempDir dir;
   expect_error([&] { sd::read_image(dir.str()); }, {"not a regular file"});

@@ -18,7 +18,8 @@ namespace strata::data {
 
 /// A classification dataset laid out as root/<class name>/**/<image>: each subfolder of root
 /// is a class, numbered in sorted name order; the files under it (searched recursively)
-/// whose extension is .jpg, .jpeg or .png (any case) are its samples, in sorted path order.
+/// whose extension is .jpg, .jpeg or .png (any case) are its samples, in torchvision's order:
+/// folders sorted by path, and the files of each sorted by name.
 ///
 /// get(i) decodes sample i, applies the transform with sample_generator(seed, i, epoch), and
 /// returns {input, target}: input is the transform's tensor (a uint8 (H, W, 3) tensor when
