@@ -4,8 +4,10 @@
 // metrics CSV itself, opened only when its first row is written.
 #pragma once
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -70,8 +72,12 @@ class MetricsCsv {
     if (!out_.is_open()) open();
     return out_;
   }
+  // Raises when a row could not be written (a full disk), naming the file.
   void flush() {
-    if (out_.is_open()) out_.flush();
+    if (!out_.is_open()) return;
+    out_.flush();
+    STRATA_CHECK(out_.good(), "[{}] writing the metrics file {} (--metrics) failed: {}", who_, path_,
+                 std::strerror(errno));
   }
 
  private:

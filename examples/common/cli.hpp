@@ -26,6 +26,19 @@ inline CLI::Validator at_least(int64_t lo) {
       fmt::format(">= {}", lo), fmt::format("at least {}", lo));
 }
 
+// An integer option in [lo, hi] (a bound on what a model or run can sensibly ask for, so a
+// typo is refused by name rather than failing in the allocator).
+inline CLI::Validator in_range(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        int64_t v = 0;
+        const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (err != std::errc() || end != s.data() + s.size()) return fmt::format("{} is not an integer", s);
+        return v >= lo && v <= hi ? std::string() : fmt::format("{} is not in {}..{}", s, lo, hi);
+      },
+      fmt::format("in {}..{}", lo, hi), fmt::format("in_range {} {}", lo, hi));
+}
+
 // A random seed: an integer in 0..2^64-1.
 inline const CLI::Validator seed_value(
     [](std::string& s) -> std::string {

@@ -43,22 +43,27 @@ using NamedPath = std::pair<const char*, std::string>;
 
 using strata_tools::same_file;  // shared with strata-tokenize
 
-// Every output (empty ones are skipped) must lie in an existing folder, must not be a folder and
-// must differ from every input and every other output.
+// Every output must be named, lie in an existing folder it can write to, not be a folder or
+// a device, and differ from every input and every other output (an optional output that is
+// not wanted is left out of `outputs`). So a path that cannot be written is refused before
+// training, not after it.
 inline void check_paths(const char* who, const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
   namespace fs = std::filesystem;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& [option, path] = outputs[i];
-    if (path.empty()) continue;
+    STRATA_CHECK(!path.empty(), "[{}] {} is empty; give a file name", who, option);
     STRATA_CHECK(!fs::is_directory(path), "[{}] {} {} is a folder; give a file name", who, option, path);
     const fs::path folder = fs::path(path).parent_path();
     STRATA_CHECK(folder.empty() || fs::is_directory(folder), "[{}] {} {}: there is no folder {}", who, option, path,
                  folder.string());
+    {  // a temporary beside it, removed at once: the folder takes new files, and the path is a file
+      st::io::AtomicFile probe(path, fmt::format("{}] [{}", who, option));
+    }
     for (const auto& [in_option, in_path] : inputs)
       STRATA_CHECK(in_path.empty() || !same_file(path, in_path), "[{}] {} {} would overwrite the input {} {}", who,
                    option, path, in_option, in_path);
     for (size_t j = 0; j < i; ++j)
-      STRATA_CHECK(outputs[j].second.empty() || !same_file(path, outputs[j].second),
+      STRATA_CHECK(!same_file(path, outputs[j].second),
                    "[{}] {} and {} name the same file {}; one would overwrite the other", who, outputs[j].first,
                    option, path);
   }

@@ -25,7 +25,8 @@ using namespace fashion;
 void add_options(CLI::App& app, Options& o) {
   // a later --x overrides; --help shows each option's default
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
-  app.add_option("--width", o.width, "channels of the first stage (then 2x and 4x)")->check(example::at_least(1));
+  app.add_option("--width", o.width, "channels of the first stage (then 2x and 4x)")
+      ->check(example::in_range(1, 1024));
   app.add_option("--epochs", o.epochs, "passes over the training set (the schedule spans them)")
       ->check(example::at_least(1));
   app.add_option("--batch", o.batch, "images per step")->check(example::at_least(1));

@@ -33,7 +33,7 @@ void add_options(CLI::App& app, Options& o) {
       ->check(example::at_least(0));
   app.add_option("--synthetic-size", o.synthetic_size, "synthetic images per epoch")->check(example::at_least(1));
   app.add_option("--image-size", o.image_size, "training resolution (square)")->check(CLI::Range(32, 4096));
-  app.add_option("--classes", o.classes, "classes of the synthetic data")->check(example::at_least(1));
+  app.add_option("--classes", o.classes, "classes of the synthetic data")->check(example::in_range(1, 100'000));
   app.add_option("--batch", o.batch, "images per step (at most the training set)");
   app.add_option("--steps", o.steps, "optimizer steps (the schedule spans them)")->check(example::at_least(1));
   app.add_option("--warmup", o.warmup, "linear warmup steps of the learning rate")->check(example::at_least(0));
@@ -79,8 +79,9 @@ void validate(const Options& o) {
   STRATA_CHECK(o.warmup < o.steps, "[resnet50] --warmup ({}) must be less than --steps ({})", o.warmup, o.steps);
   STRATA_CHECK(!o.checkpoint.empty() || (!o.resume && o.stop_after == 0 && o.checkpoint_every == 0),
                "[resnet50] --resume, --stop-after and --checkpoint-every need --checkpoint PATH");
-  example::check_paths(who, {{"--data", o.data}, {"--val-data", o.val_data}},
-                       {{"--metrics", o.metrics}, {"--checkpoint", o.checkpoint}});
+  std::vector<example::NamedPath> outputs{{"--metrics", o.metrics}};
+  if (!o.checkpoint.empty()) outputs.emplace_back("--checkpoint", o.checkpoint);  // optional
+  example::check_paths(who, {{"--data", o.data}, {"--val-data", o.val_data}}, outputs);
 }
 
 }  // namespace

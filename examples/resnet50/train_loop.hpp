@@ -144,7 +144,8 @@ inline Validation evaluate(ResNet50& model, st::data::DataLoader<st::data::Examp
 }
 
 // What a checkpoint must agree on to be continued exactly (Note [Exact resume]): the model's
-// classes, the batches it is fed and the learning-rate schedule (another would mix two).
+// classes, the batches it is fed, the learning-rate schedule (another would mix two) and the
+// optimizer's options (its state carries them, so others would be ignored).
 // load_checkpoint refuses another, naming the keys.
 inline std::map<std::string, std::string> run_config(const Options& o, const TrainData& data) {
   std::map<std::string, std::string> config{
@@ -153,7 +154,10 @@ inline std::map<std::string, std::string> run_config(const Options& o, const Tra
       {"data", o.data.empty() ? fmt::format("synthetic:{}", o.synthetic_size) : o.data},
       {"image_size", std::to_string(o.image_size)},
       {"batch", std::to_string(o.batch)},
-      {"seed", std::to_string(o.seed)}};
+      {"seed", std::to_string(o.seed)},
+      {"weight_decay", fmt::format("{}", o.weight_decay)},
+      {"momentum", o.optimizer == "sgd" ? fmt::format("{}", o.momentum) : "-"},
+      {"nesterov", o.optimizer == "sgd" && o.nesterov ? "yes" : "no"}};
   config.merge(example::schedule_config(o.steps, o.warmup, o.lr, o.min_lr));
   return config;
 }

@@ -14,14 +14,16 @@ namespace checkpointing {
 
 namespace st = strata;
 
-// The model's shape and the learning-rate schedule as strings (a resume with another schedule
-// would mix two); a checkpoint saved with others is refused, naming the keys that differ.
+// The model's shape, the learning-rate schedule (a resume with another would mix two) and the
+// weight decay (the optimizer's state carries it, so another would be ignored) as strings; a
+// checkpoint saved with others is refused, naming the keys that differ.
 inline std::map<std::string, std::string> run_config(const gpt::Config& c, int64_t steps, int64_t warmup, double lr,
-                                                     double min_lr) {
+                                                     double min_lr, double weight_decay) {
   std::map<std::string, std::string> config{
       {"layers", std::to_string(c.layers)},     {"width", std::to_string(c.width)},
       {"heads", std::to_string(c.heads)},       {"context", std::to_string(c.context)},
-      {"dropout", fmt::format("{}", c.dropout)}, {"vocab", std::to_string(c.vocab)}};
+      {"dropout", fmt::format("{}", c.dropout)}, {"vocab", std::to_string(c.vocab)},
+      {"weight_decay", fmt::format("{}", weight_decay)}};
   config.merge(example::schedule_config(steps, warmup, lr, min_lr));
   return config;
 }

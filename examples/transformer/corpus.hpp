@@ -50,8 +50,10 @@ inline std::vector<double> to_vector(const st::Tensor& t) {
   return std::vector<double>(p, p + c.numel());
 }
 
-// Samples an index among the k largest logits, proportionally to softmax.
-inline int64_t sample_top_k(const std::vector<double>& logits, int64_t k, st::Generator& g) {
+// Samples an index among the k largest logits, proportionally to softmax(logits / temperature)
+// (temperature > 0). The largest logit is subtracted before the division, so a tiny temperature
+// gives the most likely token instead of overflowing.
+inline int64_t sample_top_k(const std::vector<double>& logits, double temperature, int64_t k, st::Generator& g) {
   std::vector<int64_t> order(logits.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   k = std::clamp<int64_t>(k, 1, static_cast<int64_t>(order.size()));
@@ -59,7 +61,7 @@ inline int64_t sample_top_k(const std::vector<double>& logits, int64_t k, st::Ge
                     [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
   double top = logits[order[0]], total = 0;
   std::vector<double> w(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) total += (w[i] = std::exp(logits[order[i]] - top));
+  for (int64_t i = 0; i < k; ++i) total += (w[i] = std::exp((logits[order[i]] - top) / temperature));
   double u = st::rand({1}, st::kFloat64, &g).item<double>() * total;
   for (int64_t i = 0; i < k; ++i) {
     if ((u -= w[i]) <= 0) return order[i];

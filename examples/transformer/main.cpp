@@ -85,7 +85,8 @@ void validate(const Options& o) {
   require(who, "--min-lr", o.min_lr, finite_at_least(o.min_lr, 0) && o.min_lr <= o.lr, "finite, >= 0 and <= --lr");
   require(who, "--weight-decay", o.weight_decay, finite_at_least(o.weight_decay, 0), "finite and >= 0");
   require(who, "--clip", o.clip, finite_at_least(o.clip, 0), "finite and >= 0 (0: off)");
-  require(who, "--sample-tokens", o.sample_tokens, o.sample_tokens >= 0, ">= 0");
+  require(who, "--sample-tokens", o.sample_tokens, o.sample_tokens >= 0 && o.sample_tokens <= 1'000'000,
+          "in 0..1000000");
   require(who, "--temperature", o.temperature, finite_at_least(o.temperature, 0), "finite and >= 0 (0: greedy)");
   require(who, "--top-k", o.top_k, o.top_k >= 1, "at least 1");
   example::check_paths(who, {{"--train-data", o.train_data}, {"--val-data", o.val_data}},
@@ -156,7 +157,8 @@ int main(int argc, char** argv) {
     auto opt = make_optimizer(model, o);
     st::Generator data_gen(o.seed);  // training windows
     st::io::TrainingState state{.model = &model, .optimizer = opt.get(), .generators = {{"data", &data_gen}},
-                                .config = checkpointing::run_config(o.model, o.steps, o.warmup, o.lr, o.min_lr)};
+                                .config = checkpointing::run_config(o.model, o.steps, o.warmup, o.lr, o.min_lr,
+                                                                    o.weight_decay)};
     const int64_t start = o.resume ? checkpointing::resume(o.checkpoint, state) : 0;
     const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
     if (start >= end) {

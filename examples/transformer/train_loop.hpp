@@ -117,8 +117,8 @@ inline std::string sample(gpt::GPT& model, const std::string& prompt, const Opti
     st::Tensor x = st::from_vector<int64_t>(window, st::Shape{1, static_cast<int64_t>(window.size())}).to(device);
     st::Tensor logits = model(x).select(1, -1).squeeze(0).to(st::kCPU).to(st::kFloat64);
     // temperature 0: the most likely token (top-1)
-    int64_t next = o.temperature > 0 ? corpus::sample_top_k(corpus::to_vector(logits / o.temperature), o.top_k, g)
-                                     : corpus::sample_top_k(corpus::to_vector(logits), 1, g);
+    int64_t next = o.temperature > 0 ? corpus::sample_top_k(corpus::to_vector(logits), o.temperature, o.top_k, g)
+                                     : corpus::sample_top_k(corpus::to_vector(logits), 1.0, 1, g);
     tokens.push_back(next);
     if (next < 256) out.push_back(static_cast<char>(next));  // larger ids mark document ends
   }

@@ -47,8 +47,7 @@ uint64_t token_max(TokenDType dtype) { return (uint64_t{1} << (8 * token_bytes(d
 TokenShardWriter::TokenShardWriter(std::string path, TokenDType dtype) : path_(std::move(path)), dtype_(dtype) {
   STRATA_CHECK(valid_dtype(static_cast<uint32_t>(dtype)), "[TokenShardWriter] unknown token dtype code {}",
                static_cast<uint32_t>(dtype));
-  file_ = std::make_unique<io::AtomicFile>(path_, "TokenShardWriter");
-  io::remove_abandoned_temporaries(path_);  // of earlier writers killed mid-shard; ours is held
+  file_ = std::make_unique<io::AtomicFile>(path_, "TokenShardWriter");  // removes killed writers' temporaries
   // Room for the header, written for real by close().
   uint8_t zeros[kTokenShardHeaderSize] = {};
   write(zeros, sizeof zeros, "the header");

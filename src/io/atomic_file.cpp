@@ -135,6 +135,12 @@ std::string atomic_destination(const std::string& path, std::string_view op) {
 
 AtomicFile::AtomicFile(const std::string& path, std::string_view op)
     : path_(path), dest_(atomic_destination(path, op)), op_(op) {
+  // Temporaries of earlier writers of this path killed mid-write go first, so a writer killed
+  // in turn leaves at most its own.
+  try {
+    remove_abandoned_temporaries(dest_);
+  } catch (const std::exception&) {  // best effort: the write itself can go on
+  }
   int fd = open_temporary(dest_, temp_);
   STRATA_CHECK(fd >= 0, "[{}] cannot create a temporary file for {}: {}", op_, path_, std::strerror(errno));
   struct stat old {};

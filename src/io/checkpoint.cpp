@@ -69,8 +69,7 @@ void save_checkpoint(const std::string& path, const TrainingState& s, const Chec
   }
   meta["checksum.metadata"] = detail::to_hex64(detail::metadata_hash(meta));
 
-  remove_abandoned_temporaries(path);  // of earlier runs killed mid-save
-  save_safetensors(path, tensors, meta);
+  save_safetensors(path, tensors, meta);  // its atomic write removes temporaries of runs killed mid-save
 }
 
 CheckpointFile read_checkpoint(const std::string& path) {

@@ -14,7 +14,8 @@
 #     --val-data without --data and
 #     validation classes unlike the training ones fail with a message; so do outputs that name
 #     each other or lie in a missing folder, a batch larger than the training set, non-finite or
-#     out-of-range rates, --threads out of 0..1024 and a resume with another --steps; a run that
+#     out-of-range rates, --threads out of 0..1024 and a resume with another --steps or
+#     --momentum; a run that
 #     fails at its first step leaves the metrics CSV alone; a NaN loss stops without a checkpoint.
 # usage: resnet50_test.sh RESNET50 WORK_DIR
 set -euo pipefail
@@ -121,6 +122,9 @@ expect_refusal "--val-data without --data" 'needs --data' --val-data folder
 expect_refusal "validation classes unlike the training ones" 'classes (green) differ' --data folder \
   --val-data other --image-size 32
 expect_refusal "--resume with another --steps" "steps: '6' -> '8'" "${ck[@]}" --steps 8 --checkpoint split.ckpt --resume
+# the optimizer's state carries momentum and weight decay: others would be ignored
+expect_refusal "--resume with another --momentum" "momentum: '0.9' -> '0'" "${ck[@]}" --steps 6 --momentum 0 \
+  --checkpoint split.ckpt --resume
 expect_refusal "--checkpoint = --metrics" 'name the same file' --checkpoint sgd.csv --metrics sgd.csv
 expect_refusal "--checkpoint in a missing folder" 'no folder nodir' --checkpoint nodir/x.ckpt
 expect_refusal "--checkpoint naming a folder" 'is a folder' --checkpoint folder

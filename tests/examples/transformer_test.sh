@@ -9,7 +9,8 @@
 #           shapes, outputs that name an input or each other or lie in a missing folder, non-finite
 #           or out-of-range rates, --threads; a run whose loss turns NaN stops without saving;
 #           strata-tokenize refuses an output that is one of its inputs;
-#   resume  also: resuming with another --steps is refused; resuming at the end runs nothing.
+#   resume  also: resuming with another --steps or --weight-decay is refused; resuming at the
+#           end runs nothing.
 # usage: transformer_test.sh smoke|resume TRANSFORMER STRATA_TOKENIZE WORK_DIR
 set -euo pipefail
 mode=$1 transformer=$2 tokenize=$3 work=$4
@@ -70,6 +71,9 @@ if [[ $mode == smoke ]]; then
   expect_refusal "--checkpoint = --metrics" 'name the same file' --checkpoint x.csv --metrics x.csv
   expect_refusal "--weights in a missing folder" 'no folder nodir' --weights nodir/w.st
   expect_refusal "--checkpoint naming a folder" 'is a folder' --checkpoint .
+  expect_refusal "an empty --weights" '--weights is empty' --weights ''
+  expect_refusal "--weights on a device" 'not a regular file' --weights /dev/null
+  expect_refusal "--sample-tokens 1e12" '--sample-tokens' --sample-tokens 1000000000000
   expect_refusal "--lr inf" '--lr' --lr inf
   expect_refusal "--weight-decay inf" '--weight-decay' --weight-decay inf
   expect_refusal "--min-lr above --lr" '--min-lr' --min-lr 1
@@ -135,6 +139,9 @@ elif [[ $mode == resume ]]; then
   grep -q "width: '32' -> '48'" err.txt || fail "the error does not name the width"
   expect_refusal "resuming with another --steps" "steps: '60' -> '50'" "${run[@]}" --steps 50 --checkpoint split.ckpt \
     --metrics other.csv --weights other.safetensors --resume
+  # the optimizer's state carries its weight decay: another would be ignored, so it is refused
+  expect_refusal "resuming with another --weight-decay" "weight_decay: '0.1' -> '5'" "${run[@]}" --weight-decay 5 \
+    --checkpoint split.ckpt --metrics other.csv --weights other.safetensors --resume
   "$transformer" "${run[@]}" --checkpoint split.ckpt --metrics split.csv --weights split.safetensors --resume |
     tee again.txt
   grep -q 'nothing to run: the checkpoint is at step 60 of 60' again.txt || fail "a finished run resumed did not say so"

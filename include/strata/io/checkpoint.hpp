@@ -69,7 +69,7 @@ struct Checkpoint {
 
 /// Writes `state` and `progress` to `path` atomically: after a crash, `path` holds either the
 /// previous checkpoint or the complete new one. A temporary left by a writer killed mid-save is
-/// removed by the next save_checkpoint to the same path (one writer per path).
+/// removed by the next atomic write of the same path (io::AtomicFile).
 STRATA_API void save_checkpoint(const std::string& path, const TrainingState& state, const Checkpoint& progress = {});
 
 /// Restores a checkpoint into the live objects and returns where the run was. Everything is
