@@ -100,6 +100,11 @@ if [[ $mode == smoke ]]; then
   "$transformer" "${tiny[@]}" --steps 1 --warmup 0 --sample-tokens 20 --temperature 0 --metrics g.csv --weights g.st \
     --checkpoint g.ckpt >greedy.txt || fail "--temperature 0 (greedy) failed"
   grep -q -- '--- sample ---' greedy.txt || fail "--temperature 0 printed no sample"
+  # a tiny temperature is greedy too (the logits divided by it had overflowed to NaN weights)
+  "$transformer" "${tiny[@]}" --steps 1 --warmup 0 --sample-tokens 20 --temperature 1e-320 --top-k 256 \
+    --metrics g.csv --weights g.st --checkpoint g.ckpt >tiny_t.txt || fail "--temperature 1e-320 failed"
+  diff <(sed -n '/--- sample ---/,$p' greedy.txt) <(sed -n '/--- sample ---/,$p' tiny_t.txt) ||
+    fail "--temperature 1e-320 did not sample as greedy decoding does"
 
   cp text-a.txt text.before
   set +e
