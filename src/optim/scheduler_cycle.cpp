@@ -38,6 +38,12 @@ OneCycleLR::OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t tota
   initial_step();
 }
 
+void OneCycleLR::load_extra(const StateDict& d) {
+  auto it = d.scalars.find("last_epoch");
+  STRATA_CHECK(it == d.scalars.end() || it->second <= static_cast<double>(total_),
+               "[OneCycleLR] load_state_dict: last_epoch {} is past the schedule's {} total steps", it->second, total_);
+}
+
 double OneCycleLR::anneal(double start, double end, double pct) const {
   if (o_.anneal_strategy == OneCycleOptions::Anneal::Linear) return (end - start) * pct + start;
   return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1);

@@ -31,4 +31,14 @@ foreach(want "strata-inspect: ${WORK_DIR}/bad.safetensors: \\[safetensors\\] hea
     message(FATAL_ERROR "strata-inspect stderr lacks '${want}':\n${err}")
   endif()
 endforeach()
+# a FIFO is refused at once, not waited on for a writer that never comes
+execute_process(COMMAND mkfifo ${WORK_DIR}/pipe RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "mkfifo failed: ${rc}")
+endif()
+execute_process(COMMAND ${INSPECT} ${WORK_DIR}/pipe TIMEOUT 20
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "not a regular file")
+  message(FATAL_ERROR "strata-inspect on a FIFO: exit ${rc}, stderr: ${err}")
+endif()
 message(STATUS "strata-inspect checks passed")

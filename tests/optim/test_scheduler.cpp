@@ -199,6 +199,17 @@ TEST(Scheduler, OneCycleLR) {
   optim::OneCycleLR no_momentum(adagrad, 0.01, 10, {.cycle_momentum = false});
   EXPECT_THROW(optim::OneCycleLR(adamw, 0.01, 0), Error);
   EXPECT_THROW(optim::OneCycleLR(adamw, 0.01, 10, {.pct_start = 1.5}), Error);
+  // a position past the schedule (a dict from a longer one) is refused on load, not at the
+  // next step; the schedule's own end loads
+  optim::OneCycleLR longer(no_momentum.optimizer(), 0.01, 500, {.cycle_momentum = false});
+  for (int i = 0; i < 20; ++i) longer.step();
+  EXPECT_TRUE(strata::testing::throws_with([&] { no_momentum.load_state_dict(longer.state_dict()); },
+                                           {"[OneCycleLR]", "past the schedule"}));
+  EXPECT_EQ(no_momentum.last_epoch(), 0);
+  optim::OneCycleLR same(adagrad, 0.01, 10, {.cycle_momentum = false});
+  for (int i = 0; i < 10; ++i) same.step();
+  no_momentum.load_state_dict(same.state_dict());
+  EXPECT_EQ(no_momentum.last_epoch(), 10);
 }
 
 // pct_start * total_steps == 1 gives a warm-up phase of zero length (and three_phase a second

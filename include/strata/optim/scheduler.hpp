@@ -197,6 +197,8 @@ class STRATA_API OneCycleLR : public LRScheduler {
 
  protected:
   void apply(int64_t epoch) override;
+  /// Refuses a position past total_steps (a dict from a longer schedule).
+  void load_extra(const StateDict& d) override;
 
  private:
   struct Phase {
