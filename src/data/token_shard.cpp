@@ -55,11 +55,14 @@ TokenShardWriter::TokenShardWriter(std::string path, TokenDType dtype) : path_(s
 
 TokenShardWriter::~TokenShardWriter() = default;
 
-void TokenShardWriter::write(const void* bytes, size_t size, const char* what) {
-  if (size == 0 || std::fwrite(bytes, 1, size, file_->stream()) == size) return;
+void TokenShardWriter::fail(const char* step) {
   int err = errno;
   file_.reset();  // removes the temporary
-  STRATA_CHECK(false, "[TokenShardWriter] writing {} of {} failed: {}", what, path_, std::strerror(err));
+  STRATA_CHECK(false, "[TokenShardWriter] writing {} failed at {}: {}", path_, step, std::strerror(err));
+}
+
+void TokenShardWriter::write(const void* bytes, size_t size, const char* what) {
+  if (size != 0 && std::fwrite(bytes, 1, size, file_->stream()) != size) fail(what);
 }
 
 void TokenShardWriter::append(std::span<const uint32_t> tokens) {
@@ -84,11 +87,6 @@ void TokenShardWriter::close() {
   put_le(header + 12, static_cast<uint32_t>(dtype_), 4);
   put_le(header + 16, static_cast<uint64_t>(count_), 8);
   put_le(header + 24, kTokenShardHeaderSize, 8);
-  auto fail = [&](const char* step) {
-    int err = errno;
-    file_.reset();  // removes the temporary
-    STRATA_CHECK(false, "[TokenShardWriter] writing {} failed at {}: {}", path_, step, std::strerror(err));
-  };
   if (std::fflush(file_->stream()) != 0) fail("fflush");  // the tokens still buffered
   if (std::fseek(file_->stream(), 0, SEEK_SET) != 0) fail("fseek");
   write(header, sizeof header, "the header");

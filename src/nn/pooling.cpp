@@ -277,9 +277,9 @@ Tensor avg_pool2d(const Tensor& input, Size2 kernel_size, const AvgPool2dArgs& a
   Tensor y = run_forward(OpId::avg_pool2d, input, out_shape(input, oh, ow), f, &p);
   autograd::record("avg_pool2d", {input}, {y}, {},
                    [p, in = input.shape(), f](const autograd::Grads& g, const autograd::Saved& s) {
-    autograd::check_once_differentiable("avg_pool2d", g, s);
-    return autograd::Grads{run_backward(OpId::avg_pool2d_backward, g[0], Tensor(), in, f, &p)};
-  });
+                     autograd::check_once_differentiable("avg_pool2d", g, s);
+                     return autograd::Grads{run_backward(OpId::avg_pool2d_backward, g[0], Tensor(), in, f, &p)};
+                   });
   return y;
 }
 

@@ -56,6 +56,7 @@ class STRATA_API TokenShardWriter {
 
  private:
   void write(const void* bytes, size_t size, const char* what);
+  [[noreturn]] void fail(const char* step);  // removes the temporary and raises, naming `step`
   std::string path_;
   TokenDType dtype_;
   std::unique_ptr<io::AtomicFile> file_;  // null once closed, or after a failed write

@@ -17,9 +17,9 @@ namespace strata::io {
 /// is renamed. Opening one first removes the temporaries earlier writers of the same path left
 /// when they were killed (remove_abandoned_temporaries). commit() flushes, fsyncs and renames
 /// it over the destination, then fsyncs the folder; destruction or abandon() before that
-/// removes the temporary and leaves the destination untouched. Errors raise strata::Error naming `op`, the path and the system's
-/// reason; a failed commit also removes the temporary. The stream must not be closed by the
-/// caller; seeking within it is fine.
+/// removes the temporary and leaves the destination untouched. Errors raise strata::Error
+/// naming `op`, the path and the system's reason; a failed commit also removes the temporary.
+/// The stream must not be closed by the caller; seeking within it is fine.
 class STRATA_API AtomicFile {
  public:
   /// Opens the temporary. `path` is resolved by atomic_destination, so a folder or device
