@@ -165,6 +165,18 @@ int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil
   return out;
 }
 
+// Whether every one of the out windows along one dimension has a tap inside the input: with
+// dilation, a padded window's taps can all miss it, leaving a maximum of -inf whose index
+// names no element (PyTorch's backward then adds its gradient to a neighbour).
+bool every_window_has_a_tap(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, int64_t out) {
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t start = o * stride - pad;
+    const int64_t first = start < 0 ? (-start + dil - 1) / dil : 0;  // the first tap at or past 0
+    if (first >= k || start + first * dil >= in) return false;
+  }
+  return true;
+}
+
 // Checks the arguments and returns the kernel parameters and the output size.
 Pool2dParams pool_params(const char* op, const Tensor& x, Size2 k, std::optional<Size2> stride, Size2 pad,
                          Size2 dil, bool ceil_mode, bool is_max, int64_t& oh, int64_t& ow) {
@@ -187,6 +199,11 @@ Pool2dParams pool_params(const char* op, const Tensor& x, Size2 k, std::optional
                "[{}] input of shape {} is too small for kernel {} (stride {}, padding {}, dilation {}): the output "
                "would be ({}, {})",
                op, x.shape(), k, s, pad, dil, oh, ow);
+  STRATA_CHECK(every_window_has_a_tap(ih, k.h, pad.h, s.h, dil.h, oh) &&
+                   every_window_has_a_tap(iw, k.w, pad.w, s.w, dil.w, ow),
+               "[{}] with kernel {}, stride {}, padding {} and dilation {}, a window of the input of shape {} "
+               "holds only padding: its maximum would have no element",
+               op, k, s, pad, dil, x.shape());
   return Pool2dParams{k, s, pad, dil};
 }
 

@@ -190,7 +190,7 @@ TEST(MaxPool2d, TiesAndNaNsPickTheReferenceIndex) {
 TEST(MaxPool2d, RandomGeometriesMatchTheReference) {
   std::mt19937 rng(17);
   auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
-  int checked = 0;
+  int checked = 0, refused = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const int64_t kh = pick(1, 4), kw = pick(1, 5), dh = pick(1, 3), dw = pick(1, 3);
     const int64_t ph = pick(0, (dh * (kh - 1) + 1) / 2), pw = pick(0, (dw * (kw - 1) + 1) / 2);
@@ -202,11 +202,16 @@ TEST(MaxPool2d, RandomGeometriesMatchTheReference) {
     for (double& e : v) e = rng() % 40 == 0 ? NAN : double(rng() % 4);
     Tensor x = from_vector<double>(v, k.in);
     const MaxRef ref = max_reference(k, Arr4(x));
-    bool skip = false;  // windows with no tap inside the input have no defined index
-    for (double i : ref.idx.v) skip = skip || i < 0;
-    if (skip) continue;
     SCOPED_TRACE(fmt::format("trial {}: in {} k {}x{} s {}x{} p {}x{} d {}x{} ceil {}", trial, k.in, kh, kw,
                              k.stride->h, k.stride->w, ph, pw, dh, dw, k.ceil_mode));
+    bool tapless = false;  // a window with no tap inside the input: its maximum has no element
+    for (double i : ref.idx.v) tapless = tapless || i < 0;
+    if (tapless) {
+      EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, k.k, {k.stride, k.padding, k.dilation, k.ceil_mode}); },
+                              {"[max_pool2d]", "holds only padding"}));
+      ++refused;
+      continue;
+    }
     auto r = F::max_pool2d_with_indices(x.to(kFloat32), k.k, {k.stride, k.padding, k.dilation, k.ceil_mode});
     ASSERT_TRUE(all_close(r.indices, ref.idx.v, 0, 0));
     const std::vector<double> y = values(r.output);
@@ -215,6 +220,7 @@ TEST(MaxPool2d, RandomGeometriesMatchTheReference) {
     ++checked;
   }
   EXPECT_GT(checked, 150);
+  EXPECT_GT(refused, 0);
 }
 
 // A window of more than 2^31 taps (a kernel 1.4e9 rows tall, padded to match, over a 1 x 3
@@ -324,6 +330,9 @@ TEST(Pooling, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 3, {.padding = 2}); }, {"padding", "half"}));
   EXPECT_TRUE(throws_with([&] { F::avg_pool2d(x, 2, {.padding = 2}); }, {"padding", "half"}));
   EXPECT_TRUE(throws_with([&] { F::max_pool2d(x, 9); }, {"too small"}));
+  // dilation 3 over a row of 2 padded by 1: the first window's taps (-1 and 2) both miss it
+  EXPECT_TRUE(throws_with([&] { F::max_pool2d(randn({1, 1, 3, 2}), {1, 2}, {Size2(1), {0, 1}, {1, 3}}); },
+                          {"[max_pool2d]", "holds only padding", "[1, 1, 3, 2]"}));
   EXPECT_TRUE(throws_with([&] { F::avg_pool2d(x, 2, {.divisor_override = 0}); }, {"divisor_override"}));
   EXPECT_TRUE(throws_with([&] { F::adaptive_avg_pool2d(x, {0, 2}); }, {"output_size"}));
   EXPECT_TRUE(throws_with([&] { F::max_pool2d(x.to(kInt64), 2); }, {"floating"}));

@@ -88,7 +88,7 @@ STRATA_API Conv2dWeightGrads conv2d_weight_grad(const Tensor& input, const Shape
 struct MaxPool2dArgs {
   std::optional<Size2> stride;  // default: the kernel size
   Size2 padding = 0;            // at most half the (dilated) kernel
-  Size2 dilation = 1;
+  Size2 dilation = 1;           // every window must keep a tap inside the input (refused else)
   bool ceil_mode = false;       // round the output size up (windows must start inside the input)
 };
 
