@@ -16,6 +16,10 @@
 // writes the gradient; the reduction is applied here. Probability targets and spatial inputs
 // (N, C, d...) take the composed path, which is also the create_graph backward of the fused
 // one and what its test compares it with.
+#include <limits>
+#include <tuple>
+#include <utility>
+
 #include <strata/autograd/graph.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/ops/binary.hpp>
@@ -112,6 +116,16 @@ Tensor per_class(const Tensor& w, int64_t dims) {
   return w.view(s);
 }
 
+// A weighted mean sum(per) / total and the divisor for its gradient: with no weight (every
+// target ignored or weighted 0) the mean is NaN, as in PyTorch, and the divisor 1, so the
+// gradient, whose per-sample weights are then all 0, is 0 rather than 0 * inf = NaN.
+// Differentiable in per (nll_loss records through it).
+std::pair<Tensor, Tensor> weighted_mean(const Tensor& per, const Tensor& total) {
+  const Tensor no_weight = total == 0;
+  const Tensor divisor = where(no_weight, 1, total);
+  return {where(no_weight, std::numeric_limits<double>::quiet_NaN(), sum(per) / divisor), divisor};
+}
+
 // The gradient of Note [Cross entropy in one node] for x (N, C, d...) and the per-sample
 // gradient gn (broadcasting over (N, d...)): recorded out of place with create_graph, else
 // computed in place.
@@ -147,8 +161,8 @@ Tensor cross_entropy_indices(const Tensor& x, const ClassTargets& t, const Tenso
       const Tensor wx = w.defined() ? sum(x * w, {1}) : sum(x, {1});  // sum_j w_j x_nj
       per = per + (lse * total_w - wx) * t.valid * (eps / static_cast<double>(c));
     }
-    if (red == Reduction::Mean) denom = sum(t.coef);
-    out = red == Reduction::None ? per : red == Reduction::Sum ? sum(per) : sum(per) / denom;
+    if (red == Reduction::Mean) std::tie(out, denom) = weighted_mean(per, sum(t.coef));
+    else out = red == Reduction::None ? per : sum(per);
   }
   autograd::record("cross_entropy", {x}, {out}, {x}, [t, w, total_w, eps, c, red, denom](const autograd::Grads& g,
                                                                                          const autograd::Saved& s) {
@@ -192,9 +206,11 @@ Tensor cross_entropy_fused(const Tensor& x, const Tensor& target, const Tensor& 
     lse = outs[1];
     if (red == Reduction::Mean) {
       const Tensor valid = (target64 != ignore_index).to(x.dtype());
-      denom = sum(wc.defined() ? index_select(wc, 0, where(target64 == ignore_index, 0, target64)) * valid : valid);
+      std::tie(out, denom) = weighted_mean(
+          outs[0], sum(wc.defined() ? index_select(wc, 0, where(target64 == ignore_index, 0, target64)) * valid : valid));
+    } else {
+      out = red == Reduction::None ? outs[0] : sum(outs[0]);
     }
-    out = red == Reduction::None ? outs[0] : red == Reduction::Sum ? sum(outs[0]) : sum(outs[0]) / denom;
   }
   autograd::record("cross_entropy", {x}, {out}, {x, lse}, [target64, wc, denom, p, red, n, c](
                                                              const autograd::Grads& g, const autograd::Saved& s) {
@@ -285,6 +301,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
                  target.shape(), input.shape());
     STRATA_CHECK(!o.weight.defined() || o.weight.shape() == Shape{x.size(1)},
                  "[cross_entropy] weight must have shape ({}), got {}", x.size(1), o.weight.shape());
+    STRATA_CHECK(o.ignore_index < 0, "[cross_entropy] ignore_index {} applies to class-index targets only, and the "
+                 "target holds class probabilities ({})", o.ignore_index, target.dtype());
     out = cross_entropy_probs(x, unbatched ? target.unsqueeze(0) : target, o.weight, o.label_smoothing, red);
   } else {
     STRATA_CHECK(!unbatched || target.dim() == 0,
@@ -316,7 +334,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions&
   const Tensor x = unbatched ? input.unsqueeze(0) : input;
   ClassTargets t = class_targets(x, unbatched ? target.unsqueeze(0) : target, o.weight, o.ignore_index, "nll_loss");
   const Tensor per = -(gather(x, 1, t.index).squeeze(1) * t.coef);
-  Tensor out = red == Reduction::Mean ? sum(per) / sum(t.coef) : reduce_loss(per, red);
+  Tensor out = red == Reduction::Mean ? weighted_mean(per, sum(t.coef)).first : reduce_loss(per, red);
   return unbatched && red == Reduction::None ? out.squeeze(0) : out;
 }
 

@@ -42,9 +42,12 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, std::string_vie
   check_pair(input, target, "smooth_l1_loss");
   STRATA_CHECK(beta >= 0, "[smooth_l1_loss] beta must be non-negative, got {}", beta);
   const Reduction r = parse_reduction(reduction, "smooth_l1_loss");
-  const Tensor d = abs(input - target);
+  const Tensor diff = input - target;
+  const Tensor d = abs(diff);
   if (beta == 0) return reduce_loss(d, r);
-  return reduce_loss(where(d < beta, square(d) * (0.5 / beta), d - 0.5 * beta), r);
+  // square(diff), not square(d): abs's derivative of 0 at diff = 0 would zero the curvature
+  // there; a division, as 0.5 / beta overflows float for a tiny beta
+  return reduce_loss(where(d < beta, square(diff) / (2 * beta), d - 0.5 * beta), r);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const BCEWithLogitsOptions& o) {
@@ -83,9 +86,9 @@ Tensor kl_div(const Tensor& input, const Tensor& target, std::string_view reduct
   if (log_target) {
     loss = exp(y) * (y - input);
   } else {
-    // y log y is 0 at y = 0 (xlogy); log of 1 there keeps the gradient finite
-    const Tensor positive = y > 0;
-    loss = where(positive, y * log(where(positive, y, 1.0)), 0.0) - y * input;
+    // y log y is 0 at y = 0 and NaN below (xlogy); log of 1 at 0 keeps the gradient finite
+    const Tensor zero = y == 0;
+    loss = where(zero, 0.0, y * log(where(zero, 1.0, y))) - y * input;
   }
   return reduce_loss(loss, r);
 }

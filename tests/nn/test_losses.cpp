@@ -166,6 +166,45 @@ TEST(CrossEntropy, EdgeCases) {
   EXPECT_NEAR(l, 1.0 + std::log(1 + std::exp(-1.0)), 1e-12);  // lse = 1000 + log(1 + e^-1)
   nn::CrossEntropyLoss module({.label_smoothing = 0.1});
   EXPECT_TRUE(equal(module(x, t), F::cross_entropy(x, t, {.label_smoothing = 0.1})));
+  // every class weight of the targets 0 with label smoothing: no weight to divide by, NaN
+  EXPECT_TRUE(std::isnan(
+      F::cross_entropy(x, targets({1, 1, 1}, {3}), {.weight = from_vector<double>({1, 0, 1, 1}), .label_smoothing = 0.1})
+          .item<double>()));
+}
+
+// A batch whose every target is ignored has a NaN mean but a zero gradient, as in PyTorch: on
+// every path (fused (N, C), spatial, unbatched, create_graph) and for nll_loss; a NaN there
+// would poison every parameter.
+TEST(CrossEntropy, AllIgnoredGivesZeroGradient) {
+  Generator g(12);
+  Tensor flat = randn({3, 4}, kFloat64, &g), spatial = randn({2, 4, 3}, kFloat64, &g);
+  const Tensor ignored_flat = targets({-100, -100, -100}, {3}), ignored_spatial = full({2, 3}, -100, kInt64);
+  struct Case {
+    const char* name;
+    Tensor x;
+    std::function<Tensor(const Tensor&)> loss;
+  };
+  const std::vector<Case> cases = {
+      {"fused", flat, [&](const Tensor& x) { return F::cross_entropy(x, ignored_flat); }},
+      {"fused smoothed", flat,
+       [&](const Tensor& x) { return F::cross_entropy(x, ignored_flat, {.label_smoothing = 0.2}); }},
+      {"spatial", spatial, [&](const Tensor& x) { return F::cross_entropy(x, ignored_spatial); }},
+      {"spatial weighted", spatial,
+       [&](const Tensor& x) { return F::cross_entropy(x, ignored_spatial, {.weight = rand({4}, kFloat64, &g)}); }},
+      {"unbatched", flat.select(0, 0),
+       [&](const Tensor& x) { return F::cross_entropy(x, full({}, -100, kInt64)); }},
+      {"nll", flat, [&](const Tensor& x) { return F::nll_loss(x, ignored_flat); }},
+      {"nll spatial", spatial, [&](const Tensor& x) { return F::nll_loss(x, ignored_spatial); }},
+  };
+  for (const Case& c : cases)
+    for (bool create_graph : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} create_graph={}", c.name, create_graph));
+      Tensor x = leaf(c.x);
+      Tensor loss = c.loss(x);
+      EXPECT_TRUE(std::isnan(loss.item<double>()));
+      Tensor gx = autograd::grad({loss}, {x}, {}, std::nullopt, create_graph)[0];
+      EXPECT_TRUE(all_close(gx, std::vector<double>(static_cast<size_t>(x.numel()), 0.0), 0, 0));
+    }
 }
 
 TEST(CrossEntropy, BadInput) {
@@ -190,6 +229,10 @@ TEST(CrossEntropy, BadInput) {
   const Tensor ignored = targets({-100, -100, -100}, {3});
   EXPECT_TRUE(throws_with([&] { F::cross_entropy(zeros({3, 0}), ignored); }, {"[cross_entropy]", "no classes"}));
   EXPECT_TRUE(throws_with([&] { F::nll_loss(zeros({3, 0}), ignored); }, {"[nll_loss]", "no classes"}));
+  // probability targets have no index to ignore
+  EXPECT_TRUE(throws_with([&] { F::cross_entropy(x, softmax(randn({3, 4}), 1), {.ignore_index = 1}); },
+                          {"[cross_entropy]", "ignore_index 1", "class-index targets only"}));
+  EXPECT_NO_THROW(F::cross_entropy(x, softmax(randn({3, 4}), 1), {.ignore_index = -1}));
 }
 
 TEST(NLLLoss, MatchesReferenceAndGradCheck) {
@@ -256,6 +299,26 @@ TEST(ElementwiseLosses, MatchReferencesAndGradCheck) {
   EXPECT_TRUE(std::isnan(F::mse_loss(zeros({0}), zeros({0})).item<double>()));
 }
 
+// smooth_l1's second derivative is 1 / beta inside the quadratic zone, at input == target too
+// (squaring |d| had given 0 there), and a float32 beta too small for 0.5 / beta keeps finite
+// gradients.
+TEST(ElementwiseLosses, SmoothL1CurvatureAndTinyBeta) {
+  Tensor x = leaf(from_vector<double>({1.0, 2.0, 0.25}));
+  const Tensor y = from_vector<double>({1.0, 1.5, 4.0});  // d = 0, inside; 0.5, inside; -3.75, outside
+  Tensor gx = autograd::grad({F::smooth_l1_loss(x, y, "sum", 2.0)}, {x}, {}, std::nullopt, true)[0];
+  EXPECT_TRUE(all_close(gx, {0.0, 0.25, -1.0}, 1e-15, 0));
+  EXPECT_TRUE(all_close(autograd::grad({sum(gx)}, {x})[0], {0.5, 0.5, 0.0}, 1e-15, 0));
+  Tensor xs = leaf(from_vector<double>({1.0, -0.5, 3.0}));
+  EXPECT_TRUE(gradgradcheck([&](V in) { return F::smooth_l1_loss(in[0], from_vector<double>({1.0, 1.0, 2.9}), "sum",
+                                                                 0.5); }, {xs}));
+  Tensor xf = leaf(from_vector<float>({1.0f, 2.0f}));
+  const Tensor yf = from_vector<float>({1.0f, 1.0f});
+  Tensor lf = F::smooth_l1_loss(xf, yf, "sum", 1e-40);
+  lf.backward();
+  EXPECT_TRUE(all_close(lf, {1.0}, 1e-6, 0));
+  EXPECT_TRUE(all_close(xf.grad(), {0.0, 1.0}, 0, 0));
+}
+
 TEST(BCEWithLogits, MatchesReferenceStableAndGradCheck) {
   Generator g(6);
   Tensor x = randn({4, 3}, kFloat64, &g) * 3;
@@ -315,5 +378,10 @@ TEST(KLDiv, MatchesReferenceAndGradCheck) {
       EXPECT_TRUE(gradcheck([&](V in) { return F::kl_div(in[0], in[1], red, log_target); }, {il, tl}));
     }
   EXPECT_TRUE(equal(nn::KLDivLoss({.reduction = "batchmean"})(input, target), F::kl_div(input, target, "batchmean")));
+  // a negative target has no y log y: NaN, as PyTorch's xlogy
+  const std::vector<double> kl =
+      values(F::kl_div(from_vector<double>({-1, -2}), from_vector<double>({-0.5, 0}), "none"));
+  EXPECT_TRUE(std::isnan(kl[0]));
+  EXPECT_EQ(kl[1], 0.0);
   EXPECT_THROW(F::mse_loss(input, target, "batchmean"), Error);
 }

@@ -128,7 +128,7 @@ class FusedAttentionGuard {
 
 struct CrossEntropyOptions {
   Tensor weight;                   // (C) per-class weight, or undefined
-  int64_t ignore_index = -100;     // class-index targets equal to this add nothing
+  int64_t ignore_index = -100;     // class-index targets equal to this add nothing (negative: none)
   std::string reduction = "mean";
   double label_smoothing = 0;      // in [0, 1]
 };
@@ -136,8 +136,9 @@ struct CrossEntropyOptions {
 /// Cross entropy of logits (N, C) or (N, C, d1, ...) (or unbatched (C)) against class indices
 /// (N) / (N, d1, ...) (int64 or int32) or class probabilities of the logits' shape (floating).
 /// Computed from log_softmax. "mean" over class indices divides by the summed weights of the
-/// targets that are not ignored (NaN when all are ignored); over probabilities by the number
-/// of samples. An index outside [0, C) that is not ignore_index raises Error naming it.
+/// targets that are not ignored (NaN when that sum is 0, with a gradient of 0); over
+/// probabilities by the number of samples. An index outside [0, C) that is not ignore_index
+/// raises Error naming it. Probability targets take no ignore_index (one >= 0 raises).
 STRATA_API Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& options = {});
 
 struct NLLLossOptions {
@@ -146,7 +147,8 @@ struct NLLLossOptions {
   std::string reduction = "mean";
 };
 
-/// Negative log likelihood of log-probabilities (N, C) / (N, C, d1, ...) at class indices.
+/// Negative log likelihood of log-probabilities (N, C) / (N, C, d1, ...) at class indices;
+/// "mean" as cross_entropy's.
 STRATA_API Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& options = {});
 
 STRATA_API Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean");
