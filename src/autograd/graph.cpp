@@ -196,9 +196,14 @@ void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t ou
   meta.output_nr = output_nr;
 }
 
+// Only floating tensors carry gradients, as in PyTorch: an integer or bool result (a cast, an
+// integer sum) is a constant, and a gradient through it would be wrong.
 void record(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
             const std::vector<Tensor>& saved, BackwardFn backward) {
   if (!any_requires_grad(inputs)) return;
+  bool any_floating = false;
+  for (const Tensor& out : outputs) any_floating = any_floating || (out.defined() && is_floating(out.dtype()));
+  if (!any_floating) return;
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   for (const Tensor& in : inputs) {
     bool needs = in.defined() && in.requires_grad();
@@ -208,7 +213,7 @@ void record(const char* name, const std::vector<Tensor>& inputs, const std::vect
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
     node->output_meta.push_back({out.shape(), out.dtype(), out.device()});
-    set_history(out, node, static_cast<uint32_t>(i));
+    if (is_floating(out.dtype())) set_history(out, node, static_cast<uint32_t>(i));
   }
   node->output_hooks.resize(outputs.size());
   for (const Tensor& s : saved) {

@@ -206,8 +206,9 @@ Tensor cross_entropy_fused(const Tensor& x, const Tensor& target, const Tensor& 
     lse = outs[1];
     if (red == Reduction::Mean) {
       const Tensor valid = (target64 != ignore_index).to(x.dtype());
-      std::tie(out, denom) = weighted_mean(
-          outs[0], sum(wc.defined() ? index_select(wc, 0, where(target64 == ignore_index, 0, target64)) * valid : valid));
+      const Tensor coef =
+          wc.defined() ? index_select(wc, 0, where(target64 == ignore_index, 0, target64)) * valid : valid;
+      std::tie(out, denom) = weighted_mean(outs[0], sum(coef));
     } else {
       out = red == Reduction::None ? outs[0] : sum(outs[0]);
     }

@@ -230,12 +230,13 @@ Tensor div(const Tensor& a, const Tensor& b) {
   });
   return out;
 }
-// Where a == b the gradient is split evenly, as PyTorch does.
+// Where a == b the gradient is split evenly, as PyTorch does; an operand is masked only where
+// it strictly loses, so a NaN (which the result carries) passes the gradient to both.
 Tensor maximum(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpId::maximum, a, b, Kind::Arith);
   autograd::record("maximum", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
     Tensor share = where(s[0] == s[1], g[0] * 0.5, g[0]);
-    return Grads{where(s[0] >= s[1], share, 0), where(s[1] >= s[0], share, 0)};
+    return Grads{where(s[0] < s[1], 0, share), where(s[1] < s[0], 0, share)};
   });
   return out;
 }
@@ -243,7 +244,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpId::minimum, a, b, Kind::Arith);
   autograd::record("minimum", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
     Tensor share = where(s[0] == s[1], g[0] * 0.5, g[0]);
-    return Grads{where(s[0] <= s[1], share, 0), where(s[1] <= s[0], share, 0)};
+    return Grads{where(s[0] > s[1], 0, share), where(s[1] > s[0], 0, share)};
   });
   return out;
 }
@@ -251,8 +252,10 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpId::pow, a, b, Kind::Arith);
   autograd::record("pow", {a, b}, {out}, {a, b, out}, [](const Grads& g, const Saved& s) {
     const Tensor &x = s[0], &e = s[1], &y = s[2];
-    // d/dx = e x^(e-1); d/de = y log(x), taken as 0 where x == 0 (the limit for e > 0)
-    return Grads{g[0] * e * pow(x, e - 1), where(x == 0, 0, g[0] * y * log(x))};
+    // d/dx = e x^(e-1), 0 where e == 0 (x^-1 is infinite at x = 0); d/de = y log(x), 0 where
+    // x == 0 and e >= 0 (the limit), as in PyTorch
+    return Grads{where(e == 0, 0, g[0] * e * pow(x, e - 1)),
+                 where(logical_and(x == 0, e >= 0), 0, g[0] * y * log(x))};
   });
   return out;
 }

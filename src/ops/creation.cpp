@@ -212,9 +212,15 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<TensorOptions
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
   STRATA_CHECK(st != 0 && std::isfinite(st), "[arange] step must be finite and non-zero, got {}", st);
   STRATA_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] start {} and end {} must be finite", s, e);
-  STRATA_CHECK((e - s) / st >= 0 || s == e, "[arange] step {} does not move from {} toward {}", st, s, e);
   bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
   TensorOptions opts = o.value_or(TensorOptions(all_int ? kInt64 : kFloat32));
+  if (is_integral(opts.dtype_)) {
+    // an integer range takes integer arguments, truncated toward zero as PyTorch's int64 arange
+    // does: stepping 1.5 from 0 would otherwise give 0, 1, 3 (each value truncated apart)
+    s = std::trunc(s), e = std::trunc(e), st = std::trunc(step.to_double());
+    STRATA_CHECK(st != 0, "[arange] step {} truncates to 0 for {}", step.to_double(), opts.dtype_);
+  }
+  STRATA_CHECK((e - s) / st >= 0 || s == e, "[arange] step {} does not move from {} toward {}", st, s, e);
   double count_d = std::ceil((e - s) / st);
   STRATA_CHECK(count_d < 9.2e18, "[arange] range of {} elements is too large", count_d);
   RangeParams p{s, st, static_cast<int64_t>(count_d), e, false};

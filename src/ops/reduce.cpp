@@ -202,10 +202,14 @@ Tensor fold(OpId op, const Tensor& x, const std::vector<int64_t>& dims, bool kee
     bool keep = p.keepdim;
     Shape shape = in.shape();
     if (op == OpId::prod) {
-      // d prod / dx_i = prod / x_i (inputs containing zeros get a zero gradient there)
+      // d prod / dx_i = prod / x_i; at a zero, the product of the others: that of the non-zero
+      // elements when it is the group's only zero, else 0
       autograd::record("prod", {in}, {r}, {in, r}, [d, keep](const autograd::Grads& g, const autograd::Saved& s) {
-        Tensor y = detail::unreduce(s[1], d, keep);
-        return autograd::Grads{where(s[0] == 0, 0, detail::unreduce(g[0], d, keep) * y / s[0])};
+        const Tensor& x = s[0];
+        const Tensor zero = x == 0, y = detail::unreduce(s[1], d, keep);
+        const Tensor nonzero = where(zero, 1, x);
+        const Tensor at_zero = where(sum(zero, d, true) == 1, prod(nonzero, d, true), 0);
+        return autograd::Grads{detail::unreduce(g[0], d, keep) * where(zero, at_zero, y / nonzero)};
       });
     } else {
       double scale = op == OpId::mean ? 1.0 / static_cast<double>(std::max<int64_t>(1, detail::reduced_numel(shape, d))) : 1.0;
@@ -311,11 +315,19 @@ Tensor max(const Tensor& x) { return extreme(OpId::amax, x, {}, false); }
 Tensor min(const Tensor& x) { return extreme(OpId::amin, x, {}, false); }
 MinMaxResult max(const Tensor& x, int64_t dim, bool keepdim) { return arg_reduce(OpId::argmax, x, dim, keepdim, true); }
 MinMaxResult min(const Tensor& x, int64_t dim, bool keepdim) { return arg_reduce(OpId::argmin, x, dim, keepdim, true); }
+namespace {
+// Over all elements with keepdim: a flat index in a tensor of x.dim() ones, as in PyTorch.
+Tensor arg_extreme(OpId op, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  Tensor i = arg_reduce(op, x, dim, keepdim, false).indices;
+  return !dim && keepdim ? i.reshape(Shape(static_cast<size_t>(x.dim()), 1)) : i;
+}
+}  // namespace
+
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return arg_reduce(OpId::argmax, x, dim, keepdim, false).indices;
+  return arg_extreme(OpId::argmax, x, dim, keepdim);
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return arg_reduce(OpId::argmin, x, dim, keepdim, false).indices;
+  return arg_extreme(OpId::argmin, x, dim, keepdim);
 }
 
 Tensor Tensor::sum() const { return strata::sum(*this); }

@@ -3,6 +3,7 @@
 // vector norms.
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
 #include <algorithm>
 #include <cmath>
@@ -136,10 +137,22 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, double correction,
 Tensor std(const Tensor& x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
   ReduceParams p = float_params(x, dims, keepdim, "std");
   STRATA_CHECK(std::isfinite(correction), "[std] correction must be finite, got {}", correction);
-  if (autograd::any_requires_grad({&x})) return sqrt(var(x, dims, correction, keepdim));  // differentiable form
   p.correction = correction;
   p.take_sqrt = true;
-  return detail::run_reduction(OpId::var, x, p, x.dtype());
+  Tensor r = detail::run_reduction(OpId::var, x, p, x.dtype());
+  if (autograd::any_requires_grad({&x})) {
+    // var's gradient / (2 std), and 0 where std is 0 (a constant group), as in PyTorch: the
+    // derivative of sqrt there is infinite, and 0 * inf would be NaN
+    double denom = static_cast<double>(detail::reduced_numel(x.shape(), p.dims)) - correction;
+    autograd::record("std", {x}, {r}, {x, r}, [d = p.dims, keep = p.keepdim, denom](const autograd::Grads& g,
+                                                                                   const autograd::Saved& s) {
+      const Tensor centered = s[0] - mean(s[0], d, true), sd = detail::unreduce(s[1], d, keep);
+      const Tensor constant = sd == 0;
+      return autograd::Grads{
+          where(constant, 0, detail::unreduce(g[0], d, keep) * centered / (where(constant, 1, sd) * denom))};
+    });
+  }
+  return r;
 }
 
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -174,10 +187,14 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool ke
         Tensor mask = (abs(x) == n).to(x.dtype());
         return autograd::Grads{gu * sign(x) * mask / sum(mask, d, true)};
       }
+      if (p == 0) return autograd::Grads{zeros_like(x)};  // a count: constant almost everywhere
       if (p == 1) return autograd::Grads{gu * sign(x)};
       if (p == 2) return autograd::Grads{where(n == 0, 0, gu * x / n)};
-      // d||x||_p / dx = sign(x) |x|^(p-1) / ||x||^(p-1)
-      return autograd::Grads{where(n == 0, 0, gu * sign(x) * pow(abs(x), p - 1) / pow(n, p - 1))};
+      // d||x||_p / dx = sign(x) |x|^(p-1) / ||x||^(p-1); for p < 1, |x|^(p-1) is infinite at
+      // x = 0, where PyTorch takes 0
+      const Tensor scaled = p < 1 ? where(x == 0, 0, sign(x) * pow(abs(where(x == 0, 1, x)), p - 1))
+                                  : sign(x) * pow(abs(x), p - 1);
+      return autograd::Grads{where(n == 0, 0, gu * scaled / pow(n, p - 1))};
     });
   }
   return r;

@@ -146,9 +146,19 @@ Tensor scan_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype
       autograd::record("cumsum", {in}, {y}, {}, [suffix_sum](const autograd::Grads& g, const autograd::Saved&) {
         return autograd::Grads{suffix_sum(g[0])};
       });
-    } else {  // cumprod: d y_j / d x_i = y_j / x_i for j >= i (zeros in x give a zero gradient there)
-      autograd::record("cumprod", {in}, {y}, {in, y}, [suffix_sum](const autograd::Grads& g, const autograd::Saved& s) {
-        return autograd::Grads{where(s[0] == 0, 0, suffix_sum(g[0] * s[1]) / s[0])};
+    } else {
+      // cumprod: d y_j / d x_i = y_j / x_i for j >= i where x_i != 0. At a row's first zero k,
+      // sum_{j >= k} g_j prod_{l <= j, l != k} x_l: the same suffix sum over the cumprod of x
+      // with that zero replaced by 1. Past it every y_j holds x_k = 0: a zero gradient.
+      autograd::record("cumprod", {in}, {y}, {in, y}, [suffix_sum, d](const autograd::Grads& g,
+                                                                      const autograd::Saved& s) {
+        const Tensor& x = s[0];
+        const Tensor zero = x == 0;
+        const Tensor first_zero = logical_and(zero, cumsum(zero, d) == 1);
+        const Tensor nonzero = where(zero, 1, x);
+        const Tensor at_first_zero = suffix_sum(g[0] * cumprod(where(first_zero, 1, x), d));
+        return autograd::Grads{
+            where(zero, where(first_zero, at_first_zero, 0), suffix_sum(g[0] * s[1]) / nonzero)};
       });
     }
   }

@@ -295,8 +295,12 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   STRATA_CHECK(min || max, "[clamp_] at least one of min and max must be given");
   const UnaryScalarParams p = clamp_params(min, max);
-  // a NaN bound makes every element NaN, which an integer tensor cannot hold
-  STRATA_CHECK(is_floating(dtype()) || (p.a == p.a && p.b == p.b), "[clamp_] a NaN bound for a {} tensor", dtype());
+  // a floating bound promotes the result to floating (clamp), which an integer tensor cannot
+  // hold, as add_ refuses a floating scalar; PyTorch refuses it too
+  STRATA_CHECK(is_floating(dtype()) || p.integral,
+               "[clamp_] a floating bound (min {}, max {}) gives a floating result, which the {} tensor cannot "
+               "hold; use clamp() for a new tensor",
+               p.a, p.b, dtype());
   return unary_inplace(OpId::clamp, *this, &p);
 }
 

@@ -99,6 +99,36 @@ TEST(GradCheck, MaximumSplitsTiesEvenly) {
   EXPECT_TRUE(strata::testing::all_close(b.grad(), {0.5, 1}, 0, 0));
 }
 
+// A NaN operand, which the result carries, passes the gradient to both operands: each is
+// masked only where it strictly loses, as in PyTorch.
+TEST(GradCheck, MaximumAndMinimumWithNaN) {
+  Tensor a = from_vector<double>({NAN, 1}).requires_grad_(), b = from_vector<double>({0, 2}).requires_grad_();
+  sum(maximum(a, b)).backward();
+  EXPECT_TRUE(strata::testing::all_close(a.grad(), {1, 0}, 0, 0));
+  EXPECT_TRUE(strata::testing::all_close(b.grad(), {1, 1}, 0, 0));
+  Tensor c = from_vector<double>({NAN, 1}).requires_grad_(), d = from_vector<double>({0, 2}).requires_grad_();
+  sum(minimum(c, d)).backward();
+  EXPECT_TRUE(strata::testing::all_close(c.grad(), {1, 1}, 0, 0));
+  EXPECT_TRUE(strata::testing::all_close(d.grad(), {1, 0}, 0, 0));
+}
+
+// pow(x, e) with both tensors at x = 0: d/dx is 0 where e == 0 (not 0 * 0^-1), and d/de is 0
+// where e >= 0 (the limit of y log x) but -inf where e < 0, as PyTorch's formulas give.
+TEST(GradCheck, TensorPowerAtZero) {
+  Tensor x = from_vector<double>({0, 0, 0, 2}).requires_grad_();
+  Tensor e = from_vector<double>({0, 2, -1, 3}).requires_grad_();
+  sum(pow(x, e)).backward();
+  const std::vector<double> gx = strata::testing::values(x.grad()), ge = strata::testing::values(e.grad());
+  EXPECT_EQ(gx[0], 0.0);
+  EXPECT_EQ(gx[1], 0.0);
+  EXPECT_EQ(gx[2], -INFINITY);
+  EXPECT_DOUBLE_EQ(gx[3], 12.0);
+  EXPECT_EQ(ge[0], 0.0);
+  EXPECT_EQ(ge[1], 0.0);
+  EXPECT_EQ(ge[2], -INFINITY);
+  EXPECT_DOUBLE_EQ(ge[3], 8 * std::log(2.0));
+}
+
 TEST(GradCheck, GradientDtypeFollowsInput) {
   Tensor a = ones({3}, kFloat32).requires_grad_();
   Tensor b = ones({3}, kFloat64).requires_grad_();
@@ -110,6 +140,15 @@ TEST(GradCheck, GradientDtypeFollowsInput) {
   (c.to(kFloat32) * 3).backward(ones({2}));
   EXPECT_EQ(c.grad().dtype(), kFloat64);
   EXPECT_TRUE(strata::testing::all_close(c.grad(), {3, 3}, 0, 0));
+  // a cast to an integer or bool is a constant, as in PyTorch: no gradient flows through it
+  Tensor x = from_vector<double>({1.7, -2.3, 0.4}).requires_grad_();
+  EXPECT_FALSE(x.to(kInt32).requires_grad());
+  EXPECT_FALSE(x.to(kBool).requires_grad());
+  EXPECT_FALSE(sum(x, kInt64).requires_grad());
+  EXPECT_FALSE(prod(x, std::vector<int64_t>{0}, false, kInt32).requires_grad());
+  sum((x.to(kInt32) * 3).to(kFloat64) * x).backward();
+  EXPECT_TRUE(strata::testing::all_close(x.grad(), {3, -6, 0}, 0, 0));
+  EXPECT_THROW(sum(x.to(kInt32).to(kFloat32)).backward(), Error);
 }
 
 // The activations' backward runs fused kernels (kernels/common/activation_grad_math.h) whose

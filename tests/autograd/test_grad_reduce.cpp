@@ -39,6 +39,7 @@ TEST(GradCheck, Reductions) {
       {"norm1", [](V x) { return norm(x[0], 1, {0}); }, false},
       {"norm3", [](V x) { return norm(x[0], 3, {2}); }},
       {"norm_inf", [](V x) { return norm(x[0], INFINITY, {1}); }, false},
+      {"norm_half", [](V x) { return norm(x[0], 0.5, {1}); }},
       {"softmax", [](V x) { return softmax(x[0], 1); }},
       {"log_softmax", [](V x) { return log_softmax(x[0], -1); }},
       {"cumsum", [](V x) { return cumsum(x[0], 1); }},
@@ -60,4 +61,42 @@ TEST(GradCheck, ExtremeTiesShareTheGradient) {
   Tensor x = from_vector<double>({1, 3, 3, 2}).requires_grad_();
   max(x).backward();
   EXPECT_TRUE(strata::testing::all_close(x.grad(), {0, 0.5, 0.5, 0}, 0, 0));
+}
+
+// Zeros in prod and cumprod: the gradient at a zero is the product of the others (prod/x_i
+// would divide by 0), checked by finite differences, which are exact for these multilinear
+// functions; second order with one zero per group, where the formula is differentiable.
+TEST(GradCheck, ProductsThroughZeros) {
+  Tensor one_zero = from_vector<double>({2, 0, -1, 0.5, 1.5, 3, -2, 0.25, 0, 0, 1, 4}, Shape{3, 4});
+  for (Layout l : {Layout::Contiguous, Layout::Transposed}) {
+    SCOPED_TRACE(strata::testing::layout_name(l));
+    std::vector<Tensor> in = {leaf(one_zero, l)};
+    EXPECT_TRUE(gradcheck([](V x) { return prod(x[0], {1}); }, in));
+    EXPECT_TRUE(gradcheck([](V x) { return prod(x[0]); }, in));
+    EXPECT_TRUE(gradcheck([](V x) { return cumprod(x[0], 1); }, in));
+    EXPECT_TRUE(gradcheck([](V x) { return cumprod(x[0], 0); }, in));
+  }
+  Tensor single = from_vector<double>({2, 0, -1, 0.5, 1.5, 3, -2, 0.25, 0.5, 0, 1, 4}, Shape{3, 4});
+  std::vector<Tensor> in = {leaf(single)};
+  EXPECT_TRUE(gradgradcheck([](V x) { return prod(x[0], {1}); }, in));
+  EXPECT_TRUE(gradgradcheck([](V x) { return cumprod(x[0], 1); }, in));
+  // the published values: d prod / dx at the zero of {2, 0, -1, 0.5} is 2 * -1 * 0.5
+  Tensor x = from_vector<double>({2, 0, -1, 0.5}).requires_grad_();
+  prod(x).backward();
+  EXPECT_TRUE(strata::testing::all_close(x.grad(), {0, -1, 0, 0}, 0, 0));
+}
+
+// Where a reduction is not differentiable its gradient is 0, as in PyTorch, never NaN: std of a
+// constant group, the p = 0 "norm" (a count), and a p < 1 norm at a zero element.
+TEST(GradCheck, DegenerateReductionsGiveZeroNotNaN) {
+  Tensor c = from_vector<double>({2, 2, 2, 1, 3, 5}, Shape{2, 3}).requires_grad_();
+  sum(strata::std(c, {1})).backward();
+  EXPECT_TRUE(strata::testing::all_close(c.grad(), {0, 0, 0, -0.5, 0, 0.5}, 1e-15, 0));
+  Tensor x = from_vector<double>({0, -1, 2}).requires_grad_();
+  norm(x, 0).backward();
+  EXPECT_TRUE(strata::testing::all_close(x.grad(), {0, 0, 0}, 0, 0));
+  Tensor y = from_vector<double>({0, -1, 2}).requires_grad_();
+  norm(y, 0.5).backward();
+  const double n = std::pow(1 + std::sqrt(2.0), 2);  // (|0|^.5 + |-1|^.5 + |2|^.5)^2
+  EXPECT_TRUE(strata::testing::all_close(y.grad(), {0, -std::sqrt(n), std::sqrt(n / 2)}, 1e-14, 0));
 }

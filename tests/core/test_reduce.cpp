@@ -318,6 +318,9 @@ TEST(Reduce, MaxMinWithIndices) {
       EXPECT_EQ(argmax(x).item<int64_t>(), fm - xv.begin());
       EXPECT_EQ(argmin(x).item<int64_t>(), fn - xv.begin());
       EXPECT_EQ(argmax(x).dim(), 0);
+      // with keepdim the flat index sits in x.dim() dims of size 1, as in PyTorch
+      EXPECT_EQ(argmin(x, std::nullopt, true).shape(), Shape(static_cast<size_t>(x.dim()), 1));
+      EXPECT_EQ(argmin(x, std::nullopt, true).item<int64_t>(), fn - xv.begin());
       EXPECT_EQ(max(x).item<double>(), *fm);
       EXPECT_EQ(min(x).item<double>(), *fn);
     }

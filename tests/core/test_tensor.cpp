@@ -49,6 +49,11 @@ TEST(Creation, LongArangeValues) {
   const std::vector<double> down = values(arange(100, -100, -3, kInt8));
   ASSERT_EQ(down.size(), 67u);
   for (size_t i = 0; i < down.size(); ++i) ASSERT_EQ(down[i], 100.0 - 3.0 * static_cast<double>(i)) << i;
+  // an integer dtype truncates fractional arguments toward zero first, as PyTorch's int64
+  // arange: no value is repeated or skipped
+  EXPECT_EQ(values(arange(-2.5, 2.5, 1, kInt64)), (std::vector<double>{-2, -1, 0, 1}));
+  EXPECT_EQ(values(arange(0, 5, 1.5, kInt32)), (std::vector<double>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(all_close(arange(0.5, 2.5, 0.5, kFloat64), {0.5, 1, 1.5, 2}, 0, 0));
 }
 
 TEST(Tensor, FactoriesRejectBadInput) {
@@ -386,6 +391,7 @@ TEST(BadInput, IntegerArangeBeyondDoublesOrItsDtype) {
   EXPECT_TRUE(
       raises([] { arange(0, 300, 1, TensorOptions(kUInt8)); }, "[arange] values from 0 to 299 do not fit uint8"));
   EXPECT_TRUE(all_close(arange(250, 256, 2, TensorOptions(kUInt8)), {250, 252, 254}, 0, 0));
+  EXPECT_TRUE(raises([] { arange(0, 5, 0.5, kInt64); }, "[arange] step 0.5 truncates to 0 for int64"));
   const double base = 4503599627370496.0;  // 2^52: integers are still exact as doubles
   EXPECT_TRUE(all_close(arange(int64_t(1) << 52, (int64_t(1) << 52) + 3, 1), {base, base + 1, base + 2}, 0, 0));
 }

@@ -302,10 +302,19 @@ TEST(RMSNorm, ForwardAndGradCheck) {
   auto f = [&](V in) { return rms(in[0]); };
   EXPECT_TRUE(gradcheck(f, {xl, rms.weight}));
   EXPECT_TRUE(gradgradcheck(f, {xl, rms.weight}));
-  // default eps: the dtype's machine epsilon
+  // default eps: the compute type's machine epsilon, float's for the 16-bit types too (on
+  // inputs of mean square 1e-4, bfloat16's own 2^-7 would shrink the output 40 times)
   nn::RMSNorm d(6);
   Tensor xf = randn({2, 6}, kFloat32, &g);
   EXPECT_TRUE(all_close(d(xf), norm_ref(values(xf), 2, 6, {}, {}, 1.1920929e-07, true), 1e-5, 1e-6));
+  for (DType t : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Tensor small = (randn({2, 6}, kFloat32, &g) * 0.01).to(t);
+    EXPECT_TRUE(all_close(F::rms_norm(small, {6}), norm_ref(values(small), 2, 6, {}, {}, 1.1920929e-07, true),
+                          1e-2, 1e-2));
+  }
+  EXPECT_TRUE(all_close(F::rms_norm(x, {6}), norm_ref(values(x), 4, 6, {}, {}, 2.220446049250313e-16, true), 1e-12,
+                        1e-12));
 }
 
 TEST(GroupNorm, ForwardAndGradCheck) {

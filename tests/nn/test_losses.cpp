@@ -167,9 +167,8 @@ TEST(CrossEntropy, EdgeCases) {
   nn::CrossEntropyLoss module({.label_smoothing = 0.1});
   EXPECT_TRUE(equal(module(x, t), F::cross_entropy(x, t, {.label_smoothing = 0.1})));
   // every class weight of the targets 0 with label smoothing: no weight to divide by, NaN
-  EXPECT_TRUE(std::isnan(
-      F::cross_entropy(x, targets({1, 1, 1}, {3}), {.weight = from_vector<double>({1, 0, 1, 1}), .label_smoothing = 0.1})
-          .item<double>()));
+  const F::CrossEntropyOptions zero_weight{.weight = from_vector<double>({1, 0, 1, 1}), .label_smoothing = 0.1};
+  EXPECT_TRUE(std::isnan(F::cross_entropy(x, targets({1, 1, 1}, {3}), zero_weight).item<double>()));
 }
 
 // A batch whose every target is ignored has a NaN mean but a zero gradient, as in PyTorch: on

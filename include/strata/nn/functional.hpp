@@ -65,7 +65,8 @@ STRATA_API Tensor dropout(const Tensor& x, double p = 0.5, bool training = true,
 STRATA_API Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                              const Tensor& bias = Tensor(), double eps = 1e-5);
 /// x / sqrt(mean(x^2) + eps) * weight over the trailing dims; eps defaults to the machine
-/// epsilon of x's dtype, as in PyTorch.
+/// epsilon of the type it is computed in, as in PyTorch: double's for float64, else float's
+/// (float16 and bfloat16 are computed in float).
 STRATA_API Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                            std::optional<double> eps = std::nullopt);
 /// Normalizes (N, C, *) over groups of C / num_groups channels (and all of *), then applies

@@ -30,7 +30,7 @@ class STRATA_API LayerNorm : public Module {
 };
 
 struct RMSNormOptions {
-  std::optional<double> eps;  // default: the machine epsilon of the input's dtype
+  std::optional<double> eps;  // default: the machine epsilon of the input's compute type (functional::rms_norm)
   bool elementwise_affine = true;
 };
 

@@ -37,7 +37,8 @@ STRATA_API Tensor full(const Shape& shape, Scalar value, TensorOptions options =
 /// A 0-d tensor holding `value`.
 STRATA_API Tensor scalar_tensor(Scalar value, TensorOptions options = {});
 /// [start, end) in steps of `step`; int64 when all three are integers, else float32, unless
-/// options says otherwise.
+/// options says otherwise. An integer dtype truncates the three toward zero first (a step
+/// that truncates to 0 raises).
 STRATA_API Tensor arange(Scalar end, std::optional<TensorOptions> options = std::nullopt);
 STRATA_API Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<TensorOptions> options = std::nullopt);
 /// `steps` evenly spaced values from start to end inclusive.

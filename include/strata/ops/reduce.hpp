@@ -72,7 +72,7 @@ STRATA_API Tensor min(const Tensor& x);
 STRATA_API MinMaxResult max(const Tensor& x, int64_t dim, bool keepdim = false);
 STRATA_API MinMaxResult min(const Tensor& x, int64_t dim, bool keepdim = false);
 /// int64 index of the largest / smallest element along `dim`, or into the flattened tensor
-/// when `dim` is absent.
+/// when `dim` is absent (held in x.dim() dims of size 1 with keepdim).
 STRATA_API Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 STRATA_API Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 
