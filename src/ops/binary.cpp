@@ -105,8 +105,12 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
   return self;
 }
 
-Tensor scalar_like(Scalar s, const Tensor& like) {
-  return full({}, s, TensorOptions(result_type(like, s), like.device()));
+// s as a 0-d tensor of the result type of `like` (x) s; a value that type cannot hold raises,
+// naming `op`.
+Tensor scalar_like(Scalar s, const Tensor& like, std::string_view op) {
+  const DType t = result_type(like, s);
+  detail::check_scalar_fits(s, t, op);
+  return full({}, s, TensorOptions(t, like.device()));
 }
 
 // True when arithmetic of `t` (x) `s` needs s at float32 precision: a float16/bfloat16 result
@@ -129,9 +133,9 @@ bool needs_float_scalar(const Tensor& t, Scalar s) {
 // `a` op `s` (or `s` op `a` when scalar_first) for the four arithmetic ops, with the scalar at
 // float32 precision where needs_float_scalar says so: computed in float32, rounded once.
 template <class Op>
-Tensor with_scalar(const Tensor& a, Scalar s, Op op, bool scalar_first = false) {
+Tensor with_scalar(const Tensor& a, Scalar s, Op op, OpId id, bool scalar_first = false) {
   if (!needs_float_scalar(a, s)) {
-    const Tensor c = scalar_like(s, a);
+    const Tensor c = scalar_like(s, a, op_name(id));
     return scalar_first ? op(c, a) : op(a, c);
   }
   const Tensor a32 = a.to(kFloat32), c = full({}, s, TensorOptions(kFloat32, a.device()));
@@ -141,7 +145,7 @@ Tensor with_scalar(const Tensor& a, Scalar s, Op op, bool scalar_first = false) 
 // The in-place form: self op= s.
 template <class Op>
 Tensor& with_scalar_inplace(Tensor& self, Scalar s, Op op, OpId id) {
-  if (!needs_float_scalar(self, s)) return op(self, scalar_like(s, self));
+  if (!needs_float_scalar(self, s)) return op(self, scalar_like(s, self, op_name(id)));
   check_destination(self, self, id);
   Tensor r = self.to(kFloat32);
   op(r, full({}, s, TensorOptions(kFloat32, self.device())));
@@ -268,18 +272,18 @@ Tensor ge(const Tensor& a, const Tensor& b) { return binary_op(OpId::ge, a, b, K
 Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_op(OpId::logical_and, a, b, Kind::Logical); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op(OpId::logical_or, a, b, Kind::Logical); }
 
-Tensor add(const Tensor& a, Scalar b) { return with_scalar(a, b, kAdd); }
-Tensor sub(const Tensor& a, Scalar b) { return with_scalar(a, b, kSub); }
-Tensor mul(const Tensor& a, Scalar b) { return with_scalar(a, b, kMul); }
-Tensor div(const Tensor& a, Scalar b) { return with_scalar(a, b, kDiv); }
-Tensor maximum(const Tensor& a, Scalar b) { return maximum(a, scalar_like(b, a)); }
-Tensor minimum(const Tensor& a, Scalar b) { return minimum(a, scalar_like(b, a)); }
-Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a)); }
-Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a)); }
-Tensor lt(const Tensor& a, Scalar b) { return lt(a, scalar_like(b, a)); }
-Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a)); }
-Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a)); }
-Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a)); }
+Tensor add(const Tensor& a, Scalar b) { return with_scalar(a, b, kAdd, OpId::add); }
+Tensor sub(const Tensor& a, Scalar b) { return with_scalar(a, b, kSub, OpId::sub); }
+Tensor mul(const Tensor& a, Scalar b) { return with_scalar(a, b, kMul, OpId::mul); }
+Tensor div(const Tensor& a, Scalar b) { return with_scalar(a, b, kDiv, OpId::div); }
+Tensor maximum(const Tensor& a, Scalar b) { return maximum(a, scalar_like(b, a, "maximum")); }
+Tensor minimum(const Tensor& a, Scalar b) { return minimum(a, scalar_like(b, a, "minimum")); }
+Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a, "eq")); }
+Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a, "ne")); }
+Tensor lt(const Tensor& a, Scalar b) { return lt(a, scalar_like(b, a, "lt")); }
+Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a, "le")); }
+Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a, "gt")); }
+Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a, "ge")); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   STRATA_CHECK(cond.defined() && a.defined() && b.defined(), "[where] input tensor is undefined");
@@ -298,8 +302,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   });
   return out;
 }
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, scalar_like(b, a)); }
-Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where(cond, scalar_like(a, b), b); }
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, scalar_like(b, a, "where")); }
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where(cond, scalar_like(a, b, "where"), b); }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   STRATA_CHECK(x.defined(), "[masked_fill] input tensor is undefined");
@@ -360,10 +364,10 @@ Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
 Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
-Tensor operator+(Scalar a, const Tensor& b) { return with_scalar(b, a, kAdd, true); }
-Tensor operator-(Scalar a, const Tensor& b) { return with_scalar(b, a, kSub, true); }
-Tensor operator*(Scalar a, const Tensor& b) { return with_scalar(b, a, kMul, true); }
-Tensor operator/(Scalar a, const Tensor& b) { return with_scalar(b, a, kDiv, true); }
+Tensor operator+(Scalar a, const Tensor& b) { return with_scalar(b, a, kAdd, OpId::add, true); }
+Tensor operator-(Scalar a, const Tensor& b) { return with_scalar(b, a, kSub, OpId::sub, true); }
+Tensor operator*(Scalar a, const Tensor& b) { return with_scalar(b, a, kMul, OpId::mul, true); }
+Tensor operator/(Scalar a, const Tensor& b) { return with_scalar(b, a, kDiv, OpId::div, true); }
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
 Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }

@@ -181,7 +181,11 @@ Tensor abs(const Tensor& x) {
   return with_grad("abs", x, unary_op(OpId::abs, x, Kind::Keep), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g * sign(x); });
 }
-Tensor sign(const Tensor& x) { return unary_op(OpId::sign, x, Kind::Keep); }  // gradient zero: not recorded
+// Its gradient is 0, recorded as in PyTorch, so a loss reaching x only through sign has one.
+Tensor sign(const Tensor& x) {
+  return with_grad("sign", x, unary_op(OpId::sign, x, Kind::Keep), false, false,
+                   [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
+}
 Tensor exp(const Tensor& x) {
   return with_grad("exp", x, unary_op(OpId::exp, x, Kind::Float), false, true,
                    [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y; });

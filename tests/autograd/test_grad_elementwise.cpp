@@ -129,6 +129,15 @@ TEST(GradCheck, TensorPowerAtZero) {
   EXPECT_DOUBLE_EQ(ge[3], 8 * std::log(2.0));
 }
 
+// sign's gradient is 0: a loss that reaches x only through it still has one, as in PyTorch
+TEST(GradCheck, SignHasAZeroGradient) {
+  Tensor x = from_vector<double>({-2, 0, 3}).requires_grad_();
+  Tensor y = sign(x);
+  EXPECT_TRUE(y.requires_grad());
+  sum(y * 5).backward();
+  EXPECT_TRUE(strata::testing::all_close(x.grad(), {0, 0, 0}, 0, 0));
+}
+
 TEST(GradCheck, GradientDtypeFollowsInput) {
   Tensor a = ones({3}, kFloat32).requires_grad_();
   Tensor b = ones({3}, kFloat64).requires_grad_();

@@ -376,6 +376,11 @@ TEST(BadInput, ScalarsThatDoNotFitAnIntegerDtype) {
   EXPECT_TRUE(raises([] { full({2}, int64_t(1) << 40, TensorOptions(kInt32)); }, "cannot be converted to int32"));
   EXPECT_TRUE(raises([] { zeros({2}, TensorOptions(kInt8)).fill_(-129); }, "[fill_]"));
   EXPECT_TRUE(raises([] { full({2}, 9.3e18, TensorOptions(kInt64)); }, "cannot be converted to int64"));
+  // an op with a scalar names itself, not the tensor it makes of the scalar
+  const Tensor u8 = zeros({2}, TensorOptions(kUInt8));
+  EXPECT_TRUE(raises([&] { lt(u8, -1); }, "[lt] value -1 cannot be converted to uint8"));
+  EXPECT_TRUE(raises([&] { add(u8, 1000); }, "[add] value 1000"));
+  EXPECT_TRUE(raises([&] { where(from_vector<bool>({true, false}), u8, -1); }, "[where] value -1"));
   Tensor m = from_vector<bool>({true, false});
   EXPECT_TRUE(raises([&] { zeros({2}, TensorOptions(kInt32)).masked_fill_(m, NAN); }, "[masked_fill]"));
   // what fits is taken: truncation toward zero, as PyTorch's fill does
