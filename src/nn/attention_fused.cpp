@@ -183,6 +183,26 @@ std::optional<math::AttentionRows> detail::attention_rows(const Tensor& t) {
   return math::AttentionRows{sizes[0], strides[1], strides[0], t.size(-2) > 1 ? t.stride(-2) : t.size(-1)};
 }
 
+namespace {
+// The kernels index every tensor by q's problem count and k's rows: the shapes must agree.
+bool sizes_agree(const KernelCall& call, bool backward) {
+  const Tensor &q = call.inputs[0], &k = call.inputs[1], &v = call.inputs[2];
+  if (!q.defined() || !k.defined() || !v.defined() || q.dim() < 2 || k.dim() != q.dim() || v.dim() != q.dim())
+    return false;
+  Shape o_shape = q.shape();
+  o_shape.back() = v.size(-1);
+  for (int64_t i = 0; i + 2 < q.dim(); ++i)
+    if (k.size(i) != q.size(i) || v.size(i) != q.size(i)) return false;
+  auto is = [](const Tensor& t, const Shape& shape) { return t.defined() && t.shape() == shape; };
+  const Tensor& lse = backward ? call.inputs[5] : call.outputs[1];
+  const int64_t rows = q.size(-1) == 0 ? 0 : q.numel() / q.size(-1);
+  if (k.size(-1) != q.size(-1) || v.size(-2) != k.size(-2) || lse.numel() != rows) return false;
+  if (!backward) return is(call.outputs[0], o_shape);
+  return is(call.inputs[3], o_shape) && is(call.inputs[4], o_shape) && is(call.outputs[0], q.shape()) &&
+         is(call.outputs[1], k.shape()) && is(call.outputs[2], v.shape());
+}
+}  // namespace
+
 math::AttentionLayout detail::attention_layout(const KernelCall& call, std::string_view op) {
   auto rows = [&](const Tensor& t) {
     const std::optional<math::AttentionRows> r = t.defined() ? attention_rows(t) : std::nullopt;
@@ -197,6 +217,10 @@ math::AttentionLayout detail::attention_layout(const KernelCall& call, std::stri
                "[{}] kernel takes 3 inputs and 2 outputs (forward) or 6 and 3 (backward)", op);
   const Tensor& lse = backward ? call.inputs[5] : call.outputs[1];
   STRATA_CHECK(lse.defined() && lse.is_contiguous(), "[{}] kernel needs a contiguous logsumexp", op);
+  STRATA_CHECK(sizes_agree(call, backward), "[{}] kernel needs q (..., L, E), k (..., S, E), v (..., S, Ev) of the "
+               "same batch dims, outputs and gradients of the matching shapes and a logsumexp of (..., L); got q {}, "
+               "k {}, v {}, logsumexp {}", op, call.inputs[0].shape(), call.inputs[1].shape(), call.inputs[2].shape(),
+               lse.shape());
   math::AttentionLayout l;
   l.q = rows(call.inputs[0]), l.k = rows(call.inputs[1]), l.v = rows(call.inputs[2]);
   if (!backward) {

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "gradcheck.h"
+#include "nn/attention_internal.h"
 #include "nn/attention_testing.h"
 
 using namespace strata;
@@ -20,6 +21,7 @@ using strata::testing::kNegInf;
 using strata::testing::Layout;
 using strata::testing::leaf;
 using strata::testing::Mat;
+using strata::testing::throws_with;
 using strata::testing::values;
 namespace F = strata::nn::functional;
 using V = const std::vector<Tensor>&;
@@ -348,4 +350,30 @@ TEST(FusedAttention, BroadcastBatchDims) {
         EXPECT_TRUE(all_close(values(f[i]), values(w[i]), 1e-12, 1e-12)) << what << " output " << i;
       }
     }
+}
+
+// The kernels index every tensor by q's problem count and k's rows: run_kernel (public, for
+// extensions) refuses tensors whose sizes disagree rather than reading past one.
+TEST(FusedAttention, KernelRefusesMismatchedSizes) {
+  const nn::detail::AttentionParams p{0.5};
+  const Tensor q = randn({2, 3, 5, 8}), k = randn({2, 3, 7, 8}), v = randn({2, 3, 7, 4});
+  auto forward = [&](const Tensor& key, const Tensor& value, const Shape& o_shape, int64_t lse_rows) {
+    std::vector<Tensor> out = {empty(o_shape), empty({lse_rows})};
+    const std::vector<Tensor> in = {q, key, value};
+    run_kernel(OpId::attention, kFloat32, KernelCall{in, out, &p});
+    return out[0];
+  };
+  EXPECT_EQ(forward(k, v, {2, 3, 5, 4}, 30).shape(), (Shape{2, 3, 5, 4}));
+  auto refused = [](auto f) { return throws_with(f, {"[attention]", "same batch dims", "[2, 3, 5, 8]"}); };
+  EXPECT_TRUE(refused([&] { forward(randn({1, 3, 7, 8}), randn({1, 3, 7, 4}), {2, 3, 5, 4}, 30); }));
+  EXPECT_TRUE(refused([&] { forward(k, randn({2, 3, 6, 4}), {2, 3, 5, 4}, 30); }));
+  EXPECT_TRUE(refused([&] { forward(randn({2, 3, 7, 6}), v, {2, 3, 5, 4}, 30); }));
+  EXPECT_TRUE(refused([&] { forward(k, v, {2, 3, 5, 4}, 29); }));
+  EXPECT_TRUE(refused([&] { forward(k, v, {2, 3, 5, 8}, 30); }));
+  // the backward's gradients match their inputs' shapes
+  const Tensor o = forward(k, v, {2, 3, 5, 4}, 30), lse = empty({30});
+  std::vector<Tensor> grads = {empty(q.shape()), empty(k.shape()), empty({2, 3, 7, 5})};
+  const std::vector<Tensor> bin = {q, k, v, o, randn(o.shape()), lse};
+  EXPECT_TRUE(throws_with([&] { run_kernel(OpId::attention_backward, kFloat32, KernelCall{bin, grads, &p}); },
+                          {"[attention_backward]", "same batch dims"}));
 }
