@@ -18,9 +18,10 @@ inline constexpr double kGeluInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2
 inline constexpr double kGeluTanhK = 0.79788456080286535588;       // sqrt(2 / pi)
 inline constexpr double kGeluTanhC = 0.044715;
 
-// relu(x) = max(x, 0), from its output y: g where y > 0, else 0.
+// relu(x) = max(x, 0), from its output y: 0 where y <= 0, else g (a NaN passes g, as PyTorch's
+// threshold_backward).
 struct ReluBackward {
-  template <class T> STRATA_HOST_DEVICE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+  template <class T> STRATA_HOST_DEVICE T operator()(T g, T y) const { return y <= T(0) ? T(0) : g; }
 };
 // Element off of u as its compute type, read through a ReLU's mask when there is one: the
 // gradient of a ReLU's output y, ReluBackward(u, y) (batch norm's backward after a fused ReLU).

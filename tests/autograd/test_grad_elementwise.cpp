@@ -129,6 +129,13 @@ TEST(GradCheck, TensorPowerAtZero) {
   EXPECT_DOUBLE_EQ(ge[3], 8 * std::log(2.0));
 }
 
+// relu passes the gradient at a NaN input, as PyTorch's threshold_backward does
+TEST(GradCheck, ReluPassesTheGradientAtNaN) {
+  Tensor x = from_vector<float>({NAN, -1, 0, 2}).requires_grad_();
+  sum(relu(x) * 3).backward();
+  EXPECT_TRUE(strata::testing::all_close(x.grad(), {3, 0, 0, 3}, 0, 0));
+}
+
 // sign's gradient is 0: a loss that reaches x only through it still has one, as in PyTorch
 TEST(GradCheck, SignHasAZeroGradient) {
   Tensor x = from_vector<double>({-2, 0, 3}).requires_grad_();
