@@ -356,7 +356,11 @@ TEST(CudaBatchNorm, TrainAndEvalWithRunningStatistics) {
   struct Input { const char* name; st::Shape shape; bool nhwc; };
   const std::vector<Input> inputs = {{"NCHW", {4, 6, 5, 7}, false}, {"NHWC", {4, 6, 5, 7}, true},
                                      {"(N, C)", {9, 5}, false},     {"(N, C) vectors", {9, 16}, false},
-                                     {"(N, C, L)", {3, 4, 10}, false},  {"wide NHWC", {2, 70, 3, 3}, true}};
+                                     {"(N, C, L)", {3, 4, 10}, false},  {"wide NHWC", {2, 70, 3, 3}, true},
+                                     // channel sums split over several blocks (NCHW: past 4096 values
+                                     // a channel); NHWC in two channel tiles, C not a multiple of 32
+                                     {"NCHW split sums", {8, 3, 32, 33}, false},
+                                     {"NHWC split sums", {4, 40, 12, 12}, true}};
   for (DType dt : kFloats)
     for (const Input& in : inputs)
       for (bool training : {true, false}) {
@@ -396,7 +400,9 @@ TEST(CudaBatchNorm, ReluAndResidualMatchCpu) {
                                      {"NCHW misaligned input", {2, 4, 4, 4}, false, kX},
                                      {"NCHW misaligned residual", {2, 4, 4, 4}, false, kResidual},
                                      {"NCHW misaligned gradient", {2, 4, 4, 4}, false, kGrad},
-                                     {"NHWC misaligned", {2, 16, 3, 3}, true, kAll}};
+                                     {"NHWC misaligned", {2, 16, 3, 3}, true, kAll},
+                                     {"NCHW split sums", {8, 3, 32, 33}, false, kNone},
+                                     {"NHWC split sums", {4, 40, 12, 12}, true, kNone}};
   struct Residual { const char* name; bool present, needs_grad; };
   const Residual residuals[] = {{"", false, false}, {" residual", true, true}, {" constant residual", true, false}};
   for (DType dt : kFloats)
