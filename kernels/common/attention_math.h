@@ -51,7 +51,7 @@ STRATA_HOST_DEVICE int64_t attention_keys(int64_t row, int64_t keys, bool causal
 // what the composed one does. r holds the Philox block of e / 4.
 template <class C>
 STRATA_HOST_DEVICE C attention_dropout_factor(const philox::Block& r, uint64_t e, float rate, C scale) {
-  return philox::dropout_factor(r.v[e % 4], rate, scale);
+  return philox::dropout_factor(philox::lane(r, static_cast<unsigned>(e % 4)), rate, scale);
 }
 
 template <class C>

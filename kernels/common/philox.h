@@ -57,6 +57,13 @@ STRATA_HOST_DEVICE C dropout_factor(uint32_t bits, float rate, C scale) {
   return scale * static_cast<C>(to_unit_float(bits) >= rate);
 }
 
+// Lane i (0 to 3) of a block, by selects: a run-time index b.v[i] puts the block in CUDA's
+// local memory.
+STRATA_HOST_DEVICE uint32_t lane(const Block& b, unsigned i) {
+  const uint32_t even = (i & 2) ? b.v[2] : b.v[0], odd = (i & 2) ? b.v[3] : b.v[1];
+  return (i & 1) ? odd : even;
+}
+
 // Uniform in [0, 1) with 53 random bits, from two lanes.
 STRATA_HOST_DEVICE double to_unit_double(uint32_t hi, uint32_t lo) {
   uint64_t v = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
@@ -65,9 +72,7 @@ STRATA_HOST_DEVICE double to_unit_double(uint32_t hi, uint32_t lo) {
 
 // The uniform value of element i of a draw that starts at `offset`.
 STRATA_HOST_DEVICE float uniform_at(uint64_t seed, uint64_t offset, uint64_t i) {
-  Block b = philox4x32_10(offset + i / 4, seed);
-  const uint32_t even = (i & 2) ? b.v[2] : b.v[0], odd = (i & 2) ? b.v[3] : b.v[1];  // selects (normal_at)
-  return to_unit_float((i & 1) ? odd : even);
+  return to_unit_float(lane(philox4x32_10(offset + i / 4, seed), static_cast<unsigned>(i % 4)));
 }
 
 // Box-Muller on a lane pair (a, b): z0 = r cos(theta) and z1 = r sin(theta) with
@@ -88,7 +93,7 @@ STRATA_HOST_DEVICE float normal_at(uint64_t seed, uint64_t offset, uint64_t i) {
   Block b = philox4x32_10(offset + i / 4, seed);
   unsigned pair = static_cast<unsigned>(i % 4) & ~1u;
   float z0, z1;
-  // selects, not b.v[pair]: a run-time index puts the block in CUDA's local memory
+  // selects, not b.v[pair] (lane)
   box_muller(pair ? b.v[2] : b.v[0], pair ? b.v[3] : b.v[1], z0, z1);
   return (i & 1u) ? z1 : z0;
 }

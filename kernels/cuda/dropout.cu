@@ -21,7 +21,7 @@ __global__ void dropout_kernel(int64_t n, const T* __restrict__ x, T* __restrict
     const int64_t i0 = blk * 4;
     const int len = n - i0 < 4 ? static_cast<int>(n - i0) : 4;
     for (int l = 0; l < len; ++l) {
-      const C m = philox::dropout_factor(r.v[l], p, scale);
+      const C m = philox::dropout_factor(philox::lane(r, static_cast<unsigned>(l)), p, scale);
       mask[i0 + l] = convert<T>(m);
       y[i0 + l] = convert<T>(static_cast<C>(x[i0 + l]) * m);
     }
