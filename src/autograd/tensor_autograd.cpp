@@ -2,6 +2,8 @@
 #include <strata/autograd/autograd.hpp>
 #include <strata/ops/binary.hpp>
 
+#include "core/tensor_internal.h"
+
 namespace strata {
 
 namespace {
@@ -87,3 +89,17 @@ void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&
 }
 
 }  // namespace strata
+
+namespace strata::detail {
+void clear_grad(const Tensor& p, bool set_to_none) {
+  if (!p.defined() || !p.grad().defined()) return;
+  if (set_to_none) {
+    p.set_grad(Tensor());
+    return;
+  }
+  NoGradGuard no_grad;
+  Tensor grad = p.grad().detach();
+  grad.zero_();
+  p.set_grad(grad);
+}
+}  // namespace strata::detail

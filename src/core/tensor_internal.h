@@ -32,6 +32,11 @@ bool same_view(const Tensor& a, const Tensor& b);
 /// of `src` before they are read (a.add_(a.t()), a.copy_(a.t()), a row divided by its column).
 Tensor unaliased(const Tensor& src, const Tensor& dst);
 
+/// Clears p's gradient, as zero_grad does for Module and Optimizer: drops it (set_to_none), or
+/// zeroes it in place, detached first (a gradient built with create_graph would otherwise keep
+/// its graph alive and the next backward would add to a tensor with history).
+void clear_grad(const Tensor& p, bool set_to_none);
+
 /// The values an integer dtype holds, [lo, hi] (bool: [0, 1]); floating dtypes: the int64 range.
 std::pair<int64_t, int64_t> integer_range(DType t);
 

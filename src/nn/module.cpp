@@ -47,6 +47,10 @@ void Module::set_tensor(const std::string& name, const Tensor& value) {
   for (auto* list : {&params_, &buffers_})
     for (auto& [n, t] : *list)
       if (n == name) {
+        // set_data changes the value every handle shares; an undefined tensor has none to share,
+        // so the module's own member would not see a new value
+        STRATA_CHECK(t.defined(), "[{}] \"{}\" was registered undefined and cannot take a value: register it with "
+                     "a tensor", this->name(), name);
         t.set_data(value);
         return;
       }
@@ -146,6 +150,7 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) 
   if (recurse)
     for (const auto& [cname, child] : named_children())
       for (auto& [n, t] : child->named_buffers(true)) out.emplace_back(cname + "." + n, t);
+  std::erase_if(out, [](const auto& e) { return !e.second.defined(); });  // a None buffer is not listed
   return first_of_each(std::move(out), tensor_key);
 }
 
@@ -178,9 +183,18 @@ template <class F> void Module::for_each_tensor(F&& f) {
 namespace {
 // t (a parameter or buffer) and its grad replaced by convert of each, in place: handles held
 // elsewhere (an optimizer's) see the change.
+// A converted tensor keeps a channels-last layout (unless the conversion is to a layout), as
+// PyTorch's to() keeps the memory format: model.to(ChannelsLast) then to(kFloat16) or to a
+// device still reads NHWC weights.
 template <class Convert>
-void replace_in_place(Tensor& t, Convert convert) {
-  Tensor data = convert(t), grad = t.grad().defined() ? convert(t.grad()) : Tensor();
+void replace_in_place(Tensor& t, Convert convert, bool keep_channels_last = true) {
+  auto keep_layout = [&](const Tensor& from) {
+    Tensor to = convert(from);
+    const bool channels_last = keep_channels_last && from.dim() == 4 && !from.is_contiguous() &&
+                               from.is_contiguous(MemoryFormat::ChannelsLast);
+    return channels_last && !to.is_contiguous(MemoryFormat::ChannelsLast) ? to.to(MemoryFormat::ChannelsLast) : to;
+  };
+  Tensor data = keep_layout(t), grad = t.grad().defined() ? keep_layout(t.grad()) : Tensor();
   t.set_data(data);
   if (grad.defined()) t.set_grad(grad);
 }
@@ -219,18 +233,14 @@ Module& Module::to(DType dtype) {
 Module& Module::to(MemoryFormat format) {
   NoGradGuard no_grad;
   for_each_tensor([&](Tensor& t, bool) {
-    if (t.dim() == 4 && !t.is_contiguous(format)) replace_in_place(t, [&](const Tensor& x) { return x.to(format); });
+    if (t.dim() == 4 && !t.is_contiguous(format))
+      replace_in_place(t, [&](const Tensor& x) { return x.to(format); }, false);
   });
   return *this;
 }
 
 void Module::zero_grad(bool set_to_none) {
-  NoGradGuard no_grad;
-  for (Tensor& p : parameters()) {
-    if (!p.grad().defined()) continue;
-    if (set_to_none) p.set_grad(Tensor());
-    else Tensor(p.grad()).zero_();
-  }
+  for (const Tensor& p : parameters()) strata::detail::clear_grad(p, set_to_none);
 }
 
 int64_t Module::num_parameters() const {
@@ -283,7 +293,8 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
                    (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
   if (bad) {
     std::string msg = fmt::format("[load_state_dict] {} does not match the state dict:", name());
-    if (!result.missing_keys.empty()) msg += fmt::format("\n  missing keys: {}", fmt::join(result.missing_keys, ", "));
+    if (strict && !result.missing_keys.empty())
+      msg += fmt::format("\n  missing keys: {}", fmt::join(result.missing_keys, ", "));
     if (strict && !result.unexpected_keys.empty())
       msg += fmt::format("\n  unexpected keys: {}", fmt::join(result.unexpected_keys, ", "));
     if (!mismatches.empty()) msg += fmt::format("\n  shape mismatches: {}", fmt::join(mismatches, "; "));

@@ -19,6 +19,7 @@
 
 #include <strata/autograd/grad_mode.hpp>
 
+#include "core/tensor_internal.h"
 #include "optim/update_util.h"
 
 namespace strata::optim {
@@ -208,18 +209,8 @@ void Optimizer::update_cuda(size_t group, const std::vector<ParamUpdate>& batch)
 
 void Optimizer::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
-  for (size_t g = 0; g < num_param_groups(); ++g) {
-    for (const Tensor& p : group_params(g)) {
-      if (!p.defined() || !p.grad().defined()) continue;
-      if (set_to_none) {
-        p.set_grad(Tensor());
-      } else {
-        Tensor grad = p.grad().detach();  // a grad built with create_graph leaves its graph behind
-        grad.zero_();
-        p.set_grad(grad);
-      }
-    }
-  }
+  for (size_t g = 0; g < num_param_groups(); ++g)
+    for (const Tensor& p : group_params(g)) strata::detail::clear_grad(p, set_to_none);
 }
 
 StateDict Optimizer::state_dict() const {

@@ -67,6 +67,7 @@ class STRATA_API Module {
   bool is_training() const { return training_; }
 
   /// Moves parameters and buffers in place: existing handles (an optimizer's) see the change.
+  /// These conversions keep a channels-last tensor channels-last (PyTorch's preserve_format).
   Module& to(Device device);
   /// Converts floating parameters and buffers; integer buffers keep their dtype.
   Module& to(DType dtype);
@@ -76,6 +77,7 @@ class STRATA_API Module {
   /// converting them each step. Other tensors keep their layout.
   Module& to(MemoryFormat format);
 
+  /// Drops the parameters' gradients, or zeroes them in place, detached (Optimizer::zero_grad).
   void zero_grad(bool set_to_none = true);
   int64_t num_parameters() const;
 
@@ -102,7 +104,8 @@ class STRATA_API Module {
     add_owned_child(std::move(name), std::move(child));  // refuses a null child
     return *raw;
   }
-  /// Replaces a registered parameter's or buffer's value (same name), keeping the handle.
+  /// Replaces a registered parameter's or buffer's value (same name), keeping the handle; a
+  /// buffer registered undefined has no value to replace and raises.
   void set_tensor(const std::string& name, const Tensor& value);
 
  private:
