@@ -147,6 +147,7 @@ std::vector<Tensor> root_gradients(const std::vector<Tensor>& outputs, const std
     } else {
       STRATA_CHECK(g.shape() == out.shape(), "[backward] gradient of shape {} given for output {} of shape {}",
                    g.shape(), i, out.shape());
+      if (g.dtype() != out.dtype()) g = g.to(out.dtype());  // the backward runs in the output's dtype
     }
     roots.push_back(gradient_edge(out));
     grads.push_back(g);

@@ -67,7 +67,8 @@ void Tensor::retain_grad() const {
   m.grad_fn->output_hooks[m.output_nr].push_back([weak](const Tensor& g) {
     if (auto impl = weak.lock()) {
       auto& a = *impl->autograd;
-      a.grad = a.grad.defined() ? a.grad + g : g.detach().clone();
+      // under create_graph the retained gradient keeps its history, as PyTorch's
+      a.grad = a.grad.defined() ? a.grad + g : autograd::is_grad_enabled() ? g.clone() : g.detach().clone();
     }
     return Tensor();
   });

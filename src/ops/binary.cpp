@@ -221,7 +221,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   // gradients only for inputs that need them: x * 0.5 or x * mask would otherwise compute a
   // full product for the constant, only to have it dropped
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  autograd::record("mul", {a, b}, {out}, {a, b}, [need_a, need_b](const Grads& g, const Saved& s) {
+  // and each operand saved only for the other's gradient, so a constant is not kept alive (nor
+  // checked for later in-place writes) for nothing
+  autograd::record("mul", {a, b}, {out}, {need_b ? a : Tensor(), need_a ? b : Tensor()},
+                   [need_a, need_b](const Grads& g, const Saved& s) {
     return Grads{need_a ? g[0] * s[1] : Tensor(), need_b ? g[0] * s[0] : Tensor()};
   });
   return out;
@@ -229,8 +232,11 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpId::div, a, b, Kind::TrueDiv);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  autograd::record("div", {a, b}, {out}, {a, b}, [need_a, need_b](const Grads& g, const Saved& s) {
-    return Grads{need_a ? g[0] / s[1] : Tensor(), need_b ? -(g[0] * s[0]) / (s[1] * s[1]) : Tensor()};
+  // d/db = -g a / b^2, as -(g (a / b)) / b: at b = 0 its own derivative is then +-inf, not the
+  // 0 * inf = NaN that b * b gives
+  autograd::record("div", {a, b}, {out}, {need_b ? a : Tensor(), b}, [need_a, need_b](const Grads& g,
+                                                                                      const Saved& s) {
+    return Grads{need_a ? g[0] / s[1] : Tensor(), need_b ? -(g[0] * (s[0] / s[1])) / s[1] : Tensor()};
   });
   return out;
 }

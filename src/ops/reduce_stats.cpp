@@ -194,7 +194,7 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool ke
       // x = 0, where PyTorch takes 0
       const Tensor scaled = p < 1 ? where(x == 0, 0, sign(x) * pow(abs(where(x == 0, 1, x)), p - 1))
                                   : sign(x) * pow(abs(x), p - 1);
-      return autograd::Grads{where(n == 0, 0, gu * scaled / pow(n, p - 1))};
+      return autograd::Grads{where(n == 0, 0, gu * scaled / pow(where(n == 0, 1, n), p - 1))};
     });
   }
   return r;

@@ -129,6 +129,32 @@ TEST(GradCheck, TensorPowerAtZero) {
   EXPECT_DOUBLE_EQ(ge[3], 8 * std::log(2.0));
 }
 
+// mul and div keep only what the needed gradients read: w * c and w / d need c and d, not w,
+// so w written in place after the forward does not break the backward, as in PyTorch
+TEST(GradCheck, OperandsNoGradientReadsAreNotSaved) {
+  Tensor w = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor c = from_vector<double>({1, 2, 3}), d = from_vector<double>({1, 2, 4});
+  Tensor y = sum(w * c) + sum(w / d);
+  {
+    NoGradGuard no_grad;
+    w.mul_(2);
+  }
+  y.backward();
+  EXPECT_TRUE(strata::testing::all_close(w.grad(), {2, 2.5, 3.25}, 1e-15, 0));
+}
+
+// Second derivatives at a zero: d2(a / b)/db2 = 2a / b^3 is +inf at b = 0 (not NaN), and a
+// p-norm's Hessian at a zero norm is 0, as PyTorch gives
+TEST(GradCheck, SecondDerivativesAtZero) {
+  Tensor b = from_vector<double>({0.0}).requires_grad_();
+  Tensor g = autograd::grad({div(from_vector<double>({1.0}), b)}, {b}, {}, std::nullopt, true)[0];
+  EXPECT_EQ(strata::testing::values(autograd::grad({g}, {b})[0])[0], INFINITY);
+  Tensor x = zeros({3}, kFloat64).requires_grad_();
+  Tensor gn = autograd::grad({norm(x, 3, {0})}, {x}, {}, std::nullopt, true)[0];
+  EXPECT_TRUE(strata::testing::all_close(autograd::grad({sum(gn)}, {x})[0],
+                                         {0, 0, 0}, 0, 0));
+}
+
 // relu passes the gradient at a NaN input, as PyTorch's threshold_backward does
 TEST(GradCheck, ReluPassesTheGradientAtNaN) {
   Tensor x = from_vector<float>({NAN, -1, 0, 2}).requires_grad_();
