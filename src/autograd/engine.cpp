@@ -52,6 +52,7 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
                             bool create_graph, const std::vector<Capture>* captures) {
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;
+  std::unordered_map<Node*, std::vector<Node*>> parents;  // filled only with captures
   {
     std::vector<Node*> stack;
     for (const Edge& r : roots)
@@ -62,8 +63,24 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
       for (const Edge& e : n->next_edges) {
         if (!e.node) continue;
         ++dependencies[e.node.get()];
+        if (captures) parents[e.node.get()].push_back(n);
         if (keep_alive.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
       }
+    }
+  }
+  // autograd::grad runs only the nodes on a path to a captured input, as PyTorch does: the
+  // others would waste work, fire their hooks, and raise errors (a backward that cannot be
+  // recorded under create_graph) about gradients nobody asked for.
+  std::unordered_set<Node*> needed;
+  if (captures) {
+    std::vector<Node*> stack;
+    for (const Capture& c : *captures)
+      if (keep_alive.count(c.node) && needed.insert(c.node).second) stack.push_back(c.node);
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (Node* p : parents[n])
+        if (needed.insert(p).second) stack.push_back(p);
     }
   }
 
@@ -91,6 +108,11 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
     ready.pop();
     Grads in = std::move(buffers[n]);
     buffers.erase(n);
+    if (captures && !needed.count(n)) {
+      for (const Edge& e : n->next_edges)
+        if (e.node && --dependencies[e.node.get()] == 0) ready.push(e.node.get());
+      continue;
+    }
     in.resize(std::max(in.size(), n->output_meta.size()));
     for (size_t slot = 0; slot < in.size() && slot < n->output_hooks.size(); ++slot) {
       if (!in[slot].defined()) continue;
@@ -105,11 +127,14 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
         in[slot] = r;
       }
     }
+    auto* leaf_accumulator = dynamic_cast<AccumulateGrad*>(n);
     if (captures && capture_nodes.count(n)) {
+      // a captured leaf's gradient goes through its hooks, as it would on its way to .grad
+      if (leaf_accumulator && !in.empty()) in[0] = leaf_accumulator->run_hooks(std::move(in[0]));
       for (size_t i = 0; i < captures->size(); ++i)
         if ((*captures)[i].node == n && (*captures)[i].slot < in.size()) captured[i] = in[(*captures)[i].slot];
     }
-    bool is_leaf_accumulator = dynamic_cast<AccumulateGrad*>(n) != nullptr;
+    const bool is_leaf_accumulator = leaf_accumulator != nullptr;
     Grads out;
     bool any_grad = false;
     for (const Tensor& g : in) any_grad = any_grad || g.defined();

@@ -127,13 +127,11 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(leaf) {
   output_hooks.resize(1);
 }
 
-Grads AccumulateGrad::apply(Grads&& grads) {
+Tensor AccumulateGrad::run_hooks(Tensor g) const {
   std::shared_ptr<TensorImpl> impl = leaf_.lock();
-  if (!impl || grads.empty() || !grads[0].defined()) return {};
+  if (!impl || !g.defined()) return g;
   Tensor leaf(impl);
-  AutogradMeta& meta = *impl->autograd;
-  Tensor g = std::move(grads[0]);
-  for (auto& hook : meta.hooks) {
+  for (auto& hook : impl->autograd->hooks) {
     Tensor r = hook(g);
     if (!r.defined()) continue;
     STRATA_CHECK(r.shape() == leaf.shape() && r.dtype() == leaf.dtype() && r.device() == leaf.device(),
@@ -141,6 +139,15 @@ Grads AccumulateGrad::apply(Grads&& grads) {
                  leaf.shape(), leaf.dtype(), leaf.device(), r.shape(), r.dtype(), r.device());
     g = r;
   }
+  return g;
+}
+
+Grads AccumulateGrad::apply(Grads&& grads) {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (!impl || grads.empty() || !grads[0].defined()) return {};
+  Tensor leaf(impl);
+  AutogradMeta& meta = *impl->autograd;
+  Tensor g = run_hooks(std::move(grads[0]));
   if (!meta.grad.defined()) {
     // The stored gradient is the user's to write into (accumulation, zero_grad, clipping): keep
     // the incoming tensor only when it is dense (not an expanded or strided view) and nothing

@@ -156,6 +156,46 @@ TEST(Engine, GradWithUnusedInputs) {
   EXPECT_NEAR(autograd::grad({out}, {h})[0].item<double>(), 4, 1e-12);
 }
 
+int g_failing_backward_runs = 0;
+struct FailingBackward : autograd::Function<FailingBackward> {
+  static Tensor forward(autograd::AutogradContext&, const Tensor& x) { return x * 1; }
+  static std::vector<Tensor> backward(autograd::AutogradContext&, const std::vector<Tensor>&) {
+    ++g_failing_backward_runs;
+    throw Error("this backward must not run");
+  }
+};
+
+// autograd::grad runs only what lies on a path to the inputs (PyTorch's exec_info): a branch
+// that does not lead to them neither runs its backward nor fires its hooks, and a captured
+// leaf's gradient goes through the leaf's own hooks.
+TEST(Engine, GradRunsOnlyThePathToItsInputs) {
+  Tensor a = from_vector<double>({2}).requires_grad_(), b = from_vector<double>({5}).requires_grad_();
+  Tensor side = b * 3;
+  int side_hook_calls = 0, b_hook_calls = 0;
+  side.register_hook([&](const Tensor& g) { ++side_hook_calls; return g; });
+  b.register_hook([&](const Tensor& g) { ++b_hook_calls; return g; });
+  // a node whose backward fails, as one that cannot be recorded under create_graph does
+  g_failing_backward_runs = 0;
+  Tensor y = a * a + FailingBackward::apply(side);
+  std::vector<Tensor> g = autograd::grad({y}, {a}, {}, true, /*create_graph=*/true);
+  EXPECT_NEAR(g[0].item<double>(), 4, 0);
+  EXPECT_EQ(g_failing_backward_runs, 0);
+  EXPECT_EQ(side_hook_calls, 0);
+  EXPECT_EQ(b_hook_calls, 0);
+  EXPECT_FALSE(b.grad().defined());
+
+  // a hook on a captured leaf shapes what grad returns, as it shapes .grad
+  a.register_hook([](const Tensor& g) { return g * 10; });
+  EXPECT_NEAR(autograd::grad({a * a}, {a})[0].item<double>(), 40, 0);
+  // and on a captured intermediate
+  Tensor h = a * 2;
+  h.register_hook([](const Tensor& g) { return g + 1; });
+  EXPECT_NEAR(autograd::grad({h * 3}, {h})[0].item<double>(), 4, 0);
+  // backward still runs every branch
+  EXPECT_THROW(y.backward(), Error);
+  EXPECT_EQ(g_failing_backward_runs, 1);
+}
+
 TEST(Engine, NoGradGuard) {
   Tensor x = from_vector<double>({1}).requires_grad_();
   {

@@ -88,6 +88,8 @@ class STRATA_API AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
   Grads apply(Grads&& grads) override;
+  /// Runs the leaf's gradient hooks on `g` (apply does, and autograd::grad for a captured leaf).
+  Tensor run_hooks(Tensor g) const;
   std::string name() const override { return "AccumulateGrad"; }
   std::shared_ptr<TensorImpl> leaf() const { return leaf_.lock(); }
 
