@@ -5,6 +5,7 @@
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
 #include <strata/ops/index.hpp>
+#include <strata/ops/join.hpp>
 #include <algorithm>
 #include <type_traits>
 
@@ -192,6 +193,30 @@ ReduceParams params_for(const Tensor& x, const std::vector<int64_t>& dims, bool 
   return p;
 }
 
+// For every element, the product of the other elements of its group (the dims `d`), as
+// exclusive prefix times exclusive suffix products along the group laid out as one last dim:
+// no division, so it holds at zeros and is differentiable everywhere.
+Tensor product_of_others(const Tensor& x, const std::vector<int64_t>& d) {
+  std::vector<int64_t> perm, inverse(static_cast<size_t>(x.dim()));
+  Shape lead;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (!std::binary_search(d.begin(), d.end(), i)) perm.push_back(i), lead.push_back(x.size(i));
+  perm.insert(perm.end(), d.begin(), d.end());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  const Tensor xp = x.permute(perm);
+  const int64_t n = detail::reduced_numel(x.shape(), d);
+  Shape flat = lead, one = lead;
+  flat.push_back(n);
+  one.push_back(1);
+  const Tensor rows = xp.reshape(flat), ones_col = ones(one, TensorOptions().dtype(x.dtype()).device(x.device()));
+  const Tensor reversed = arange(n - 1, -1, -1, TensorOptions().dtype(kInt64).device(x.device()));
+  const Tensor prefix = cumprod(cat({ones_col, rows.narrow(-1, 0, n - 1)}, -1), -1);
+  const Tensor suffix =
+      index_select(cumprod(index_select(cat({rows.narrow(-1, 1, n - 1), ones_col}, -1), -1, reversed), -1), -1,
+                   reversed);
+  return (prefix * suffix).reshape(xp.shape()).permute(inverse);
+}
+
 Tensor fold(OpId op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, std::optional<DType> dtype) {
   ReduceParams p = params_for(x, dims, keepdim, op_name(op));
   Tensor in = dtype ? x.to(*dtype) : x;
@@ -207,6 +232,10 @@ Tensor fold(OpId op, const Tensor& x, const std::vector<int64_t>& dims, bool kee
       autograd::record("prod", {in}, {r}, {in, r}, [d, keep](const autograd::Grads& g, const autograd::Saved& s) {
         const Tensor& x = s[0];
         const Tensor zero = x == 0, y = detail::unreduce(s[1], d, keep);
+        // recorded (create_graph) with a zero present: the product of the others as it stands,
+        // so its own derivative is right too (at two zeros the gradient is 0, its derivative not)
+        if (autograd::is_grad_enabled() && sum(zero).item<int64_t>() > 0)
+          return autograd::Grads{detail::unreduce(g[0], d, keep) * product_of_others(x, d)};
         const Tensor nonzero = where(zero, 1, x);
         const Tensor at_zero = where(sum(zero, d, true) == 1, prod(nonzero, d, true), 0);
         return autograd::Grads{detail::unreduce(g[0], d, keep) * where(zero, at_zero, y / nonzero)};

@@ -6,6 +6,8 @@
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
+#include <strata/ops/join.hpp>
 #include <strata/ops/unary.hpp>
 #include <strata/ops/reduce.hpp>
 
@@ -131,6 +133,23 @@ Tensor softmax_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dt
   return y;
 }
 
+// cumprod's gradient as a recorded formula that holds at any zeros, for create_graph: x_k's is
+// (prod_{l<k} x_l) sum_{j>=k} g_j prod_{k<l<=j} x_l, one suffix product per k (n^2 / 2
+// multiplies), as PyTorch's double-backward formula. Without zeros y / x is exact to all orders.
+Tensor cumprod_grad_recorded(const Tensor& x, const Tensor& g, int64_t d) {
+  const int64_t n = x.size(d);
+  Shape one_shape = x.shape();
+  one_shape[static_cast<size_t>(d)] = 1;
+  const Tensor one = ones(one_shape, TensorOptions().dtype(x.dtype()).device(x.device()));
+  std::vector<Tensor> sums;
+  for (int64_t k = 0; k < n; ++k) {
+    const Tensor tail = cumprod(cat({one, x.narrow(d, k + 1, n - k - 1)}, d), d);
+    sums.push_back(sum(g.narrow(d, k, n - k) * tail, {d}, true));
+  }
+  const Tensor prefix = cumprod(cat({one, x.narrow(d, 0, n - 1)}, d), d);
+  return prefix * cat(sums, d);
+}
+
 Tensor scan_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", op_name(op));
   // integers and bool accumulate in int64, as in PyTorch
@@ -154,6 +173,8 @@ Tensor scan_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype
                                                                       const autograd::Saved& s) {
         const Tensor& x = s[0];
         const Tensor zero = x == 0;
+        if (autograd::is_grad_enabled() && sum(zero).item<int64_t>() > 0)
+          return autograd::Grads{cumprod_grad_recorded(x, g[0], d)};
         const Tensor first_zero = logical_and(zero, cumsum(zero, d) == 1);
         const Tensor nonzero = where(zero, 1, x);
         const Tensor at_first_zero = suffix_sum(g[0] * cumprod(where(first_zero, 1, x), d));

@@ -65,7 +65,8 @@ TEST(GradCheck, ExtremeTiesShareTheGradient) {
 
 // Zeros in prod and cumprod: the gradient at a zero is the product of the others (prod/x_i
 // would divide by 0), checked by finite differences, which are exact for these multilinear
-// functions; second order with one zero per group, where the formula is differentiable.
+// functions; to second order with one, two or three zeros in a group (recorded, the gradient
+// is the product of the others written without division).
 TEST(GradCheck, ProductsThroughZeros) {
   Tensor one_zero = from_vector<double>({2, 0, -1, 0.5, 1.5, 3, -2, 0.25, 0, 0, 1, 4}, Shape{3, 4});
   for (Layout l : {Layout::Contiguous, Layout::Transposed}) {
@@ -80,6 +81,18 @@ TEST(GradCheck, ProductsThroughZeros) {
   std::vector<Tensor> in = {leaf(single)};
   EXPECT_TRUE(gradgradcheck([](V x) { return prod(x[0], {1}); }, in));
   EXPECT_TRUE(gradgradcheck([](V x) { return cumprod(x[0], 1); }, in));
+  // rows with two and three zeros, where the first-order gradient is 0 but its derivative is not
+  Tensor several = from_vector<double>({0, 1.5, 0, -2, 0, 0, 0, 3, 2, -1, 0.5, 0.25}, Shape{3, 4});
+  for (Layout l : {Layout::Contiguous, Layout::Transposed}) {
+    SCOPED_TRACE(strata::testing::layout_name(l));
+    std::vector<Tensor> in2 = {leaf(several, l)};
+    EXPECT_TRUE(gradgradcheck([](V x) { return prod(x[0], {1}); }, in2));
+    EXPECT_TRUE(gradgradcheck([](V x) { return prod(x[0], {0}); }, in2));
+    EXPECT_TRUE(gradgradcheck([](V x) { return prod(x[0]); }, in2));
+    EXPECT_TRUE(gradgradcheck([](V x) { return prod(x[0].reshape({3, 2, 2}), {0, 2}); }, in2));
+    EXPECT_TRUE(gradgradcheck([](V x) { return cumprod(x[0], 1); }, in2));
+    EXPECT_TRUE(gradgradcheck([](V x) { return cumprod(x[0], 0); }, in2));
+  }
   // the published values: d prod / dx at the zero of {2, 0, -1, 0.5} is 2 * -1 * 0.5
   Tensor x = from_vector<double>({2, 0, -1, 0.5}).requires_grad_();
   prod(x).backward();
