@@ -113,12 +113,14 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
 // gb = the column sums of g. Inputs that did not require grad get none. gW is the product
 // g^T x itself, so it comes out contiguous like W: (x^T g)^T would be a transposed view that
 // the optimizer copies into a contiguous tensor on every step.
-autograd::Grads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
-                                bool need_b) {
-  const int64_t in = w.size(1), out = w.size(0), rows = out > 0 ? g.numel() / out : 0;
+// x is saved only for gW and W only for gx (an unsaved one is undefined here), so a frozen
+// weight or a constant input is neither kept alive nor checked for later in-place writes.
+autograd::Grads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Shape& x_shape,
+                                int64_t in, bool need_x, bool need_w, bool need_b) {
+  const int64_t out = g.dim() > 0 ? g.size(-1) : 1, rows = out > 0 ? g.numel() / out : 0;
   const Tensor g2 = g.reshape({rows, out});
   autograd::Grads grads(3);
-  if (need_x) grads[0] = matmul(g2, w).reshape(x.shape());
+  if (need_x) grads[0] = matmul(g2, w).reshape(x_shape);
   if (need_w) grads[1] = matmul(g2.t(), x.reshape({rows, in}));
   if (need_b) grads[2] = sum(g2, {0});
   return grads;
@@ -135,9 +137,10 @@ void register_linear_kernels(KernelTable& table) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = linear_forward(x, weight, bias, false, "linear");
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad();
-  autograd::record("linear", {x, weight, bias}, {y}, {x, weight},
-                   [need_x, need_w, need_b](const autograd::Grads& g, const autograd::Saved& s) {
-                     return linear_backward(g[0], s[0], s[1], need_x, need_w, need_b);
+  autograd::record("linear", {x, weight, bias}, {y}, {need_w ? x : Tensor(), need_x ? weight : Tensor()},
+                   [need_x, need_w, need_b, x_shape = x.shape(), in = weight.size(1)](const autograd::Grads& g,
+                                                                                      const autograd::Saved& s) {
+                     return linear_backward(g[0], s[0], s[1], x_shape, in, need_x, need_w, need_b);
                    });
   return y;
 }

@@ -150,16 +150,28 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, std::string_view op) {
 // unsummed and the engine reduces them to each input's shape.
 // Gradients for the operands that need them only (a product with data or a constant would
 // otherwise pay a whole GEMM for nothing).
-autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool need_a, bool need_b) {
+// Each operand is saved only for the other's gradient (an unsaved one is undefined here): its
+// rank and whether it is a transposed view are all its own gradient needs of it.
+struct OperandInfo {
+  int64_t dim;
+  bool transposed;  // rows unit-stride, as attention's k^T
+};
+
+OperandInfo operand_info(const Tensor& t) {
+  return {t.dim(), t.dim() >= 2 && t.stride(-2) == 1 && t.stride(-1) != 1 && t.size(-2) > 1};
+}
+
+autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, OperandInfo ai, OperandInfo bi,
+                                bool need_a, bool need_b) {
   Tensor ga, gb;
-  if (a.dim() == 1 && b.dim() == 1) {
+  if (ai.dim == 1 && bi.dim == 1) {
     if (need_a) ga = g * b;
     if (need_b) gb = g * a;
-  } else if (a.dim() == 1) {  // (k) @ (..., k, n) -> (..., n)
+  } else if (ai.dim == 1) {  // (k) @ (..., k, n) -> (..., n)
     Tensor g2 = g.unsqueeze(-1).transpose(-1, -2);  // (..., 1, n)
     if (need_a) ga = matmul(g2, b.transpose(-1, -2)).squeeze(-2);
     if (need_b) gb = matmul(a.unsqueeze(-1), g2);
-  } else if (b.dim() == 1) {  // (..., m, k) @ (k) -> (..., m)
+  } else if (bi.dim == 1) {  // (..., m, k) @ (k) -> (..., m)
     Tensor g2 = g.unsqueeze(-1);  // (..., m, 1)
     if (need_a) ga = matmul(g2, b.unsqueeze(0));
     if (need_b) gb = matmul(a.transpose(-1, -2), g2).squeeze(-1);
@@ -167,11 +179,10 @@ autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& 
     // A gradient comes out in its input's layout: for an input that is a transposed view (its
     // rows unit-stride, as attention's k^T), the transposed product, transposed back as a
     // view, so that what consumes it later reads it in place rather than copying it.
-    auto transposed = [](const Tensor& t) { return t.stride(-2) == 1 && t.stride(-1) != 1 && t.size(-2) > 1; };
     if (need_a)
-      ga = transposed(a) ? matmul(b, g.transpose(-1, -2)).transpose(-1, -2) : matmul(g, b.transpose(-1, -2));
+      ga = ai.transposed ? matmul(b, g.transpose(-1, -2)).transpose(-1, -2) : matmul(g, b.transpose(-1, -2));
     if (need_b)
-      gb = transposed(b) ? matmul(g.transpose(-1, -2), a).transpose(-1, -2) : matmul(a.transpose(-1, -2), g);
+      gb = bi.transposed ? matmul(g.transpose(-1, -2), a).transpose(-1, -2) : matmul(a.transpose(-1, -2), g);
   }
   return {ga, gb};
 }
@@ -183,9 +194,10 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
     out = matmul_forward(a, b, op);
   }
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  autograd::record("matmul", {a, b}, {out}, {a, b},
-                   [need_a, need_b](const autograd::Grads& g, const autograd::Saved& s) {
-                     return matmul_backward(g[0], s[0], s[1], need_a, need_b);
+  autograd::record("matmul", {a, b}, {out}, {need_b ? a : Tensor(), need_a ? b : Tensor()},
+                   [need_a, need_b, ai = operand_info(a), bi = operand_info(b)](const autograd::Grads& g,
+                                                                                const autograd::Saved& s) {
+                     return matmul_backward(g[0], s[0], s[1], ai, bi, need_a, need_b);
                    });
   return out;
 }

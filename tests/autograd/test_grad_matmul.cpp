@@ -27,3 +27,38 @@ TEST(GradCheck, Matmul) {
   EXPECT_EQ(a.grad().dtype(), kFloat32);
   EXPECT_TRUE(strata::testing::all_close(a.grad(), std::vector<double>(6, 2), 0, 0));
 }
+
+// matmul and linear save each operand only for the other's gradient: a parameter written in
+// place between forward and backward breaks only the products whose other operand needs a
+// gradient, as in PyTorch (every product below is linear in w, so its gradient is unchanged).
+TEST(GradCheck, MatmulAndLinearSaveOnlyWhatTheGradientsRead) {
+  Tensor w = from_vector<double>({1, 2, 3, 4, 5, 6}, Shape{2, 3}).requires_grad_();
+  Tensor c = from_vector<double>({1, -1, 2}, Shape{3, 1});
+  Tensor x = from_vector<double>({0.5, 1, -2}, Shape{1, 3});
+  Tensor frozen = from_vector<double>({1, 0, 2, 1, -1, 3}, Shape{2, 3});
+  Tensor y = sum(matmul(w, c)) + sum(linear(x, w)) + sum(matmul(from_vector<double>({1, 1}), w)) +
+             sum(linear(w, frozen)) + sum(matmul(w.t(), from_vector<double>({1, 1})));
+  {
+    NoGradGuard no_grad;
+    w.mul_(2);
+  }
+  y.backward();
+  // rows: c^T + x + 1 + frozen's column sums + 1
+  const std::vector<double> row = {1 + 0.5 + 1 + 2 + 1, -1 + 1 + 1 - 1 + 1, 2 - 2 + 1 + 5 + 1};
+  std::vector<double> expected = row;
+  expected.insert(expected.end(), row.begin(), row.end());
+  EXPECT_TRUE(strata::testing::all_close(w.grad(), expected, 1e-15, 0));
+
+  // a saved partner written in place is caught, as is w when both operands need gradients
+  Tensor v = from_vector<double>({1, 2, 3, 4, 5, 6}, Shape{2, 3}).requires_grad_();
+  Tensor by_c = sum(matmul(v, c)), by_x = sum(linear(x, v)), by_self = sum(matmul(v, v.t()));
+  {
+    NoGradGuard no_grad;
+    c.mul_(2);
+    x.mul_(2);
+    v.mul_(2);
+  }
+  EXPECT_THROW(by_c.backward(), Error);
+  EXPECT_THROW(by_x.backward(), Error);
+  EXPECT_THROW(by_self.backward(), Error);
+}
