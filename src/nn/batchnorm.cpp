@@ -331,6 +331,11 @@ BatchNormBase::BatchNormBase(int64_t n, BatchNormOptions o) : num_features(n), o
   }
 }
 
+std::vector<std::string> BatchNormBase::optional_state_keys() const {
+  if (!num_batches_tracked.defined()) return {};
+  return {"num_batches_tracked"};
+}
+
 void BatchNormBase::reset_running_stats() {
   if (!options.track_running_stats) return;
   NoGradGuard no_grad;

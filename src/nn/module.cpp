@@ -255,28 +255,42 @@ StateDict Module::state_dict() const {
   StateDict out;
   for (auto& [n, t] : registered_parameters()) out.emplace(n, t.detach());
   // persistent buffers only
+  visit_prefixed([&](const std::string& prefix, const Module& m) {
+    for (size_t i = 0; i < m.buffers_.size(); ++i) {
+      const auto& [bn, b] = m.buffers_[i];
+      if (m.buffer_persistent_[i] && b.defined()) out.emplace(prefix + bn, b.detach());
+    }
+  });
+  return out;
+}
+
+void Module::visit_prefixed(const std::function<void(const std::string&, const Module&)>& f) const {
   std::vector<std::pair<std::string, const Module*>> stack{{"", this}};
   while (!stack.empty()) {
     auto [prefix, m] = stack.back();
     stack.pop_back();
-    for (size_t i = 0; i < m->buffers_.size(); ++i) {
-      const auto& [bn, b] = m->buffers_[i];
-      if (m->buffer_persistent_[i] && b.defined()) out.emplace(prefix + bn, b.detach());
-    }
+    f(prefix, *m);
     for (auto& [cn, c] : m->registered_children()) stack.emplace_back(prefix + cn + ".", c);
   }
-  return out;
 }
 
 LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
   StateDict own = state_dict();
+  std::set<std::string> optional;
+  visit_prefixed([&](const std::string& prefix, const Module& m) {
+    for (const std::string& k : m.optional_state_keys()) optional.insert(prefix + k);
+  });
+  // PyTorch loads a [1] tensor into a 0-d one (checkpoints from before 0-d tensors existed)
+  auto loads_into = [](const Tensor& src, const Tensor& dst) {
+    return src.shape() == dst.shape() || (dst.dim() == 0 && src.shape() == Shape{1});
+  };
   LoadResult result;
   std::vector<std::string> mismatches, unwritable;
   for (const auto& [k, t] : own) {
     auto it = dict.find(k);
     if (it == dict.end()) {
-      result.missing_keys.push_back(k);
-    } else if (!it->second.defined() || it->second.shape() != t.shape()) {
+      if (!optional.count(k)) result.missing_keys.push_back(k);
+    } else if (!it->second.defined() || !loads_into(it->second, t)) {
       mismatches.push_back(fmt::format("{}: expected shape {}, got {}", k, t.shape(),
                                        it->second.defined() ? fmt::format("{}", it->second.shape()) : "undefined"));
     } else {
@@ -304,7 +318,7 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
   NoGradGuard no_grad;
   for (auto& [k, t] : own) {
     auto it = dict.find(k);
-    if (it != dict.end()) t.copy_(it->second);
+    if (it != dict.end()) t.copy_(it->second.reshape(t.shape()));
   }
   return result;
 }

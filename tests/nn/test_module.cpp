@@ -362,6 +362,29 @@ TEST(StateDict, RoundTripCarriesRunningStatistics) {
   EXPECT_TRUE(all_close(b(x), values(a(x)), 1e-6, 1e-6));
 }
 
+// Older checkpoints PyTorch still loads: batch norm without num_batches_tracked (the layer
+// keeps its count, and a strict load does not call it missing), and a [1] tensor for a 0-d one.
+TEST(StateDict, LoadsCheckpointsWithoutBatchCountsOrZeroDimTensors) {
+  Net a, b;
+  for (int i = 0; i < 2; ++i) a(randn({4, 3, 5, 5}));
+  nn::StateDict d = a.state_dict();
+  ASSERT_EQ(d.erase("stem.1.num_batches_tracked"), 1u);
+  nn::LoadResult r = b.load_state_dict(d);
+  EXPECT_TRUE(r.missing_keys.empty());
+  auto& bn = b.stem.at<nn::BatchNorm2d>(1);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);
+  EXPECT_TRUE(equal(bn.running_mean, a.stem.at<nn::BatchNorm2d>(1).running_mean));
+  d = a.state_dict();
+  d["stem.1.num_batches_tracked"] = from_vector<int64_t>({7});
+  b.load_state_dict(d);
+  EXPECT_EQ(bn.num_batches_tracked.dim(), 0);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 7);
+  d["stem.1.num_batches_tracked"] = from_vector<int64_t>({7, 8});  // not one element: refused
+  EXPECT_TRUE(throws_with([&] { b.load_state_dict(d); }, {"stem.1.num_batches_tracked", "[2]"}));
+  d.erase("stem.1.running_var");  // the other buffers stay required
+  EXPECT_TRUE(throws_with([&] { b.load_state_dict(d); }, {"missing keys: stem.1.running_var"}));
+}
+
 TEST(StateDict, NonStrictStillRejectsShapeMismatchesAndWritesNothing) {
   Net a;
   nn::StateDict d = a.state_dict();

@@ -48,6 +48,8 @@ class STRATA_API BatchNormBase : public Module {
   /// Raises Error naming the layer unless the input's rank is one this layer accepts.
   virtual void check_rank(const Tensor& input) const = 0;
   std::string describe() const;
+  /// num_batches_tracked: checkpoints from before PyTorch 0.4.1 lack it, and PyTorch loads them.
+  std::vector<std::string> optional_state_keys() const override;
 
  private:
   Tensor run(const Tensor& input, bool relu, const Tensor& residual);

@@ -84,9 +84,11 @@ class STRATA_API Module {
   /// Parameters and persistent buffers by dotted name: detached tensors sharing memory with the
   /// module (PyTorch's keep_vars=False).
   StateDict state_dict() const;
-  /// Copies values in. strict: every key must match both ways. Shapes must always match.
-  /// Raises Error listing every missing key, unexpected key, shape mismatch and destination
-  /// that cannot be written (an expanded view), before writing anything.
+  /// Copies values in. strict: every key must match both ways. Shapes must always match (a
+  /// one-element [1] tensor loads into a 0-d one, as in PyTorch). A key the module marks as
+  /// optional (batch norm's num_batches_tracked, absent from older checkpoints) may be missing:
+  /// its value is kept. Raises Error listing every missing key, unexpected key, shape mismatch
+  /// and destination that cannot be written (an expanded view), before writing anything.
   LoadResult load_state_dict(const StateDict& dict, bool strict = true);
 
  protected:
@@ -107,6 +109,8 @@ class STRATA_API Module {
   /// Replaces a registered parameter's or buffer's value (same name), keeping the handle; a
   /// buffer registered undefined has no value to replace and raises.
   void set_tensor(const std::string& name, const Tensor& value);
+  /// Names of this module's own state_dict entries that a load may lack (their values are kept).
+  virtual std::vector<std::string> optional_state_keys() const { return {}; }
 
  private:
   struct Child {
@@ -123,6 +127,8 @@ class STRATA_API Module {
   std::vector<std::pair<std::string, Module*>> registered_children() const;
   std::vector<std::pair<std::string, Tensor>> registered_parameters() const;
   template <class F> void for_each_tensor(F&& f);
+  /// f(prefix, module) for this module and every registration below it ("" for this one).
+  void visit_prefixed(const std::function<void(const std::string&, const Module&)>& f) const;
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
