@@ -36,6 +36,7 @@ const char* kind_name(Kind kind) {
     case Kind::Array: return "an array";
     case Kind::String: return "a string";
     case Kind::Integer: return "an integer";
+    case Kind::Null: return "null";
   }
   return "?";
 }
@@ -59,8 +60,15 @@ Kind Reader::next_kind() {
   if (c == '"') return Kind::String;
   if (c >= '0' && c <= '9') return Kind::Integer;
   if (c == '-') fail("negative numbers are not allowed");
-  if (c == 't' || c == 'f' || c == 'n') fail("true, false and null are not allowed");
+  if (c == 'n') return Kind::Null;
+  if (c == 't' || c == 'f') fail("true and false are not allowed");
   fail("unexpected '{}'", printable(c));
+}
+
+void Reader::null() {
+  skip_ws();
+  if (s_.substr(pos_, 4) != "null") fail("expected null");
+  pos_ += 4;
 }
 
 bool Reader::next_item(char close, const char* unterminated, bool first) {

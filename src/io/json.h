@@ -1,6 +1,7 @@
 // The small JSON subset a safetensors header uses: objects, arrays, strings (every escape,
-// \uXXXX and surrogate pairs included) and non-negative integers. Anything else (numbers
-// with a sign, fraction or exponent, true, false, null) is rejected with a clear message.
+// \uXXXX and surrogate pairs included), non-negative integers and null (which the reference
+// reader takes for an absent __metadata__). Anything else (numbers with a sign, fraction or
+// exponent, true, false) is rejected with a clear message.
 // Also strict UTF-8 validation and the string escaping serde_json applies when writing.
 #pragma once
 
@@ -12,7 +13,7 @@
 
 namespace strata::io::json {
 
-enum class Kind { Object, Array, String, Integer };
+enum class Kind { Object, Array, String, Integer, Null };
 
 const char* kind_name(Kind kind);
 
@@ -36,6 +37,8 @@ class Reader {
   bool next_element(bool first);
   std::string string();
   uint64_t integer();
+  /// Consumes the literal null.
+  void null();
   /// Only whitespace may follow the document's value.
   void end();
 

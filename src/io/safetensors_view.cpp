@@ -115,7 +115,12 @@ SafetensorsEntry read_entry(json::Reader& r, std::string name) {
 }
 
 Metadata read_metadata(json::Reader& r) {
-  if (json::Kind k = r.next_kind(); k != json::Kind::Object)
+  json::Kind k = r.next_kind();
+  if (k == json::Kind::Null) {  // serde's Option: the reference reader takes null for none
+    r.null();
+    return {};
+  }
+  if (k != json::Kind::Object)
     STRATA_CHECK(false, "[safetensors] __metadata__ must be an object, found {}", json::kind_name(k));
   Metadata m;
   std::string key;

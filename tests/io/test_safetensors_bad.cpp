@@ -78,7 +78,14 @@ TEST(SafetensorsBad, JsonOutsideTheSubset) {
   EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[1.5],"data_offsets":[0,0]}})", 0), "fractions"));
   EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[1e3],"data_offsets":[0,0]}})", 0), "exponents"));
   EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}})", 4), "leading zero"));
-  EXPECT_TRUE(rejects(file(R"({"x":null})", 0), "null"));
+  EXPECT_TRUE(rejects(file(R"({"x":null})", 0), "expected an object, found null"));
+  EXPECT_TRUE(rejects(file(R"({"__metadata__":{"a":null}})", 0), "must be a string, found null"));
+  EXPECT_TRUE(rejects(file(R"({"__metadata__":nul})", 0), "expected null"));
+  // null metadata is none, as the reference reader (serde's Option) takes it
+  std::string none = file(R"({"__metadata__":null,"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4);
+  io::SafetensorsFile parsed = io::parse_safetensors(none.data(), none.size());
+  EXPECT_TRUE(parsed.metadata.empty());
+  EXPECT_EQ(parsed.tensors.size(), 1u);
   EXPECT_TRUE(rejects(file(R"({"__metadata__":{"a":true}})", 0), "true"));
   EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,0]}})", 0),
                       "64 bits"));
