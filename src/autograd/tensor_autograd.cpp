@@ -1,6 +1,7 @@
 // The autograd methods of Tensor.
 #include <strata/autograd/autograd.hpp>
 #include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
 
 #include "core/tensor_internal.h"
 
@@ -100,7 +101,10 @@ void clear_grad(const Tensor& p, bool set_to_none) {
   }
   NoGradGuard no_grad;
   Tensor grad = p.grad().detach();
-  grad.zero_();
+  bool shares_memory = false;  // a user-set expanded gradient cannot be zeroed in place
+  for (int64_t d = 0; d < grad.dim(); ++d) shares_memory = shares_memory || (grad.stride(d) == 0 && grad.size(d) > 1);
+  if (shares_memory) grad = zeros(grad.shape(), TensorOptions().dtype(grad.dtype()).device(grad.device()));
+  else grad.zero_();
   p.set_grad(grad);
 }
 }  // namespace strata::detail

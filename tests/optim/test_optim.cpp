@@ -232,6 +232,18 @@ TEST(Optim, ZeroGrad) {
   EXPECT_FALSE(a.grad().defined());
   opt.step();  // no grads: nothing happens
   EXPECT_TRUE(testing::all_close(a, {1, 1, 1, 1}, 0, 0));
+  // a gradient the user set as an expanded view cannot be zeroed in place: it becomes dense
+  // zeros, and every parameter is cleared (none is left behind by a failing write)
+  Tensor b = ones({2, 3});
+  b.requires_grad_();
+  optim::SGD two({a, b});
+  a.set_grad(full({1}, 2.0).expand({4}));
+  b.set_grad(full({3}, 5.0).expand({2, 3}));
+  two.zero_grad(false);
+  for (const Tensor& p : {a, b}) {
+    EXPECT_TRUE(testing::all_close(p.grad(), std::vector<double>(static_cast<size_t>(p.numel()), 0), 0, 0));
+    EXPECT_TRUE(p.grad().is_contiguous());
+  }
 }
 
 TEST(Optim, ClosureRunsWithGradEnabledAndItsLossIsReturned) {
