@@ -74,6 +74,8 @@ struct Scalars {
 };
 
 // The largest power of two, up to 256 bytes, dividing the address of every matrix of the batch.
+constexpr uint32_t kMinBiasAlignment = 16;
+
 uint32_t alignment(const void* p, int64_t batch, int64_t batch_stride, GemmType t) {
   uint64_t bits = reinterpret_cast<uintptr_t>(p);
   if (batch > 1) bits |= static_cast<uint64_t>(batch_stride * type_size(t));
@@ -279,9 +281,15 @@ GemmStatus gemm(const GemmProblem& p, const GemmContext& ctx) {
   }
   const bool lt_sized = p.batch <= kMaxLtSize && p.m <= kMaxLtSize && p.n <= kMaxLtSize && p.k <= kMaxLtSize;
   if (lt_sized) {
+    // cuBLASLt's bias epilogue reads the bias in 16-byte vectors whatever the preferences say:
+    // a bias that is a view at an odd offset gets the plain product and the epilogue kernel
+    const bool fusable = !has_bias(p.epilogue) || alignment(p.bias, 1, 0, p.type) >= kMinBiasAlignment;
     bool found = false;
-    GemmStatus s = run_lt(p, ctx, found);
-    if (!s.ok() || found) return s;
+    GemmStatus s;
+    if (fusable) {
+      s = run_lt(p, ctx, found);
+      if (!s.ok() || found) return s;
+    }
     if (p.epilogue != GemmEpilogue::None) {  // no fused epilogue here: the plain product, then the kernel
       GemmProblem plain = p;
       plain.epilogue = GemmEpilogue::None;

@@ -97,13 +97,22 @@ __global__ void __launch_bounds__(kThreads) rmsprop_kernel(mt::TensorTable<5, mt
   }
 }
 
+// Whether an optional state (a momentum buffer, ...) is on: a zero-size parameter has a null
+// pointer for every state, so the batch's first tensor alone cannot tell.
+template <class Item, class Ptr>
+bool any_set(const Item* ts, int64_t count, Ptr Item::*state) {
+  for (int64_t i = 0; i < count; ++i)
+    if (ts[i].*state != nullptr) return true;
+  return false;
+}
+
 }  // namespace
 
 template <class T>
 cudaError_t sgd(const SgdTensor<T>* ts, int64_t count, const math::SgdConsts<double>& c64, cudaStream_t s) {
   using Table = mt::TensorTable<3, SgdExtra>;
   const math::SgdConsts<T> c = to_t<T>(c64);
-  const bool momentum = count > 0 && ts[0].buf != nullptr;
+  const bool momentum = any_set(ts, count, &SgdTensor<T>::buf);
   return mt::for_each_launch<Table>(
       count, kChunk,
       [&](Table& tab, int slot, int64_t i) {
@@ -121,7 +130,7 @@ template <class T>
 cudaError_t adam(const AdamTensor<T>* ts, int64_t count, const math::AdamConsts<double>& c64, cudaStream_t s) {
   using Table = mt::TensorTable<5, AdamExtra>;
   const math::AdamConsts<T> c = to_t<T>(c64);
-  const bool amsgrad = count > 0 && ts[0].vmax != nullptr;
+  const bool amsgrad = any_set(ts, count, &AdamTensor<T>::vmax);
   return mt::for_each_launch<Table>(
       count, kChunk,
       [&](Table& tab, int slot, int64_t i) {
@@ -155,7 +164,8 @@ cudaError_t rmsprop(const RmspropTensor<T>* ts, int64_t count, const math::Rmspr
                     cudaStream_t s) {
   using Table = mt::TensorTable<5, mt::NoExtra>;
   const math::RmspropConsts<T> c = to_t<T>(c64);
-  const bool centered = count > 0 && ts[0].gavg != nullptr, momentum = count > 0 && ts[0].buf != nullptr;
+  const bool centered = any_set(ts, count, &RmspropTensor<T>::gavg),
+             momentum = any_set(ts, count, &RmspropTensor<T>::buf);
   return mt::for_each_launch<Table>(
       count, kChunk,
       [&](Table& tab, int slot, int64_t i) {

@@ -156,10 +156,16 @@ void BlockPool::free(void* ptr) {
   }
   // Work queued on the other streams may still read or write the block: reuse waits for it.
   for (StreamId s : b->uses) {
-    pending_.push_back({backend_.record_event(s), b});
+    void* event = backend_.record_event(s);
+    if (!event) continue;  // the stream was waited for
+    pending_.push_back({event, b});
     ++b->pending_events;
   }
   b->uses.clear();
+  if (b->pending_events == 0) {
+    free_block(b);
+    return;
+  }
   ++stats_.num_pending_frees;
 }
 

@@ -46,6 +46,8 @@ class PoolBackend {
   virtual void* raw_alloc(size_t nbytes) = 0;
   virtual void raw_free(void* ptr, size_t nbytes) = 0;
   /// An event recorded now on `stream`: done once the work queued there so far has finished.
+  /// Called on free, which may run in a destructor, so it must not raise: nullptr means the
+  /// work has already finished (the backend waited for it when it could not record).
   virtual void* record_event(StreamId stream) = 0;
   virtual bool event_done(void* event) = 0;
   virtual void synchronize_event(void* event) = 0;

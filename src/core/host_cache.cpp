@@ -79,10 +79,16 @@ void HostCache::free(void* ptr) {
     return;
   }
   for (auto [device, stream] : b->uses) {
-    pending_.emplace_back(backend_.record_event(device, stream), b);
+    void* event = backend_.record_event(device, stream);
+    if (!event) continue;  // the stream was waited for
+    pending_.emplace_back(event, b);
     ++b->pending_events;
   }
   b->uses.clear();
+  if (b->pending_events == 0) {
+    free_[b->size].push_back(b);
+    return;
+  }
   ++stats_.num_pending_frees;
 }
 

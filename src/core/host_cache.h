@@ -26,6 +26,7 @@ class HostBackend {
   /// nullptr when out of memory.
   virtual void* raw_alloc(size_t nbytes) = 0;
   virtual void raw_free(void* ptr) = 0;
+  /// As PoolBackend::record_event: never raises; nullptr when the stream's work is done.
   virtual void* record_event(int device, StreamId stream) = 0;
   virtual bool event_done(void* event) = 0;
   virtual void synchronize_event(void* event) = 0;

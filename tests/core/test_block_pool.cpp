@@ -31,6 +31,7 @@ class FakeBackend final : public PoolBackend {
   };
   std::map<int, Ev> events;
   int next_event = 1;
+  StreamId unrecordable = ~StreamId(0);  // record_event on this stream fails: the backend waits
 
   void* raw_alloc(size_t n) override {
     if (in_use + n > capacity) {
@@ -51,6 +52,7 @@ class FakeBackend final : public PoolBackend {
     std::free(p);
   }
   void* record_event(StreamId s) override {
+    if (s == unrecordable) return nullptr;
     events[next_event] = {s, false};
     return reinterpret_cast<void*>(static_cast<uintptr_t>(next_event++));
   }
@@ -178,6 +180,34 @@ TEST(BlockPool, RecordStreamDefersReuseUntilEventsComplete) {
   EXPECT_EQ(d, a);  // both events done: a is reusable (and merged with its neighbours)
   EXPECT_EQ(pool.stats().num_pending_frees, 0);
   EXPECT_TRUE(be.events.empty());
+  pool.free(d);
+}
+
+// A free runs in destructors, so recording cannot raise: a backend that could not record waited
+// for the stream instead (nullptr), and the block needs to wait only for the others.
+TEST(BlockPool, AStreamWhoseEventCannotBeRecordedHoldsNothingBack) {
+  FakeBackend be;
+  be.unrecordable = kS1;
+  BlockPool pool(be, "cuda:0");
+  void* a = pool.allocate(64 * KiB, kS0);
+  EXPECT_TRUE(pool.record_stream(a, kS1));
+  pool.free(a);
+  EXPECT_TRUE(be.events.empty());
+  EXPECT_EQ(pool.stats().num_pending_frees, 0);
+  void* b = pool.allocate(64 * KiB, kS0);
+  EXPECT_EQ(b, a);  // reusable at once
+  EXPECT_TRUE(pool.record_stream(b, kS1));
+  EXPECT_TRUE(pool.record_stream(b, kS2));
+  pool.free(b);
+  EXPECT_EQ(be.events.size(), 1u);  // stream 2's only
+  EXPECT_EQ(pool.stats().num_pending_frees, 1);
+  void* c = pool.allocate(64 * KiB, kS0);
+  EXPECT_NE(c, a);
+  be.complete(kS2);
+  pool.free(c);
+  void* d = pool.allocate(64 * KiB, kS0);
+  EXPECT_EQ(d, a);
+  EXPECT_EQ(pool.stats().num_pending_frees, 0);
   pool.free(d);
 }
 

@@ -27,6 +27,7 @@ class FakeHost final : public strata::detail::HostBackend {
   };
   std::map<uintptr_t, Ev> events;
   uintptr_t next_event = 1;
+  int unrecordable_device = -1;  // record_event on this device fails: the backend waits
   size_t last_size = 0;
 
   void* raw_alloc(size_t n) override {
@@ -44,6 +45,7 @@ class FakeHost final : public strata::detail::HostBackend {
     std::free(p);
   }
   void* record_event(int device, StreamId s) override {
+    if (device == unrecordable_device) return nullptr;
     events[next_event] = {device, s, false};
     return reinterpret_cast<void*>(next_event++);
   }
@@ -111,6 +113,31 @@ TEST(HostCache, BufferUsedByAnAsyncCopyWaitsForItsStream) {
   EXPECT_EQ(d, a);
   EXPECT_TRUE(be.events.empty());
   cache.free(c);
+  cache.free(d);
+}
+
+TEST(HostCache, AStreamWhoseEventCannotBeRecordedHoldsNothingBack) {
+  FakeHost be;
+  be.unrecordable_device = 1;
+  HostCache cache(be);
+  void* a = cache.allocate(10000);
+  EXPECT_TRUE(cache.record_stream(a, 1, 9));
+  cache.free(a);
+  EXPECT_TRUE(be.events.empty());
+  EXPECT_EQ(cache.stats().num_pending_frees, 0);
+  void* b = cache.allocate(10000);
+  EXPECT_EQ(b, a);  // the backend waited for the stream: reusable at once
+  EXPECT_TRUE(cache.record_stream(b, 1, 9));
+  EXPECT_TRUE(cache.record_stream(b, 0, 7));
+  cache.free(b);
+  EXPECT_EQ(be.events.size(), 1u);
+  EXPECT_EQ(cache.stats().num_pending_frees, 1);
+  void* c = cache.allocate(10000);
+  EXPECT_NE(c, a);
+  be.complete(0, 7);
+  cache.free(c);
+  void* d = cache.allocate(10000);
+  EXPECT_EQ(d, a);
   cache.free(d);
 }
 

@@ -84,9 +84,10 @@ const char* view_name(View v) {
   return "?";
 }
 
-// t's values on the GPU, laid out as `v` (over its last two dims).
+// t's values on the GPU, laid out as `v` (over its last two dims; a vector only as Offset, a
+// bias one element off the 16-byte alignment cuBLASLt's bias epilogue reads with).
 Tensor on_gpu(const Tensor& t, View v) {
-  if (v == View::Contiguous || t.dim() < 2) return gpu(t);
+  if (v == View::Contiguous || (t.dim() < 2 && v != View::Offset)) return gpu(t);
   if (v == View::Transposed) return gpu(t.transpose(-1, -2).contiguous()).transpose(-1, -2);
   Shape big = t.shape();
   const int64_t cols = big.back();
@@ -223,8 +224,9 @@ TEST(CudaMatmul, LinearBiasAndGeluEpilogues) {
           const Tensor bb = bias ? b : Tensor();
           const Ref want = linear_reference(x, w, bb, gelu);
           for (View vw : kViews) {
-            SCOPED_TRACE(fmt::format("{} x {} out {} bias {} gelu {} weight {}", t, c.x, c.out, bias, gelu, view_name(vw)));
-            const Tensor gx = gpu(x), gw = on_gpu(w, vw), gb = bias ? gpu(b) : Tensor();
+            SCOPED_TRACE(fmt::format("{} x {} out {} bias {} gelu {} weight and bias {}", t, c.x, c.out, bias, gelu,
+                                     view_name(vw)));
+            const Tensor gx = gpu(x), gw = on_gpu(w, vw), gb = bias ? on_gpu(b, vw) : Tensor();
             const Tensor y = gelu ? linear_gelu(gx, gw, gb) : linear(gx, gw, gb);
             ASSERT_TRUE(close_to(y, want, tolerance(t, in)));
             if (!gelu) ASSERT_TRUE(close_to(nn::functional::linear(gx, gw, gb), want, tolerance(t, in)));

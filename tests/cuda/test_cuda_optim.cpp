@@ -34,7 +34,8 @@ struct Tolerance {
 Tolerance param_tol(DType dt) { return dt == kFloat32 ? Tolerance{1e-4, 2e-5} : Tolerance{1e-9, 1e-11}; }
 
 // Parameters 0-3 in group 0 ({40001}: three chunks, skips every fifth step; {129, 130}: its grad
-// comes transposed), 4-6 in group 1, and 40 small ones in group 2.
+// comes transposed), 4-7 in group 1 (the first empty: its states have no memory, and the
+// group's momentum or centering must not be read from them), and 40 small ones in group 2.
 struct ParamSetup {
   std::vector<Shape> shapes;
   std::vector<size_t> group;
@@ -42,8 +43,8 @@ struct ParamSetup {
 
 ParamSetup make_setup() {
   ParamSetup s;
-  s.shapes = {{7, 13}, {40001}, {0, 3}, {129, 130}, {5}, {300, 70}, {1}};
-  s.group = {0, 0, 0, 0, 1, 1, 1};
+  s.shapes = {{7, 13}, {40001}, {0, 3}, {129, 130}, {0}, {5}, {300, 70}, {1}};
+  s.group = {0, 0, 0, 0, 1, 1, 1, 1};
   for (int k = 0; k < 40; ++k) {
     s.shapes.push_back({2 * k + 1});
     s.group.push_back(2);

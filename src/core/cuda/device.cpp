@@ -25,8 +25,9 @@ int resolve_device(int device, const char* op) {
   int n = device_count();
   STRATA_CHECK(n > 0, "[{}] no CUDA device is visible", op);
   if (device < 0) device = current_device();
-  STRATA_CHECK(device < n && device < kMaxDevices, "[{}] device cuda:{} is not available: {} CUDA device(s) visible",
-               op, device, n);
+  STRATA_CHECK(device < n, "[{}] device cuda:{} is not available: {} CUDA device(s) visible", op, device, n);
+  STRATA_CHECK(device < kMaxDevices, "[{}] device cuda:{}: a process addresses at most {} CUDA devices", op, device,
+               kMaxDevices);
   return device;
 }
 

@@ -23,7 +23,8 @@ Allocator& device_allocator(int device);
 void empty_pinned_cache();
 /// The event operations both caches (device blocks, pinned buffers) use to hold a freed
 /// buffer back until a stream has passed it (stream.cpp); errors name `op`.
-void* record_free_event(int device, uintptr_t stream, const char* op);
+/// record_free_event never raises: nullptr means it could not record and waited for the stream.
+void* record_free_event(int device, uintptr_t stream, const char* op) noexcept;
 bool free_event_done(void* event, const char* op);
 void synchronize_free_event(void* event, const char* op);
 void release_free_event(void* event, const char* op);

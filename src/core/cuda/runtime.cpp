@@ -77,6 +77,8 @@ void check_device(Device device, const char* op) {
   int n = cuda::device_count();
   STRATA_CHECK(device.index >= 0 && device.index < n, "[{}] device {} is not available: {} CUDA device(s) visible", op,
                device, n);
+  STRATA_CHECK(device.index < cuda::kMaxDevices, "[{}] device {}: a process addresses at most {} CUDA devices", op,
+               device, cuda::kMaxDevices);
 }
 
 Allocator& allocator_for(Device device) {

@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <utility>
 
 #include <strata/core/cuda.hpp>
 
@@ -39,9 +40,16 @@ StreamPool& pool_for(int device) {
     DeviceGuard guard(device);
     int least = 0, greatest = 0;  // numerically least = lowest priority; greatest is negative
     STRATA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), "Stream::create");
-    for (int i = 0; i < kStreamsPerPool; ++i) {
-      STRATA_CUDA_CHECK(cudaStreamCreateWithPriority(&p.normal[i], cudaStreamNonBlocking, least), "Stream::create");
-      STRATA_CUDA_CHECK(cudaStreamCreateWithPriority(&p.high[i], cudaStreamNonBlocking, greatest), "Stream::create");
+    try {
+      for (int i = 0; i < kStreamsPerPool; ++i) {
+        STRATA_CUDA_CHECK(cudaStreamCreateWithPriority(&p.normal[i], cudaStreamNonBlocking, least), "Stream::create");
+        STRATA_CUDA_CHECK(cudaStreamCreateWithPriority(&p.high[i], cudaStreamNonBlocking, greatest), "Stream::create");
+      }
+    } catch (const Error&) {  // call_once runs again next time: the streams made so far are not leaked
+      for (auto* streams : {&p.normal, &p.high})
+        for (cudaStream_t& s : *streams)
+          if (s) cudaStreamDestroy(std::exchange(s, nullptr));
+      throw;
     }
   });
   return p;
@@ -167,12 +175,27 @@ float Event::elapsed_time(const Event& end) const {
 
 namespace strata::cuda {
 
-void* record_free_event(int device, uintptr_t stream, const char* op) {
-  DeviceGuard guard(device);
-  cudaEvent_t ev = nullptr;
-  STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), op);
-  STRATA_CUDA_CHECK(cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(stream)), op);
-  return ev;
+// Runs on deallocation, often from a destructor, so it cannot raise: when no event can be
+// recorded it reports why on stderr, waits for the stream instead and returns nullptr (the
+// buffer is free to reuse at once).
+void* record_free_event(int device, uintptr_t stream, const char* op) noexcept {
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  try {
+    DeviceGuard guard(device);
+    cudaEvent_t ev = nullptr;
+    cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (err == cudaSuccess) {
+      err = cudaEventRecord(ev, s);
+      if (err == cudaSuccess) return ev;
+      cudaEventDestroy(ev);
+    }
+    fmt::print(stderr, "[{}] recording a free event failed ({}): waiting for the stream instead\n", op,
+               cudaGetErrorString(err));
+    STRATA_CUDA_WARN(cudaStreamSynchronize(s), op);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "[{}] recording a free event failed: {}\n", op, e.what());
+  }
+  return nullptr;
 }
 
 bool free_event_done(void* event, const char* op) {

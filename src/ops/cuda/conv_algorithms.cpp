@@ -198,10 +198,14 @@ cudnnMathType_t initial_math(cudnnDataType_t dtype, bool tf32) {
 
 Tensor conv_workspace(int device, size_t bytes) {
   if (bytes == 0) return Tensor();
+  const int64_t ooms = cuda::memory_stats(device).num_ooms;
   try {
     return empty({static_cast<int64_t>(bytes)}, TensorOptions(kUInt8, Device::cuda(device)));
   } catch (const Error&) {
-    return Tensor();  // out of memory even after the allocator released its cache
+    // out of memory even after the allocator released its cache: an algorithm with less
+    // workspace will do; any other failure (a broken device) is raised
+    if (cuda::memory_stats(device).num_ooms == ooms) throw;
+    return Tensor();
   }
 }
 
