@@ -238,21 +238,30 @@ __device__ __forceinline__ std::enable_if_t<sizeof(T) == 1 && !std::is_same_v<T,
   const int add = static_cast<int>(alpha) * static_cast<int>(v);
   atomic_update_narrow(dst, [add](T cur) { return static_cast<T>(static_cast<int>(cur) + add); });
 }
+// 16-bit floats: the hardware add when alpha is 1 (the addend is then exact in the type);
+// otherwise cur + alpha * v in float, rounded to the type once (rounding the addend to it
+// first would round twice), as an FMA: what the CPU's contracted float math gives.
 __device__ __forceinline__ void atomic_add_scaled(Half* dst, Half v, float alpha) {
-  const float add = alpha * static_cast<float>(v);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  atomicAdd(reinterpret_cast<__half*>(dst), __float2half_rn(add));
-#else
-  atomic_update_narrow(dst, [add](Half cur) { return Half(static_cast<float>(cur) + add); });
+  if (alpha == 1.0f) {
+    atomicAdd(reinterpret_cast<__half*>(dst), __float2half_rn(static_cast<float>(v)));
+    return;
+  }
 #endif
+  const float x = static_cast<float>(v);
+  atomic_update_narrow(dst, [x, alpha](Half cur) { return Half(__fmaf_rn(alpha, x, static_cast<float>(cur))); });
 }
 __device__ __forceinline__ void atomic_add_scaled(BFloat16* dst, BFloat16 v, float alpha) {
-  const float add = alpha * static_cast<float>(v);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  atomicAdd(reinterpret_cast<__nv_bfloat16*>(dst), __float2bfloat16_rn(add));
-#else
-  atomic_update_narrow(dst, [add](BFloat16 cur) { return BFloat16(static_cast<float>(cur) + add); });
+  if (alpha == 1.0f) {
+    atomicAdd(reinterpret_cast<__nv_bfloat16*>(dst), __float2bfloat16_rn(static_cast<float>(v)));
+    return;
+  }
 #endif
+  const float x = static_cast<float>(v);
+  atomic_update_narrow(dst, [x, alpha](BFloat16 cur) {
+    return BFloat16(__fmaf_rn(alpha, x, static_cast<float>(cur)));
+  });
 }
 
 template <class T, class I, class A, class Index>
