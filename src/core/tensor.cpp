@@ -116,6 +116,16 @@ void check_scalar_fits(Scalar value, DType t, std::string_view op) {
   }
 }
 
+void check_fill_value(Scalar value, DType t, std::string_view op) {
+  check_scalar_fits(value, t, op);
+  if (!is_floating(t) || t == DType::Float64 || !value.is_floating()) return;
+  const double v = value.to_double(), max = t == DType::Float16    ? 65504.0
+                                            : t == DType::BFloat16 ? 3.3895313892515355e38
+                                                                   : 3.4028234663852886e38;
+  STRATA_CHECK(!std::isfinite(v) || std::fabs(v) <= max, "[{}] value {} cannot be converted to {} without overflow",
+               op, v, t);
+}
+
 }  // namespace detail
 
 using detail::make_view;

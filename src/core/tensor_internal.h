@@ -44,4 +44,14 @@ std::pair<int64_t, int64_t> integer_range(DType t);
 /// finite values whose integer part is in their range (floats and bool take any value).
 void check_scalar_fits(Scalar value, DType t, std::string_view op);
 
+/// check_scalar_fits, and for a value stored as it is (fill_, full, masked_fill) a finite
+/// value past a floating dtype's largest finite one raises too, as in PyTorch: 7e4 does not
+/// silently become inf in float16 (inf and NaN themselves are stored).
+void check_fill_value(Scalar value, DType t, std::string_view op);
+
+/// A 0-d tensor holding `value` as an operand of arithmetic: unlike full(), a floating value
+/// past the dtype's range rounds to inf as the arithmetic would (x + 1e300 is inf in float32).
+/// Integer range checks are the caller's (scalar_like in src/ops/binary.cpp).
+Tensor scalar_operand(Scalar value, DType t, Device device);
+
 }  // namespace strata::detail

@@ -110,7 +110,7 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
 Tensor scalar_like(Scalar s, const Tensor& like, std::string_view op) {
   const DType t = result_type(like, s);
   detail::check_scalar_fits(s, t, op);
-  return full({}, s, TensorOptions(t, like.device()));
+  return detail::scalar_operand(s, t, like.device());
 }
 
 // True when arithmetic of `t` (x) `s` needs s at float32 precision: a float16/bfloat16 result
@@ -138,7 +138,7 @@ Tensor with_scalar(const Tensor& a, Scalar s, Op op, OpId id, bool scalar_first 
     const Tensor c = scalar_like(s, a, op_name(id));
     return scalar_first ? op(c, a) : op(a, c);
   }
-  const Tensor a32 = a.to(kFloat32), c = full({}, s, TensorOptions(kFloat32, a.device()));
+  const Tensor a32 = a.to(kFloat32), c = detail::scalar_operand(s, kFloat32, a.device());
   return (scalar_first ? op(c, a32) : op(a32, c)).to(result_type(a, s));
 }
 
@@ -148,7 +148,7 @@ Tensor& with_scalar_inplace(Tensor& self, Scalar s, Op op, OpId id) {
   if (!needs_float_scalar(self, s)) return op(self, scalar_like(s, self, op_name(id)));
   check_destination(self, self, id);
   Tensor r = self.to(kFloat32);
-  op(r, full({}, s, TensorOptions(kFloat32, self.device())));
+  op(r, detail::scalar_operand(s, kFloat32, self.device()));
   return self.copy_(r);
 }
 
@@ -317,6 +317,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   Shape b = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   STRATA_CHECK(b == x.shape(), "[masked_fill] mask of shape {} does not broadcast to the tensor's shape {}",
                mask.shape(), x.shape());
+  detail::check_fill_value(value, x.dtype(), "masked_fill");
   return where(mask, full({}, value, TensorOptions(x.dtype(), x.device())), x);
 }
 
@@ -330,7 +331,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
                mask.shape(), shape());
   check_inplace(*this, mask, OpId::where);
   detail::check_writable(*this, "masked_fill_");
-  detail::check_scalar_fits(value, dtype(), "masked_fill");
+  detail::check_fill_value(value, dtype(), "masked_fill");
   Tensor v = full({}, value, TensorOptions(dtype(), device()));
   const Tensor ins[3] = {mask, v, *this};
   Tensor out = *this;

@@ -107,16 +107,28 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   return *this;
 }
 
+namespace {
+void run_fill(Tensor& t, Scalar value) {
+  FillParams p{value};
+  Tensor out = t;
+  if (t.numel() > 0) run_kernel(OpId::fill, t.dtype(), KernelCall{{}, {&out, 1}, &p});
+  t.storage()->bump_version();
+}
+}  // namespace
+
 Tensor& Tensor::fill_(Scalar value) {
   STRATA_CHECK(!autograd::any_requires_grad({this}), "[fill_] in-place fill of a tensor that requires grad; run it "
                "under NoGradGuard");
-  detail::check_scalar_fits(value, dtype(), "fill_");
+  detail::check_fill_value(value, dtype(), "fill_");
   detail::check_writable(*this, "fill_");
-  FillParams p{value};
-  Tensor out = *this;
-  if (numel() > 0) run_kernel(OpId::fill, dtype(), KernelCall{{}, {&out, 1}, &p});
-  storage()->bump_version();
+  run_fill(*this, value);
   return *this;
+}
+
+Tensor detail::scalar_operand(Scalar value, DType t, Device device) {
+  Tensor out = detail::make_tensor({}, t, device);
+  run_fill(out, value);
+  return out;
 }
 
 Tensor Tensor::contiguous() const {

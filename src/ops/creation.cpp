@@ -197,7 +197,7 @@ Tensor empty(const Shape& shape, TensorOptions o) {
 }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
-  detail::check_scalar_fits(value, o.dtype_, "full");
+  detail::check_fill_value(value, o.dtype_, "full");
   Tensor t = empty(shape, o);
   t.fill_(value);
   return t;

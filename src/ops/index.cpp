@@ -265,6 +265,7 @@ Tensor& scatter_src(Tensor& self, int64_t dim, const Tensor& index, const Tensor
 Tensor& scatter_value(Tensor& self, int64_t dim, const Tensor& index, Scalar value, std::string_view op) {
   int64_t d = check_scatter(self, index, nullptr, dim, op);
   Tensor ix = at_least_1d(index);
+  detail::check_fill_value(value, self.dtype(), op);
   Tensor v = full({}, value, TensorOptions(self.dtype(), self.device())).expand(ix.shape());
   run_scatter(OpId::scatter, self, d, ix, v, 1);
   return self;

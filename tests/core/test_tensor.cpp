@@ -391,6 +391,37 @@ TEST(BadInput, ScalarsThatDoNotFitAnIntegerDtype) {
   EXPECT_EQ(Scalar(1e300).to_int(), std::numeric_limits<int64_t>::max());
 }
 
+// A value stored as it is (full, fill_, masked_fill, scatter) past a floating dtype's largest
+// finite one raises, as in PyTorch, instead of becoming inf; inf and NaN themselves are stored,
+// and arithmetic with such a scalar overflows to inf as the arithmetic would.
+TEST(BadInput, StoredValuesPastAFloatingDtypesRange) {
+  EXPECT_TRUE(raises([] { full({2}, 70000.0, TensorOptions(kFloat16)); },
+                     "[full] value 70000 cannot be converted to float16 without overflow"));
+  EXPECT_TRUE(raises([] { full({2}, -65520.0, TensorOptions(kFloat16)); }, "cannot be converted to float16"));
+  EXPECT_TRUE(raises([] { full({2}, 3.4e38, TensorOptions(kBFloat16)); }, "cannot be converted to bfloat16"));
+  EXPECT_TRUE(raises([] { full({2}, 1e39, TensorOptions(kFloat32)); }, "cannot be converted to float32"));
+  EXPECT_TRUE(raises([] { zeros({2}, TensorOptions(kFloat16)).fill_(1e5); }, "[fill_] value 100000"));
+  const Tensor m = from_vector<bool>({true, false});
+  EXPECT_TRUE(raises([&] { zeros({2}, TensorOptions(kFloat16)).masked_fill_(m, -1e5); }, "[masked_fill]"));
+  EXPECT_TRUE(raises([&] { masked_fill(zeros({2}), m, 1e300); }, "[masked_fill]"));
+  EXPECT_TRUE(raises([&] { scatter(zeros({2}, TensorOptions(kBFloat16)), 0, from_vector<int64_t>({0}), 1e39); },
+                     "[scatter] value 1e+39 cannot be converted to bfloat16"));
+  // the largest finite values, infinities and NaN are stored; float64 takes anything
+  EXPECT_EQ(values(full({1}, 65504.0, TensorOptions(kFloat16)))[0], 65504.0);
+  EXPECT_EQ(values(full({1}, -3.4028234663852886e38, TensorOptions(kFloat32)))[0], -3.4028234663852886e38);
+  EXPECT_EQ(values(full({1}, 3.3895313892515355e38, TensorOptions(kBFloat16)))[0], 3.3895313892515355e38);
+  EXPECT_EQ(values(full({1}, -INFINITY, TensorOptions(kFloat16)))[0], -INFINITY);
+  EXPECT_TRUE(std::isnan(values(zeros({1}, TensorOptions(kBFloat16)).fill_(NAN))[0]));
+  EXPECT_EQ(values(masked_fill(zeros({2}, TensorOptions(kFloat16)), m, -INFINITY))[0], -INFINITY);
+  EXPECT_EQ(values(full({1}, 1e300, TensorOptions(kFloat64)))[0], 1e300);
+  // arithmetic and comparisons with an out-of-range scalar: inf, as the math gives
+  EXPECT_EQ(values(add(ones({1}), 1e300))[0], INFINITY);
+  EXPECT_EQ(values(mul(ones({1}, TensorOptions(kFloat16)), 1e5))[0], INFINITY);
+  EXPECT_EQ(values(sub(ones({1}, TensorOptions(kBFloat16)), 1e300))[0], -INFINITY);
+  EXPECT_TRUE(all_close(lt(ones({2}), 1e300), {1, 1}, 0, 0));
+  EXPECT_TRUE(all_close(where(m, ones({2}), 1e300), {1, INFINITY}, 0, 0));
+}
+
 TEST(BadInput, IntegerArangeBeyondDoublesOrItsDtype) {
   EXPECT_TRUE(raises([] { arange((int64_t(1) << 53) + 1, (int64_t(1) << 53) + 4, 1); }, "past 2^53"));
   EXPECT_TRUE(
