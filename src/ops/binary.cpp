@@ -171,6 +171,8 @@ void register_binary_kernels(KernelTable& table) {
   table.set(OpId::div, CPU, kFloatDTypes, cpu_binary<math::Div, DTypeSet::Floating, false>);
   table.set(OpId::maximum, CPU, kNumericDTypes, cpu_binary<math::Maximum, DTypeSet::Numeric, false>);
   table.set(OpId::minimum, CPU, kNumericDTypes, cpu_binary<math::Minimum, DTypeSet::Numeric, false>);
+  table.set(OpId::maximum, CPU, kBool, cpu_binary<math::LogicalOr, DTypeSet::All, true>);   // max of bools = or
+  table.set(OpId::minimum, CPU, kBool, cpu_binary<math::LogicalAnd, DTypeSet::All, true>);  // min of bools = and
   table.set(OpId::pow, CPU, kNumericDTypes, cpu_binary<math::Pow, DTypeSet::Numeric, false>);
   table.set(OpId::eq, CPU, kAllDTypes, cpu_binary<math::Eq, DTypeSet::All, true>);
   table.set(OpId::ne, CPU, kAllDTypes, cpu_binary<math::Ne, DTypeSet::All, true>);

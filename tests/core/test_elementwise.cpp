@@ -262,6 +262,13 @@ TEST(Binary, ScalarsAndInPlace) {
   EXPECT_TRUE(all_close(base, {0, 5, 0, 5}, 0, 0));
   EXPECT_THROW(sub(ones({2}, kBool), ones({2}, kBool)), Error);
   EXPECT_TRUE(all_close(ones({2}, kBool) + zeros({2}, kBool), {1, 1}, 0, 0));
+  // the larger and smaller of two bools (true > false): or and and, with broadcasting
+  const Tensor p = from_vector<bool>({false, false, true, true}), q = from_vector<bool>({false, true, false, true});
+  EXPECT_EQ(maximum(p, q).dtype(), kBool);
+  EXPECT_TRUE(all_close(maximum(p, q), {0, 1, 1, 1}, 0, 0));
+  EXPECT_TRUE(all_close(minimum(p, q), {0, 0, 0, 1}, 0, 0));
+  EXPECT_TRUE(all_close(maximum(p.reshape({2, 2}), from_vector<bool>({true, false})), {1, 0, 1, 1}, 0, 0));
+  EXPECT_TRUE(all_close(minimum(p, from_vector<bool>({true}).reshape({})), {0, 0, 1, 1}, 0, 0));
 }
 
 TEST(Binary, WhereAndMaskedFill) {

@@ -93,6 +93,8 @@ void register_cuda_binary_kernels(KernelTable& table) {
   table.set(OpId::div, CUDA, kFloatDTypes, cuda_binary<math::Div, DTypeSet::Floating, false>);
   table.set(OpId::maximum, CUDA, kNumericDTypes, cuda_binary<math::Maximum, DTypeSet::Numeric, false>);
   table.set(OpId::minimum, CUDA, kNumericDTypes, cuda_binary<math::Minimum, DTypeSet::Numeric, false>);
+  table.set(OpId::maximum, CUDA, kBool, cuda_logical<math::LogicalOr>);   // max of bools = or
+  table.set(OpId::minimum, CUDA, kBool, cuda_logical<math::LogicalAnd>);  // min of bools = and
   table.set(OpId::pow, CUDA, kNumericDTypes, cuda_binary<math::Pow, DTypeSet::Numeric, false>);
   table.set(OpId::eq, CUDA, kAllDTypes, cuda_binary<math::Eq, DTypeSet::All, true>);
   table.set(OpId::ne, CUDA, kAllDTypes, cuda_binary<math::Ne, DTypeSet::All, true>);
