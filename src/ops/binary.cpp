@@ -210,9 +210,19 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   autograd::record("add", {a, b}, {out}, {}, [](const Grads& g, const Saved&) { return Grads{g[0], g[0]}; });
   return out;
 }
+namespace {
+// As PyTorch, no subtraction takes a bool operand, a tensor's or a scalar's: true - x is
+// most often a mistaken logical_not.
+void check_sub_operands(bool a_is_bool, bool b_is_bool) {
+  STRATA_CHECK(!a_is_bool && !b_is_bool, "[sub] subtraction with a bool operand is not supported; use "
+               "logical_not, or ne for the exclusive or of two bools, or convert the bool tensor first");
+}
+bool is_bool(const Tensor& t) { return t.defined() && t.dtype() == kBool; }
+bool is_bool(Scalar s) { return s.kind() == Scalar::Kind::Bool; }
+}  // namespace
+
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
-  STRATA_CHECK(a.dtype() != kBool || b.dtype() != kBool, "[sub] subtraction of bool tensors is not supported; use "
-               "logical_xor or logical_not");
+  check_sub_operands(is_bool(a), is_bool(b));
   if (alpha.to_double() != 1.0) return sub(a, mul(b, alpha));
   Tensor out = binary_op(OpId::sub, a, b, Kind::Arith);
   autograd::record("sub", {a, b}, {out}, {}, [](const Grads& g, const Saved&) { return Grads{g[0], -g[0]}; });
@@ -281,7 +291,10 @@ Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_op(OpId::lo
 Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op(OpId::logical_or, a, b, Kind::Logical); }
 
 Tensor add(const Tensor& a, Scalar b) { return with_scalar(a, b, kAdd, OpId::add); }
-Tensor sub(const Tensor& a, Scalar b) { return with_scalar(a, b, kSub, OpId::sub); }
+Tensor sub(const Tensor& a, Scalar b) {
+  check_sub_operands(is_bool(a), is_bool(b));
+  return with_scalar(a, b, kSub, OpId::sub);
+}
 Tensor mul(const Tensor& a, Scalar b) { return with_scalar(a, b, kMul, OpId::mul); }
 Tensor div(const Tensor& a, Scalar b) { return with_scalar(a, b, kDiv, OpId::div); }
 Tensor maximum(const Tensor& a, Scalar b) { return maximum(a, scalar_like(b, a, "maximum")); }
@@ -349,9 +362,11 @@ Tensor& Tensor::add_(Scalar other) {
   return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.add_(y); }, OpId::add);
 }
 Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
+  check_sub_operands(is_bool(*this), is_bool(other));
   return binary_inplace(OpId::sub, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
 }
 Tensor& Tensor::sub_(Scalar other) {
+  check_sub_operands(is_bool(*this), is_bool(other));
   return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.sub_(y); }, OpId::sub);
 }
 Tensor& Tensor::mul_(const Tensor& other) { return binary_inplace(OpId::mul, *this, other); }
@@ -374,7 +389,10 @@ Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
 Tensor operator+(Scalar a, const Tensor& b) { return with_scalar(b, a, kAdd, OpId::add, true); }
-Tensor operator-(Scalar a, const Tensor& b) { return with_scalar(b, a, kSub, OpId::sub, true); }
+Tensor operator-(Scalar a, const Tensor& b) {
+  check_sub_operands(is_bool(a), is_bool(b));
+  return with_scalar(b, a, kSub, OpId::sub, true);
+}
 Tensor operator*(Scalar a, const Tensor& b) { return with_scalar(b, a, kMul, OpId::mul, true); }
 Tensor operator/(Scalar a, const Tensor& b) { return with_scalar(b, a, kDiv, OpId::div, true); }
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }

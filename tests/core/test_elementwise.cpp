@@ -260,7 +260,15 @@ TEST(Binary, ScalarsAndInPlace) {
   Tensor base = zeros({4});
   base.slice(0, 1, 4, 2).add_(5);
   EXPECT_TRUE(all_close(base, {0, 5, 0, 5}, 0, 0));
-  EXPECT_THROW(sub(ones({2}, kBool), ones({2}, kBool)), Error);
+  // no subtraction takes a bool operand, as in PyTorch
+  const Tensor yes = ones({2}, kBool), two = full({2}, 2);
+  const std::vector<std::function<void()>> bool_subs = {
+      [&] { sub(yes, yes); },          [&] { sub(two, yes); },         [&] { sub(yes, two); },
+      [&] { sub(two, true); },         [&] { sub(yes, 1); },           [&] { (void)(true - two); },
+      [&] { (void)(1.5 - yes); },      [&] { Tensor t = two.clone(); t.sub_(yes); },
+      [&] { Tensor t = two.clone(); t.sub_(false); }, [&] { Tensor t = yes.clone(); t.sub_(1); }};
+  for (const auto& f : bool_subs) EXPECT_TRUE(strata::testing::throws_with(f, {"[sub] subtraction with a bool operand"}));
+  EXPECT_TRUE(all_close(sub(two, 1), {1, 1}, 0, 0));
   EXPECT_TRUE(all_close(ones({2}, kBool) + zeros({2}, kBool), {1, 1}, 0, 0));
   // the larger and smaller of two bools (true > false): or and and, with broadcasting
   const Tensor p = from_vector<bool>({false, false, true, true}), q = from_vector<bool>({false, true, false, true});
