@@ -279,6 +279,8 @@ Tensor pow(const Tensor& x, Scalar exponent) {
                        return e == 2 ? g * x * 2 : g * pow(x, e - 1) * e;
                      });
   }
+  // bool ** int is int64, as type promotion gives in PyTorch
+  if (x.dtype() == kBool && exponent.kind() == Scalar::Kind::Int) return pow(x.to(kInt64), exponent);
   STRATA_CHECK(exponent.to_int() >= 0, "[pow] integer tensors cannot be raised to the negative power {}",
                exponent.to_int());
   p.ia = exponent.to_int();  // exact: 2^63 - 1 is not a double
@@ -287,6 +289,9 @@ Tensor pow(const Tensor& x, Scalar exponent) {
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   STRATA_CHECK(min || max, "[clamp] at least one of min and max must be given");
+  // a bool tensor between integer bounds is clamped as int64, as type promotion gives in PyTorch
+  auto is_int = [](const std::optional<Scalar>& s) { return !s || s->kind() == Scalar::Kind::Int; };
+  if (x.defined() && x.dtype() == kBool && is_int(min) && is_int(max)) return clamp(x.to(kInt64), min, max);
   const UnaryScalarParams p = clamp_params(min, max);
   const bool float_bound = !p.integral;
   // the gradient passes where lo <= x <= hi

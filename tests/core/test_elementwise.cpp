@@ -165,6 +165,15 @@ TEST(Unary, InPlaceAndBadInput) {
   EXPECT_THROW(exp(Tensor()), Error);
   EXPECT_EQ(logical_not(from_vector<float>({0, 2})).dtype(), kBool);
   EXPECT_TRUE(all_close(logical_not(from_vector<float>({0, 2})), {1, 0}, 0, 0));
+  // a bool tensor with integer scalars promotes to int64, as in PyTorch
+  const Tensor b = from_vector<bool>({false, true});
+  EXPECT_EQ(pow(b, 3).dtype(), kInt64);
+  EXPECT_TRUE(all_close(pow(b, 3), {0, 1}, 0, 0));
+  EXPECT_TRUE(all_close(pow(b, 0), {1, 1}, 0, 0));
+  EXPECT_EQ(pow(b, 0.5).dtype(), kFloat32);
+  EXPECT_EQ(clamp(b, 2, std::nullopt).dtype(), kInt64);
+  EXPECT_TRUE(all_close(clamp(b, 2, std::nullopt), {2, 2}, 0, 0));
+  EXPECT_TRUE(all_close(clamp(b, -1, 0), {0, 0}, 0, 0));
 }
 
 namespace {
