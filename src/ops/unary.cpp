@@ -183,6 +183,7 @@ Tensor abs(const Tensor& x) {
 }
 // Its gradient is 0, recorded as in PyTorch, so a loss reaching x only through sign has one.
 Tensor sign(const Tensor& x) {
+  if (x.defined() && x.dtype() == kBool) return x.clone();  // a bool is its own sign, as in PyTorch
   return with_grad("sign", x, unary_op(OpId::sign, x, Kind::Keep), false, false,
                    [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
 }
@@ -233,6 +234,7 @@ Tensor erf(const Tensor& x) {
                    });
 }
 Tensor square(const Tensor& x) {
+  if (x.defined() && x.dtype() == kBool) return pow(x, 2);  // int64, as PyTorch's x ** 2
   return with_grad("square", x, unary_op(OpId::square, x, Kind::Keep), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x * 2; });
 }

@@ -174,6 +174,10 @@ TEST(Unary, InPlaceAndBadInput) {
   EXPECT_EQ(clamp(b, 2, std::nullopt).dtype(), kInt64);
   EXPECT_TRUE(all_close(clamp(b, 2, std::nullopt), {2, 2}, 0, 0));
   EXPECT_TRUE(all_close(clamp(b, -1, 0), {0, 0}, 0, 0));
+  EXPECT_EQ(square(b).dtype(), kInt64);
+  EXPECT_TRUE(all_close(square(b), {0, 1}, 0, 0));
+  EXPECT_EQ(sign(b).dtype(), kBool);
+  EXPECT_TRUE(all_close(sign(b), {0, 1}, 0, 0));
 }
 
 namespace {
