@@ -10,6 +10,7 @@
 #include "ops/cuda/launch.h"
 #include "ops/dispatch.h"
 #include "ops/loop.h"
+#include "ops/unary_functor.h"
 
 namespace strata {
 
@@ -17,21 +18,11 @@ namespace {
 
 namespace ck = cuda_kernels;
 
-template <class F> F make_functor(const KernelCall&) { return F{}; }
-template <> math::PowScalar make_functor(const KernelCall& c) {
-  return {c.param<UnaryScalarParams>().a, c.param<UnaryScalarParams>().ia};
-}
-template <> math::Clamp make_functor(const KernelCall& c) {
-  const auto& p = c.param<UnaryScalarParams>();
-  return {p.a, p.b, p.ia, p.ib, p.integral};
-}
-template <> math::LeakyRelu make_functor(const KernelCall& c) { return {c.param<UnaryScalarParams>().a}; }
-
 template <class F, DTypeSet Set>
 void cuda_unary(const KernelCall& call) {
   const Tensor& x = call.inputs[0];
   Tensor& out = call.outputs[0];
-  const F f = make_functor<F>(call);
+  const F f = unary_functor::make<F>(call);
   auto loop = make_loop<2>(out, {&x}, "unary");
   cuda::DeviceGuard guard(out.device().index);
   dispatch<Set>(x.dtype(), "unary", [&](auto tag) {
