@@ -37,16 +37,15 @@ Example default_collate(std::vector<Example>&& samples) {
 
 std::vector<Tensor> default_collate(std::vector<std::vector<Tensor>>&& samples) {
   STRATA_CHECK(!samples.empty(), "[default_collate] empty batch");
-  size_t fields = samples.front().size();
+  const size_t fields = samples.front().size();
+  for (size_t s = 1; s < samples.size(); ++s)  // every sample, even when sample 0 has none
+    STRATA_CHECK(samples[s].size() == fields, "[default_collate] sample {} has {} tensors, sample 0 has {}", s,
+                 samples[s].size(), fields);
   std::vector<Tensor> out;
   for (size_t k = 0; k < fields; ++k) {
     std::vector<Tensor> column;
     column.reserve(samples.size());
-    for (size_t s = 0; s < samples.size(); ++s) {
-      STRATA_CHECK(samples[s].size() == fields, "[default_collate] sample {} has {} tensors, sample 0 has {}", s,
-                   samples[s].size(), fields);
-      column.push_back(std::move(samples[s][k]));
-    }
+    for (std::vector<Tensor>& sample : samples) column.push_back(std::move(sample[k]));
     out.push_back(stack(column, 0));
   }
   return out;
@@ -105,10 +104,14 @@ struct LoaderCore::Pipeline {
   std::map<int64_t, Result> ready;
   std::vector<std::thread> threads;
 
+  std::mutex join_mutex;  // held through a halt, so a concurrent one waits for the join
+
   // Stops and joins the workers and frees the batches they made ahead. The first call takes
-  // the threads; a later or concurrent one (an iterator released on another thread while the
-  // loader starts a new pass) finds none left to join.
+  // the threads; a later one finds none left to join, and a concurrent one (an iterator
+  // released on another thread while the loader starts a new pass or is destroyed) returns
+  // only once the first has joined them: the workers still read the loader until then.
   void halt() {
+    std::lock_guard<std::mutex> join_lock(join_mutex);
     std::vector<std::thread> joining;
     {
       std::lock_guard<std::mutex> lock(mutex);

@@ -126,12 +126,15 @@ ImageOrTensor Resize::operator()(ImageOrTensor value, Generator&) const {
   const Image& image = need_image(value, "Resize");
   if (width > 0) return resize_bilinear(image, height, width);
   const int64_t size = height;
-  if (image.height <= image.width) {
-    const auto w = static_cast<int64_t>(static_cast<double>(size) * image.width / image.height);
-    return resize_bilinear(image, size, w);
-  }
-  const auto h = static_cast<int64_t>(static_cast<double>(size) * image.height / image.width);
-  return resize_bilinear(image, h, size);
+  STRATA_CHECK(image.height > 0 && image.width > 0, "[Resize] a {}x{} image has no shorter side to resize to {}",
+               image.height, image.width, size);
+  const bool wide = image.height <= image.width;
+  const double longer = static_cast<double>(size) * static_cast<double>(wide ? image.width : image.height) /
+                        static_cast<double>(wide ? image.height : image.width);
+  STRATA_CHECK(longer < 9.2e18, "[Resize] resizing a {}x{} image's shorter side to {} makes its longer side {:g}",
+               image.height, image.width, size, longer);
+  const auto other = static_cast<int64_t>(longer);
+  return wide ? resize_bilinear(image, size, other) : resize_bilinear(image, other, size);
 }
 
 CenterCrop::CenterCrop(int64_t height, int64_t width) : height(height), width(width) {

@@ -167,6 +167,10 @@ TEST(DataLoader, VectorSamplesCustomCollateAndPinMemory) {
   EXPECT_EQ(got, (std::vector<int64_t>{0 + 1 + 2 + 3, 4 + 5}));
   EXPECT_THROW(sd::DataLoader<int64_t>(rows(6), {}), st::Error);  // no default collation to int64
   EXPECT_THROW(sd::DataLoader<sd::Example>(rows(6), {.batch_size = 0}), st::Error);
+  // samples of different lengths raise, even when the first has no tensors
+  std::vector<std::vector<st::Tensor>> uneven = {{}, {st::ones({2}), st::ones({2})}};
+  EXPECT_TRUE(st::testing::throws_with([&] { sd::default_collate(std::move(uneven)); },
+                                       {"[default_collate] sample 1 has 2 tensors, sample 0 has 0"}));
 }
 
 TEST(DataLoader, DistributedSamplerShards) {
@@ -375,6 +379,37 @@ TEST(DataLoader, LeftPassStopsItsWorkersAndFreesItsBatches) {
   for (++new_pass; new_pass != std::default_sentinel; ++new_pass) ++n;
   EXPECT_EQ(n, 200);
   EXPECT_EQ(loader.state().epoch, 4);
+}
+
+// An iterator released on another thread stops the pass's workers there; a loader destroyed
+// meanwhile must wait for that join, since the workers still read the loader and the dataset.
+TEST(DataLoader, IteratorReleasedOnAnotherThreadWhileTheLoaderGoes) {
+  Watchdog dog(60);
+  struct Slow : sd::Dataset<sd::Example> {
+    std::shared_ptr<sd::TensorDataset> inner = rows(8);
+    std::atomic<int>* in_get;
+    explicit Slow(std::atomic<int>* counter) : in_get(counter) {}
+    int64_t size() const override { return inner->size(); }
+    sd::Example get(int64_t i) const override {
+      ++*in_get;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      sd::Example e = inner->get(i);
+      --*in_get;
+      return e;
+    }
+  };
+  std::atomic<int> in_get{0};
+  auto loader = std::make_unique<sd::DataLoader<sd::Example>>(std::make_shared<Slow>(&in_get),
+                                                              sd::LoaderOptions{.batch_size = 1, .num_workers = 2});
+  auto it = loader->begin();  // the workers are on to the next batches, 200 ms each
+  std::thread release([it = std::move(it)]() mutable {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    it = {};  // halts the pass: joins workers that are inside get()
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  loader.reset();
+  EXPECT_EQ(in_get.load(), 0);  // no worker outlives the loader
+  release.join();
 }
 
 // One pass is live at a time: an iterator of a pass that a later begin() abandoned raises when

@@ -114,6 +114,8 @@ TEST(Transforms, ResizeMatchesFloat64Bilinear) {
   sd::Image img = random_image(8, 8, 9);
   sd::Image same = as_image(sd::Resize(8, 8)(img, g));
   EXPECT_EQ(same.pixels, img.pixels);  // identity scale samples pixel centres exactly
+  // an image with no pixels has no shorter side to scale by
+  EXPECT_TRUE(st::testing::throws_with([&] { sd::Resize(8)(sd::Image{}, g); }, {"[Resize] a 0x0 image"}));
 }
 
 TEST(Transforms, ToTensorAndNormalizeExactInBothLayouts) {
