@@ -45,7 +45,8 @@ inline st::io::Checkpoint resume(const std::string& path, st::io::TrainingState&
   return progress;
 }
 
-// Keeps `header` and the rows of steps up to `step` (rows start with their step number).
+// Keeps `header` and the rows of steps up to `step` (rows start with their step number),
+// replacing the file atomically: a crash or a full disk leaves the old rows, never none.
 inline void trim_metrics(const std::string& path, int64_t step, const std::string& header, const char* who) {
   std::vector<std::string> keep;
   std::ifstream in(path);
@@ -57,9 +58,13 @@ inline void trim_metrics(const std::string& path, int64_t step, const std::strin
   }
   in.close();
   if (keep.empty()) keep.push_back(header);  // no file yet
-  std::ofstream out(path, std::ios::trunc);
-  for (const auto& l : keep) out << l << '\n';
-  STRATA_CHECK(out.good(), "[{}] cannot write the metrics file {}", who, path);
+  try {
+    st::io::write_file_atomically(path, [&](std::FILE* f) {
+      for (const auto& l : keep) std::fprintf(f, "%s\n", l.c_str());
+    });
+  } catch (const st::Error& e) {
+    throw st::Error(fmt::format("[{}] cannot write the metrics file {}: {}", who, path, e.what()));
+  }
 }
 
 // A metrics CSV opened at its first row, so that a run failing before its first step leaves an

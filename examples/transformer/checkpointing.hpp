@@ -14,17 +14,27 @@ namespace checkpointing {
 
 namespace st = strata;
 
-// The model's shape, the learning-rate schedule (a resume with another would mix two) and the
-// weight decay (the optimizer's state carries it, so another would be ignored) as strings; a
-// checkpoint saved with others is refused, naming the keys that differ.
-inline std::map<std::string, std::string> run_config(const gpt::Config& c, int64_t steps, int64_t warmup, double lr,
-                                                     double min_lr, double weight_decay) {
+// What a checkpoint must agree on to be continued exactly (Note [Exact resume] in
+// train_loop.hpp), as strings: the model's shape, the batches it is fed (their size and the
+// seed), the update (clipping, and the weight decay, which the optimizer's state carries, so
+// another would be ignored), the learning-rate schedule (another would mix two) and the
+// validation batches the metrics report. A checkpoint saved with others is refused, naming
+// the keys that differ.
+struct RunSettings {
+  int64_t batch = 0, steps = 0, warmup = 0, eval_batches = 0;
+  double lr = 0, min_lr = 0, weight_decay = 0, clip = 0;
+  uint64_t seed = 0;
+};
+
+inline std::map<std::string, std::string> run_config(const gpt::Config& c, const RunSettings& r) {
   std::map<std::string, std::string> config{
       {"layers", std::to_string(c.layers)},     {"width", std::to_string(c.width)},
       {"heads", std::to_string(c.heads)},       {"context", std::to_string(c.context)},
       {"dropout", fmt::format("{}", c.dropout)}, {"vocab", std::to_string(c.vocab)},
-      {"weight_decay", fmt::format("{}", weight_decay)}};
-  config.merge(example::schedule_config(steps, warmup, lr, min_lr));
+      {"batch", std::to_string(r.batch)},       {"seed", std::to_string(r.seed)},
+      {"clip", fmt::format("{}", r.clip)},      {"weight_decay", fmt::format("{}", r.weight_decay)},
+      {"eval_batches", std::to_string(r.eval_batches)}};
+  config.merge(example::schedule_config(r.steps, r.warmup, r.lr, r.min_lr));
   return config;
 }
 

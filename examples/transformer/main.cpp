@@ -157,8 +157,10 @@ int main(int argc, char** argv) {
     auto opt = make_optimizer(model, o);
     st::Generator data_gen(o.seed);  // training windows
     st::io::TrainingState state{.model = &model, .optimizer = opt.get(), .generators = {{"data", &data_gen}},
-                                .config = checkpointing::run_config(o.model, o.steps, o.warmup, o.lr, o.min_lr,
-                                                                    o.weight_decay)};
+                                .config = checkpointing::run_config(
+                                    o.model, {.batch = o.batch, .steps = o.steps, .warmup = o.warmup,
+                                              .eval_batches = o.eval_batches, .lr = o.lr, .min_lr = o.min_lr,
+                                              .weight_decay = o.weight_decay, .clip = o.clip, .seed = o.seed})};
     const int64_t start = o.resume ? checkpointing::resume(o.checkpoint, state) : 0;
     const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
     if (start >= end) {

@@ -66,6 +66,26 @@ int open_temporary(const std::string& path, std::string& temp) {
   return -1;
 }
 
+// Whether what follows the prefix is what open_temporary writes, "<pid>-<counter>-<8 hex>":
+// a user's own file that happens to start with the prefix is never a temporary to remove.
+bool temporary_suffix(std::string_view rest) {
+  auto digits = [&rest](size_t min_count, size_t max_count, auto is_digit) {
+    size_t n = 0;
+    while (n < rest.size() && n < max_count && is_digit(rest[n])) ++n;
+    if (n < min_count) return false;
+    rest.remove_prefix(n);
+    return true;
+  };
+  auto dash = [&rest] {
+    if (rest.empty() || rest.front() != '-') return false;
+    rest.remove_prefix(1);
+    return true;
+  };
+  auto decimal = [](char c) { return c >= '0' && c <= '9'; };
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
+  return digits(1, 20, decimal) && dash() && digits(1, 20, decimal) && dash() && digits(8, 8, hex) && rest.empty();
+}
+
 // A temporary no lock could be tried on: abandoned when its writer's process is gone.
 bool writer_gone(std::string_view rest) {
   long pid = 0;
@@ -110,7 +130,8 @@ void remove_abandoned_temporaries(const std::string& path) {
   std::vector<std::string> candidates;
   while (const dirent* e = ::readdir(dir)) {
     std::string_view name = e->d_name;
-    if (name.substr(0, prefix.size()) == prefix) candidates.emplace_back(name);
+    if (name.substr(0, prefix.size()) == prefix && temporary_suffix(name.substr(prefix.size())))
+      candidates.emplace_back(name);
   }
   ::closedir(dir);
   for (const std::string& name : candidates)

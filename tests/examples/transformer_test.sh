@@ -9,8 +9,8 @@
 #           shapes, outputs that name an input or each other or lie in a missing folder, non-finite
 #           or out-of-range rates, --threads; a run whose loss turns NaN stops without saving;
 #           strata-tokenize refuses an output that is one of its inputs;
-#   resume  also: resuming with another --steps or --weight-decay is refused; resuming at the
-#           end runs nothing.
+#   resume  also: resuming with another --steps, --weight-decay, --batch or --seed is refused;
+#           resuming at the end runs nothing.
 # usage: transformer_test.sh smoke|resume TRANSFORMER STRATA_TOKENIZE WORK_DIR
 set -euo pipefail
 mode=$1 transformer=$2 tokenize=$3 work=$4
@@ -146,6 +146,11 @@ elif [[ $mode == resume ]]; then
     --metrics other.csv --weights other.safetensors --resume
   # the optimizer's state carries its weight decay: another would be ignored, so it is refused
   expect_refusal "resuming with another --weight-decay" "weight_decay: '0.1' -> '5'" "${run[@]}" --weight-decay 5 \
+    --checkpoint split.ckpt --metrics other.csv --weights other.safetensors --resume
+  # other batches (their size, or the seed of their windows) would not continue the run exactly
+  expect_refusal "resuming with another --batch" "batch: '4' -> '8'" "${run[@]}" --batch 8 \
+    --checkpoint split.ckpt --metrics other.csv --weights other.safetensors --resume
+  expect_refusal "resuming with another --seed" "seed: '1337' -> '5'" "${run[@]}" --seed 5 \
     --checkpoint split.ckpt --metrics other.csv --weights other.safetensors --resume
   "$transformer" "${run[@]}" --checkpoint split.ckpt --metrics split.csv --weights split.safetensors --resume |
     tee again.txt

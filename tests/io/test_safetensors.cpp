@@ -369,6 +369,14 @@ TEST(AtomicFile, AbandonedTemporariesAreThoseNobodyHolds) {
   ::close(held_fd);
   io::remove_abandoned_temporaries(path);
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{".g.bin.tmp-1-0-00000002", "f.bin"}));
+
+  // a user's own files that merely start with the prefix are not temporaries: only names of
+  // the form "<pid>-<counter>-<8 hex digits>" are
+  const std::vector<std::string> users = {prefix + "notes.txt", prefix + "1-0-0000beef.bak", prefix + "12-3-abc",
+                                          prefix + "1-0-0000BEEF", prefix + "-1-00000000", prefix};
+  for (const std::string& f : users) write_bytes(f, "mine");
+  io::remove_abandoned_temporaries(path);
+  for (const std::string& f : users) EXPECT_EQ(read_bytes(f), "mine") << f;
 }
 
 // The streaming form: bytes written and rewritten through the stream land only on commit;
