@@ -70,12 +70,15 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
   }
   // autograd::grad runs only the nodes on a path to a captured input, as PyTorch does: the
   // others would waste work, fire their hooks, and raise errors (a backward that cannot be
-  // recorded under create_graph) about gradients nobody asked for.
+  // recorded under create_graph) about gradients nobody asked for. A captured node itself
+  // only hands over its gradient: its backward runs only when it leads to another capture
+  // (its saved tensors stay for a later backward, and may since have been written in place).
   std::unordered_set<Node*> needed;
   if (captures) {
     std::vector<Node*> stack;
     for (const Capture& c : *captures)
-      if (keep_alive.count(c.node) && needed.insert(c.node).second) stack.push_back(c.node);
+      for (Node* p : parents[c.node])
+        if (needed.insert(p).second) stack.push_back(p);
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
@@ -108,9 +111,13 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
     ready.pop();
     Grads in = std::move(buffers[n]);
     buffers.erase(n);
-    if (captures && !needed.count(n)) {
+    auto skip = [&] {  // a node autograd::grad does not run: its inputs' dependencies still fall
       for (const Edge& e : n->next_edges)
         if (e.node && --dependencies[e.node.get()] == 0) ready.push(e.node.get());
+    };
+    const bool captured_here = captures && capture_nodes.count(n);
+    if (captures && !captured_here && !needed.count(n)) {
+      skip();
       continue;
     }
     in.resize(std::max(in.size(), n->output_meta.size()));
@@ -128,11 +135,15 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
       }
     }
     auto* leaf_accumulator = dynamic_cast<AccumulateGrad*>(n);
-    if (captures && capture_nodes.count(n)) {
+    if (captured_here) {
       // a captured leaf's gradient goes through its hooks, as it would on its way to .grad
       if (leaf_accumulator && !in.empty()) in[0] = leaf_accumulator->run_hooks(std::move(in[0]));
       for (size_t i = 0; i < captures->size(); ++i)
         if ((*captures)[i].node == n && (*captures)[i].slot < in.size()) captured[i] = in[(*captures)[i].slot];
+      if (!needed.count(n)) {
+        skip();
+        continue;
+      }
     }
     const bool is_leaf_accumulator = leaf_accumulator != nullptr;
     Grads out;

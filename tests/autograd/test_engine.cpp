@@ -194,6 +194,25 @@ TEST(Engine, GradRunsOnlyThePathToItsInputs) {
   // backward still runs every branch
   EXPECT_THROW(y.backward(), Error);
   EXPECT_EQ(g_failing_backward_runs, 1);
+
+  // a captured intermediate hands over its gradient without running its own backward: its
+  // saved tensors stay for a later backward, and may have been written in place since
+  Tensor p = from_vector<double>({1, 2}).requires_grad_(), q = from_vector<double>({3, 4});
+  Tensor pq = p * q;
+  {
+    NoGradGuard no_grad;
+    q.add_(1);
+  }
+  EXPECT_TRUE(all_close(autograd::grad({(pq * 2).sum()}, {pq})[0], {2, 2}, 0, 0));
+  Tensor pp = p * p;
+  EXPECT_TRUE(all_close(autograd::grad({pp.sum()}, {pp})[0], {1, 1}, 0, 0));
+  pp.sum().backward();
+  EXPECT_TRUE(all_close(p.grad(), {2, 4}, 0, 0));
+  // ... but runs it when it leads to another captured input
+  Tensor pp2 = p * p;
+  const auto both = autograd::grad({(pp2 * 3).sum()}, {pp2, p});
+  EXPECT_TRUE(all_close(both[0], {3, 3}, 0, 0));
+  EXPECT_TRUE(all_close(both[1], {6, 12}, 0, 0));
 }
 
 TEST(Engine, NoGradGuard) {
