@@ -58,6 +58,9 @@ class CachingCpuAllocator final : public Allocator {
 
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    // past 2^62 bytes the size-class rounding would wrap (to a tiny block); no machine has them
+    STRATA_CHECK(nbytes <= (size_t(1) << 62), "[cpu allocator] out of memory allocating {} bytes ({} in use, {} "
+                 "reserved)", nbytes, stats_.bytes_in_use, stats_.bytes_reserved);
     size_t cls = size_class(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     void* p = nullptr;

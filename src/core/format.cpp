@@ -19,9 +19,7 @@ struct NumberFormat {
   size_t width = 1;
 };
 
-std::string format_value(double v, DType dtype, const NumberFormat& f) {
-  if (dtype == kBool) return v != 0 ? "True" : "False";
-  if (!is_floating(dtype)) return fmt::format("{}", static_cast<int64_t>(v));
+std::string format_value(double v, const NumberFormat& f) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   if (f.scientific) return fmt::format("{:.4e}", v);
@@ -32,6 +30,13 @@ std::string format_value(double v, DType dtype, const NumberFormat& f) {
 class Printer {
  public:
   explicit Printer(const Tensor& t) : t_(t.contiguous()), summarize_(t.numel() > kSummarizeThreshold) {
+    if (!is_floating(t.dtype())) {  // integers print from int64: a double would round past 2^53
+      Tensor d = t_.to(kInt64);
+      const int64_t* p = static_cast<const int64_t*>(d.data());
+      ints_.assign(p, p + d.numel());
+      for (size_t i = 0; i < ints_.size(); ++i) fmt_.width = std::max(fmt_.width, text(static_cast<int64_t>(i)).size());
+      return;
+    }
     Tensor d = t_.to(kFloat64);
     const double* p = static_cast<const double*>(d.data());
     values_.assign(p, p + d.numel());
@@ -45,12 +50,12 @@ class Printer {
     }
     if (is_floating(t.dtype()) && hi > 0 && (hi >= 1e8 || (!fmt_.integral_values && (lo < 1e-4 || hi / lo > 1e3))))
       fmt_.scientific = true;
-    for (double v : values_) fmt_.width = std::max(fmt_.width, format_value(v, t.dtype(), fmt_).size());
+    for (size_t i = 0; i < values_.size(); ++i) fmt_.width = std::max(fmt_.width, text(static_cast<int64_t>(i)).size());
   }
 
   std::string body() {
     std::string out;
-    if (t_.dim() == 0) return values_.empty() ? "" : format_value(values_[0], t_.dtype(), fmt_);
+    if (t_.dim() == 0) return text(0);
     print_dim(out, 0, 0, 7);
     return out;
   }
@@ -67,7 +72,7 @@ class Printer {
         i = n - kEdgeItems;
       }
       if (last_dim) {
-        std::string v = format_value(values_[base + i * stride], t_.dtype(), fmt_);
+        std::string v = text(base + i * stride);
         out += fmt::format("{:>{}}", v, fmt_.width);
       } else {
         print_dim(out, d + 1, base + i * stride, indent + 1);
@@ -80,9 +85,18 @@ class Printer {
     out += ']';
   }
 
+  // element i (in C order) as printed
+  std::string text(int64_t i) const {
+    const auto k = static_cast<size_t>(i);
+    if (t_.dtype() == kBool) return ints_[k] != 0 ? "True" : "False";
+    if (!is_floating(t_.dtype())) return fmt::format("{}", ints_[k]);
+    return format_value(values_[k], fmt_);
+  }
+
   Tensor t_;
   bool summarize_;
-  std::vector<double> values_;
+  std::vector<double> values_;   // floating dtypes
+  std::vector<int64_t> ints_;    // integers and bool
   NumberFormat fmt_;
 };
 

@@ -187,8 +187,11 @@ Tensor Tensor::to(MemoryFormat format) const {
 Tensor Tensor::pin_memory() const {
   STRATA_CHECK(device().is_cpu(), "[pin_memory] expects a CPU tensor, got one on {}", device());
   Tensor out = detail::make_tensor(shape(), dtype(), kCPU, &pinned_allocator());
-  out.copy_(*this);
-  return out;
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  return recorded_copy("pin_memory", *this, out);  // differentiable, as clone
 }
 
 Scalar Tensor::item_scalar() const {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <strata/autograd/graph.hpp>
 #include <strata/ops/creation.hpp>
 
 #include "core/backend.h"
@@ -153,7 +154,11 @@ void cpu_arange(const KernelCall& call) {
 Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
 
 // Draws into t (any layout): generates contiguous values, then copies if t is strided.
-void draw(OpId op, Tensor& t, RandomParams p) {
+// Fills t in place with the op's draws; `name` is the public in-place op, for its errors.
+void draw(OpId op, Tensor& t, RandomParams p, const char* name) {
+  STRATA_CHECK(!autograd::any_requires_grad({&t}), "[{}] in-place draw into a tensor that requires grad; run it "
+               "under NoGradGuard (as nn::init does)", name);
+  detail::check_writable(t, name);
   if (t.numel() == 0) return;
   Tensor out = t.is_contiguous() ? t : detail::make_tensor(t.shape(), t.dtype(), t.device());
   run_kernel(op, out.dtype(), KernelCall{{}, {&out, 1}, &p});
@@ -191,16 +196,26 @@ Tensor from_host_bytes(const void* data, size_t count, DType dtype, const Shape&
 }
 }  // namespace detail
 
+namespace {
+// A factory fills its tensor first and makes it a leaf that requires grad last, when its
+// options ask for one (an integer dtype then raises, as in PyTorch).
+Tensor finish(Tensor t, const TensorOptions& o) {
+  if (o.requires_grad_) t.requires_grad_();
+  return t;
+}
+TensorOptions without_grad(TensorOptions o) { return o.requires_grad(false); }
+}  // namespace
+
 Tensor empty(const Shape& shape, TensorOptions o) {
   backend::check_device(o.device_, "empty");
-  return detail::make_tensor(shape, o.dtype_, o.device_);
+  return finish(detail::make_tensor(shape, o.dtype_, o.device_), o);
 }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
   detail::check_fill_value(value, o.dtype_, "full");
-  Tensor t = empty(shape, o);
+  Tensor t = empty(shape, without_grad(o));
   t.fill_(value);
-  return t;
+  return finish(t, o);
 }
 Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0, o); }
 Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1, o); }
@@ -233,50 +248,50 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<TensorOptions
     STRATA_CHECK(std::min(s, last) >= static_cast<double>(lo) && std::max(s, last) <= static_cast<double>(hi),
                  "[arange] values from {} to {} do not fit {}", s, last, opts.dtype_);
   }
-  Tensor t = empty({p.count}, opts);
+  Tensor t = empty({p.count}, without_grad(opts));
   if (p.count) run_kernel(OpId::arange, t.dtype(), KernelCall{{}, {&t, 1}, &p});
-  return t;
+  return finish(t, opts);
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   STRATA_CHECK(steps >= 0, "[linspace] number of steps must be non-negative, got {}", steps);
   RangeParams p{start, steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0, steps, end, true};
-  Tensor t = empty({steps}, o);
+  Tensor t = empty({steps}, without_grad(o));
   if (steps) run_kernel(OpId::arange, t.dtype(), KernelCall{{}, {&t, 1}, &p});
-  return t;
+  return finish(t, o);
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
   int64_t cols = m.value_or(n);
   STRATA_CHECK(n >= 0 && cols >= 0, "[eye] sizes must be non-negative, got {} x {}", n, cols);
-  Tensor t = zeros({n, cols}, o);
+  Tensor t = zeros({n, cols}, without_grad(o));
   int64_t k = std::min(n, cols);
   if (k > 0) t.as_strided({k}, {cols + 1}, 0).fill_(1);
-  return t;
+  return finish(t, o);
 }
 
 Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
   STRATA_CHECK(low <= high, "[uniform_] low {} is greater than high {}", low, high);
   STRATA_CHECK(is_floating(t.dtype()), "[uniform_] expects a floating tensor, got {}", t.dtype());
-  draw(OpId::uniform, t, reserve_params(gen_or_default(gen), t.numel(), 4, low, high));
+  draw(OpId::uniform, t, reserve_params(gen_or_default(gen), t.numel(), 4, low, high), "uniform_");
   return t;
 }
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
   STRATA_CHECK(std >= 0, "[normal_] std must be non-negative, got {}", std);
   STRATA_CHECK(is_floating(t.dtype()), "[normal_] expects a floating tensor, got {}", t.dtype());
-  draw(OpId::normal, t, reserve_params(gen_or_default(gen), t.numel(), 4, mean, std));
+  draw(OpId::normal, t, reserve_params(gen_or_default(gen), t.numel(), 4, mean, std), "normal_");
   return t;
 }
 
 Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
-  Tensor t = empty(shape, o);
-  return uniform_(t, 0, 1, gen);
+  Tensor t = empty(shape, without_grad(o));
+  return finish(uniform_(t, 0, 1, gen), o);
 }
 
 Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
-  Tensor t = empty(shape, o);
-  return normal_(t, 0, 1, gen);
+  Tensor t = empty(shape, without_grad(o));
+  return finish(normal_(t, 0, 1, gen), o);
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, std::optional<TensorOptions> o, Generator* gen) {
@@ -289,9 +304,9 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, std::optional<Tens
   const auto [lo, hi] = detail::integer_range(opts.dtype_);
   STRATA_CHECK(low >= lo && high - 1 <= hi && (opts.dtype_ != kFloat16 || (low >= -65504 && high - 1 <= 65504)),
                "[randint] values in [{}, {}) do not fit {}", low, high, opts.dtype_);
-  Tensor t = empty(shape, opts);
-  draw(OpId::randint, t, reserve_params(gen_or_default(gen), t.numel(), 2, double(low), double(high)));
-  return t;
+  Tensor t = empty(shape, without_grad(opts));
+  draw(OpId::randint, t, reserve_params(gen_or_default(gen), t.numel(), 2, double(low), double(high)), "randint");
+  return finish(t, opts);
 }
 
 Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) {

@@ -138,6 +138,19 @@ TEST(Philox, Distributions) {
   EXPECT_THROW(normal_(view, 0, -1), Error);
   Tensor ints = zeros({3}, kInt32);
   EXPECT_THROW(uniform_(ints), Error);
+  // a leaf that requires grad takes draws only under NoGradGuard, contiguous or not, naming the op
+  Tensor w = zeros({2, 3}).requires_grad_();
+  EXPECT_TRUE(strata::testing::throws_with([&] { uniform_(w); }, {"[uniform_] in-place draw into a tensor that requires grad"}));
+  Tensor wt = w.t();
+  EXPECT_TRUE(strata::testing::throws_with([&] { normal_(wt); }, {"[normal_]"}));
+  EXPECT_TRUE(strata::testing::all_close(w, {0, 0, 0, 0, 0, 0}, 0, 0));
+  {
+    NoGradGuard no_grad;
+    normal_(wt, 5, 0.1, &g);
+  }
+  for (double x : values(w)) EXPECT_NEAR(x, 5, 1);
+  Tensor expanded = zeros({1}).expand({4});
+  EXPECT_TRUE(strata::testing::throws_with([&] { uniform_(expanded); }, {"[uniform_]", "share memory"}));
 }
 
 // randint's division-free remainder (kernels/cpu/fast_remainder.h) against %, at the ends of

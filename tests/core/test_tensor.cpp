@@ -480,6 +480,43 @@ TEST(Tensor, Printing) {
   EXPECT_NE(big.find("2, ..., 1997"), std::string::npos) << big;
   EXPECT_LT(big.size(), 100u);
   EXPECT_EQ(to_string(Tensor()), "tensor(undefined)");
+  // integers print exactly, past 2^53 and at the int64 limits
+  EXPECT_EQ(fmt::format("{}", from_vector<int64_t>({9007199254740993, INT64_MAX, INT64_MIN})),
+            "tensor([    9007199254740993,  9223372036854775807, -9223372036854775808])");
+  EXPECT_EQ(fmt::format("{}", scalar_tensor(INT64_MAX, kInt64)), "tensor(9223372036854775807)");
+}
+
+// TensorOptions().requires_grad() makes every factory return a leaf that requires grad, filled
+// first; an integer dtype cannot require grad.
+TEST(Tensor, FactoriesTakeRequiresGrad) {
+  const TensorOptions rg = TensorOptions().requires_grad();
+  for (const Tensor& t : {empty({2}, rg), zeros({2}, rg), ones({2}, rg), full({2}, 3.5, rg), rand({2}, rg),
+                          randn({2}, rg), arange(0, 2, 1, rg), linspace(0, 1, 3, rg), eye(2, std::nullopt, rg),
+                          zeros_like(ones({2}), rg), scalar_tensor(1, rg)}) {
+    EXPECT_TRUE(t.requires_grad());
+    EXPECT_TRUE(t.is_leaf());
+  }
+  EXPECT_TRUE(all_close(full({2}, 3.5, rg), {3.5, 3.5}, 0, 0));
+  EXPECT_TRUE(all_close(eye(2, std::nullopt, rg), {1, 0, 0, 1}, 0, 0));
+  EXPECT_FALSE(zeros({2}).requires_grad());
+  EXPECT_TRUE(raises([&] { zeros({2}, rg.dtype(kInt64)); }, "only floating tensors can require grad"));
+  EXPECT_TRUE(raises([&] { randint(0, 5, {2}, rg.dtype(kInt32)); }, "only floating tensors can require grad"));
+}
+
+// pin_memory of a tensor that requires grad is a differentiable copy, as in PyTorch.
+TEST(Tensor, PinMemoryIsDifferentiable) {
+  Tensor a = from_vector<float>({1, 2}).requires_grad_();
+  Tensor p = a.pin_memory();
+  EXPECT_TRUE(p.requires_grad());
+  EXPECT_TRUE(all_close(p, {1, 2}, 0, 0));
+  (p * 3).sum().backward();
+  EXPECT_TRUE(all_close(a.grad(), {3, 3}, 0, 0));
+}
+
+// An allocation past 2^62 bytes is refused, not rounded to a tiny block.
+TEST(BadInput, CpuAllocationsPast2To62Bytes) {
+  EXPECT_TRUE(raises([] { empty({(int64_t(1) << 61) - 1}, kFloat64); }, "[cpu allocator] out of memory"));
+  EXPECT_TRUE(raises([] { empty({int64_t(1) << 60}, kFloat32); }, "out of memory"));
 }
 
 TEST(Tensor, Version) { EXPECT_STREQ(strata::version(), STRATA_VERSION_STRING); }
