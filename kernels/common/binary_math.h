@@ -8,9 +8,23 @@
 
 namespace strata::math {
 
-struct Add { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return a + b; } };
-struct Sub { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return a - b; } };
-struct Mul { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return a * b; } };
+// Integer arithmetic wraps around, as PyTorch's does: computed in the unsigned type of the same
+// width, where overflow is defined (signed overflow is undefined behaviour, which the compiler
+// may assume never happens). Floats and bool compute as they are.
+template <class T, bool = std::is_integral_v<T> && !std::is_same_v<T, bool>>
+struct wrapping_type { using type = T; };
+template <class T> struct wrapping_type<T, true> { using type = std::make_unsigned_t<T>; };
+template <class T> using wrapping_t = typename wrapping_type<T>::type;
+
+struct Add {
+  template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return T(wrapping_t<T>(a) + wrapping_t<T>(b)); }
+};
+struct Sub {
+  template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return T(wrapping_t<T>(a) - wrapping_t<T>(b)); }
+};
+struct Mul {
+  template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return T(wrapping_t<T>(a) * wrapping_t<T>(b)); }
+};
 struct Div { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return a / b; } };
 // max/min propagate NaN, as torch.maximum does.
 struct Maximum {
@@ -41,12 +55,13 @@ struct Pow {
           return T(0);
         }
       }
-      T result = 1, base = a;
+      using U = wrapping_t<T>;
+      U result = 1, base = U(a);
       for (T e = b; e > 0; e >>= 1) {
-        if (e & 1) result *= base;
-        base *= base;
+        if (e & 1) result = U(result * base);
+        base = U(base * base);
       }
-      return result;
+      return T(result);
     } else {
       return std::pow(a, b);
     }

@@ -73,11 +73,16 @@ STRATA_HOST_DEVICE float block_absmax(const T* x, int64_t n) {
   return m;
 }
 
-/// codes[i] = nearest(x[i] / absmax); all zero codes' values when absmax is 0.
+/// codes[i] = nearest(x[i] / absmax); all zero codes' values when absmax is 0. A reciprocal
+/// multiplies, unless absmax is so small (below 2^-128) that it would overflow to inf.
 template <class T>
 STRATA_HOST_DEVICE void quantize_block(const float* map, const T* x, int64_t n, float absmax, uint8_t* codes) {
   const float inv = absmax > 0 ? 1.0f / absmax : 0.0f;
-  for (int64_t i = 0; i < n; ++i) codes[i] = quantize_nearest(map, static_cast<float>(x[i]) * inv);
+  if (inv <= FLT_MAX) {
+    for (int64_t i = 0; i < n; ++i) codes[i] = quantize_nearest(map, static_cast<float>(x[i]) * inv);
+  } else {
+    for (int64_t i = 0; i < n; ++i) codes[i] = quantize_nearest(map, static_cast<float>(x[i]) / absmax);
+  }
 }
 
 template <class T>

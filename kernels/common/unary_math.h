@@ -6,18 +6,25 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "binary_math.h"
 #include "host_device.h"
 #include "reduce_ops.h"
 #include "vec_exp.h"
 
 namespace strata::math {
 
-struct Neg { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return -x; } };
+// The integer minimum negates to itself, as in PyTorch (wrapping, see binary_math.h).
+struct Neg {
+  template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return -x;
+    else return T(wrapping_t<T>(0) - wrapping_t<T>(x));
+  }
+};
 struct Abs {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
     else if constexpr (std::is_floating_point_v<T>) return std::fabs(x);  // abs(-0.0) is +0.0
-    else return x < T(0) ? -x : x;
+    else return x < T(0) ? Neg{}(x) : x;
   }
 };
 struct Sign {
@@ -60,7 +67,7 @@ struct GeluTanh {
 struct Silu {
   template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x / (T(1) + fast_exp(-x)); }
 };
-struct Square { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return x * x; } };
+struct Square { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return Mul{}(x, x); } };
 struct Reciprocal { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / x; } };
 struct LogicalNot { template <class T> STRATA_HOST_DEVICE bool operator()(T x) const { return !x; } };
 

@@ -18,7 +18,10 @@ namespace strata::math {
 STRATA_HOST_DEVICE float vec_exp(float x) {
   const float kLog2e = 1.44269504088896341f;
   const float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln2 = hi + lo, hi exact in 8 bits
-  float xc = x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;     // keeps n in int range
+  // keeps n in int range; NaN takes -104 here (its conversion to int would be undefined) and
+  // comes back as NaN at the end
+  float xc = x >= -104.0f ? x : -104.0f;
+  xc = xc > 89.0f ? 89.0f : xc;
   // round to nearest by adding and removing 1.5 * 2^23 (floorf does not vectorise)
   const float kRound = 12582912.0f;
   float n = (xc * kLog2e + kRound) - kRound;

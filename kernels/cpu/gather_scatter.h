@@ -9,6 +9,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "../common/binary_math.h"
 #include "../common/convert.h"
 #include "parallel.h"
 #include "strided_rows.h"
@@ -28,6 +29,12 @@ __attribute__((noinline)) void gather_row(T* __restrict out, const T* __restrict
   for (int64_t j = 0; j < n; ++j) out[j] = x[static_cast<int64_t>(idx[j]) * stride];
 }
 
+// dst + alpha * v, integers wrapping around (math::Add and Mul) rather than overflowing.
+template <class C>
+inline C add_scaled(C dst, C alpha, C v) {
+  return math::Add{}(dst, math::Mul{}(alpha, v));
+}
+
 template <bool Add, class T>
 __attribute__((noinline)) void scatter_row(T* __restrict dst, const T* __restrict src, int64_t n,
                                            compute_t<T> alpha) {
@@ -37,7 +44,7 @@ __attribute__((noinline)) void scatter_row(T* __restrict dst, const T* __restric
   } else if constexpr (std::is_same_v<T, bool>) {
     for (int64_t j = 0; j < n; ++j) dst[j] = dst[j] || (alpha && src[j]);
   } else {
-    for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<T>(static_cast<C>(dst[j]) + alpha * static_cast<C>(src[j]));
+    for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<T>(add_scaled(static_cast<C>(dst[j]), alpha, static_cast<C>(src[j])));
   }
 }
 
@@ -128,7 +135,7 @@ void scatter(const StridedLoop<3>& outer, const ScatterDim& d, T* self, const I*
   auto put = [alpha](T& dst, T v) {
     if constexpr (Add) {
       if constexpr (std::is_same_v<T, bool>) dst = dst || (alpha && v);
-      else dst = static_cast<T>(static_cast<C>(dst) + alpha * static_cast<C>(v));
+      else dst = static_cast<T>(detail::add_scaled(static_cast<C>(dst), alpha, static_cast<C>(v)));
     } else {
       dst = v;
     }

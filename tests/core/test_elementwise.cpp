@@ -292,6 +292,22 @@ TEST(Binary, ScalarsAndInPlace) {
   EXPECT_TRUE(all_close(minimum(p, from_vector<bool>({true}).reshape({})), {0, 0, 1, 1}, 0, 0));
 }
 
+// Integer arithmetic wraps around, as in PyTorch (it was signed overflow, which is undefined).
+TEST(Binary, IntegerArithmeticWraps) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(add(from_vector<int64_t>({kMax}), 1).item<int64_t>(), kMin);
+  EXPECT_EQ(sub(from_vector<int64_t>({kMin}), 1).item<int64_t>(), kMax);
+  EXPECT_EQ(mul(from_vector<int32_t>({std::numeric_limits<int32_t>::max()}), 2).item<int32_t>(), -2);
+  EXPECT_EQ(neg(from_vector<int64_t>({kMin})).item<int64_t>(), kMin);
+  EXPECT_EQ(abs(from_vector<int64_t>({kMin})).item<int64_t>(), kMin);
+  EXPECT_EQ(square(from_vector<int64_t>({int64_t(1) << 32})).item<int64_t>(), 0);
+  // 65536^1 squared its base once too often; 3^21 wraps to 1870418611 in int32
+  EXPECT_TRUE(all_close(pow(from_vector<int32_t>({65536, 3}), from_vector<int32_t>({1, 21})), {65536, 1870418611}, 0, 0));
+  Tensor acc = from_vector<int64_t>({kMax});
+  index_add_(acc, 0, from_vector<int64_t>({0}), from_vector<int64_t>({1}));
+  EXPECT_EQ(acc.item<int64_t>(), kMin);
+}
+
 TEST(Binary, WhereAndMaskedFill) {
   Tensor c = from_vector<bool>({true, false, true});
   Tensor a = from_vector<float>({1, 2, 3});

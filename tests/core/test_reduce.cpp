@@ -374,6 +374,18 @@ TEST(Reduce, NaNPropagates) {
   }
 }
 
+// A norm takes |x|: -0.0 is +0, so odd negative powers of zeros give +inf, never inf - inf.
+TEST(Reduce, NormsOfSignedZeros) {
+  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    const Tensor zeros2 = from_vector<double>({-0.0, 0.0}).to(t);
+    EXPECT_EQ(norm(zeros2, -3.0).item<double>(), 0.0) << dtype_name(t);
+    EXPECT_EQ(norm(from_vector<double>({-0.0, 2.0}).to(t), -1.0).item<double>(), 0.0);
+    const double inf_norm = norm(from_vector<double>({-0.0, -0.0}).to(t), kInf).item<double>();
+    EXPECT_EQ(inf_norm, 0.0);
+    EXPECT_FALSE(std::signbit(inf_norm));
+  }
+}
+
 // Long contiguous rows take a two-pass scan (Note [Extreme runs] in kernels/cpu/reduce.h):
 // the extreme, then its first position. Rows with ties, NaNs (first at the start, in the
 // middle, in the tail past the last full lane step, or everywhere), infinities and signed

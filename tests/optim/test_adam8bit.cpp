@@ -84,6 +84,13 @@ TEST(Quant8, QuantizeIsNearestCode) {
   quant8::dequantize_block(m.s, codes.data(), 300, absmax, back.data());
   for (size_t i = 0; i < v.size(); ++i)
     EXPECT_LE(std::fabs(back[i] - v[i]), (nearest_distance(m.s, v[i] / absmax) + 1e-6) * absmax);  // + float32 rounding
+  // a block of subnormal values, whose absmax has no finite reciprocal, keeps its proportions
+  const std::vector<float> tiny = {2e-39f, 1e-39f, 5e-40f, -2e-39f};
+  const float tiny_max = quant8::block_absmax(tiny.data(), 4);
+  std::vector<uint8_t> tiny_codes(4);
+  quant8::quantize_block(m.s, tiny.data(), 4, tiny_max, tiny_codes.data());
+  for (size_t i = 0; i < tiny.size(); ++i)
+    EXPECT_EQ(tiny_codes[i], quant8::quantize_nearest(m.s, static_cast<float>(double(tiny[i]) / tiny_max))) << i;
 }
 
 // After each step the stored moments are the exact fp32 Adam update of the previous stored
