@@ -44,7 +44,8 @@ __attribute__((noinline)) void scatter_row(T* __restrict dst, const T* __restric
   } else if constexpr (std::is_same_v<T, bool>) {
     for (int64_t j = 0; j < n; ++j) dst[j] = dst[j] || (alpha && src[j]);
   } else {
-    for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<T>(add_scaled(static_cast<C>(dst[j]), alpha, static_cast<C>(src[j])));
+    for (int64_t j = 0; j < n; ++j)
+      dst[j] = static_cast<T>(add_scaled(static_cast<C>(dst[j]), alpha, static_cast<C>(src[j])));
   }
 }
 

@@ -26,6 +26,22 @@ namespace strata::optim {
 
 namespace {
 
+// `st` with each floating state in the dtype state_specs() gives it, or nullopt when all are:
+// a parameter converted by Module::to(dtype) after some steps takes its states along (as
+// load_state_dict converts a dict's). Never writes into a tensor: `st` may share them.
+std::optional<ParamState> retyped(const std::vector<StateSpec>& specs, const ParamState& st) {
+  std::optional<ParamState> out;
+  for (const StateSpec& spec : specs) {
+    auto it = st.tensors.find(spec.name);
+    if (it == st.tensors.end() || !it->second.defined()) continue;
+    const Tensor& t = it->second;
+    if (t.dtype() == spec.dtype || !is_floating(t.dtype()) || !is_floating(spec.dtype)) continue;
+    if (!out) out = st;
+    out->tensors[spec.name] = t.to(spec.dtype);
+  }
+  return out;
+}
+
 std::string state_key(size_t index, const std::string& name) { return fmt::format("state.{}.{}", index, name); }
 std::string group_scalar(size_t g, const char* field) { return fmt::format("group.{}.{}", g, field); }
 
@@ -174,6 +190,7 @@ Tensor Optimizer::step(const std::function<Tensor()>& closure) {
       auto it = state_.find(p.impl_ptr().get());
       if (it == state_.end()) continue;
       std::optional<ParamState> c = converted_state(g, p, it->second.state);
+      if (auto r = retyped(state_specs(g, p), c ? *c : it->second.state)) c = std::move(r);
       if (p.grad().defined()) check_state(p, g, c ? *c : it->second.state);  // the states this step updates
       if (c) converted.emplace_back(&it->second.state, std::move(*c));
     }
@@ -226,6 +243,7 @@ StateDict Optimizer::state_dict() const {
     for (const Tensor& p : ps) {
       if (const ParamState* st = state(p)) {
         std::optional<ParamState> c = converted_state(g, p, *st);  // options changed since the last step
+        if (auto r = retyped(state_specs(g, p), c ? *c : *st)) c = std::move(r);  // the parameter's dtype changed
         if (c) st = &*c;
         d.scalars[state_key(index, "step")] = static_cast<double>(st->step);
         for (const auto& [name, t] : st->tensors) d.tensors[state_key(index, name)] = t.clone();

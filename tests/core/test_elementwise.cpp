@@ -302,7 +302,8 @@ TEST(Binary, IntegerArithmeticWraps) {
   EXPECT_EQ(abs(from_vector<int64_t>({kMin})).item<int64_t>(), kMin);
   EXPECT_EQ(square(from_vector<int64_t>({int64_t(1) << 32})).item<int64_t>(), 0);
   // 65536^1 squared its base once too often; 3^21 wraps to 1870418611 in int32
-  EXPECT_TRUE(all_close(pow(from_vector<int32_t>({65536, 3}), from_vector<int32_t>({1, 21})), {65536, 1870418611}, 0, 0));
+  EXPECT_TRUE(
+      all_close(pow(from_vector<int32_t>({65536, 3}), from_vector<int32_t>({1, 21})), {65536, 1870418611}, 0, 0));
   Tensor acc = from_vector<int64_t>({kMax});
   index_add_(acc, 0, from_vector<int64_t>({0}), from_vector<int64_t>({1}));
   EXPECT_EQ(acc.item<int64_t>(), kMin);

@@ -540,6 +540,46 @@ TEST(OptimState, BadGradsChangeNothing) {
   EXPECT_TRUE(testing::all_close(a, {0.9, 0.9, 0.9}, 1e-7, 0));
 }
 
+// A model converted to float64 after some steps (Module::to) takes its optimizer's states
+// along: the next step equals that of an optimizer built on float64 copies that loaded the
+// float32 state dict (which load_state_dict converts).
+template <class Opt, class Options>
+void expect_dtype_change_keeps_state(const Options& options) {
+  nn::Linear model(5, 3);
+  Opt opt(model.parameters(), options);
+  const Tensor x = randn({4, 5});
+  auto backward = [&](DType t) {
+    model.zero_grad();
+    model(x.to(t)).sum().backward();
+  };
+  backward(kFloat32);
+  opt.step();
+  const optim::StateDict dict = opt.state_dict();
+  model.to(kFloat64);
+  std::vector<Tensor> twin = copy_params(model.parameters());
+  Opt twin_opt(twin, options);
+  twin_opt.load_state_dict(dict);
+  backward(kFloat64);
+  for (size_t i = 0; i < twin.size(); ++i) twin[i].set_grad(model.parameters()[i].grad().clone());
+  opt.step();
+  twin_opt.step();
+  for (size_t i = 0; i < twin.size(); ++i) {
+    EXPECT_EQ(model.parameters()[i].dtype(), kFloat64);
+    EXPECT_TRUE(bitwise_equal(model.parameters()[i].detach(), twin[i].detach())) << opt.name() << " parameter " << i;
+  }
+  for (const auto& [name, t] : opt.state_dict().tensors)
+    if (is_floating(t.dtype()) && name.find("absmax") == std::string::npos) EXPECT_EQ(t.dtype(), kFloat64) << name;
+}
+
+TEST(OptimState, ParameterDtypeChangedByModuleTo) {
+  expect_dtype_change_keeps_state<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  expect_dtype_change_keeps_state<optim::AdamW>(optim::AdamWOptions{.amsgrad = true});
+  expect_dtype_change_keeps_state<optim::Adagrad>(optim::AdagradOptions{});
+  expect_dtype_change_keeps_state<optim::RMSprop>(optim::RMSpropOptions{.momentum = 0.5, .centered = true});
+  expect_dtype_change_keeps_state<optim::LAMB>(optim::LAMBOptions{});
+  expect_dtype_change_keeps_state<optim::Adam8bit>(optim::Adam8bitOptions{.min_8bit_size = 4});
+}
+
 TEST(OptimState, ParamReplacedAfterConstruction) {
   Tensor a = ones({4});
   a.requires_grad_();
