@@ -229,8 +229,8 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
     strata::detail::check_writable(running_var, op);
   }
   const int64_t C = input.size(1), M = C > 0 ? input.numel() / C : 0;
-  if (args.training) {
-    STRATA_CHECK(M > 1, "[{}] expects more than 1 value per channel when training, got input of shape {}", op,
+  if (args.training) {  // an empty batch passes, as in PyTorch (its statistics are left alone)
+    STRATA_CHECK(M != 1, "[{}] expects more than 1 value per channel when training, got input of shape {}", op,
                  input.shape());
   } else {
     STRATA_CHECK(running_mean.defined() && running_var.defined(),
@@ -248,16 +248,21 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
     y = detail::empty_in(input.shape(), input.dtype(), input.device(), f);
     mean = strata::detail::make_tensor({C}, s, input.device());
     var = strata::detail::make_tensor({C}, s, input.device());
-    if (input.numel() == 0) {  // eval only (training needs values): the statistics are the running ones
-      mean.copy_(running_mean);
-      var.copy_(running_var);
+    if (input.numel() == 0) {  // no values: the running statistics, or none to speak of
+      if (running_mean.defined() && running_var.defined()) {
+        mean.copy_(running_mean);
+        var.copy_(running_var);
+      } else {
+        mean.zero_();
+        var.fill_(1);
+      }
     } else {
       const Tensor ins[6] = {xd, w, as_stat(bias, s), args.training ? Tensor() : as_stat(running_mean, s),
                              args.training ? Tensor() : as_stat(running_var, s), rd};
       Tensor outs[3] = {y, mean, var};
       run_kernel(OpId::batch_norm, input.dtype(), KernelCall{ins, outs, &params});
     }
-    if (args.training && running_mean.defined() && running_var.defined()) {
+    if (args.training && running_mean.defined() && running_var.defined() && M > 0) {
       const double m = args.momentum;
       Tensor unbiased = mul(var, static_cast<double>(M) / static_cast<double>(M - 1));
       Tensor rm = running_mean, rv = running_var;  // handles to the caller's buffers, updated in place
@@ -364,7 +369,7 @@ Tensor BatchNormBase::run(const Tensor& input, bool relu, const Tensor& residual
   STRATA_CHECK(input.size(1) == num_features, "[{}] expects {} channels (dim 1), got input of shape {}", describe(),
                num_features, input.shape());
   // checked here too, so that a failing call does not count as a tracked batch
-  STRATA_CHECK(!is_training() || input.numel() / num_features > 1,
+  STRATA_CHECK(!is_training() || input.numel() / num_features != 1,
                "[{}] expects more than 1 value per channel when training, got input of shape {}", describe(),
                input.shape());
   STRATA_CHECK(!residual.defined() || (residual.shape() == input.shape() && residual.dtype() == input.dtype() &&

@@ -225,6 +225,24 @@ TEST(BatchNorm, ChannelSumsOfFloatsMatchFloat64) {
   }
 }
 
+// An empty batch trains as in PyTorch: an empty output, the running statistics left alone, the
+// batch counted, and zero gradients for the affine parameters.
+TEST(BatchNorm, EmptyBatchInTraining) {
+  nn::BatchNorm1d bn(3);
+  Tensor x = randn({0, 3}).requires_grad_();
+  Tensor y = bn(x);
+  EXPECT_EQ(y.shape(), (Shape{0, 3}));
+  EXPECT_TRUE(all_close(bn.running_mean, {0, 0, 0}, 0, 0));
+  EXPECT_TRUE(all_close(bn.running_var, {1, 1, 1}, 0, 0));
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  y.sum().backward();
+  EXPECT_EQ(x.grad().shape(), (Shape{0, 3}));
+  EXPECT_TRUE(all_close(bn.weight.grad(), {0, 0, 0}, 0, 0));
+  EXPECT_TRUE(all_close(bn.bias.grad(), {0, 0, 0}, 0, 0));
+  nn::BatchNorm2d untracked(2, {.track_running_stats = false});
+  EXPECT_EQ(untracked(randn({0, 2, 3, 3})).shape(), (Shape{0, 2, 3, 3}));
+}
+
 TEST(BatchNorm, BadInputRaises) {
   nn::BatchNorm2d bn(3);
   EXPECT_TRUE(throws_with([&] { bn(randn({2, 3, 4})); }, {"BatchNorm2d(3)", "4-d", "[2, 3, 4]"}));
