@@ -1,6 +1,7 @@
 // The kernel registry: a table indexed by (op, device type, dtype), filled at start-up by each
 // op family's register function and open to strata::ext at run time.
 #include <array>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -17,12 +18,14 @@ namespace strata {
 
 namespace {
 
-using KernelSlots = std::array<KernelFn, kNumDeviceTypes * kNumDTypes>;
+// A kernel is shared: run_kernel holds its own reference while it runs, so an override from
+// another thread (ext::register_kernel) never frees a function that is running.
+using KernelSlots = std::array<std::shared_ptr<const KernelFn>, kNumDeviceTypes * kNumDTypes>;
 
 struct Registry final : detail::KernelTable {
   std::shared_mutex mutex;
-  std::vector<OpInfo> ops;
-  std::vector<std::unique_ptr<KernelSlots>> kernels;  // one slot array per op; stable addresses
+  std::deque<OpInfo> ops;  // a deque: op_info's references stay valid as register_op adds ops
+  std::vector<std::unique_ptr<KernelSlots>> kernels;  // one slot array per op
   std::atomic<OpObserver*> observer{nullptr};
 
   Registry() {
@@ -36,7 +39,7 @@ struct Registry final : detail::KernelTable {
     return static_cast<OpId>(ops.size() - 1);
   }
   void set(OpId op, DeviceType device, DType dtype, KernelFn kernel) override {
-    (*kernels[static_cast<size_t>(op)])[slot(device, dtype)] = std::move(kernel);
+    (*kernels[static_cast<size_t>(op)])[slot(device, dtype)] = std::make_shared<const KernelFn>(std::move(kernel));
   }
   static size_t slot(DeviceType d, DType t) { return static_cast<size_t>(d) * kNumDTypes + static_cast<size_t>(t); }
 };
@@ -66,17 +69,16 @@ void run_kernel(OpId op, DType dtype, const KernelCall& call) {
   Registry& r = table();
   Device device = !call.outputs.empty() ? call.outputs[0].device()
                   : !call.inputs.empty() ? call.inputs[0].device() : kCPU;
-  const KernelFn* fn = nullptr;
+  std::shared_ptr<const KernelFn> fn;
   {
     std::shared_lock lock(r.mutex);
     size_t i = static_cast<size_t>(op);
     STRATA_CHECK(i < r.ops.size(), "[registry] unknown op id {}", i);
-    const KernelFn& k = (*r.kernels[i])[Registry::slot(device.type, dtype)];
-    if (!k) {
+    fn = (*r.kernels[i])[Registry::slot(device.type, dtype)];
+    if (!fn) {
       const char* hint = device.is_cuda() && !cuda::is_available() ? " (no CUDA device is available)" : "";
       detail::throw_error("[{}] no kernel registered for dtype {} on {}{}", r.ops[i].name, dtype, device, hint);
     }
-    fn = &k;  // slot arrays never move; a concurrent override replaces the function in place
   }
   OpObserver* obs = r.observer.load(std::memory_order_acquire);
   if (obs) obs->on_begin(op, call);
@@ -101,7 +103,7 @@ void register_kernel(OpId op, DeviceType device, DType dtype, KernelFn kernel) {
   size_t i = static_cast<size_t>(op);
   STRATA_CHECK(i < r.ops.size(), "[register_kernel] unknown op id {}", i);
   STRATA_CHECK(kernel != nullptr, "[register_kernel] empty kernel for op {}", r.ops[i].name);
-  (*r.kernels[i])[Registry::slot(device, dtype)] = std::move(kernel);
+  r.set(op, device, dtype, std::move(kernel));
 }
 
 OpId register_op(std::string name, int num_inputs, bool differentiable) {
@@ -126,7 +128,8 @@ KernelFn get_kernel(OpId op, DeviceType device, DType dtype) {
   std::shared_lock lock(r.mutex);
   size_t i = static_cast<size_t>(op);
   STRATA_CHECK(i < r.ops.size(), "[get_kernel] unknown op id {}", i);
-  return (*r.kernels[i])[Registry::slot(device, dtype)];
+  const auto& k = (*r.kernels[i])[Registry::slot(device, dtype)];
+  return k ? *k : KernelFn();
 }
 
 bool has_kernel(OpId op, DeviceType device, DType dtype) {
