@@ -148,6 +148,13 @@ Grads AccumulateGrad::apply(Grads&& grads) {
   Tensor leaf(impl);
   AutogradMeta& meta = *impl->autograd;
   Tensor g = run_hooks(std::move(grads[0]));
+  accumulate(meta, std::move(g));
+  for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
+  return {};
+}
+
+void AccumulateGrad::accumulate(AutogradMeta& meta, Tensor g) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!meta.grad.defined()) {
     // The stored gradient is the user's to write into (accumulation, zero_grad, clipping): keep
     // the incoming tensor only when it is dense (not an expanded or strided view) and nothing
@@ -160,8 +167,6 @@ Grads AccumulateGrad::apply(Grads&& grads) {
   } else {
     meta.grad.add_(g);
   }
-  for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
-  return {};
 }
 
 bool any_requires_grad(std::initializer_list<const Tensor*> ts) {
@@ -188,6 +193,9 @@ void check_once_differentiable(const char* op, const Grads& grad_outputs, const 
 Edge gradient_edge(const Tensor& t) {
   AutogradMeta& meta = meta_of(t);
   if (meta.grad_fn) return Edge{meta.grad_fn, meta.output_nr};
+  // one accumulator per leaf, even when graphs are recorded on several threads at once
+  static std::mutex accumulator_mutex;
+  std::lock_guard<std::mutex> lock(accumulator_mutex);
   std::shared_ptr<AccumulateGrad> acc = meta.accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());

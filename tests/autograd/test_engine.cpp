@@ -2,6 +2,8 @@
 // saved-tensor hooks, in-place detection, deep graphs, custom Functions, and gradients
 // formed only for the inputs that need them.
 #include <map>
+#include <thread>
+#include <vector>
 
 #include "gradcheck.h"
 
@@ -403,4 +405,18 @@ TEST(Engine, GradientsOnlyForInputsThatNeedThem) {
       want[k] = cv[k] + 1.0 / cv[k] - 2.0 * cv[k] * xv[k] / (q * q) + mv[k] + col * (wv[j * 2] + wv[j * 2 + 1]);
     }
   EXPECT_TRUE(all_close(x.grad(), want, 1e-10, 1e-10));
+}
+
+// Backward passes on several threads into one leaf: every gradient arrives (the leaf's
+// accumulator is one node, and its mutex orders the additions), as in PyTorch.
+TEST(Engine, ConcurrentBackwardIntoOneLeaf) {
+  Tensor w = zeros({4}, kFloat64).requires_grad_();
+  constexpr int kThreads = 4, kPasses = 500;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < kPasses; ++i) (w * 1.0).sum().backward();
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(all_close(w.grad(), std::vector<double>(4, kThreads * kPasses), 0, 0));
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,9 @@ class STRATA_API Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr;
 };
 
-/// The node that accumulates into a leaf's .grad.
+/// The node that accumulates into a leaf's .grad; one per leaf, shared by every graph that
+/// uses it, so backward passes on several threads may accumulate into one leaf at once (its
+/// mutex orders them, as PyTorch's).
 class STRATA_API AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
@@ -94,7 +97,9 @@ class STRATA_API AccumulateGrad final : public Node {
   std::shared_ptr<TensorImpl> leaf() const { return leaf_.lock(); }
 
  private:
+  void accumulate(AutogradMeta& meta, Tensor g);  // adds g to .grad under mutex_
   std::weak_ptr<TensorImpl> leaf_;
+  std::mutex mutex_;
 };
 
 /// Per-tensor autograd state, created when a tensor first takes part in autograd.
