@@ -42,12 +42,16 @@ namespace bn_detail {
 
 inline bool channels_inner(const ChannelShape& sh, const ChannelStrides& st) { return st.c == 1 || sh.c == 1; }
 
-// Splits `rows` into at most one chunk per thread and runs f(chunk, begin, end) on each.
+// At most this many chunks of rows: enough to keep any thread count busy.
+inline constexpr int64_t kMaxChunks = 64;
+
+// Splits `rows` into chunks and runs f(chunk, begin, end) on each, the chunks spread over the
+// threads. The split depends on the sizes alone, never on the thread count, so partial sums
+// combined in chunk order give the same statistics whatever set_num_threads says.
 template <class F>
 int64_t run_chunks(int64_t rows, int64_t row_len, const F& f) {
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t by_work = std::max<int64_t>(1, rows * std::max<int64_t>(row_len, 1) / kDefaultGrain);
-  const int64_t chunks = std::max<int64_t>(1, std::min({threads, rows, by_work}));
+  const int64_t chunks = std::max<int64_t>(1, std::min({kMaxChunks, rows, by_work}));
   parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) f(k, rows * k / chunks, rows * (k + 1) / chunks);
   });
@@ -112,7 +116,7 @@ void channel_sums(const T* u, const T* v, const ChannelShape& sh, const ChannelS
   std::vector<double> zero(static_cast<size_t>(C), 0.0);
   const double* shift_u = su ? su : zero.data();
   const double* shift_v = sv ? sv : zero.data();
-  const int64_t max_chunks = omp_get_max_threads() + 1;
+  const int64_t max_chunks = bn_detail::kMaxChunks;
   std::vector<double> part(static_cast<size_t>(2 * C * max_chunks), 0.0);
   int64_t chunks;
   if (bn_detail::channels_inner(sh, st)) {

@@ -8,6 +8,14 @@
 
 #include <omp.h>
 
+#include <strata/core/export.hpp>
+
+namespace strata::detail {
+// The process's CPU thread count (set_num_threads), taken up by the calling thread's OpenMP
+// setting first (src/core/threads.cpp).
+STRATA_API int cpu_threads();
+}  // namespace strata::detail
+
 namespace strata::cpu {
 
 // Elementwise work below this many elements is not worth waking a second thread for.
@@ -17,7 +25,7 @@ template <class F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
   int64_t n = end - begin;
   if (n <= 0) return;
-  int max_threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  int max_threads = omp_in_parallel() ? 1 : detail::cpu_threads();
   int64_t chunks = std::min<int64_t>(max_threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
   if (chunks <= 1) {
     f(begin, end);

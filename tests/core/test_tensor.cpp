@@ -3,6 +3,7 @@
 // conversion, the caching allocator, from_blob, printing.
 #include <cstdlib>
 #include <limits>
+#include <thread>
 
 #include "testing.h"
 
@@ -501,6 +502,19 @@ TEST(Tensor, FactoriesTakeRequiresGrad) {
   EXPECT_FALSE(zeros({2}).requires_grad());
   EXPECT_TRUE(raises([&] { zeros({2}, rg.dtype(kInt64)); }, "only floating tensors can require grad"));
   EXPECT_TRUE(raises([&] { randint(0, 5, {2}, rg.dtype(kInt32)); }, "only floating tensors can require grad"));
+}
+
+// set_num_threads holds for every thread of the process, not only the one that called it.
+TEST(Tensor, ThreadCountIsProcessWide) {
+  const int before = get_num_threads();
+  set_num_threads(1);
+  int seen = 0;
+  std::thread([&] { seen = get_num_threads(); }).join();
+  EXPECT_EQ(seen, 1);
+  set_num_threads(2);
+  std::thread([&] { seen = get_num_threads(); }).join();
+  EXPECT_EQ(seen, 2);
+  set_num_threads(before);
 }
 
 // pin_memory of a tensor that requires grad is a differentiable copy, as in PyTorch.

@@ -225,6 +225,23 @@ TEST(BatchNorm, ChannelSumsOfFloatsMatchFloat64) {
   }
 }
 
+// Training statistics are the same bits whatever the thread count (the rows' chunks depend on
+// the sizes alone), in both memory formats.
+TEST(BatchNorm, ThreadCountDoesNotChangeResults) {
+  const int before = get_num_threads();
+  const Tensor x = (randn({16, 3, 37, 41}, kFloat64) * 3 + 1.7);
+  for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+    std::vector<Tensor> ys;
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      ys.push_back(F::batch_norm(x.to(f), Tensor(), Tensor(), Tensor(), Tensor(), {.training = true}).contiguous());
+    }
+    EXPECT_TRUE(equal(ys[0], ys[1]));
+    EXPECT_TRUE(equal(ys[0], ys[2]));
+  }
+  set_num_threads(before);
+}
+
 // An empty batch trains as in PyTorch: an empty output, the running statistics left alone, the
 // batch counted, and zero gradients for the affine parameters.
 TEST(BatchNorm, EmptyBatchInTraining) {
