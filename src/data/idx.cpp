@@ -8,6 +8,9 @@
 #include <memory>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <strata/data/idx.hpp>
@@ -51,7 +54,17 @@ size_t read_some(gzFile f, uint8_t* dst, size_t n, const std::string& path) {
 }  // namespace
 
 Tensor read_idx(const std::string& path) {
-  GzFile f(gzopen(path.c_str(), "rb"));
+  // opened without blocking and checked to be a regular file: a FIFO or a device would make
+  // the read wait for a writer, or never end
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  STRATA_CHECK(fd >= 0, "[read_idx] cannot open {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    STRATA_CHECK(false, "[read_idx] {} is not a regular file", path);
+  }
+  GzFile f(gzdopen(fd, "rb"));
+  if (!f) ::close(fd);
   STRATA_CHECK(f != nullptr, "[read_idx] cannot open {}: {}", path, std::strerror(errno));
   uint8_t magic[4];
   STRATA_CHECK(read_some(f.get(), magic, 4, path) == 4, "[read_idx] {}: truncated header", path);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <random>
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "data/image_encode.h"
@@ -149,6 +150,10 @@ TEST(Idx, MalformedFilesRaiseNamingTheFile) {
   expect_error([&] { sd::read_idx(dir / "huge"); }, {dir / "huge", "truncated"});
   expect_error([&] { sd::read_idx(dir / "absurd"); }, {dir / "absurd", "exceed"});
   expect_error([&] { sd::read_idx(dir / "missing"); }, {dir / "missing", "cannot open"});
+  // a FIFO (nobody writing: reading would wait forever) and a folder are refused at once
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  expect_error([&] { sd::read_idx(dir / "fifo"); }, {dir / "fifo", "not a regular file"});
+  expect_error([&] { sd::read_idx(dir.str()); }, {"not a regular file"});
   // images and labels that disagree
   write_bytes(dir / "img", good);
   write_bytes(dir / "lab3", idx_bytes(0x08, {3}, {1, 2, 3}));
