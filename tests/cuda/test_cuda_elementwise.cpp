@@ -146,6 +146,8 @@ TEST(CudaElementwise, Binary) {
   // bool + bool is or, bool * bool is and
   check_binary("add bool", [](const Tensor& a, const Tensor& b) { return a + b; }, st::kBool, 0, 1);
   check_binary("mul bool", [](const Tensor& a, const Tensor& b) { return a * b; }, st::kBool, 0, 1);
+  check_binary("maximum bool", [](const Tensor& a, const Tensor& b) { return st::maximum(a, b); }, st::kBool, 0, 1);
+  check_binary("minimum bool", [](const Tensor& a, const Tensor& b) { return st::minimum(a, b); }, st::kBool, 0, 1);
 }
 
 // The fused activation gradients (relu_backward ... gelu_tanh_backward), reached through
