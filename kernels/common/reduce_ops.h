@@ -177,8 +177,9 @@ template <class T, NormKind K> struct NormReduce {
   }
   STRATA_HOST_DEVICE Acc map(T x, int64_t, int64_t) const {
     Acc v = static_cast<Acc>(static_cast<compute_t<T>>(x));
-    Acc a = v < Acc(0) ? -v : v;
+    Acc a;
     if constexpr (std::is_floating_point_v<Acc>) a = std::fabs(v);  // -0.0 too: pow(-0, -3) is -inf
+    else a = v < Acc(0) ? -v : v;
     if constexpr (K == NormKind::Zero) return v != Acc(0) ? Acc(1) : Acc(0);
     else if constexpr (K == NormKind::Two) return v * v;
     else if constexpr (K == NormKind::General) return std::pow(a, p);

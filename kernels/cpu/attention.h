@@ -108,7 +108,7 @@ void store(const C* src, T* dst, int64_t rows, int64_t cols, int64_t ld) {
 // keeps one Scratch for all its tasks.
 template <class Scratch, class F>
 void attention_tasks(int64_t tasks, const F& task) {
-  const int64_t workers = std::min<int64_t>(tasks, omp_in_parallel() ? 1 : strata::detail::cpu_threads());
+  const int64_t workers = std::min<int64_t>(tasks, omp_in_parallel() ? 1 : num_threads());
   parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; ++w) {
       Scratch scratch;

@@ -3,20 +3,29 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <exception>
 
 #include <omp.h>
 
-#include <strata/core/export.hpp>
-
-namespace strata::detail {
-// The process's CPU thread count (set_num_threads), taken up by the calling thread's OpenMP
-// setting first (src/core/threads.cpp).
-STRATA_API int cpu_threads();
-}  // namespace strata::detail
-
 namespace strata::cpu {
+
+// The process's CPU thread count, which set_num_threads (src/core/threads.cpp) stores; 0 until
+// then: OpenMP's default. OpenMP's own setting is per thread, so each thread that runs ops
+// takes the count up before its kernels (oneDNN's and Eigen's too) start their teams.
+inline std::atomic<int> g_num_threads{0};
+
+inline int num_threads() {
+  const int n = g_num_threads.load(std::memory_order_relaxed);
+  if (n == 0) return omp_get_max_threads();
+  thread_local int applied = 0;
+  if (applied != n && !omp_in_parallel()) {
+    omp_set_num_threads(n);
+    applied = n;
+  }
+  return n;
+}
 
 // Elementwise work below this many elements is not worth waking a second thread for.
 inline constexpr int64_t kDefaultGrain = 32768;
@@ -25,7 +34,7 @@ template <class F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
   int64_t n = end - begin;
   if (n <= 0) return;
-  int max_threads = omp_in_parallel() ? 1 : detail::cpu_threads();
+  int max_threads = omp_in_parallel() ? 1 : num_threads();
   int64_t chunks = std::min<int64_t>(max_threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
   if (chunks <= 1) {
     f(begin, end);

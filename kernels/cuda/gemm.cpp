@@ -73,9 +73,10 @@ struct Scalars {
   const void* beta(GemmType t) const { return t == GemmType::F64 ? static_cast<const void*>(&d[1]) : &f[1]; }
 };
 
-// The largest power of two, up to 256 bytes, dividing the address of every matrix of the batch.
+// What cuBLASLt's bias epilogue reads its bias with (16-byte vectors), whatever the preferences.
 constexpr uint32_t kMinBiasAlignment = 16;
 
+// The largest power of two, up to 256 bytes, dividing the address of every matrix of the batch.
 uint32_t alignment(const void* p, int64_t batch, int64_t batch_stride, GemmType t) {
   uint64_t bits = reinterpret_cast<uintptr_t>(p);
   if (batch > 1) bits |= static_cast<uint64_t>(batch_stride * type_size(t));
@@ -281,7 +282,6 @@ GemmStatus gemm(const GemmProblem& p, const GemmContext& ctx) {
   }
   const bool lt_sized = p.batch <= kMaxLtSize && p.m <= kMaxLtSize && p.n <= kMaxLtSize && p.k <= kMaxLtSize;
   if (lt_sized) {
-    // cuBLASLt's bias epilogue reads the bias in 16-byte vectors whatever the preferences say:
     // a bias that is a view at an odd offset gets the plain product and the epilogue kernel
     const bool fusable = !has_bias(p.epilogue) || alignment(p.bias, 1, 0, p.type) >= kMinBiasAlignment;
     bool found = false;

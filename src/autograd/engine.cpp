@@ -73,12 +73,10 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
   // recorded under create_graph) about gradients nobody asked for. A captured node itself
   // only hands over its gradient: its backward runs only when it leads to another capture
   // (its saved tensors stay for a later backward, and may since have been written in place).
-  std::unordered_set<Node*> needed;
+  std::unordered_set<Node*> needed;  // the strict ancestors of the captured nodes
   if (captures) {
     std::vector<Node*> stack;
-    for (const Capture& c : *captures)
-      for (Node* p : parents[c.node])
-        if (needed.insert(p).second) stack.push_back(p);
+    for (const Capture& c : *captures) stack.push_back(c.node);
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();

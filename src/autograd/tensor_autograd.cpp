@@ -101,9 +101,8 @@ void clear_grad(const Tensor& p, bool set_to_none) {
   }
   NoGradGuard no_grad;
   Tensor grad = p.grad().detach();
-  bool shares_memory = false;  // a user-set expanded gradient cannot be zeroed in place
-  for (int64_t d = 0; d < grad.dim(); ++d) shares_memory = shares_memory || (grad.stride(d) == 0 && grad.size(d) > 1);
-  if (shares_memory) grad = zeros(grad.shape(), TensorOptions().dtype(grad.dtype()).device(grad.device()));
+  // a user-set expanded gradient cannot be zeroed in place
+  if (elements_share_memory(grad)) grad = zeros(grad.shape(), TensorOptions(grad.dtype(), grad.device()));
   else grad.zero_();
   p.set_grad(grad);
 }

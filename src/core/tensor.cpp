@@ -94,11 +94,16 @@ Tensor unaliased(const Tensor& src, const Tensor& dst) {
   return src.clone();
 }
 
+bool elements_share_memory(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0 && t.shape()[d] > 1) return true;
+  return false;
+}
+
 void check_writable(const Tensor& self, std::string_view op) {
   if (self.numel() <= 1) return;
-  for (int64_t d = 0; d < self.dim(); ++d)
-    STRATA_CHECK(self.strides()[d] != 0 || self.shape()[d] <= 1, "[{}] the destination of shape {} and strides {} "
-                 "has elements that share memory (an expanded view); clone it first", op, self.shape(), self.strides());
+  STRATA_CHECK(!elements_share_memory(self), "[{}] the destination of shape {} and strides {} has elements that "
+               "share memory (an expanded view); clone it first", op, self.shape(), self.strides());
 }
 
 void check_scalar_fits(Scalar value, DType t, std::string_view op) {

@@ -23,6 +23,8 @@ void check_in_bounds(const Storage& storage, const Shape& shape, const Strides& 
 /// Raises Error naming `op` when two elements of `self`, a tensor about to be written, share
 /// one address (a stride of 0 over more than one element: an expanded view).
 void check_writable(const Tensor& self, std::string_view op);
+/// Whether some elements of t share memory (a stride 0 over a dim of 2 or more: an expanded view).
+bool elements_share_memory(const Tensor& t);
 
 /// True when a and b are the very same view: one storage, dtype, offset, shape and strides.
 bool same_view(const Tensor& a, const Tensor& b);

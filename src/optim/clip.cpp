@@ -11,6 +11,8 @@
 #include <strata/ops/join.hpp>
 #include <strata/ops/reduce.hpp>
 
+#include "core/tensor_internal.h"
+
 namespace strata::optim {
 
 namespace {
@@ -33,11 +35,10 @@ std::vector<Tensor> writable_grads(const std::vector<Tensor>& params, const char
     if (!g.defined()) continue;
     STRATA_CHECK(is_floating(g.dtype()), "[{}] the grad of parameter {} has dtype {}: only floating grads can be "
                  "clipped", op, i, g.dtype());
-    for (int64_t d = 0; d < g.dim(); ++d)
-      STRATA_CHECK(g.strides()[d] != 0 || g.shape()[d] <= 1,
-                   "[{}] the grad of parameter {} (shape {}, strides {}) is an expanded view whose elements share "
-                   "memory, so it cannot be scaled in place; set a grad of its own (grad.clone())",
-                   op, i, g.shape(), g.strides());
+    STRATA_CHECK(!detail::elements_share_memory(g),
+                 "[{}] the grad of parameter {} (shape {}, strides {}) is an expanded view whose elements share "
+                 "memory, so it cannot be scaled in place; set a grad of its own (grad.clone())",
+                 op, i, g.shape(), g.strides());
   }
   return grads;
 }
