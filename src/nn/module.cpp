@@ -274,53 +274,78 @@ void Module::visit_prefixed(const std::function<void(const std::string&, const M
   }
 }
 
-LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
-  StateDict own = state_dict();
-  std::set<std::string> optional;
-  visit_prefixed([&](const std::string& prefix, const Module& m) {
-    for (const std::string& k : m.optional_state_keys()) optional.insert(prefix + k);
-  });
-  // PyTorch loads a [1] tensor into a 0-d one (checkpoints from before 0-d tensors existed)
-  auto loads_into = [](const Tensor& src, const Tensor& dst) {
-    return src.shape() == dst.shape() || (dst.dim() == 0 && src.shape() == Shape{1});
-  };
-  LoadResult result;
+namespace {
+// A load's findings, before anything is written.
+struct StateDictCheck {
+  LoadResult keys;  // missing (optional keys excluded) and unexpected
   std::vector<std::string> mismatches, unwritable;
+  std::vector<std::string> problems(bool strict) const {
+    std::vector<std::string> out;
+    if (strict && !keys.missing_keys.empty())
+      out.push_back(fmt::format("missing keys: {}", fmt::join(keys.missing_keys, ", ")));
+    if (strict && !keys.unexpected_keys.empty())
+      out.push_back(fmt::format("unexpected keys: {}", fmt::join(keys.unexpected_keys, ", ")));
+    if (!mismatches.empty()) out.push_back(fmt::format("shape mismatches: {}", fmt::join(mismatches, "; ")));
+    if (!unwritable.empty()) out.push_back(fmt::format("cannot be written: {}", fmt::join(unwritable, "; ")));
+    return out;
+  }
+};
+
+// PyTorch loads a [1] tensor into a 0-d one (checkpoints from before 0-d tensors existed)
+bool loads_into(const Tensor& src, const Tensor& dst) {
+  return src.shape() == dst.shape() || (dst.dim() == 0 && src.shape() == Shape{1});
+}
+
+StateDictCheck compare_state_dict(const StateDict& own, const StateDict& dict,
+                                         const std::set<std::string>& optional) {
+  StateDictCheck c;
   for (const auto& [k, t] : own) {
     auto it = dict.find(k);
     if (it == dict.end()) {
-      if (!optional.count(k)) result.missing_keys.push_back(k);
+      if (!optional.count(k)) c.keys.missing_keys.push_back(k);
     } else if (!it->second.defined() || !loads_into(it->second, t)) {
-      mismatches.push_back(fmt::format("{}: expected shape {}, got {}", k, t.shape(),
-                                       it->second.defined() ? fmt::format("{}", it->second.shape()) : "undefined"));
+      c.mismatches.push_back(it->second.defined() ? fmt::format("{} is {} {} in the state dict, {} {} in the module", k,
+                                                                it->second.dtype(), it->second.shape(), t.dtype(), t.shape())
+                                                  : fmt::format("{} is undefined in the state dict", k));
     } else {
       try {  // a destination copy_ would refuse (an expanded buffer) is found before anything is written
         strata::detail::check_writable(t, "load_state_dict");
       } catch (const Error& e) {
-        unwritable.push_back(fmt::format("{}: {}", k, e.what()));
+        c.unwritable.push_back(fmt::format("{}: {}", k, e.what()));
       }
     }
   }
   for (const auto& [k, t] : dict)
-    if (!own.count(k)) result.unexpected_keys.push_back(k);
-  const bool bad = !mismatches.empty() || !unwritable.empty() ||
-                   (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
-  if (bad) {
-    std::string msg = fmt::format("[load_state_dict] {} does not match the state dict:", name());
-    if (strict && !result.missing_keys.empty())
-      msg += fmt::format("\n  missing keys: {}", fmt::join(result.missing_keys, ", "));
-    if (strict && !result.unexpected_keys.empty())
-      msg += fmt::format("\n  unexpected keys: {}", fmt::join(result.unexpected_keys, ", "));
-    if (!mismatches.empty()) msg += fmt::format("\n  shape mismatches: {}", fmt::join(mismatches, "; "));
-    if (!unwritable.empty()) msg += fmt::format("\n  cannot be written: {}", fmt::join(unwritable, "; "));
-    throw Error(msg);  // nothing has been written yet
-  }
+    if (!own.count(k)) c.keys.unexpected_keys.push_back(k);
+  return c;
+}
+}  // namespace
+
+std::set<std::string> Module::all_optional_state_keys() const {
+  std::set<std::string> optional;
+  visit_prefixed([&](const std::string& prefix, const Module& m) {
+    for (const std::string& k : m.optional_state_keys()) optional.insert(prefix + k);
+  });
+  return optional;
+}
+
+std::vector<std::string> Module::check_state_dict(const StateDict& dict, bool strict) const {
+  return compare_state_dict(state_dict(), dict, all_optional_state_keys()).problems(strict);
+}
+
+LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
+  StateDict own = state_dict();
+  StateDictCheck check = compare_state_dict(own, dict, all_optional_state_keys());
+  std::vector<std::string> problems = check.problems(strict);
+  if (!problems.empty())  // nothing has been written yet
+    throw Error(fmt::format("[load_state_dict] {} does not match the state dict:\n  {}", name(),
+                            fmt::join(problems, "\n  ")));
   NoGradGuard no_grad;
   for (auto& [k, t] : own) {
     auto it = dict.find(k);
     if (it != dict.end()) t.copy_(it->second.reshape(t.shape()));
   }
-  return result;
+  return check.keys;
 }
 
 }  // namespace strata::nn

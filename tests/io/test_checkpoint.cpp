@@ -161,9 +161,9 @@ TEST_F(Checkpoint, OtherModelOrOptimizerIsRefused) {
     TinyRun run(5, 6, /*hidden=*/16);
     auto state = run.state();
     std::string msg = error_of([&] { io::load_checkpoint(path, state); });
-    for (const char* want : {"0.weight is float32 [32, 8] in the checkpoint, float32 [16, 8] in the model",
-                             "0.bias is float32 [32] in the checkpoint, float32 [16] in the model",
-                             "3.weight is float32 [4, 32] in the checkpoint, float32 [4, 16] in the model"})
+    for (const char* want : {"0.weight is float32 [32, 8] in the state dict, float32 [16, 8] in the module",
+                             "0.bias is float32 [32] in the state dict, float32 [16] in the module",
+                             "3.weight is float32 [4, 32] in the state dict, float32 [4, 16] in the module"})
       EXPECT_NE(msg.find(want), std::string::npos) << want << ": " << msg;
     EXPECT_EQ(msg.find("3.bias"), std::string::npos) << msg;  // same shape: not listed
   }
@@ -306,4 +306,59 @@ TEST_F(Checkpoint, TruncatedFileIsRefused) {
   }
   std::string msg = error_of([&] { io::read_checkpoint(dir + "/missing.safetensors"); });
   EXPECT_NE(msg.find("missing.safetensors"), std::string::npos) << msg;
+}
+
+namespace {
+// A module whose step counter came later: checkpoints saved before it lack the key.
+struct Counted : nn::Module {
+  Tensor weight, steps;
+  explicit Counted(bool with_counter, Shape counter_shape = {}, DType counter_dtype = kInt64) {
+    weight = register_parameter("weight", full({2, 3}, 1.5));
+    if (with_counter) steps = register_buffer("steps", full(counter_shape, 4, TensorOptions(counter_dtype)));
+  }
+  std::vector<std::string> optional_state_keys() const override { return {"steps"}; }
+};
+}  // namespace
+
+TEST_F(Checkpoint, ModelChecksAreTheModulesOwn) {
+  {  // an optional key may be absent: its value is kept, the rest loads
+    Counted saved(false);
+    saved.weight.detach().fill_(2.5);
+    io::save_checkpoint(path, {.model = &saved});
+    Counted model(true);
+    io::TrainingState state{.model = &model};
+    io::load_checkpoint(path, state);
+    EXPECT_EQ(values(model.weight), std::vector<double>(6, 2.5));
+    EXPECT_EQ(model.steps.item<int64_t>(), 4);
+  }
+  {  // a [1] tensor loads into a 0-d one, as Module::load_state_dict allows
+    Counted saved(true, {1});
+    saved.steps.detach().fill_(9);
+    io::save_checkpoint(path, {.model = &saved});
+    Counted model(true);
+    io::TrainingState state{.model = &model};
+    io::load_checkpoint(path, state);
+    EXPECT_EQ(model.steps.item<int64_t>(), 9);
+  }
+  {  // the same shape in another dtype is refused (exact resume), and nothing is written
+    Counted saved(true, {}, kFloat64);
+    saved.weight.detach().fill_(7.0);
+    io::save_checkpoint(path, {.model = &saved});
+    Counted model(true);
+    io::TrainingState state{.model = &model};
+    std::string msg = error_of([&] { io::load_checkpoint(path, state); });
+    EXPECT_NE(msg.find("steps is float64 in the checkpoint, int64 in the model"), std::string::npos) << msg;
+    EXPECT_EQ(values(model.weight), std::vector<double>(6, 1.5));
+  }
+  {  // a key the module requires is still required
+    Counted saved(true);
+    io::save_checkpoint(path, {.model = &saved});
+    struct Wider : Counted {
+      Tensor bias;
+      Wider() : Counted(true) { bias = register_parameter("bias", zeros({3})); }
+    } model;
+    io::TrainingState state{.model = &model};
+    std::string msg = error_of([&] { io::load_checkpoint(path, state); });
+    EXPECT_NE(msg.find("model missing keys: bias"), std::string::npos) << msg;
+  }
 }

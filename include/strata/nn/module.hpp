@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +91,9 @@ class STRATA_API Module {
   /// its value is kept. Raises Error listing every missing key, unexpected key, shape mismatch
   /// and destination that cannot be written (an expanded view), before writing anything.
   LoadResult load_state_dict(const StateDict& dict, bool strict = true);
+  /// What load_state_dict(dict, strict) would refuse, one line per problem, without writing
+  /// anything; empty when it would load (load_checkpoint checks every part this way first).
+  std::vector<std::string> check_state_dict(const StateDict& dict, bool strict = true) const;
 
  protected:
   /// Adds a parameter (a leaf that requires grad) and returns the handle to keep.
@@ -129,6 +133,8 @@ class STRATA_API Module {
   template <class F> void for_each_tensor(F&& f);
   /// f(prefix, module) for this module and every registration below it ("" for this one).
   void visit_prefixed(const std::function<void(const std::string&, const Module&)>& f) const;
+  /// Every optional_state_keys() entry below this module, by dotted name.
+  std::set<std::string> all_optional_state_keys() const;
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
