@@ -53,6 +53,17 @@ Tensor make_tensor(const Shape& shape, DType dtype, Device device, Allocator* al
   return Tensor(std::move(impl));
 }
 
+MemoryFormat suggested_format(const Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
+                                                                                          : MemoryFormat::Contiguous;
+}
+
+Tensor make_tensor_as(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
+  if (format == MemoryFormat::Contiguous) return make_tensor(shape, dtype, device);
+  STRATA_CHECK(shape.size() == 4, "[empty] channels-last needs a 4-d shape, got {}", shape);
+  return make_tensor({shape[0], shape[2], shape[3], shape[1]}, dtype, device).permute({0, 3, 1, 2});
+}
+
 }  // namespace detail
 
 namespace detail {

@@ -14,6 +14,11 @@ inline DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32
 
 /// A new contiguous tensor with uninitialised memory.
 Tensor make_tensor(const Shape& shape, DType dtype, Device device, Allocator* allocator = nullptr);
+/// The layout a copy of t keeps, as PyTorch's preserve_format for the two layouts strata has:
+/// channels-last for a 4-d tensor laid out so (and not also contiguous), else contiguous.
+MemoryFormat suggested_format(const Tensor& t);
+/// make_tensor laid out in `format` (channels-last: NHWC storage viewed as NCHW).
+Tensor make_tensor_as(const Shape& shape, DType dtype, Device device, MemoryFormat format);
 /// A tensor sharing base's storage with the given layout (unchecked: callers check bounds).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);
 /// Raises Error naming `op` unless every element of the layout lies inside `storage`.

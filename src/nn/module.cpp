@@ -296,17 +296,17 @@ bool loads_into(const Tensor& src, const Tensor& dst) {
   return src.shape() == dst.shape() || (dst.dim() == 0 && src.shape() == Shape{1});
 }
 
-StateDictCheck compare_state_dict(const StateDict& own, const StateDict& dict,
-                                         const std::set<std::string>& optional) {
+StateDictCheck compare_state_dict(const StateDict& own, const StateDict& dict, const std::set<std::string>& optional) {
   StateDictCheck c;
   for (const auto& [k, t] : own) {
     auto it = dict.find(k);
     if (it == dict.end()) {
       if (!optional.count(k)) c.keys.missing_keys.push_back(k);
-    } else if (!it->second.defined() || !loads_into(it->second, t)) {
-      c.mismatches.push_back(it->second.defined() ? fmt::format("{} is {} {} in the state dict, {} {} in the module", k,
-                                                                it->second.dtype(), it->second.shape(), t.dtype(), t.shape())
-                                                  : fmt::format("{} is undefined in the state dict", k));
+    } else if (!it->second.defined()) {
+      c.mismatches.push_back(fmt::format("{} is undefined in the state dict", k));
+    } else if (!loads_into(it->second, t)) {
+      c.mismatches.push_back(fmt::format("{} is {} {} in the state dict, {} {} in the module", k, it->second.dtype(),
+                                         it->second.shape(), t.dtype(), t.shape()));
     } else {
       try {  // a destination copy_ would refuse (an expanded buffer) is found before anything is written
         strata::detail::check_writable(t, "load_state_dict");

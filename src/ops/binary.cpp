@@ -204,7 +204,21 @@ DType result_type(const Tensor& a, Scalar b) {
 using autograd::Grads;
 using autograd::Saved;
 
+namespace {
+// As PyTorch: a fractional alpha would turn an integer sum into a float one (or truncate
+// in place), and a bool alpha means nothing for numbers.
+void check_alpha(const Tensor& a, const Tensor& b, Scalar alpha, const char* op) {
+  if (!a.defined() || !b.defined()) return;  // binary_op names the undefined operand
+  const DType t = result_type(a, b);
+  STRATA_CHECK(is_floating(t) || !alpha.is_floating(),
+               "[{}] alpha must not be a floating value for {} operands, got {}", op, t, alpha.to_double());
+  STRATA_CHECK(t == kBool || alpha.kind() != Scalar::Kind::Bool, "[{}] a bool alpha needs bool operands, got {}", op,
+               t);
+}
+}  // namespace
+
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  check_alpha(a, b, alpha, "add");
   if (alpha.to_double() != 1.0) return add(a, mul(b, alpha));
   Tensor out = binary_op(OpId::add, a, b, Kind::Arith);
   autograd::record("add", {a, b}, {out}, {}, [](const Grads& g, const Saved&) { return Grads{g[0], g[0]}; });
@@ -223,6 +237,7 @@ bool is_bool(Scalar s) { return s.kind() == Scalar::Kind::Bool; }
 
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   check_sub_operands(is_bool(a), is_bool(b));
+  check_alpha(a, b, alpha, "sub");
   if (alpha.to_double() != 1.0) return sub(a, mul(b, alpha));
   Tensor out = binary_op(OpId::sub, a, b, Kind::Arith);
   autograd::record("sub", {a, b}, {out}, {}, [](const Grads& g, const Saved&) { return Grads{g[0], -g[0]}; });
@@ -348,7 +363,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   detail::check_writable(*this, "masked_fill_");
   detail::check_fill_value(value, dtype(), "masked_fill");
   Tensor v = full({}, value, TensorOptions(dtype(), device()));
-  const Tensor ins[3] = {mask, v, *this};
+  const Tensor ins[3] = {detail::unaliased(mask, *this), v, *this};  // a mask in self's memory is read whole first
   Tensor out = *this;
   run_kernel(OpId::where, dtype(), KernelCall{ins, {&out, 1}});
   storage()->bump_version();
@@ -356,6 +371,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
 }
 
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
+  check_alpha(*this, other, alpha, "add_");
   return binary_inplace(OpId::add, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
 }
 Tensor& Tensor::add_(Scalar other) {
@@ -363,6 +379,7 @@ Tensor& Tensor::add_(Scalar other) {
 }
 Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
   check_sub_operands(is_bool(*this), is_bool(other));
+  check_alpha(*this, other, alpha, "sub_");
   return binary_inplace(OpId::sub, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
 }
 Tensor& Tensor::sub_(Scalar other) {

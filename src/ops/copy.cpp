@@ -131,28 +131,29 @@ Tensor detail::scalar_operand(Scalar value, DType t, Device device) {
   return out;
 }
 
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  return clone();
-}
-
-Tensor Tensor::clone() const {
-  Tensor out = detail::make_tensor(shape(), dtype(), device());
+namespace {
+// A copy of x in a new tensor of dtype t on device d, laid out in `format`.
+Tensor copied(const Tensor& x, const char* op, DType t, Device d, MemoryFormat format) {
+  Tensor out = detail::make_tensor_as(x.shape(), t, d, format);
   {
     NoGradGuard no_grad;
-    out.copy_(*this);
+    out.copy_(x);
   }
-  return recorded_copy("clone", *this, out);
+  return recorded_copy(op, x, out);
 }
+}  // namespace
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return copied(*this, "clone", dtype(), device(), MemoryFormat::Contiguous);
+}
+
+// As PyTorch's default preserve_format, a channels-last tensor's copies stay channels-last.
+Tensor Tensor::clone() const { return copied(*this, "clone", dtype(), device(), detail::suggested_format(*this)); }
 
 Tensor Tensor::to(DType t) const {
   if (t == dtype()) return *this;
-  Tensor out = detail::make_tensor(shape(), t, device());
-  {
-    NoGradGuard no_grad;
-    out.copy_(*this);
-  }
-  return recorded_copy("to", *this, out);
+  return copied(*this, "to", t, device(), detail::suggested_format(*this));
 }
 
 Tensor Tensor::to(Device d, bool non_blocking) const { return to(d, dtype(), non_blocking); }
@@ -160,7 +161,7 @@ Tensor Tensor::to(Device d, bool non_blocking) const { return to(d, dtype(), non
 Tensor Tensor::to(Device d, DType t, bool non_blocking) const {
   if (d == device() && t == dtype()) return *this;
   backend::check_device(d, "to");
-  Tensor out = detail::make_tensor(shape(), t, d);
+  Tensor out = detail::make_tensor_as(shape(), t, d, detail::suggested_format(*this));
   {
     NoGradGuard no_grad;
     // convert on the source side, then move the bytes
@@ -173,15 +174,7 @@ Tensor Tensor::to(MemoryFormat format) const {
   if (format == MemoryFormat::Contiguous) return contiguous();
   if (is_contiguous(format)) return *this;
   STRATA_CHECK(dim() == 4, "[to] channels-last needs a 4-d tensor, got shape {}", shape());
-  // allocate NHWC storage and view it as NCHW
-  const Shape& s = shape();
-  Tensor nhwc = detail::make_tensor({s[0], s[2], s[3], s[1]}, dtype(), device());
-  Tensor out = nhwc.permute({0, 3, 1, 2});
-  {
-    NoGradGuard no_grad;
-    out.copy_(*this);
-  }
-  return recorded_copy("to", *this, out);
+  return copied(*this, "to", dtype(), device(), format);
 }
 
 Tensor Tensor::pin_memory() const {

@@ -255,6 +255,7 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<TensorOptions
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   STRATA_CHECK(steps >= 0, "[linspace] number of steps must be non-negative, got {}", steps);
+  STRATA_CHECK(o.dtype_ != kBool, "[linspace] bool output is not supported");
   RangeParams p{start, steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0, steps, end, true};
   Tensor t = empty({steps}, without_grad(o));
   if (steps) run_kernel(OpId::arange, t.dtype(), KernelCall{{}, {&t, 1}, &p});
@@ -309,20 +310,41 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, std::optional<Tens
   return finish(t, opts);
 }
 
+namespace {
+// make(shape, options) for a tensor like t: a channels-last t gives a channels-last result, as
+// PyTorch's preserve_format (its NHWC storage is made, then viewed as NCHW).
+template <class Make> Tensor like(const char* op, const Tensor& t, const TensorOptions& o, Make make) {
+  STRATA_CHECK(t.defined(), "[{}] the tensor is undefined", op);
+  if (detail::suggested_format(t) == MemoryFormat::Contiguous) return make(t.shape(), o);
+  const Shape& s = t.shape();
+  return finish(make(Shape{s[0], s[2], s[3], s[1]}, without_grad(o)).permute({0, 3, 1, 2}), o);
+}
+TensorOptions options_of(const Tensor& t, std::optional<TensorOptions> o) {
+  return o.value_or(TensorOptions(t.defined() ? t.dtype() : kFloat32, t.defined() ? t.device() : kCPU));
+}
+}  // namespace
+
 Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) {
-  return empty(t.shape(), o.value_or(TensorOptions(t.dtype(), t.device())));
+  return like("empty_like", t, options_of(t, o), [](const Shape& s, TensorOptions opts) { return empty(s, opts); });
 }
 Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> o) {
-  return zeros(t.shape(), o.value_or(TensorOptions(t.dtype(), t.device())));
+  return like("zeros_like", t, options_of(t, o), [](const Shape& s, TensorOptions opts) { return zeros(s, opts); });
 }
 Tensor ones_like(const Tensor& t, std::optional<TensorOptions> o) {
-  return ones(t.shape(), o.value_or(TensorOptions(t.dtype(), t.device())));
+  return like("ones_like", t, options_of(t, o), [](const Shape& s, TensorOptions opts) { return ones(s, opts); });
 }
 Tensor full_like(const Tensor& t, Scalar value, std::optional<TensorOptions> o) {
-  return full(t.shape(), value, o.value_or(TensorOptions(t.dtype(), t.device())));
+  return like("full_like", t, options_of(t, o),
+              [value](const Shape& s, TensorOptions opts) { return full(s, value, opts); });
 }
-Tensor rand_like(const Tensor& t, Generator* gen) { return rand(t.shape(), {t.dtype(), t.device()}, gen); }
-Tensor randn_like(const Tensor& t, Generator* gen) { return randn(t.shape(), {t.dtype(), t.device()}, gen); }
+Tensor rand_like(const Tensor& t, Generator* gen) {
+  return like("rand_like", t, options_of(t, std::nullopt),
+              [gen](const Shape& s, TensorOptions opts) { return rand(s, opts, gen); });
+}
+Tensor randn_like(const Tensor& t, Generator* gen) {
+  return like("randn_like", t, options_of(t, std::nullopt),
+              [gen](const Shape& s, TensorOptions opts) { return randn(s, opts, gen); });
+}
 
 Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void(void*)> deleter,
                  std::optional<Strides> strides, Device device) {

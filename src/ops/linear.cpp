@@ -117,7 +117,9 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
 // weight or a constant input is neither kept alive nor checked for later in-place writes.
 autograd::Grads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Shape& x_shape,
                                 int64_t in, bool need_x, bool need_w, bool need_b) {
-  const int64_t out = g.dim() > 0 ? g.size(-1) : 1, rows = out > 0 ? g.numel() / out : 0;
+  int64_t rows = 1;  // from x's shape: g has no elements to count when W has no rows
+  for (size_t d = 0; d + 1 < x_shape.size(); ++d) rows *= x_shape[d];
+  const int64_t out = g.dim() > 0 ? g.size(-1) : 1;
   const Tensor g2 = g.reshape({rows, out});
   autograd::Grads grads(3);
   if (need_x) grads[0] = matmul(g2, w).reshape(x_shape);

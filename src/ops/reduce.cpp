@@ -259,10 +259,12 @@ Tensor extreme(OpId op, const Tensor& x, const std::vector<int64_t>& dims, bool 
                op_name(op), x.shape(), p.dims);
   Tensor r = detail::run_reduction(op, x, p, x.dtype());
   if (autograd::any_requires_grad({&x})) {
-    // the gradient is shared evenly among the elements equal to the extreme
+    // the gradient is shared evenly among the elements equal to the extreme, or among the NaNs
+    // when the extreme is NaN (x == NaN holds nowhere: 0 / 0 everywhere otherwise)
     autograd::record(op_name(op).data(), {x}, {r}, {x, r}, [d = p.dims, keep = p.keepdim](const autograd::Grads& g,
                                                                                        const autograd::Saved& s) {
-      Tensor mask = (s[0] == detail::unreduce(s[1], d, keep)).to(s[0].dtype());
+      const Tensor extreme = detail::unreduce(s[1], d, keep);
+      Tensor mask = logical_or(s[0] == extreme, logical_and(s[0] != s[0], extreme != extreme)).to(s[0].dtype());
       Tensor count = sum(mask, d, true);
       return autograd::Grads{detail::unreduce(g[0], d, keep) * mask / count};
     });
@@ -271,7 +273,7 @@ Tensor extreme(OpId op, const Tensor& x, const std::vector<int64_t>& dims, bool 
 }
 
 MinMaxResult arg_reduce(OpId op, const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool with_values) {
-  std::string_view name = op_name(op);
+  std::string_view name = !with_values ? op_name(op) : op == OpId::argmax ? "max" : "min";  // the caller's name
   STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", name);
   // the index of a flattened reduction counts in C order: walk a contiguous copy
   Tensor in = dim ? x : x.contiguous();

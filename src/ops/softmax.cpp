@@ -7,6 +7,7 @@
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/ops/index.hpp>
 #include <strata/ops/join.hpp>
 #include <strata/ops/unary.hpp>
 #include <strata/ops/reduce.hpp>
@@ -159,8 +160,14 @@ Tensor scan_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype
   Tensor y = along_dim(op, in, dim, t);
   if (is_floating(t) && autograd::any_requires_grad({&in})) {
     int64_t d = normalize_dim(dim, x.dim(), op_name(op));
-    // the gradient of a prefix sum is the suffix sum of g: total - prefix + g
-    auto suffix_sum = [d](const Tensor& g) { return sum(g, {d}, true) - cumsum(g, d) + g; };
+    // the gradient of a prefix sum is the suffix sum of g: a prefix sum of g reversed along d,
+    // reversed back (total - prefix + g would cancel small entries against large ones)
+    auto suffix_sum = [d](const Tensor& g) {
+      if (g.dim() == 0) return g;
+      const int64_t n = g.size(d);
+      const Tensor backwards = arange(n - 1, -1, -1, TensorOptions().dtype(kInt64).device(g.device()));
+      return index_select(cumsum(index_select(g, d, backwards), d), d, backwards);
+    };
     if (op == OpId::cumsum) {
       autograd::record("cumsum", {in}, {y}, {}, [suffix_sum](const autograd::Grads& g, const autograd::Saved&) {
         return autograd::Grads{suffix_sum(g[0])};

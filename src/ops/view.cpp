@@ -290,7 +290,11 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
-  if (dim() == 0) return reshape({1});
+  if (dim() == 0) {  // a 0-d tensor flattens as if 1-d: dims -1 and 0 only
+    normalize_dim(start_dim, 1, "flatten");
+    normalize_dim(end_dim, 1, "flatten");
+    return reshape({1});
+  }
   int64_t a = normalize_dim(start_dim, dim(), "flatten"), b = normalize_dim(end_dim, dim(), "flatten");
   STRATA_CHECK(a <= b, "[flatten] start_dim {} comes after end_dim {}", start_dim, end_dim);
   Shape s(shape().begin(), shape().begin() + a);
@@ -304,6 +308,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 Tensor Tensor::unflatten(int64_t d, const Shape& sizes) const {
   STRATA_CHECK(dim() > 0, "[unflatten] cannot unflatten a 0-d tensor");
   d = normalize_dim(d, dim(), "unflatten");
+  STRATA_CHECK(!sizes.empty(), "[unflatten] sizes must not be empty (dim {} has size {})", d, shape()[d]);
   Shape s(shape().begin(), shape().begin() + d);
   Shape inner = infer_shape(sizes, shape()[d], "unflatten");
   s.insert(s.end(), inner.begin(), inner.end());

@@ -12,6 +12,8 @@
 #include <strata/ops/creation.hpp>
 #include <strata/optim/optimizer.hpp>
 
+#include "core/tensor_internal.h"
+
 namespace strata::optim::detail {
 
 /// Calls f((T*)nullptr) with T = float or double, the parameter's dtype (checked by Optimizer).
@@ -40,10 +42,7 @@ T* ptr(const Tensor& t) {
 // decodes or encodes a dict saved for the other layout.
 
 /// The layout `p` is updated in (Note [Parameter layouts]).
-inline MemoryFormat param_format(const Tensor& p) {
-  return p.dim() == 4 && !p.is_contiguous() && p.is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
-                                                                                          : MemoryFormat::Contiguous;
-}
+inline MemoryFormat param_format(const Tensor& p) { return strata::detail::suggested_format(p); }
 
 /// t laid out in `format`: itself when it already is, else a copy.
 inline Tensor in_format(const Tensor& t, MemoryFormat format) {

@@ -323,6 +323,13 @@ TEST(Binary, WhereAndMaskedFill) {
   Tensor m = zeros({2, 3});
   m.masked_fill_(c, 7);
   EXPECT_TRUE(all_close(m, {7, 0, 7, 7, 0, 7}, 0, 0));
+  // a mask overlapping the tensor it fills is read as it was before the fill
+  Tensor flags = from_vector<bool>({true, false, false, false, false});
+  flags.slice(0, 1, 5, 1).masked_fill_(flags.slice(0, 0, 4, 1), true);
+  EXPECT_EQ(values(flags), (std::vector<double>{1, 1, 0, 0, 0}));
+  Tensor self_masked = from_vector<bool>({true, false, true});  // the same view: each element read, then written
+  self_masked.masked_fill_(self_masked, false);
+  EXPECT_EQ(values(self_masked), (std::vector<double>{0, 0, 0}));
   EXPECT_THROW(where(a, a, a), Error);                      // non-bool condition
   EXPECT_THROW(m.masked_fill_(from_vector<bool>({true, false}), 1), Error);
   EXPECT_THROW(m.masked_fill_(ones({3}), 1), Error);
@@ -339,6 +346,25 @@ TEST(Binary, BadInput) {
     EXPECT_NE(std::string(e.what()).find("[add]"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
   }
+  // a fractional alpha for integer operands is refused, as in PyTorch; an integral one scales
+  const Tensor i = from_vector<int64_t>({1, 2});
+  Tensor acc = from_vector<int64_t>({5, 5});
+  for (const auto& f : std::vector<std::function<void()>>{[&] { add(i, i, 0.5); }, [&] { sub(i, i, 1.5); },
+                                                           [&] { acc.add_(i, 0.5); }, [&] { acc.sub_(i, 0.5); },
+                                                           [&] { add(i, i, true); }}) {
+    try {
+      f();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("alpha"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(values(acc), (std::vector<double>{5, 5}));  // nothing written by the refused calls
+  EXPECT_EQ(values(add(i, i, 3)), (std::vector<double>{4, 8}));
+  EXPECT_EQ(add(i, i, 3).dtype(), kInt64);
+  EXPECT_EQ(values(add(i, from_vector<float>({1, 1}), 0.5)), (std::vector<double>{1.5, 2.5}));  // float result
+  EXPECT_EQ(values(add(from_vector<bool>({true, false}), from_vector<bool>({false, false}), true)),
+            (std::vector<double>{1, 0}));
 }
 
 TEST(Elementwise, ThreadCountDoesNotChangeResults) {

@@ -145,6 +145,26 @@ TEST(GradCheck, Linear) {
   EXPECT_FALSE(b.grad().defined());
 }
 
+// Empty sizes: no outputs (W has no rows) gives zero gradients of x's shape; no inputs gives an
+// empty weight gradient and a bias gradient counting the rows; no rows gives zero gradients.
+TEST(Linear, GradientsWithEmptySizes) {
+  for (const auto& [x_shape, out] : std::vector<std::pair<Shape, int64_t>>{{{5, 3}, 0}, {{2, 4, 3}, 0}, {{3}, 0},
+                                                                          {{5, 0}, 2}, {{0, 3}, 2}}) {
+    SCOPED_TRACE(fmt::format("x {} out {}", x_shape, out));
+    Tensor x = ones(x_shape).requires_grad_(), w = ones({out, x_shape.back()}).requires_grad_();
+    Tensor b = ones({out}).requires_grad_();
+    linear(x, w, b).sum().backward();
+    EXPECT_EQ(x.grad().shape(), x_shape);
+    EXPECT_EQ(w.grad().shape(), w.shape());
+    EXPECT_EQ(b.grad().shape(), b.shape());
+    for (const Tensor& grad : {x.grad(), w.grad()})  // g W and g^T x with ones: 0 when either has no elements
+      for (double v : values(grad)) EXPECT_EQ(v, 0.0);
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < x_shape.size(); ++d) rows *= x_shape[d];
+    for (double v : values(b.grad())) EXPECT_EQ(v, static_cast<double>(rows));
+  }
+}
+
 TEST(Linear, BadInput) {
   EXPECT_THROW(linear(ones({2, 3}), ones({4, 5})), Error);
   EXPECT_THROW(linear(ones({2, 3}), ones({4, 3}), ones({3})), Error);

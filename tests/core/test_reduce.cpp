@@ -374,6 +374,19 @@ TEST(Reduce, NaNPropagates) {
   }
 }
 
+// Where the extreme is NaN its gradient is shared among the NaNs, not 0 / 0 everywhere.
+TEST(Reduce, ExtremeGradientAtNaN) {
+  for (bool is_max : {true, false}) {
+    Tensor x = from_vector<double>({1, kNaN, 2, kNaN}).requires_grad_();
+    Tensor y = is_max ? max(x) : min(x);
+    EXPECT_EQ(values(autograd::grad({y}, {x}, {full({}, 4.0, kFloat64)})[0]), (std::vector<double>{0, 2, 0, 2}));
+    Tensor rows = from_vector<double>({1, kNaN, 2, 3, 5, 5}, Shape{2, 3}).requires_grad_();
+    Tensor r = is_max ? amax(rows, {1}) : amin(rows, {1});
+    EXPECT_EQ(values(autograd::grad({r}, {rows}, {ones({2}, kFloat64)})[0]),
+              (is_max ? std::vector<double>{0, 1, 0, 0, 0.5, 0.5} : std::vector<double>{0, 1, 0, 1, 0, 0}));
+  }
+}
+
 // A norm takes |x|: -0.0 is +0, so odd negative powers of zeros give +inf, never inf - inf.
 TEST(Reduce, NormsOfSignedZeros) {
   for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16}) {

@@ -194,6 +194,24 @@ TEST(Scan, Dtypes) {
   EXPECT_EQ(values(cumsum(big, 0))[2], 16777218.0);
 }
 
+// The gradient of a prefix sum is a suffix sum of g, summed from the end: a huge first entry
+// must not swallow the small ones after it, nor cancel against its negative.
+TEST(Scan, GradientIsAnExactSuffixSum) {
+  for (bool is_prod : {false, true}) {
+    Tensor x = ones({2, 4}).requires_grad_();
+    Tensor y = is_prod ? cumprod(x, 1) : cumsum(x, 1);
+    Tensor g = from_vector<float>({3e7f, 1, 1, 1, 1e8f, -1e8f, 1, 0}).reshape({2, 4});
+    Tensor dx = autograd::grad({y}, {x}, {g})[0];
+    EXPECT_EQ(values(dx), (std::vector<double>{30000004, 3, 2, 1, 1, -1e8, 1, 0})) << (is_prod ? "cumprod" : "cumsum");
+    Tensor col = ones({4}).requires_grad_();  // along dim 0 of a vector, and a 0-d input
+    EXPECT_EQ(values(autograd::grad({cumsum(col, 0)}, {col}, {from_vector<float>({3e7f, 1, 1, 1})})[0]),
+              (std::vector<double>{30000004, 3, 2, 1}));
+    Tensor scalar = full({}, 2.0).requires_grad_();
+    EXPECT_EQ(values(autograd::grad({is_prod ? cumprod(scalar, 0) : cumsum(scalar, 0)}, {scalar}, {full({}, 5.0)})[0]),
+              (std::vector<double>{5}));
+  }
+}
+
 TEST(Softmax, ThreadCountDoesNotChangeResults) {
   const std::vector<Tensor> inputs = {randn({64, 1000}), randn({5, 3000, 40}), randn({1 << 18}).to(kBFloat16)};
   for (const Tensor& x : inputs)

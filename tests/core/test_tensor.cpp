@@ -220,6 +220,37 @@ TEST(Tensor, ChannelsLast) {
   EXPECT_THROW(randn({2, 3}).to(MemoryFormat::ChannelsLast), Error);
 }
 
+// Copies and *_like tensors keep channels-last, as PyTorch's default preserve_format;
+// contiguous() and other layouts give contiguous results.
+TEST(Tensor, CopiesKeepChannelsLast) {
+  Tensor x = randn({2, 3, 4, 5});
+  Tensor cl = x.to(MemoryFormat::ChannelsLast);
+  const Strides nhwc{60, 1, 15, 3};
+  std::vector<std::pair<const char*, Tensor>> copies = {
+      {"clone", cl.clone()},           {"to(float64)", cl.to(kFloat64)}, {"to(cpu, float16)", cl.to(kCPU, kFloat16)},
+      {"empty_like", empty_like(cl)},  {"zeros_like", zeros_like(cl)},  {"ones_like", ones_like(cl, kInt32)},
+      {"full_like", full_like(cl, 2)}, {"rand_like", rand_like(cl)},    {"randn_like", randn_like(cl)}};
+  for (const auto& [name, t] : copies) {
+    EXPECT_EQ(t.shape(), x.shape()) << name;
+    EXPECT_EQ(t.strides(), nhwc) << name;
+  }
+  EXPECT_TRUE(all_close(cl.clone(), values(x), 0, 0));
+  EXPECT_TRUE(all_close(cl.to(kFloat64), values(x), 0, 0));
+  EXPECT_EQ(values(full_like(cl, 2)), std::vector<double>(120, 2.0));
+  EXPECT_TRUE(cl.contiguous().is_contiguous());
+  EXPECT_TRUE(x.clone().is_contiguous());
+  EXPECT_TRUE(x.transpose(1, 3).clone().is_contiguous());  // other layouts: contiguous copies
+  Tensor leaf = zeros_like(cl, TensorOptions().requires_grad());
+  EXPECT_TRUE(leaf.requires_grad() && leaf.is_leaf());
+  EXPECT_EQ(leaf.strides(), nhwc);
+  // a 1-channel or 1x1 image is both layouts at once: it stays contiguous
+  EXPECT_TRUE(randn({2, 1, 4, 5}).to(MemoryFormat::ChannelsLast).clone().is_contiguous());
+  // the gradient of a clone flows back whatever the layouts
+  Tensor src = randn({2, 3, 4, 5}).requires_grad_();
+  (src.to(MemoryFormat::ChannelsLast).clone() * 3).sum().backward();
+  EXPECT_EQ(values(src.grad()), std::vector<double>(120, 3.0));
+}
+
 // Copies between layouts that run along different dims take tiles (kernels/cpu/transpose.h):
 // sizes around the tile, outer dims, a broadcast operand and a dtype conversion, each checked
 // element by element against the source.
@@ -346,6 +377,12 @@ TEST(BadInput, ZeroDimTensorsDimsAndViews) {
   EXPECT_EQ(s.reshape({-1}).shape(), (Shape{1}));
   EXPECT_EQ(s.reshape({1, 1, 1}).item<double>(), 3.0);
   EXPECT_EQ(s.flatten().shape(), (Shape{1}));
+  EXPECT_EQ(s.flatten(-1, 0).shape(), (Shape{1}));
+  EXPECT_TRUE(raises([&] { s.flatten(3, 7); }, "[flatten]"));
+  EXPECT_TRUE(raises([&] { ones({1}).unflatten(0, {}); }, "[unflatten] sizes must not be empty"));
+  EXPECT_TRUE(raises([&] { max(empty({2, 0}), 1); }, "[max]"));
+  EXPECT_TRUE(raises([&] { min(empty({2, 0}), 1); }, "[min]"));
+  EXPECT_TRUE(raises([&] { linspace(0, 1, 3, TensorOptions(kBool)); }, "[linspace] bool"));
 }
 
 TEST(BadInput, SliceWithHugeSteps) {

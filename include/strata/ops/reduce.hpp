@@ -60,8 +60,10 @@ STRATA_API Tensor prod(const Tensor& x, std::optional<DType> dtype = std::nullop
 STRATA_API Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false,
                        std::optional<DType> dtype = std::nullopt);
 
-/// Largest / smallest value over `dims`, in x's dtype; NaN wins. Raises Error when a reduced
-/// dim has size 0.
+/// Largest / smallest value over `dims`, in x's dtype; NaN wins. The gradient is shared evenly
+/// among the elements equal to the result (among the NaNs where it is NaN, where PyTorch's amax
+/// gives NaN everywhere and its max() shares among the NaNs). Raises Error when a reduced dim
+/// has size 0.
 STRATA_API Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 STRATA_API Tensor amin(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 /// Largest / smallest element, as a 0-d tensor.
