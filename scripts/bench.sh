@@ -13,8 +13,8 @@
 #   STRATA_BENCH_SUITE    ops, data, train or all (default: all)
 #   STRATA_BENCH_DIR      build folder (default: build-bench)
 #   STRATA_BENCH_THREADS  threads for strata and LibTorch alike (default: 2)
-#   STRATA_BENCH_REPS     repetitions per case; the summary shows their median (default: 5)
-#   STRATA_BENCH_FILTER   regex of cases to run, e.g. 'gemm_' or 'jpeg_' (default: all)
+#   STRATA_BENCH_REPS     ops and data: repetitions per case; the summary shows their median (default: 5)
+#   STRATA_BENCH_FILTER   ops and data: regex of cases to run, e.g. 'gemm_' or 'jpeg_' (default: all)
 #   STRATA_BENCH_TRAIN_ARGS  flags for bench_train (--workloads, --steps, --rounds, --warmup, --phases)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +40,8 @@ cmake --build "$build" --target "${targets[@]}" -j "$(nproc)"
 
 # both libraries get the same threads; OpenBLAS (LibTorch's BLAS) reads its own variable
 export STRATA_BENCH_THREADS=$threads OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
-echo "command: $0 (STRATA_BENCH_SUITE=$suite STRATA_BENCH_THREADS=$threads STRATA_BENCH_REPS=$reps STRATA_BENCH_FILTER='$filter')"
+echo "command: $0 (STRATA_BENCH_SUITE=$suite STRATA_BENCH_THREADS=$threads STRATA_BENCH_REPS=$reps" \
+  "STRATA_BENCH_FILTER='$filter' STRATA_BENCH_TRAIN_ARGS='${STRATA_BENCH_TRAIN_ARGS:-}')"
 for target in "${targets[@]}"; do
   if [[ $target == bench_train ]]; then
     # a plain driver with its own warm-up and alternated rounds

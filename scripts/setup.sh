@@ -13,9 +13,11 @@ packages=(
   fortunes dataset-fashion-mnist python3 python3-pip
   clang libclang-rt-14-dev  # libFuzzer, for scripts/fuzz.sh
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(libtorch-dev libopenblas0-openmp)
-fi
+case "${1:-}" in
+  "") ;;
+  --bench) packages+=(libtorch-dev libopenblas0-openmp) ;;
+  *) echo "setup: unknown argument '$1' (usage: scripts/setup.sh [--bench])" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,7 +29,8 @@ if ((${#missing[@]})); then
   SUDO=""
   [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # through env: sudo's env_reset would drop a plain DEBIAN_FRONTEND=... prefix
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: all packages present"
 fi

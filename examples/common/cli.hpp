@@ -4,6 +4,7 @@
 // 0..2^64-1: reading "-1" or 2^64 into a uint64_t would wrap or saturate silently.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -51,5 +52,25 @@ inline const CLI::Validator seed_value(
                                                                : fmt::format("{} is not an integer in 0..2^64-1", s);
     },
     "0..2^64-1", "seed");
+
+// CLI11 reads an integer with base 0: "010" would be 8 and "0x10" 16. This makes every integer
+// option of `app` (add it after the options) take plain decimal: leading zeros are dropped
+// before the conversion, and anything but an optionally signed run of digits is refused.
+inline void decimal_integers(CLI::App& app) {
+  const CLI::Validator decimal(
+      [](std::string& s) -> std::string {
+        const size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+        if (s.size() == sign || s.find_first_not_of("0123456789", sign) != std::string::npos)
+          return fmt::format("{} is not a decimal integer", s);
+        const size_t first = std::min(s.find_first_not_of('0', sign), s.size() - 1);  // "000" keeps one 0
+        s = s.substr(0, sign) + s.substr(first);
+        return {};
+      },
+      "", "decimal");
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) option->transform(decimal);
+  }
+}
 
 }  // namespace example

@@ -28,7 +28,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--width", o.width, "channels of the first stage (then 2x and 4x)")
       ->check(example::in_range(1, 1024));
   app.add_option("--epochs", o.epochs, "passes over the training set (the schedule spans them)")
-      ->check(example::at_least(1));
+      ->check(example::in_range(1, 100'000));
   app.add_option("--batch", o.batch, "images per step")->check(example::at_least(1));
   app.add_option("--lr", o.lr, "peak learning rate of the one-cycle schedule (> 0)");
   app.add_option("--weight-decay", o.weight_decay, "weight decay (conv and linear weights only)");
@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Train a small CNN on Fashion-MNIST"};
   add_options(app, o);
+  example::decimal_integers(app);
   CLI11_PARSE(app, argc, argv);
 
   try {

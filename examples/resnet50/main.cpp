@@ -31,7 +31,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--val-data", o.val_data, "ImageFolder of validation images (the same classes as --data)");
   app.add_option("--eval-every", o.eval_every, "steps between validations (0: at the end only)")
       ->check(example::at_least(0));
-  app.add_option("--synthetic-size", o.synthetic_size, "synthetic images per epoch")->check(example::at_least(1));
+  app.add_option("--synthetic-size", o.synthetic_size, "synthetic images per epoch")
+      ->check(example::in_range(1, 100'000'000));
   app.add_option("--image-size", o.image_size, "training resolution (square)")->check(CLI::Range(32, 4096));
   app.add_option("--classes", o.classes, "classes of the synthetic data")->check(example::in_range(1, 100'000));
   app.add_option("--batch", o.batch, "images per step (at most the training set)");
@@ -66,10 +67,18 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--print-params-only", o.print_params_only, "build the model, print its parameter count, exit");
 }
 
-// Refuses bad options before anything is read or written, naming the option.
-void validate(const Options& o) {
+// Refuses bad options before anything is read or written, naming the option; `given` says
+// whether an option was on the command line (some apply only with others).
+void validate(const Options& o, const std::function<bool(const char*)>& given) {
   using example::require, example::finite_at_least;
   const char* who = "resnet50";
+  STRATA_CHECK(o.data.empty() || !given("--classes"),
+               "[resnet50] --classes sets the classes of synthetic data; an ImageFolder (--data) has one per folder");
+  STRATA_CHECK(o.data.empty() || !given("--synthetic-size"), "[resnet50] --synthetic-size applies to synthetic data "
+               "only, not to --data");
+  STRATA_CHECK(!o.val_data.empty() || !given("--eval-every"), "[resnet50] --eval-every needs --val-data");
+  STRATA_CHECK(o.optimizer == "sgd" || (!given("--momentum") && !given("--nesterov")),
+               "[resnet50] --momentum and --nesterov apply to --optimizer sgd, not {}", o.optimizer);
   require(who, "--batch", o.batch, o.batch >= 1 && o.batch <= 65536, "in 1..65536");
   require(who, "--lr", o.lr, finite_at_least(o.lr, 0), "finite and >= 0 (0: the default)");
   require(who, "--min-lr", o.min_lr, finite_at_least(o.min_lr, 0) && o.min_lr <= o.lr, "finite, >= 0 and <= --lr");
@@ -90,19 +99,15 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Train ResNet-50 on an ImageFolder or on synthetic ImageNet-shaped data"};
   add_options(app, o);
+  example::decimal_integers(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
     STRATA_CHECK(!o.amp, "[resnet50] --amp: mixed precision training is not available yet; run without --amp");
     example::set_threads("resnet50", o.threads);
     st::manual_seed(o.seed);
-    if (o.print_params_only) {
-      ResNet50 model({.classes = o.classes});
-      std::printf("parameters: %lld\n", (long long)model.num_parameters());
-      return 0;
-    }
     if (o.lr == 0) o.lr = o.optimizer == "lamb" ? 5e-3 : 0.1 * static_cast<double>(o.batch) / 256;
-    validate(o);
+    validate(o, [&app](const char* option) { return app.count(option) > 0; });
     const st::Device device =
         o.device == "cuda" || (o.device == "auto" && st::cuda::is_available()) ? st::Device::cuda() : st::kCPU;
     if (device.type == st::DeviceType::CUDA) {
@@ -113,6 +118,11 @@ int main(int argc, char** argv) {
     }
 
     TrainData data = make_data(o);
+    if (o.print_params_only) {  // the model these options train: its classes come from the data
+      ResNet50 model({.classes = data.classes});
+      std::printf("parameters: %lld\n", (long long)model.num_parameters());
+      return 0;
+    }
     STRATA_CHECK(o.batch <= data.dataset->size(), "[resnet50] --batch ({}) is larger than the training set ({} images)",
                  o.batch, data.dataset->size());
     st::data::DataLoader<st::data::Example> loader(

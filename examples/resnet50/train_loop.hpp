@@ -144,8 +144,8 @@ inline Validation evaluate(ResNet50& model, st::data::DataLoader<st::data::Examp
 }
 
 // What a checkpoint must agree on to be continued exactly (Note [Exact resume]): the model's
-// classes, the batches it is fed, the learning-rate schedule (another would mix two) and the
-// optimizer's options (its state carries them, so others would be ignored).
+// classes, the batches it is fed, the loss, the learning-rate schedule (another would mix two)
+// and the optimizer's options (its state carries them, so others would be ignored).
 // load_checkpoint refuses another, naming the keys.
 inline std::map<std::string, std::string> run_config(const Options& o, const TrainData& data) {
   std::map<std::string, std::string> config{
@@ -156,6 +156,7 @@ inline std::map<std::string, std::string> run_config(const Options& o, const Tra
       {"batch", std::to_string(o.batch)},
       {"seed", std::to_string(o.seed)},
       {"weight_decay", fmt::format("{}", o.weight_decay)},
+      {"label_smoothing", fmt::format("{}", o.label_smoothing)},
       {"momentum", o.optimizer == "sgd" ? fmt::format("{}", o.momentum) : "-"},
       {"nesterov", o.optimizer == "sgd" && o.nesterov ? "yes" : "no"}};
   config.merge(example::schedule_config(o.steps, o.warmup, o.lr, o.min_lr));
@@ -199,8 +200,8 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
   };
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  double running = 0, timed_s = 0, all_s = 0;
-  int64_t running_n = 0, step = start, timed_images = 0, all_images = 0;
+  double running = 0, timed_s = 0, all_s = 0, interval_s = 0;
+  int64_t running_n = 0, step = start, timed_images = 0, all_images = 0, interval_images = 0;
   auto last = Clock::now();
   while (step < end) {
     if (data.folder) data.folder->set_epoch(static_cast<uint64_t>(loader.epoch()));  // before the pass starts
@@ -232,6 +233,8 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       }
       running += l;
       ++running_n;
+      interval_s += step_s;
+      interval_images += n;
       const double ips = static_cast<double>(n) / std::max(step_s, 1e-9);
       const double elapsed = std::chrono::duration<double>(now - t0).count();
       csv.row() << step << ',' << fmt::format("{}", l) << ',' << fmt::format("{}", lr) << ',' << fmt::format("{:.2f}", ips)
@@ -243,12 +246,14 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       }
       csv.row() << (val ? fmt::format(",{},{:.2f},{:.2f}", val->loss, val->top1, val->top5) : std::string(",,,")) << '\n';
       if (step % o.log_every == 0 || step == end) {
+        // the loss and images/s over the steps since the last line
         std::printf("step %5lld/%lld  loss %.4f  lr %.2e  %7.2f img/s  elapsed %6.1fs\n", (long long)step,
-                    (long long)o.steps, running / static_cast<double>(running_n), lr, ips, elapsed);
+                    (long long)o.steps, running / static_cast<double>(running_n), lr,
+                    static_cast<double>(interval_images) / std::max(interval_s, 1e-9), elapsed);
         std::fflush(stdout);
         csv.flush();
-        running = 0;
-        running_n = 0;
+        running = interval_s = 0;
+        running_n = interval_images = 0;
       }
       if (val) {
         std::printf("validation at step %lld: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%lld images)\n",

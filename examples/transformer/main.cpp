@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Train a byte-level GPT on token shards"};
   add_options(app, o);
+  example::decimal_integers(app);
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -5,7 +5,8 @@
 # data folder must fail with a message pointing at scripts/setup.sh; bad options (outputs naming
 # each other or in a missing folder, out-of-range rates, --threads, a negative limit) are refused
 # naming the option, before the metrics CSV or the weights are touched; a NaN loss stops the run
-# without saving weights; CLI refusals (--epochs 0, --seed -1 or 2^64) are short.
+# without saving weights; CLI refusals (--epochs 0 or 2^62, --seed -1 or 2^64, a hexadecimal
+# --batch, an exponent) are short.
 # usage: fashion_mnist_test.sh FASHION_MNIST WORK_DIR
 set -euo pipefail
 example=$1 work=$2
@@ -68,7 +69,10 @@ expect_cli_refusal() {
   grep -q -- "$needle" err.txt || fail "the refusal of $* does not say '$needle': $(cat err.txt)"
   [[ $(wc -c <err.txt) -lt 200 ]] || fail "the refusal of $* is long: $(cat err.txt)"
 }
-expect_cli_refusal '0 is less than 1' --epochs 0
+expect_cli_refusal '0 is not in 1..100000' --epochs 0
+expect_cli_refusal 'not in 1..100000' --epochs 4611686018427387904
+expect_cli_refusal '0x40 is not a decimal integer' --batch 0x40
+expect_cli_refusal '1e3 is not a decimal integer' --limit-train 1e3
 expect_cli_refusal 'not an integer in 0..2^64-1' --seed -1
 expect_cli_refusal 'not an integer in 0..2^64-1' --seed 18446744073709551616
 echo "PASS: loss $first -> $last, test accuracy $acc%"

@@ -9,13 +9,16 @@
 #   - 6 steps straight equal 3 steps (--stop-after), then --resume to 6, mid-epoch: the same
 #     loss and lr at every step and byte-identical final checkpoints; the same for a
 #     channels-last run, whose losses match the contiguous run's to 1e-4;
+#   - integer options are decimal (010 is ten), --print-params-only counts an ImageFolder's classes;
 #   - --cudnn-benchmark on the CPU says it has no effect; --amp, a missing --data folder,
+#     options that do not apply (--classes or --synthetic-size with --data, --eval-every without
+#     --val-data, --momentum or --nesterov with LAMB), a hexadecimal --steps,
 #     --resume without --checkpoint, a missing checkpoint, a resume with another batch size,
 #     --val-data without --data and
 #     validation classes unlike the training ones fail with a message; so do outputs that name
 #     each other or lie in a missing folder, a batch larger than the training set, non-finite or
-#     out-of-range rates, --threads out of 0..1024 and a resume with another --steps or
-#     --momentum; a run that
+#     out-of-range rates, --threads out of 0..1024 and a resume with another --steps,
+#     --momentum or --label-smoothing; a run that
 #     fails at its first step leaves the metrics CSV alone; a NaN loss stops without a checkpoint.
 # usage: resnet50_test.sh RESNET50 WORK_DIR
 set -euo pipefail
@@ -24,7 +27,8 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-params=$("$example" --print-params-only | sed -nE 's/^parameters: ([0-9]+)$/\1/p')
+count_params() { "$example" --print-params-only "$@" | sed -nE 's/^parameters: ([0-9]+)$/\1/p'; }
+params=$(count_params)
 [[ $params == 25557032 ]] || fail "ResNet-50 with 1000 classes has $params parameters, not 25557032"
 
 tiny=(--image-size 64 --classes 4 --synthetic-size 8 --batch 8 --warmup 0 --lr 0.02 --zero-init-residual
@@ -81,6 +85,11 @@ grep -qE '^validation at step 2: loss [0-9.]+  top-1 [0-9.]+%  top-5 100.00%  \(
 tail -n +2 folder.csv | awk -F, '{ if (!($6 > 0 && $7 >= 0 && $7 <= 100 && $8 == 100)) bad = 1 } END { exit bad }' ||
   fail "the metrics CSV lacks validation columns: $(cat folder.csv)"
 mkdir -p other/green && cp folder/red/0.png other/green/
+# the model an ImageFolder trains has one class per folder (2 here: 2048 * 2 + 2 in the fc)
+[[ $(count_params --data folder) == 23512130 ]] || fail "--print-params-only ignored the folder's 2 classes"
+# integer options are decimal: a leading zero is not octal
+"$example" "${tiny[@]}" --steps 010 --stop-after 02 --log-every 1 --checkpoint zeros.ckpt --metrics zeros.csv |
+  grep -q 'stopped after step 2 of 10' || fail "--steps 010 --stop-after 02 was not read as 10 and 2"
 
 # exact resume: 2 batches per epoch, so the run stops in the middle of epoch 1
 ck=(--synthetic-size 8 --batch 4 --warmup 1)
@@ -105,22 +114,38 @@ paste -d, <(losses straight.csv) <(losses cl_straight.csv) |
 diff <(cut -d, -f1-3 cl_straight.csv) <(cut -d, -f1-3 cl_split.csv) || fail "the channels-last resume differs"
 cmp cl_straight.ckpt cl_split.ckpt || fail "the channels-last resumed run's final checkpoint differs"
 
-# refused: exit status 1 and a message on stderr that contains NEEDLE
-expect_refusal() {
+# refused: a nonzero exit status (1 from the example, 105 from CLI11's option checks) and a
+# message on stderr that contains NEEDLE; expect_refusal adds the tiny synthetic-data options
+refused() {
   local what=$1 needle=$2 rc=0
   shift 2
-  "$example" "${tiny[@]}" --steps 2 "$@" >/dev/null 2>err.txt || rc=$?
-  [[ $rc == 1 ]] || fail "$what exited with $rc, not 1"
+  "$example" "$@" >/dev/null 2>err.txt || rc=$?
+  [[ $rc == 1 || $rc == 105 ]] || fail "$what exited with $rc, not 1 or 105"
   grep -q -- "$needle" err.txt || fail "the refusal of $what does not say '$needle': $(cat err.txt)"
 }
+expect_refusal() {
+  local what=$1 needle=$2
+  shift 2
+  refused "$what" "$needle" "${tiny[@]}" --steps 2 "$@"
+}
+folder_run=(--data folder --image-size 32 --batch 4 --steps 2 --warmup 0 --device cpu --threads 2 --metrics f.csv)
+refused "--classes with --data" '--classes sets the classes of synthetic data' "${folder_run[@]}" --classes 4
+refused "--synthetic-size with --data" '--synthetic-size applies to synthetic data' "${folder_run[@]}" \
+  --synthetic-size 8
+refused "--eval-every without --val-data" '--eval-every needs --val-data' "${folder_run[@]}" --eval-every 1
+refused "a missing ImageFolder root" 'no-such-dir' "${folder_run[@]}" --data "$work/no-such-dir"
+expect_refusal "--momentum with LAMB" 'apply to --optimizer sgd' --optimizer lamb --momentum 0.5
+expect_refusal "--nesterov with LAMB" 'apply to --optimizer sgd' --optimizer lamb --nesterov
+expect_refusal "--steps in hexadecimal" '0x10 is not a decimal integer' --steps 0x10
+expect_refusal "--synthetic-size 2^40" '--synthetic-size' --synthetic-size 1099511627776
+expect_refusal "--resume with another --label-smoothing" "label_smoothing: '0.1' -> '0'" "${ck[@]}" --steps 6 \
+  --label-smoothing 0 --checkpoint split.ckpt --resume
 expect_refusal "--resume without --checkpoint" 'need --checkpoint' --resume
 expect_refusal "--resume from a missing checkpoint" 'no checkpoint at none.ckpt' --checkpoint none.ckpt --resume
 expect_refusal "--resume with another batch size" 'batch' "${ck[@]}" --batch 2 --steps 6 --checkpoint split.ckpt --resume
 expect_refusal "--amp" 'not available yet' --amp
-expect_refusal "a missing ImageFolder root" 'no-such-dir' --data "$work/no-such-dir"
 expect_refusal "--val-data without --data" 'needs --data' --val-data folder
-expect_refusal "validation classes unlike the training ones" 'classes (green) differ' --data folder \
-  --val-data other --image-size 32
+refused "validation classes unlike the training ones" 'classes (green) differ' "${folder_run[@]}" --val-data other
 expect_refusal "--resume with another --steps" "steps: '6' -> '8'" "${ck[@]}" --steps 8 --checkpoint split.ckpt --resume
 # the optimizer's state carries momentum and weight decay: others would be ignored
 expect_refusal "--resume with another --momentum" "momentum: '0.9' -> '0'" "${ck[@]}" --steps 6 --momentum 0 \

@@ -92,6 +92,9 @@ if [[ $mode == smoke ]]; then
   expect_refusal "--temperature -1" '--temperature' --temperature -1
   expect_refusal "--top-k 0" '--top-k' --top-k 0
   expect_refusal "--top-k past the vocabulary" '--top-k' --top-k 100000
+  rc=0  # integer options are decimal: CLI11 would read 0x4 as 4 (and 010 as 8)
+  "$transformer" "${tiny[@]}" --steps 3 --warmup 1 --batch 0x4 >/dev/null 2>err.txt || rc=$?
+  [[ $rc == 105 ]] && grep -q '0x4 is not a decimal integer' err.txt || fail "--batch 0x4 was not refused: $(cat err.txt)"
   cmp transformer_metrics.csv metrics.before || fail "a refused run changed the metrics CSV"
   cmp val.bin val.before || fail "a refused run changed the validation shard"
   cmp model.safetensors weights.before || fail "a refused run changed the weights"
