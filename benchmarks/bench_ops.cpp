@@ -220,13 +220,7 @@ std::string blas_target() {
 int main(int argc, char** argv) {
   const char* env_threads = std::getenv("STRATA_BENCH_THREADS");
   const int threads = env_threads ? std::max(1, std::atoi(env_threads)) : 2;
-  // OpenBLAS and OpenMP read their thread counts once, at load: restart with them set
-  if (!std::getenv("OPENBLAS_NUM_THREADS")) {
-    std::string t = std::to_string(threads);
-    setenv("OPENBLAS_NUM_THREADS", t.c_str(), 1);
-    setenv("OMP_NUM_THREADS", t.c_str(), 1);
-    execv("/proc/self/exe", argv);  // returns only on failure; then carry on as we are
-  }
+  bench::restart_with_bench_env(argv, threads);
   strata::set_num_threads(threads);
   std::unique_ptr<bench::Peer> peer = bench::make_torch_peer();
   if (peer) peer->set_threads(threads);
@@ -239,6 +233,7 @@ int main(int argc, char** argv) {
   fmt::print("strata op benchmarks, {}\nCPU: {}, {} threads for every library\n", date, bench::cpu_model(), threads);
   fmt::print("fp32 peak: {:.1f} GFLOP/s ({})\n", peak.value, peak.method);
   fmt::print("memory bandwidth: {:.1f} GB/s ({})\n", bandwidth.value, bandwidth.method);
+  fmt::print("malloc: {}\n", bench::malloc_policy());
   fmt::print("peer: {}\n\n", peer ? fmt::format("{} (BLAS: {})", peer->name(), blas_target()) : "none (built without LibTorch)");
 
   for (const Case& c : cases()) {

@@ -13,6 +13,7 @@
 //   STRATA_BENCH_THREADS   threads for both libraries (default 2)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -83,11 +84,12 @@ struct Options {
   bool cuda = false, phases = false, ops = false;
 };
 
+constexpr const char* kUsage =
+    "usage: bench_train [--workloads mlp,cnn,resnet50,gpt] [--steps N] [--rounds R] [--warmup W] "
+    "[--device cpu|cuda] [--phases] [--ops]\n";
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "bench_train: %s\nusage: bench_train [--workloads mlp,cnn,resnet50,gpt] [--steps N] [--rounds R] "
-               "[--warmup W] [--device cpu|cuda] [--phases] [--ops]\n",
-               why.c_str());
+  std::fprintf(stderr, "bench_train: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -113,6 +115,9 @@ Options parse(int argc, char** argv) {
       o.phases = true;
     } else if (a == "--ops") {
       o.ops = true;
+    } else if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      std::exit(0);
     } else {
       usage("unknown argument '" + a + "'");
     }
@@ -153,7 +158,7 @@ void print_phases(const std::string& lib, Trainer& t, int phase_steps) {
 
 Row run(const Workload& w, const Options& o, const std::string& torch) {
   const int steps = o.steps > 0 ? o.steps : w.steps, rounds = o.rounds > 0 ? o.rounds : w.rounds;
-  const int warmup = o.warmup >= 0 ? o.warmup : w.warmup;
+  const int warmup = std::max(o.warmup >= 0 ? o.warmup : w.warmup, 1);  // at least one step, for the first loss
   const TrainConfig cfg{.model = w.model, .batch = w.batch, .seed = 1, .cuda = o.cuda};
   auto s = make_strata_trainer(cfg);
   auto t = torch.empty() ? nullptr : make_torch_trainer(cfg);
@@ -165,7 +170,7 @@ Row run(const Workload& w, const Options& o, const std::string& torch) {
                "[bench_train] {}: the two models differ ({} against {} parameters)", w.name, s->num_parameters(),
                t->num_parameters());
   double s_loss = 0, t_loss = 0, s_first = 0, t_first = 0;
-  for (int i = 0; i < std::max(warmup, 1); ++i) {  // at least one step, for the first loss
+  for (int i = 0; i < warmup; ++i) {
     const double l = s->step();
     if (i == 0) s_first = l;
     if (t) {
@@ -190,6 +195,9 @@ Row run(const Workload& w, const Options& o, const std::string& torch) {
   std::printf("  loss: strata %.4f -> %.4f", s_first, s_loss);
   if (t) std::printf(", %s %.4f -> %.4f", torch.c_str(), t_first, t_loss);
   std::printf(" (one batch, seen again each step)\n");
+  // a run that diverged may skip work (NaN paths) or not: its rates are not reported
+  STRATA_CHECK(std::isfinite(s_loss) && (!t || std::isfinite(t_loss)),
+               "[bench_train] {}: the training loss is not finite (strata {}, LibTorch {})", w.name, s_loss, t_loss);
   if (o.phases) {
     print_phases("strata", *s, steps);
     if (t) print_phases(torch, *t, steps);
@@ -215,12 +223,14 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const char* env = std::getenv("STRATA_BENCH_THREADS");
     const int threads = env ? std::max(1, std::atoi(env)) : 2;
+    restart_with_bench_env(argv, threads);
     std::string command = argv[0];
     for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
     const auto getenv_or = [](const char* name) { const char* v = std::getenv(name); return v ? v : "(unset)"; };
     std::printf("command: %s\nCPU: %s; threads: %d for both libraries (OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s)\n",
                 command.c_str(), cpu_model().c_str(), threads, getenv_or("OMP_NUM_THREADS"),
                 getenv_or("OPENBLAS_NUM_THREADS"));
+    std::printf("malloc: %s\n", malloc_policy().c_str());
     if (o.cuda) {
       std::string why;
       if (!strata_gpu_works(why)) {

@@ -3,8 +3,11 @@
 // x86 cores, so it runs at the issue rate: cores x FMA units x vector width x 2 x clock.
 #include "machine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -113,6 +116,27 @@ std::string cpu_model() {
       if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
     }
   return "unknown";
+}
+
+void restart_with_bench_env(char** argv, int threads) {
+  if (std::getenv("STRATA_BENCH_RESTARTED")) return;
+  setenv("STRATA_BENCH_RESTARTED", "1", 1);
+  const std::string t = std::to_string(threads);
+  setenv("OMP_NUM_THREADS", t.c_str(), 0);  // 0: a value the user set is kept
+  setenv("OPENBLAS_NUM_THREADS", t.c_str(), 0);
+  if (!std::getenv("STRATA_BENCH_GLIBC_DEFAULTS")) {
+    setenv("MALLOC_MMAP_MAX_", "0", 0);
+    setenv("MALLOC_TRIM_THRESHOLD_", "17179869184", 0);
+  }
+  execv("/proc/self/exe", argv);  // returns only on failure; then carry on as we are
+}
+
+std::string malloc_policy() {
+  const char* mmap_max = std::getenv("MALLOC_MMAP_MAX_");
+  const char* trim = std::getenv("MALLOC_TRIM_THRESHOLD_");
+  if (!mmap_max && !trim) return "glibc defaults (large blocks are fresh pages each time; Note [Fresh pages])";
+  return fmt::format("glibc keeps freed memory (MALLOC_MMAP_MAX_={}, MALLOC_TRIM_THRESHOLD_={}; Note [Fresh pages])",
+                     mmap_max ? mmap_max : "default", trim ? trim : "default");
 }
 
 }  // namespace bench

@@ -123,7 +123,7 @@ class TorchPeer final : public Peer {
       }
       case Op::Sort: {
         at::Tensor a = at::rand({w.n}, f32);
-        return [a] { at::sort(a); };
+        return [a] { at::sort(a, /*stable=*/true, -1, false); };  // strata's sort is always stable
       }
       case Op::Topk: {
         at::Tensor a = at::rand({w.m, w.n}, f32);

@@ -104,7 +104,7 @@ class STRATA_API Tensor {
   /// This tensor when already contiguous, else a contiguous copy.
   Tensor contiguous() const;
   Tensor clone() const;
-  /// A copy in page-locked host memory (plain memory without CUDA).
+  /// A copy in page-locked host memory (plain memory without CUDA or without a GPU).
   Tensor pin_memory() const;
 
   // ---- views (no copy) -------------------------------------------------------------------

@@ -73,11 +73,12 @@ struct Checkpoint {
 STRATA_API void save_checkpoint(const std::string& path, const TrainingState& state, const Checkpoint& progress = {});
 
 /// Restores a checkpoint into the live objects and returns where the run was. Everything is
-/// checked first: the checksums, the configuration, the model's keys, shapes and dtypes, the
-/// optimizer's and scheduler's types, the parts and generator names present. On any Error
-/// nothing in `state` has changed (the optimizer, scheduler and scaler are rolled back from
-/// snapshots if one of them refuses its state dict; the optimizer's snapshot is a copy of its
-/// state, held while loading).
+/// checked first: the checksums, the configuration, the model's keys, shapes and dtypes (what
+/// its strict load_state_dict would refuse), the optimizer's and scheduler's types, the parts
+/// and generator names present. On any Error nothing in `state` has changed (the optimizer,
+/// scheduler and scaler are rolled back from snapshots if one of them refuses its state dict;
+/// the optimizer's snapshot is a copy of its state, held while loading), except when copying
+/// the model's tensors itself fails (a device error), which may leave the model partly loaded.
 STRATA_API Checkpoint load_checkpoint(const std::string& path, TrainingState& state);
 
 /// A checkpoint file's contents, checksums verified, without live objects (to inspect one, or

@@ -101,7 +101,7 @@ STRATA_API Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k,
 /// Whether scaled_dot_product_attention (and MultiheadAttention) may run the fused attention
 /// kernels on tensors of `device`: one op that never writes the (L, S) scores, used when there
 /// is no mask but is_causal (dropout drops the weights functional::dropout would with the same
-/// generator), and q, k and v share dtype, device and batch dims.
+/// generator), and q, k and v share dtype and device and their batch dims broadcast.
 /// On by default on the CPU; off on CUDA, whose kernels have not yet run on a GPU. Like
 /// PyTorch's torch.backends.cuda.enable_flash_sdp; the switch is process-wide.
 STRATA_API void set_fused_attention(DeviceType device, bool enabled);

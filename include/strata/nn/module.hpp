@@ -92,7 +92,7 @@ class STRATA_API Module {
   /// and destination that cannot be written (an expanded view), before writing anything.
   LoadResult load_state_dict(const StateDict& dict, bool strict = true);
   /// What load_state_dict(dict, strict) would refuse, one line per problem, without writing
-  /// anything; empty when it would load (load_checkpoint checks every part this way first).
+  /// anything; empty when it would load (load_checkpoint checks the model this way first).
   std::vector<std::string> check_state_dict(const StateDict& dict, bool strict = true) const;
 
  protected:

@@ -33,7 +33,9 @@ STRATA_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 STRATA_API Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
 STRATA_API Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
 
-/// The scalar forms make a 0-d tensor of the promoted dtype and broadcast it.
+/// The scalar forms make a 0-d tensor of the promoted dtype and broadcast it, except that
+/// float16/bfloat16 arithmetic with a scalar the 16-bit type cannot hold runs in float32 and
+/// rounds once.
 STRATA_API Tensor add(const Tensor& a, Scalar b);
 STRATA_API Tensor sub(const Tensor& a, Scalar b);
 STRATA_API Tensor mul(const Tensor& a, Scalar b);

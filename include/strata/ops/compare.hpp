@@ -12,8 +12,9 @@ struct IsCloseParams {
   bool equal_nan = false;
 };
 
-/// Elementwise |a - b| <= atol + rtol * |b| (bool), broadcasting a and b, compared in
-/// float64 after promoting both to one dtype. Equal infinities are close; NaN is close to
+/// Elementwise |a - b| <= atol + rtol * |b| (bool), broadcasting a and b, after promoting
+/// both to one dtype: floating values compared in float64, integers exactly (the tolerance
+/// in float64). Equal infinities are close; NaN is close to
 /// NaN only when equal_nan is set.
 STRATA_API Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
                           bool equal_nan = false);

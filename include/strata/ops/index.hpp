@@ -36,12 +36,13 @@ STRATA_API Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, con
 STRATA_API Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value);
 /// A copy of x with self[index[i][j][k]][j][k] += src[i][j][k] for dim 0. Repeated indices
 /// accumulate, on the CPU in order along `dim`, so the result is deterministic. On CUDA the
-/// adds are atomic and their order is not fixed: with repeated indices, floating results may
-/// differ in the last bits from run to run (integer results do not).
+/// adds are atomic and their order is not fixed unless cuda::set_deterministic(true): with
+/// repeated indices, floating results may differ in the last bits from run to run (integer
+/// results do not).
 STRATA_API Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 /// A copy of x with x[..., index[i], ...] += alpha * src[..., i, ...] along `dim`, for a 1-d
 /// (or 0-d) index; src has x's shape with dim `dim` of size index.numel(). On CUDA repeated
-/// indices accumulate in no fixed order, as for scatter_add.
+/// indices accumulate as for scatter_add.
 STRATA_API Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha = 1);
 
 /// In-place forms: write into `self` and return it. src must have self's dtype. On bad

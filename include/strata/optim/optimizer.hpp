@@ -53,7 +53,8 @@ struct ParamState {
 };
 
 /// One parameter's share of a step, as Optimizer::update_cuda receives it: the parameter, its
-/// grad (contiguous, of the parameter's shape, dtype and device) and its state.
+/// grad (of the parameter's shape, dtype and device, laid out as the parameter: Note
+/// [Parameter layouts] in src/optim/update_util.h) and its state.
 struct ParamUpdate {
   Tensor param;
   Tensor grad;
@@ -115,8 +116,8 @@ class STRATA_API Optimizer {
  protected:
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
 
-  /// One parameter's update. `grad` has the parameter's shape, dtype and device and is
-  /// contiguous; the parameter has passed check_param. step() calls it for CPU parameters.
+  /// One parameter's update. `grad` has the parameter's shape, dtype and device and is laid
+  /// out as the parameter; the parameter has passed check_param. step() calls it for CPU parameters.
   virtual void update(size_t group, const Tensor& param, const Tensor& grad, ParamState& state) = 0;
   /// The update of the parameters of group `group` in `batch`, which share one CUDA device and
   /// one dtype: the built-in optimizers update them all in a few multi-tensor kernel launches.
@@ -146,7 +147,8 @@ class STRATA_API Optimizer {
   virtual void restore_options() = 0;
 
   /// Checks every parameter of every group: defined, a floating leaf of float32 or float64 on
-  /// the CPU or a CUDA device, contiguous, and listed once across all groups.
+  /// the CPU or a CUDA device, contiguous (or channels-last when 4-d), and listed once across
+  /// all groups.
   void check_params() const;
 
  private:
