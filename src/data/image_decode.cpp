@@ -118,10 +118,13 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name) {
   if (cmyk) cmyk_pixels.resize(static_cast<size_t>(height) * width * 4);
   uint8_t* dst = cmyk ? cmyk_pixels.data() : image.pixels.data();
   // A warning (truncated data, a corrupt segment) still yields an image padded with grey;
-  // stopping on it makes such files errors rather than silently damaged samples.
+  // stopping on it makes such files errors rather than silently damaged samples. A
+  // progressive file of more than 500 scans is refused: each scan is a pass over every
+  // coefficient, so a few kilobytes could cost minutes of decoding.
   const int rc = tjDecompress2(h, src, size, dst, width, 0, height, cmyk ? TJPF_CMYK : TJPF_RGB,
-                               TJFLAG_STOPONWARNING);
-  STRATA_CHECK(rc == 0, "[read_image] {}: corrupt or truncated JPEG: {}", name, tjGetErrorStr2(h));
+                               TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS);
+  STRATA_CHECK(rc == 0, "[read_image] {}: cannot decode the JPEG (corrupt, truncated or too costly): {}", name,
+               tjGetErrorStr2(h));
   if (cmyk) {
     // Photoshop writes inverted CMYK (Adobe APP14), which is what nearly every CMYK JPEG is:
     // the stored values are 255 - ink, so RGB = stored * K / 255.

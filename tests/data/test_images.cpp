@@ -195,6 +195,53 @@ TEST(ImageDecode, HugeDeclaredSizeRejectedBeforeAllocating) {
   EXPECT_LT(max_rss_kb() - rss_before, 64 * 1024);  // tens of GiB were declared
 }
 
+// A progressive 8x8 greyscale JPEG of mid-grey (every coefficient 0), built by hand with
+// `refinements` successive-approximation passes over the DC and each of the 63 AC
+// coefficients: 64 * (1 + refinements) scans, a valid progression however many there are.
+// Both Huffman tables hold one 1-bit code, symbol 0 (DC category 0, AC end of band), so each
+// scan's data is a single 0 bit (a DC refinement: its raw bit) padded with 1s.
+std::vector<uint8_t> progressive_grey_jpeg(int refinements) {
+  std::vector<uint8_t> b = {0xFF, 0xD8};
+  auto segment = [&b](uint8_t marker, std::vector<uint8_t> body) {
+    const size_t len = body.size() + 2;
+    b.insert(b.end(), {0xFF, marker, static_cast<uint8_t>(len >> 8), static_cast<uint8_t>(len)});
+    b.insert(b.end(), body.begin(), body.end());
+  };
+  std::vector<uint8_t> dqt(65, 1);
+  dqt[0] = 0;  // 8-bit table 0, every step 1
+  segment(0xDB, dqt);
+  segment(0xC2, {8, 0, 8, 0, 8, 1, 1, 0x11, 0});  // progressive, 8x8, one component (id 1)
+  std::vector<uint8_t> one_code(17, 0);
+  one_code[1] = 1;           // one code of length 1
+  one_code.push_back(0);     // its symbol
+  one_code[0] = 0x00;        // DC table 0
+  segment(0xC4, one_code);
+  one_code[0] = 0x10;        // AC table 0
+  segment(0xC4, one_code);
+  auto scan = [&](uint8_t ss, uint8_t se, uint8_t ah, uint8_t al) {
+    segment(0xDA, {1, 1, 0x00, ss, se, static_cast<uint8_t>(ah << 4 | al)});
+    b.push_back(0x7F);
+  };
+  const uint8_t top = static_cast<uint8_t>(refinements);
+  for (int k = 0; k < 64; ++k) scan(k, k, 0, top);  // first scans: the high bits
+  for (int al = top - 1; al >= 0; --al)
+    for (int k = 0; k < 64; ++k) scan(k, k, static_cast<uint8_t>(al + 1), static_cast<uint8_t>(al));
+  b.insert(b.end(), {0xFF, 0xD9});
+  return b;
+}
+
+// A progressive JPEG can ask for thousands of passes over every coefficient (a file of a few
+// kilobytes costing minutes to decode); past TurboJPEG's limit of 500 scans it is refused.
+TEST(ImageDecode, ProgressiveJpegScansAreLimited) {
+  const std::vector<uint8_t> few = progressive_grey_jpeg(3);  // 256 scans: decodes
+  const sd::Image image = sd::decode_jpeg(few, "few.jpg");
+  ASSERT_EQ(image.height, 8);
+  ASSERT_EQ(image.width, 8);
+  for (uint8_t v : image.pixels) EXPECT_EQ(v, 128);
+  const std::vector<uint8_t> many = progressive_grey_jpeg(9);  // 640 scans
+  expect_error([&] { sd::decode_jpeg(many, "many.jpg"); }, {"many.jpg", "500 scans"});
+}
+
 TEST(ImageFolder, ClassesSamplesAndDecoding) {
   TempDir dir;
   auto px = [](int seed) { return random_bytes(6 * 4 * 3, seed); };

@@ -49,7 +49,8 @@ struct CropBox {
 };
 
 /// Decodes a JPEG. `name` (a file path, usually) is put in error messages. Any decoder
-/// warning (a truncated or corrupt stream) is an error: a half-grey image is never returned.
+/// warning (a truncated or corrupt stream) is an error: a half-grey image is never returned;
+/// so is a progressive JPEG of more than 500 scans (a decoding cost out of all proportion).
 STRATA_API Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name = "<memory>");
 /// Decodes a PNG of any colour type and bit depth to 8-bit RGB: grey is replicated, palettes
 /// expanded, alpha dropped (not composited), 16-bit samples scaled to 8 bits with rounding.
