@@ -39,11 +39,18 @@ void Generator::set_state(uint64_t seed, uint64_t offset) {
   offset_ = offset;
 }
 
-uint64_t Generator::reserve(uint64_t blocks) {
+uint64_t Generator::reserve(uint64_t blocks) { return reserve_draw(blocks).offset; }
+
+RandomDraw Generator::reserve_draw(uint64_t blocks) {
   std::lock_guard<std::mutex> lock(mutex_);
-  uint64_t first = offset_;
+  const RandomDraw draw{seed_, offset_};
   offset_ += blocks;
-  return first;
+  return draw;
+}
+
+RandomDraw Generator::state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {seed_, offset_};
 }
 
 Generator& default_generator() {

@@ -68,9 +68,9 @@ Example TokenWindowDataset::get(int64_t index) const {
 }
 
 Example TokenWindowDataset::random_window(Generator& gen) const {
-  uint64_t offset = gen.reserve(1);
+  const RandomDraw draw = gen.reserve_draw(1);
   auto total = static_cast<uint64_t>(starts_.back());
-  uint64_t bits = philox::bits64_at(gen.seed(), offset, 0);
+  uint64_t bits = philox::bits64_at(draw.seed, draw.offset, 0);
   auto pos = static_cast<int64_t>((static_cast<unsigned __int128>(bits) * total) >> 64);  // uniform in [0, total)
   auto k = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin());
   return window(static_cast<int64_t>(k), pos - (k == 0 ? 0 : starts_[k - 1]));

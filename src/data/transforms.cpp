@@ -41,8 +41,8 @@ Generator sample_generator(uint64_t seed, int64_t index, uint64_t epoch) {
 }
 
 double uniform(Generator& gen) {
-  const uint64_t counter = gen.reserve(1);
-  const philox::Block b = philox::philox4x32_10(counter, gen.seed());
+  const RandomDraw draw = gen.reserve_draw(1);
+  const philox::Block b = philox::philox4x32_10(draw.offset, draw.seed);
   return philox::to_unit_double(b.v[0], b.v[1]);
 }
 

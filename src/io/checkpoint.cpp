@@ -54,12 +54,13 @@ void save_checkpoint(const std::string& path, const TrainingState& s, const Chec
   if (s.scheduler) put_state(tensors, meta, "sched", s.scheduler.save());
   if (s.scaler) put_state(tensors, meta, "scaler", s.scaler.save());
 
-  const Generator& dg = default_generator();
-  meta["rng.default"] = detail::format_rng(dg.seed(), dg.offset());
+  const RandomDraw dg = default_generator().state();  // seed and offset read together
+  meta["rng.default"] = detail::format_rng(dg.seed, dg.offset);
   for (const auto& [name, g] : s.generators) {
     STRATA_CHECK(name != "default", "[checkpoint] the generator name 'default' is reserved for default_generator()");
     STRATA_CHECK(g != nullptr, "[checkpoint] generator '{}' is null", name);
-    meta["rng." + name] = detail::format_rng(g->seed(), g->offset());
+    const RandomDraw st = g->state();
+    meta["rng." + name] = detail::format_rng(st.seed, st.offset);
   }
 
   for (auto& [name, t] : tensors) {

@@ -260,8 +260,10 @@ Tensor detail::fused_attention(const Tensor& query, const Tensor& key, const Ten
   const int64_t L = q.size(-2), batch = checked_numel(*common, "scaled_dot_product_attention");
   if (dropout > 0) {  // the draw functional::dropout makes over the (batch, L, S) weights
     Generator& g = gen ? *gen : default_generator();
-    p.seed = g.seed();
-    p.offset = g.reserve((static_cast<uint64_t>(batch * L) * static_cast<uint64_t>(k.size(-2)) + 3) / 4);
+    const uint64_t weights = static_cast<uint64_t>(batch * L) * static_cast<uint64_t>(k.size(-2));
+    const RandomDraw draw = g.reserve_draw((weights + 3) / 4);
+    p.seed = draw.seed;
+    p.offset = draw.offset;
   }
   const Tensor qc = readable(q), kc = readable(k), vc = readable(v);  // copies only where the kernels cannot read
   Tensor o, lse;

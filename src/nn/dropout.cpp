@@ -38,7 +38,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (p == 1) return x * 0;  // everything dropped; keeps the graph (the gradient is zero)
   Generator& g = gen ? *gen : default_generator();
   const int64_t n = x.numel();
-  DropoutParams params{p, g.seed(), g.reserve(static_cast<uint64_t>((n + 3) / 4))};
+  const RandomDraw draw = g.reserve_draw(static_cast<uint64_t>((n + 3) / 4));
+  DropoutParams params{p, draw.seed, draw.offset};
   Tensor y = detail::make_tensor(x.shape(), x.dtype(), x.device());
   Tensor mask = detail::make_tensor(x.shape(), x.dtype(), x.device());
   if (n > 0) {

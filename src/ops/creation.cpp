@@ -168,8 +168,9 @@ void draw(OpId op, Tensor& t, RandomParams p, const char* name) {
 
 RandomParams reserve_params(Generator& g, int64_t numel, uint64_t per_block, double a, double b) {
   RandomParams p;
-  p.seed = g.seed();
-  p.offset = g.reserve((static_cast<uint64_t>(numel) + per_block - 1) / per_block);
+  const RandomDraw draw = g.reserve_draw((static_cast<uint64_t>(numel) + per_block - 1) / per_block);
+  p.seed = draw.seed;
+  p.offset = draw.offset;
   p.a = a;
   p.b = b;
   return p;

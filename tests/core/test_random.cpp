@@ -97,6 +97,23 @@ TEST(Philox, DeterministicBySeed) {
   EXPECT_EQ(values(randn({100000}, {}, &g2)), one);
 }
 
+// A draw reads the seed and reserves its counters in one step (another thread's manual_seed
+// cannot fall between them), and the state is read whole.
+TEST(Philox, DrawsReadSeedAndCounterTogether) {
+  Generator g(41);
+  g.set_state(41, 10);
+  const RandomDraw first = g.reserve_draw(3);
+  EXPECT_EQ(first.seed, 41u);
+  EXPECT_EQ(first.offset, 10u);
+  EXPECT_EQ(g.reserve(2), 13u);
+  const RandomDraw now = g.state();
+  EXPECT_EQ(now.seed, g.seed());
+  EXPECT_EQ(now.offset, 15u);
+  g.manual_seed(7);
+  EXPECT_EQ(g.reserve_draw(1).seed, 7u);
+  EXPECT_EQ(g.state().offset, 1u);
+}
+
 TEST(Philox, Distributions) {
   Generator g(42);
   const int64_t n = 200000;

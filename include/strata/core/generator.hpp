@@ -10,6 +10,12 @@
 
 namespace strata {
 
+/// Where a draw sits in the random stream: the generator's seed and the first counter reserved.
+struct RandomDraw {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 class STRATA_API Generator {
  public:
   explicit Generator(uint64_t seed = 0x5eed) : seed_(seed) {}
@@ -19,10 +25,15 @@ class STRATA_API Generator {
   void manual_seed(uint64_t seed);
   uint64_t seed() const;
   uint64_t offset() const;
+  /// The seed and offset read together (a checkpoint's record of the state).
+  RandomDraw state() const;
   /// Restores a state saved from seed() and offset().
   void set_state(uint64_t seed, uint64_t offset);
   /// Reserves `blocks` Philox counters and returns the first.
   uint64_t reserve(uint64_t blocks);
+  /// Reserves `blocks` Philox counters and returns the seed with the first, read under one
+  /// lock: a manual_seed from another thread falls before or after the draw, never between.
+  RandomDraw reserve_draw(uint64_t blocks);
 
  private:
   mutable std::mutex mutex_;
