@@ -55,6 +55,19 @@ class Mapping {
   size_t size_ = 0;
 };
 
+// Names and metadata come from the file: control bytes (a newline, a terminal escape) and
+// backslashes are shown as \xNN and \\, so no file can break or forge a line of the listing.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else if (c == '\\') out += "\\\\";
+    else out += c;
+  }
+  return out;
+}
+
 void inspect(const std::string& path) {
   Mapping file(path);
   strata::io::SafetensorsView view = strata::io::view_safetensors(file.data(), file.size());
@@ -62,14 +75,14 @@ void inspect(const std::string& path) {
              view.entries.size());
   if (!view.metadata.empty()) {
     fmt::print("metadata:\n");
-    for (const auto& [k, v] : view.metadata) fmt::print("  {}: {}\n", k, v);
+    for (const auto& [k, v] : view.metadata) fmt::print("  {}: {}\n", printable(k), printable(v));
   }
   size_t width = 4;
-  for (const auto& e : view.entries) width = std::max(width, e.name.size());
+  for (const auto& e : view.entries) width = std::max(width, printable(e.name).size());
   fmt::print("{:<{}}  {:<7}  {:<20}  {:>12}  {}\n", "name", width, "dtype", "shape", "bytes", "xxh64");
   for (const auto& e : view.entries) {
     uint64_t hash = XXH64(e.data, e.nbytes(), 0);
-    fmt::print("{:<{}}  {:<7}  {:<20}  {:>12}  {:016x}\n", e.name, width, e.dtype, fmt::format("[{}]", fmt::join(e.shape, ", ")),
+    fmt::print("{:<{}}  {:<7}  {:<20}  {:>12}  {:016x}\n", printable(e.name), width, e.dtype, fmt::format("[{}]", fmt::join(e.shape, ", ")),
                e.nbytes(), hash);
   }
 }
@@ -82,18 +95,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
-  if (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
-    std::printf("%s", kUsage);
-    return 0;
-  }
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
   int status = 0;
   for (int i = 1; i < argc; ++i) {
     try {
       inspect(argv[i]);
     } catch (const std::exception& e) {
+      std::fflush(stdout);  // the listings before it come first
       std::fprintf(stderr, "strata-inspect: %s: %s\n", argv[i], e.what());
       status = 1;
     }
+  }
+  // the listing is the tool's product: output that could not be written is an error
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "strata-inspect: cannot write to standard output: %s\n", std::strerror(errno));
+    return 1;
   }
   return status;
 }

@@ -5,8 +5,9 @@
 //
 // With --val, the last val-fraction of each file's bytes goes to the validation shard, so
 // both shards see every file. --eot (u16 only) appends token 256 after each file's part,
-// marking document ends. Errors print "strata-tokenize: ..." and exit with status 1; both
-// outputs are written atomically, so a failed run leaves no partial shard.
+// marking document ends. Errors print "strata-tokenize: ..." and exit with status 1 (2 for a
+// bad command line); both outputs are written and synced before either replaces its file,
+// so a failed run leaves no partial shard and never one new shard beside an old one.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -137,16 +138,18 @@ int main(int argc, char** argv) {
         if (args.eot) val->append(kEndOfText);
       }
     }
-    // both outputs were checked when their writers opened (a folder or a device is refused
-    // there), so the two renames below are all that is left to fail
-    int64_t train_count = train.count();
+    // Both shards are written and synced before either replaces its file, so a full disk or
+    // an I/O error leaves both old files as they were; only the two renames come after.
+    train.finish();
+    if (val) val->finish();
+    const int64_t train_count = train.count(), val_count = val ? val->count() : 0;
     train.close();
+    if (val) val->close();
     std::printf("%s: %lld tokens\n", args.out.c_str(), static_cast<long long>(train_count));
-    if (val) {
-      int64_t val_count = val->count();
-      val->close();
-      std::printf("%s: %lld tokens\n", args.val.c_str(), static_cast<long long>(val_count));
-    }
+    if (val) std::printf("%s: %lld tokens\n", args.val.c_str(), static_cast<long long>(val_count));
+    // the counts are the tool's report: output that could not be written is an error
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw std::runtime_error(fmt::format("cannot write to standard output: {}", std::strerror(errno)));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-tokenize: %s\n", e.what());
     return 1;

@@ -67,6 +67,7 @@ void TokenShardWriter::write(const void* bytes, size_t size, const char* what) {
 
 void TokenShardWriter::append(std::span<const uint32_t> tokens) {
   STRATA_CHECK(file_ != nullptr, "[TokenShardWriter] {} is already closed", path_);
+  STRATA_CHECK(!finished_, "[TokenShardWriter] {} is already finished", path_);
   size_t width = token_bytes(dtype_);
   uint64_t max = token_max(dtype_);
   std::vector<uint8_t> bytes(tokens.size() * width);
@@ -79,8 +80,9 @@ void TokenShardWriter::append(std::span<const uint32_t> tokens) {
   count_ += static_cast<int64_t>(tokens.size());
 }
 
-void TokenShardWriter::close() {
+void TokenShardWriter::finish() {
   STRATA_CHECK(file_ != nullptr, "[TokenShardWriter] {} is already closed", path_);
+  STRATA_CHECK(!finished_, "[TokenShardWriter] {} is already finished", path_);
   uint8_t header[kTokenShardHeaderSize] = {};
   std::memcpy(header, kTokenShardMagic, 8);
   put_le(header + 8, kTokenShardVersion, 4);
@@ -90,6 +92,15 @@ void TokenShardWriter::close() {
   if (std::fflush(file_->stream()) != 0) fail("fflush");  // the tokens still buffered
   if (std::fseek(file_->stream(), 0, SEEK_SET) != 0) fail("fseek");
   write(header, sizeof header, "the header");
+  std::unique_ptr<io::AtomicFile> file = std::move(file_);  // closed if sync fails
+  file->sync();
+  file_ = std::move(file);
+  finished_ = true;
+}
+
+void TokenShardWriter::close() {
+  STRATA_CHECK(file_ != nullptr, "[TokenShardWriter] {} is already closed", path_);
+  if (!finished_) finish();
   std::unique_ptr<io::AtomicFile> file = std::move(file_);  // closed from here on, whatever commit does
   file->commit();
 }

@@ -188,7 +188,7 @@ void AtomicFile::abandon() noexcept {
   lock_fd_ = -1;
 }
 
-void AtomicFile::commit() {
+void AtomicFile::sync() {
   STRATA_CHECK(file_ != nullptr, "[{}] {} is already committed or abandoned", op_, path_);
   auto fail = [&](const char* step) {
     int err = errno;
@@ -198,6 +198,15 @@ void AtomicFile::commit() {
   if (std::ferror(file_)) fail("write");
   if (std::fflush(file_) != 0) fail("fflush");
   if (::fsync(::fileno(file_)) != 0) fail("fsync");
+}
+
+void AtomicFile::commit() {
+  sync();
+  auto fail = [&](const char* step) {
+    int err = errno;
+    abandon();
+    STRATA_CHECK(false, "[{}] writing {} failed at {}: {}", op_, path_, step, std::strerror(err));
+  };
   int rc = std::fclose(file_);
   file_ = nullptr;
   if (rc != 0) fail("fclose");

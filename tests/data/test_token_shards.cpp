@@ -318,6 +318,16 @@ TEST_F(TokenShards, TokenizeTool) {
   EXPECT_NE(run("--out " + path("all.bin") + " --val " + path("valdir") + " " + path("one.txt")), 0);
   EXPECT_EQ(contents(path("all.bin")), all_before);
   EXPECT_FALSE(fs::exists(path("bad.bin")));
+  // a shard that cannot be written in full (here a file-size limit of 2 KiB: the validation
+  // shard needs 3.2 KB) leaves both old shards as they were, the one that fitted included
+  write_bytes(path("big.txt"), std::vector<uint8_t>(4000, 'x'));
+  const std::vector<uint32_t> val_before = contents(path("val.bin")), train_before = contents(path("train.bin"));
+  const std::string limited = "bash -c \"trap '' XFSZ; ulimit -f 2; exec " + std::string(STRATA_TOKENIZE_BIN) +
+                              " --out " + path("train.bin") + " --val " + path("val.bin") + " --val-fraction 0.8 " +
+                              path("big.txt") + "\" > " + path("log.txt") + " 2>&1";
+  EXPECT_NE(std::system(limited.c_str()), 0);
+  EXPECT_EQ(contents(path("train.bin")), train_before);
+  EXPECT_EQ(contents(path("val.bin")), val_before);
   for (auto& entry : fs::directory_iterator(dir_.str()))
     EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "leftover " << entry.path();
 }

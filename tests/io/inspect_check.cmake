@@ -41,4 +41,26 @@ execute_process(COMMAND ${INSPECT} ${WORK_DIR}/pipe TIMEOUT 20
 if(NOT rc EQUAL 1 OR NOT err MATCHES "not a regular file")
   message(FATAL_ERROR "strata-inspect on a FIFO: exit ${rc}, stderr: ${err}")
 endif()
+# names and metadata from the file are shown escaped: a newline cannot forge a line
+execute_process(COMMAND ${HELPER} write_odd_names ${WORK_DIR} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "helper write_odd_names failed: ${rc}")
+endif()
+execute_process(COMMAND ${INSPECT} ${WORK_DIR}/odd_names.safetensors
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "two\\\\x0alines +F32" OR NOT out MATCHES "note: a\\\\x1b\\[31mred\\\\\\\\b")
+  message(FATAL_ERROR "strata-inspect did not escape names and metadata: exit ${rc}\n${out}${err}")
+endif()
+# --help anywhere on the line; a listing that cannot be written is an error
+execute_process(COMMAND ${INSPECT} ${WORK_DIR}/strata_all.safetensors --help RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^usage: strata-inspect")
+  message(FATAL_ERROR "strata-inspect FILE --help: exit ${rc}\n${out}")
+endif()
+if(EXISTS /dev/full)
+  execute_process(COMMAND ${INSPECT} ${WORK_DIR}/strata_all.safetensors OUTPUT_FILE /dev/full
+                  RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 1 OR NOT err MATCHES "cannot write to standard output")
+    message(FATAL_ERROR "strata-inspect > /dev/full: exit ${rc}, stderr: ${err}")
+  endif()
+endif()
 message(STATUS "strata-inspect checks passed")

@@ -5,6 +5,8 @@
 //                      dtype, strided inputs, 0-d and empty tensors, metadata) and
 //                      DIR/strata_bf16.safetensors, with values from formulas the script
 //                      computes on its own
+//   helper write_odd_names DIR   writes DIR/odd_names.safetensors (control bytes in a name
+//                      and in metadata)
 #include <cstdio>
 #include <string>
 
@@ -92,17 +94,26 @@ int write(const std::string& dir) {
   return 0;
 }
 
+// A tensor name and a metadata value with control bytes (a newline, a terminal escape) and a
+// backslash, for strata-inspect's escaping.
+int write_odd_names(const std::string& dir) {
+  st::io::save_safetensors(dir + "/odd_names.safetensors", {{"two\nlines", st::ones({2})}},
+                           {{"note", "a\x1b[31mred\\b"}});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s dump FILE | write DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s dump FILE | write DIR | write_odd_names DIR\n", argv[0]);
     return 2;
   }
   try {
     std::string mode = argv[1];
     if (mode == "dump") return dump(argv[2]);
     if (mode == "write") return write(argv[2]);
+    if (mode == "write_odd_names") return write_odd_names(argv[2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -49,7 +49,10 @@ class STRATA_API TokenShardWriter {
   /// not fit the dtype.
   void append(std::span<const uint32_t> tokens);
   void append(uint32_t token) { append(std::span<const uint32_t>(&token, 1)); }
-  /// Finishes the file. Later appends raise an Error.
+  /// Writes the header and syncs the temporary without replacing `path` yet: what can fail
+  /// for lack of space or an I/O error fails here. Later appends raise an Error.
+  void finish();
+  /// Finishes the file (finish(), if not called) and renames it over `path`.
   void close();
   int64_t count() const { return count_; }
   const std::string& path() const { return path_; }
@@ -61,6 +64,7 @@ class STRATA_API TokenShardWriter {
   TokenDType dtype_;
   std::unique_ptr<io::AtomicFile> file_;  // null once closed, or after a failed write
   int64_t count_ = 0;
+  bool finished_ = false;
 };
 
 /// A shard mapped read-only. Opening validates the header and the file size and raises

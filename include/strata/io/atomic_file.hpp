@@ -31,6 +31,10 @@ class STRATA_API AtomicFile {
 
   /// The temporary's stream; null once committed or abandoned.
   std::FILE* stream() const { return file_; }
+  /// Flushes and fsyncs the temporary without renaming it, so that what can fail for lack of
+  /// space or an I/O error fails now (it then abandons, as commit does). Writers that replace
+  /// several files sync them all before committing any.
+  void sync();
   void commit();
   void abandon() noexcept;
 
