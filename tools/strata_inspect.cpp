@@ -82,7 +82,8 @@ void inspect(const std::string& path) {
   fmt::print("{:<{}}  {:<7}  {:<20}  {:>12}  {}\n", "name", width, "dtype", "shape", "bytes", "xxh64");
   for (const auto& e : view.entries) {
     uint64_t hash = XXH64(e.data, e.nbytes(), 0);
-    fmt::print("{:<{}}  {:<7}  {:<20}  {:>12}  {:016x}\n", printable(e.name), width, e.dtype, fmt::format("[{}]", fmt::join(e.shape, ", ")),
+    fmt::print("{:<{}}  {:<7}  {:<20}  {:>12}  {:016x}\n", printable(e.name), width, e.dtype,
+               fmt::format("[{}]", fmt::join(e.shape, ", ")),
                e.nbytes(), hash);
   }
 }

@@ -2,10 +2,13 @@
 #   cmake -DINSPECT=... -DHELPER=... -DWORK_DIR=... -P inspect_check.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
-execute_process(COMMAND ${HELPER} write ${WORK_DIR} RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "helper write failed: ${rc}")
-endif()
+function(helper mode)  # the safetensors interop helper writes the test files
+  execute_process(COMMAND ${HELPER} ${mode} ${WORK_DIR} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "helper ${mode} failed: ${rc}")
+  endif()
+endfunction()
+helper(write)
 
 execute_process(COMMAND ${INSPECT} ${WORK_DIR}/strata_all.safetensors
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -42,10 +45,7 @@ if(NOT rc EQUAL 1 OR NOT err MATCHES "not a regular file")
   message(FATAL_ERROR "strata-inspect on a FIFO: exit ${rc}, stderr: ${err}")
 endif()
 # names and metadata from the file are shown escaped: a newline cannot forge a line
-execute_process(COMMAND ${HELPER} write_odd_names ${WORK_DIR} RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "helper write_odd_names failed: ${rc}")
-endif()
+helper(write_odd_names)
 execute_process(COMMAND ${INSPECT} ${WORK_DIR}/odd_names.safetensors
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "two\\\\x0alines +F32" OR NOT out MATCHES "note: a\\\\x1b\\[31mred\\\\\\\\b")
