@@ -37,6 +37,13 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                v.shape());
   STRATA_CHECK(is_floating(q.dtype()) && is_floating(k.dtype()) && is_floating(v.dtype()),
                "[{}] query, key and value must be floating, got {}, {} and {}", op, q.dtype(), k.dtype(), v.dtype());
+  // as PyTorch: a float32 key beside float16 queries is most often a missed cast, and the
+  // promoted result would silently run at the wider type
+  STRATA_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(),
+               "[{}] query, key and value must have one dtype, got {}, {} and {}", op, q.dtype(), k.dtype(), v.dtype());
+  STRATA_CHECK(k.device() == q.device() && v.device() == q.device(),
+               "[{}] query, key and value must be on one device, got {}, {} and {}", op, q.device(), k.device(),
+               v.device());
   STRATA_CHECK(q.size(-1) == k.size(-1), "[{}] query {} and key {} differ in their last (embedding) dim", op,
                q.shape(), k.shape());
   STRATA_CHECK(k.size(-2) == v.size(-2), "[{}] key {} and value {} differ in their sequence dim (-2)", op, k.shape(),

@@ -200,6 +200,10 @@ TEST(ScaledDotProductAttention, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(q, k, randn({2, 5, 3})); }, {"sequence"}));
   EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(randn({8}), k, v); }, {"(..., L, E)"}));
   EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(q.to(kInt32), k, v); }, {"floating"}));
+  // one dtype for the three, as PyTorch: no silent promotion to the wider one
+  EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(q, k.to(kFloat64), v); },
+                          {"one dtype", "float32, float64 and float32"}));
+  EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(q, k, v.to(kFloat16)); }, {"one dtype"}));
   EXPECT_TRUE(throws_with([&] { F::scaled_dot_product_attention(q, k, v, Tensor(), 1.5); }, {"dropout_p"}));
   // 0/1 integer masks are neither PyTorch's bool convention nor an additive float mask
   for (DType t : {kInt64, kInt32, kUInt8})
