@@ -16,6 +16,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "examples/common/cli.hpp"  // decimal integer options, as the example reads them
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -180,6 +182,7 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Train the Transformer example's byte-level GPT with LibTorch"};
   add_options(app, o);
+  example::decimal_integers(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
