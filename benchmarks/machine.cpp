@@ -124,11 +124,17 @@ void restart_with_bench_env(char** argv, int threads) {
   const std::string t = std::to_string(threads);
   setenv("OMP_NUM_THREADS", t.c_str(), 0);  // 0: a value the user set is kept
   setenv("OPENBLAS_NUM_THREADS", t.c_str(), 0);
-  if (!std::getenv("STRATA_BENCH_GLIBC_DEFAULTS")) {
-    setenv("MALLOC_MMAP_MAX_", "0", 0);
-    setenv("MALLOC_TRIM_THRESHOLD_", "17179869184", 0);
+  const bool tune = !std::getenv("STRATA_BENCH_GLIBC_DEFAULTS") && !std::getenv("MALLOC_MMAP_MAX_") &&
+                    !std::getenv("MALLOC_TRIM_THRESHOLD_");
+  if (tune) {
+    setenv("MALLOC_MMAP_MAX_", "0", 1);
+    setenv("MALLOC_TRIM_THRESHOLD_", "17179869184", 1);
   }
   execv("/proc/self/exe", argv);  // returns only on failure; then carry on as we are
+  if (tune) {  // glibc never read them: the header must not say they are in force
+    unsetenv("MALLOC_MMAP_MAX_");
+    unsetenv("MALLOC_TRIM_THRESHOLD_");
+  }
 }
 
 std::string malloc_policy() {

@@ -7,7 +7,8 @@
 // both shards see every file. --eot (u16 only) appends token 256 after each file's part,
 // marking document ends. Errors print "strata-tokenize: ..." and exit with status 1 (2 for a
 // bad command line); both outputs are written and synced before either replaces its file,
-// so a failed run leaves no partial shard and never one new shard beside an old one.
+// so a failed write (a full disk, an I/O error) leaves no partial shard and no new shard
+// beside an old one; only a failing rename between the two could.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>

@@ -79,7 +79,7 @@ void expect_close(const Tensor& ref, const Tensor& got, double tol, const std::s
 
 Tensor in_layout(const Tensor& t, bool nhwc) { return nhwc ? t.to(MemoryFormat::ChannelsLast) : t; }
 
-// A leaf that requires grad, sharing t's memory and layout (clone() would make it NCHW).
+// A leaf that requires grad, sharing t's memory (and so its layout) rather than a copy's.
 Tensor leaf(const Tensor& t) {
   Tensor l = t.detach();
   l.requires_grad_();
