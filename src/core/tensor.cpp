@@ -54,8 +54,14 @@ Tensor make_tensor(const Shape& shape, DType dtype, Device device, Allocator* al
 }
 
 MemoryFormat suggested_format(const Tensor& t) {
-  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
-                                                                                          : MemoryFormat::Contiguous;
+  if (t.dim() != 4 || t.is_contiguous()) return MemoryFormat::Contiguous;
+  if (t.is_contiguous(MemoryFormat::ChannelsLast)) return MemoryFormat::ChannelsLast;
+  // not dense: channels-last when the channel stride is the smallest (a slice of one)
+  const int64_t c = t.stride(1);
+  bool smallest = t.size(1) > 1;
+  for (int64_t d : {2, 3})
+    if (t.size(d) > 1 && t.stride(d) <= c) smallest = false;
+  return smallest ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
 Tensor make_tensor_as(const Shape& shape, DType dtype, Device device, MemoryFormat format) {

@@ -15,7 +15,9 @@ inline DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32
 /// A new contiguous tensor with uninitialised memory.
 Tensor make_tensor(const Shape& shape, DType dtype, Device device, Allocator* allocator = nullptr);
 /// The layout a copy of t keeps, as PyTorch's preserve_format for the two layouts strata has:
-/// channels-last for a 4-d tensor laid out so (and not also contiguous), else contiguous.
+/// channels-last for a 4-d tensor laid out so (and not also contiguous), or, not dense, whose
+/// channel stride is the smallest (a slice of one); else contiguous. The image ops give their
+/// results this layout too (Note [Channels-last results] in src/nn/memory_format.h).
 MemoryFormat suggested_format(const Tensor& t);
 /// make_tensor laid out in `format` (channels-last: NHWC storage viewed as NCHW).
 Tensor make_tensor_as(const Shape& shape, DType dtype, Device device, MemoryFormat format);

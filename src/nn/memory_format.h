@@ -16,15 +16,7 @@
 
 namespace strata::nn::detail {
 
-inline MemoryFormat suggested_format(const Tensor& t) {
-  if (t.dim() != 4 || t.is_contiguous()) return MemoryFormat::Contiguous;
-  if (t.is_contiguous(MemoryFormat::ChannelsLast)) return MemoryFormat::ChannelsLast;
-  const int64_t c = t.stride(1);
-  bool smallest = t.size(1) > 1;
-  for (int64_t d : {2, 3})
-    if (t.size(d) > 1 && t.stride(d) <= c) smallest = false;
-  return smallest ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
-}
+using strata::detail::suggested_format;  // the rule copies follow too
 
 /// t itself when dense in `format`, else a copy that is (not recorded by autograd).
 inline Tensor dense_in(const Tensor& t, MemoryFormat format) {
@@ -35,8 +27,7 @@ inline Tensor dense_in(const Tensor& t, MemoryFormat format) {
 
 /// A new uninitialised 4-d tensor of `shape` (N, C, H, W) laid out in `format`.
 inline Tensor empty_in(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
-  if (format == MemoryFormat::Contiguous || shape.size() != 4) return strata::detail::make_tensor(shape, dtype, device);
-  return strata::detail::make_tensor({shape[0], shape[2], shape[3], shape[1]}, dtype, device).permute({0, 3, 1, 2});
+  return strata::detail::make_tensor_as(shape, dtype, device, shape.size() == 4 ? format : MemoryFormat::Contiguous);
 }
 
 /// The strides of a dense 4-d tensor in `format`, with the canonical value also for size-1

@@ -239,12 +239,18 @@ TEST(Tensor, CopiesKeepChannelsLast) {
   EXPECT_EQ(values(full_like(cl, 2)), std::vector<double>(120, 2.0));
   EXPECT_TRUE(cl.contiguous().is_contiguous());
   EXPECT_TRUE(x.clone().is_contiguous());
-  EXPECT_TRUE(x.transpose(1, 3).clone().is_contiguous());  // other layouts: contiguous copies
+  EXPECT_TRUE(x.transpose(2, 3).clone().is_contiguous());  // other layouts: contiguous copies
   Tensor leaf = zeros_like(cl, TensorOptions().requires_grad());
   EXPECT_TRUE(leaf.requires_grad() && leaf.is_leaf());
   EXPECT_EQ(leaf.strides(), nhwc);
   // a 1-channel or 1x1 image is both layouts at once: it stays contiguous
   EXPECT_TRUE(randn({2, 1, 4, 5}).to(MemoryFormat::ChannelsLast).clone().is_contiguous());
+  // a slice of a channels-last tensor (not dense) copies to channels-last, as in PyTorch
+  Tensor rows = cl.narrow(2, 1, 2);
+  ASSERT_FALSE(rows.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_EQ(rows.clone().strides(), (Strides{30, 1, 15, 3}));
+  EXPECT_TRUE(all_close(rows.clone(), values(x.narrow(2, 1, 2)), 0, 0));
+  EXPECT_TRUE(x.narrow(2, 1, 2).clone().is_contiguous());
   // the gradient of a clone flows back whatever the layouts
   Tensor src = randn({2, 3, 4, 5}).requires_grad_();
   (src.to(MemoryFormat::ChannelsLast).clone() * 3).sum().backward();
