@@ -54,9 +54,14 @@ void cpu_fill(const KernelCall& call) {
   });
 }
 
-// Writes src (already of dst's dtype and shape, contiguous, maybe on another device) into dst.
+// Writes src (already of dst's dtype and shape, maybe on another device) into dst.
 void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
-  if (dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype() && dst.shape() == src.shape()) {
+  // both dense in one layout (contiguous, or channels-last with the same strides, as a copy
+  // of a channels-last tensor to another device is): the bytes move as they are
+  const bool same_dense_layout =
+      (dst.is_contiguous() && src.is_contiguous()) ||
+      (dst.strides() == src.strides() && src.is_contiguous(MemoryFormat::ChannelsLast));
+  if (same_dense_layout && dst.dtype() == src.dtype() && dst.shape() == src.shape()) {
     backend::copy_bytes(dst.data(), dst.device(), src.data(), src.device(), dst.nbytes(), non_blocking);
     return;
   }

@@ -144,6 +144,19 @@ TEST(CudaRuntime, PinnedNonBlockingRoundTrip) {
   EXPECT_EQ(std::memcmp(back.data(), host.data(), static_cast<size_t>(n) * sizeof(float)), 0);
 }
 
+// A channels-last tensor keeps its layout across devices, and its bytes move as they are.
+TEST(CudaRuntime, ChannelsLastRoundTrip) {
+  SKIP_WITHOUT_GPU();
+  Tensor host = host_iota(2 * 3 * 4 * 5).reshape({2, 3, 4, 5}).to(strata::MemoryFormat::ChannelsLast);
+  for (bool non_blocking : {false, true}) {
+    Tensor dev = host.to(Device::cuda(0), non_blocking);
+    EXPECT_TRUE(dev.is_contiguous(strata::MemoryFormat::ChannelsLast));
+    Tensor back = dev.cpu();
+    EXPECT_EQ(back.strides(), host.strides());
+    EXPECT_EQ(std::memcmp(back.contiguous().data(), host.contiguous().data(), 120 * sizeof(float)), 0);
+  }
+}
+
 TEST(CudaRuntime, PinnedBuffersAreCachedAndHeldBackWhileACopyRuns) {
   SKIP_WITHOUT_GPU();
   const int64_t n = int64_t(64) << 20;  // 256 MiB: the copy takes milliseconds
