@@ -92,9 +92,12 @@ void TokenShardWriter::finish() {
   if (std::fflush(file_->stream()) != 0) fail("fflush");  // the tokens still buffered
   if (std::fseek(file_->stream(), 0, SEEK_SET) != 0) fail("fseek");
   write(header, sizeof header, "the header");
-  std::unique_ptr<io::AtomicFile> file = std::move(file_);  // closed if sync fails
-  file->sync();
-  file_ = std::move(file);
+  try {
+    file_->sync();
+  } catch (...) {
+    file_.reset();  // sync abandoned the temporary: the writer is closed
+    throw;
+  }
   finished_ = true;
 }
 

@@ -188,13 +188,18 @@ void AtomicFile::abandon() noexcept {
   lock_fd_ = -1;
 }
 
+namespace {
+// Abandons `file` (removing its temporary) and raises, naming the step that failed with errno.
+[[noreturn]] void fail_write(AtomicFile& file, const std::string& op, const std::string& path, const char* step) {
+  const int err = errno;
+  file.abandon();
+  throw Error(fmt::format("[{}] writing {} failed at {}: {}", op, path, step, std::strerror(err)));
+}
+}  // namespace
+
 void AtomicFile::sync() {
   STRATA_CHECK(file_ != nullptr, "[{}] {} is already committed or abandoned", op_, path_);
-  auto fail = [&](const char* step) {
-    int err = errno;
-    abandon();
-    STRATA_CHECK(false, "[{}] writing {} failed at {}: {}", op_, path_, step, std::strerror(err));
-  };
+  auto fail = [&](const char* step) { fail_write(*this, op_, path_, step); };
   if (std::ferror(file_)) fail("write");
   if (std::fflush(file_) != 0) fail("fflush");
   if (::fsync(::fileno(file_)) != 0) fail("fsync");
@@ -202,11 +207,7 @@ void AtomicFile::sync() {
 
 void AtomicFile::commit() {
   sync();
-  auto fail = [&](const char* step) {
-    int err = errno;
-    abandon();
-    STRATA_CHECK(false, "[{}] writing {} failed at {}: {}", op_, path_, step, std::strerror(err));
-  };
+  auto fail = [&](const char* step) { fail_write(*this, op_, path_, step); };
   int rc = std::fclose(file_);
   file_ = nullptr;
   if (rc != 0) fail("fclose");

@@ -314,36 +314,36 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, std::optional<Tens
 namespace {
 // make(shape, options) for a tensor like t: a channels-last t gives a channels-last result, as
 // PyTorch's preserve_format (its NHWC storage is made, then viewed as NCHW).
-template <class Make> Tensor like(const char* op, const Tensor& t, const TensorOptions& o, Make make) {
+// options: t's dtype and device unless given.
+template <class Make>
+Tensor like(const char* op, const Tensor& t, std::optional<TensorOptions> options, Make make) {
   STRATA_CHECK(t.defined(), "[{}] the tensor is undefined", op);
+  const TensorOptions o = options.value_or(TensorOptions(t.dtype(), t.device()));
   if (detail::suggested_format(t) == MemoryFormat::Contiguous) return make(t.shape(), o);
   const Shape& s = t.shape();
   return finish(make(Shape{s[0], s[2], s[3], s[1]}, without_grad(o)).permute({0, 3, 1, 2}), o);
 }
-TensorOptions options_of(const Tensor& t, std::optional<TensorOptions> o) {
-  return o.value_or(TensorOptions(t.defined() ? t.dtype() : kFloat32, t.defined() ? t.device() : kCPU));
-}
 }  // namespace
 
 Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) {
-  return like("empty_like", t, options_of(t, o), [](const Shape& s, TensorOptions opts) { return empty(s, opts); });
+  return like("empty_like", t, o, [](const Shape& s, TensorOptions opts) { return empty(s, opts); });
 }
 Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> o) {
-  return like("zeros_like", t, options_of(t, o), [](const Shape& s, TensorOptions opts) { return zeros(s, opts); });
+  return like("zeros_like", t, o, [](const Shape& s, TensorOptions opts) { return zeros(s, opts); });
 }
 Tensor ones_like(const Tensor& t, std::optional<TensorOptions> o) {
-  return like("ones_like", t, options_of(t, o), [](const Shape& s, TensorOptions opts) { return ones(s, opts); });
+  return like("ones_like", t, o, [](const Shape& s, TensorOptions opts) { return ones(s, opts); });
 }
 Tensor full_like(const Tensor& t, Scalar value, std::optional<TensorOptions> o) {
-  return like("full_like", t, options_of(t, o),
+  return like("full_like", t, o,
               [value](const Shape& s, TensorOptions opts) { return full(s, value, opts); });
 }
 Tensor rand_like(const Tensor& t, Generator* gen) {
-  return like("rand_like", t, options_of(t, std::nullopt),
+  return like("rand_like", t, std::nullopt,
               [gen](const Shape& s, TensorOptions opts) { return rand(s, opts, gen); });
 }
 Tensor randn_like(const Tensor& t, Generator* gen) {
-  return like("randn_like", t, options_of(t, std::nullopt),
+  return like("randn_like", t, std::nullopt,
               [gen](const Shape& s, TensorOptions opts) { return randn(s, opts, gen); });
 }
 
