@@ -22,10 +22,11 @@ namespace strata::cpu {
 
 // Note [Reduce loops]
 // Inner: the innermost memory dim is reduced (row sums, softmax denominators, full sums).
-// Each output walks its reduced elements with kReduceLanes independent accumulators, so the
-// contiguous case compiles to SIMD without reassociating floating point. A long reduction
-// is cut into fixed blocks of kReduceBlock elements whose partials are combined in order,
-// which lets one output use many threads and keeps the result thread-count independent.
+// Each output walks its reduced elements with kLanes<Op> independent accumulators (32, or 64
+// for float32 sums: Note [Float sum vectors]), so the contiguous case compiles to SIMD without
+// reassociating floating point. A long reduction is cut into fixed blocks of kReduceBlock
+// elements whose partials are combined in order, which lets one output use many threads and
+// keeps the result thread-count independent.
 // Outer: the innermost memory dim is kept (sum over dim 0 of an (N, C) tensor, the bias
 // gradient). Whole rows of up to kReduceCols outputs are accumulated at once, vectorised
 // across outputs; when there are few such rows the reduced dims are cut into blocks too.
@@ -35,17 +36,20 @@ inline constexpr int64_t kReduceCols = 256;
 // Note [Float lanes]
 // An op may name a Lane type narrower than its Acc (SumReduce of float32: float lanes, double
 // Acc). Lanes then hold short runs only, about kReduceLaneRows values each (up to twice that
-// when rows are a little longer than kReduceLanes, their tails landing in the first lanes): an
-// inner reduction is cut into blocks of kReduceLanes * kReduceLaneRows elements (not
-// kReduceBlock), and the outer loop folds kReduceLaneRows rows into its lanes, before adding
-// them to the Acc. Runs that short keep float32 sums within 1e-6 of float64 even when nothing
-// cancels (ten million 0.1s: tests/core/test_reduce.cpp), at float speed; runs of 512 drifted
-// to 4e-6.
+// when rows are a little longer than the lane count, their tails landing in the first lanes):
+// an inner reduction keeps kFloatSumLanes of them (Note [Float sum vectors]) and is cut into
+// blocks of kFloatSumLanes * kReduceLaneRows elements (not kReduceBlock), and the outer loop
+// folds kReduceLaneRows rows into its lanes, before adding them to the Acc. Runs that short
+// keep float32 sums within 1e-6 of float64 even when nothing cancels (ten million 0.1s:
+// tests/core/test_reduce.cpp), at float speed; runs of 512 drifted to 4e-6.
 inline constexpr int64_t kReduceLaneRows = 64;
 
 template <class Op, class = void> struct lane_of { using type = typename Op::Acc; };
 template <class Op> struct lane_of<Op, std::void_t<typename Op::Lane>> { using type = typename Op::Lane; };
 template <class Op> using lane_t = typename lane_of<Op>::type;
+template <class Op> inline constexpr bool kFloatLanes = !std::is_same_v<lane_t<Op>, typename Op::Acc>;
+// The lanes an inner reduction keeps per output.
+template <class Op> inline constexpr int kLanes = kFloatLanes<Op> ? kFloatSumLanes : kReduceLanes;
 
 using strata::ReducePlan;  // kernels/common/reduce_plan.h, shared with the CUDA kernels
 
@@ -91,7 +95,7 @@ namespace detail {
 // them in memory, a load and a store per step that made sums 3x slower per core.
 template <class T, class Op, class Acc>
 inline void fold_row(Acc* lane_out, const T* p, int64_t m, int64_t s, const Op& op, int64_t o, int64_t r0) {
-  constexpr int L = kReduceLanes;
+  constexpr int L = kLanes<Op>;
   if constexpr (std::is_same_v<Op, math::SumReduce<float>> && std::is_same_v<Acc, float>) {
     if (s == 1) return fold_float_sum(lane_out, p, m);
   }
@@ -181,7 +185,7 @@ typename Op::Acc reduce_span(const ReducePlan& p, const T* base, const Op& op, i
     return acc;
   }
   using Lane = lane_t<Op>;
-  Lane lane[kReduceLanes];
+  Lane lane[kLanes<Op>];
   for (auto& v : lane) v = static_cast<Lane>(op.identity());
   for (int64_t r = rb; r < re; rows.next()) {
     int64_t m = std::min(n0 - col, re - r);
@@ -189,7 +193,7 @@ typename Op::Acc reduce_span(const ReducePlan& p, const T* base, const Op& op, i
     r += m;
     col = 0;
   }
-  for (int w = kReduceLanes / 2; w > 0; w /= 2)  // a tree: short dependency chains
+  for (int w = kLanes<Op> / 2; w > 0; w /= 2)  // a tree: short dependency chains
     for (int l = 0; l < w; ++l) lane[l] = static_cast<Lane>(op.combine(lane[l], lane[l + w]));
   return static_cast<Acc>(lane[0]);
 }
@@ -212,7 +216,7 @@ Acc* partial_scratch(int64_t n) {
 template <class T, class Op, class Store>
 void reduce_inner(const ReducePlan& p, const T* in, const Op& op, const Store& store) {
   using Acc = typename Op::Acc;
-  constexpr int64_t block = std::is_same_v<lane_t<Op>, Acc> ? kReduceBlock : kReduceLanes * kReduceLaneRows;
+  constexpr int64_t block = kFloatLanes<Op> ? kFloatSumLanes * kReduceLaneRows : kReduceBlock;
   const int64_t R = p.num_red;
   const int64_t nblk = R > block ? (R + block - 1) / block : 1;
   const int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(1, std::min(R, block)));

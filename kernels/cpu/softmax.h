@@ -37,9 +37,9 @@ template <class T> inline constexpr bool kStoreExp = std::is_floating_point_v<T>
 // exp to double: 0.95x LibTorch's softmax along rows of 1000.
 
 // A float run's sum as a float32 sum along a row forms it: float lanes per block of
-// kReduceLanes * kReduceLaneRows (Note [Float lanes]), the blocks added in double.
+// kFloatSumLanes * kReduceLaneRows (Note [Float lanes]), the blocks added in double.
 inline double sum_float_blocks(const float* p, int64_t n) {
-  constexpr int64_t block = kReduceLanes * kReduceLaneRows;
+  constexpr int64_t block = kFloatSumLanes * kReduceLaneRows;
   double sum = 0;
   for (int64_t b = 0; b < n; b += block) sum += sum_float_run(p + b, std::min(block, n - b));
   return sum;

@@ -491,13 +491,13 @@ TEST(Reduce, Float32ColumnSums) {
   check(three.permute({1, 0, 2}).contiguous().permute({1, 0, 2}), {0, 1}, "(7, 5, 85) with swapped strides");
 }
 
-// A contiguous float32 row sums in registers, its tail as a zero-padded vector and its lanes by
-// halves (sum_float_run in kernels/cpu/reduce.h): every tail length, rows across the float lane
-// blocks, against float64, and bit for bit against the same row read with a stride, which
-// folds lane by lane in memory in the same order.
+// A contiguous float32 row sums in registers, its tail as a zero-padded block and its lanes by
+// halves (sum_float_run in kernels/cpu/reduce_runs.h): tail lengths around the lane count, rows
+// across the float lane blocks, against float64, and bit for bit against the same row read with
+// a stride, which folds lane by lane in memory in the same order.
 TEST(Reduce, Float32RowSums) {
   Generator gen(9);
-  for (int64_t m : {32, 33, 47, 63, 64, 65, 95, 96, 97, 1000, 2047, 2048, 2049, 6000}) {
+  for (int64_t m : {32, 33, 47, 63, 64, 65, 95, 96, 97, 127, 128, 129, 1000, 2048, 4095, 4096, 4097, 9000}) {
     Tensor x = randn({3, m}, {}, &gen);
     Tensor strided = randn({3, m, 2}, {}, &gen);
     strided.select(2, 0).copy_(x);
