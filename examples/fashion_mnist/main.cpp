@@ -107,7 +107,6 @@ int main(int argc, char** argv) {
     TestResult test;
     for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
       const auto start = std::chrono::steady_clock::now();
-      train_set->set_epoch(epoch);
       const double train_loss = train_epoch(o, epoch, model, *opt, schedule, train_loader, t0);
       const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double ips = static_cast<double>(train_set->size()) / std::max(train_s, 1e-9);

@@ -58,8 +58,8 @@ class FashionImages : public st::data::Dataset<st::data::Example> {
     size_ = limit > 0 ? std::min(limit, images_.size(0)) : images_.size(0);
   }
   int64_t size() const override { return size_; }
-  // Samples of later get() calls draw from this epoch's generators.
-  void set_epoch(int64_t epoch) { epoch_.store(epoch); }
+  // The DataLoader calls it as each pass starts: later samples draw from this epoch's generators.
+  void set_epoch(int64_t epoch) override { epoch_.store(epoch); }
 
   st::data::Example get(int64_t index) const override {
     STRATA_CHECK(index >= 0 && index < size_, "[fashion_mnist] index {} out of range for {} images", index, size_);

@@ -204,7 +204,6 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
   int64_t running_n = 0, step = start, timed_images = 0, all_images = 0, interval_images = 0;
   auto last = Clock::now();
   while (step < end) {
-    if (data.folder) data.folder->set_epoch(static_cast<uint64_t>(loader.epoch()));  // before the pass starts
     for (auto& batch : loader) {
       // on a GPU run from pinned memory, without a wait: the forward's kernels queue behind the
       // copy (the pinned buffer is held until it is done)

@@ -127,8 +127,11 @@ struct LoaderCore::Pipeline {
   }
 };
 
-LoaderCore::LoaderCore(int64_t dataset_size, LoaderOptions options, FetchFn fetch)
-    : dataset_size_(dataset_size), options_(std::move(options)), fetch_(std::move(fetch)) {
+LoaderCore::LoaderCore(int64_t dataset_size, LoaderOptions options, FetchFn fetch, EpochFn on_epoch)
+    : dataset_size_(dataset_size),
+      options_(std::move(options)),
+      fetch_(std::move(fetch)),
+      on_epoch_(std::move(on_epoch)) {
   STRATA_CHECK(options_.batch_size >= 1, "[DataLoader] batch_size must be at least 1, got {}", options_.batch_size);
   STRATA_CHECK(options_.num_workers >= 0, "[DataLoader] negative num_workers {}", options_.num_workers);
   STRATA_CHECK(options_.prefetch >= 1, "[DataLoader] prefetch must be at least 1, got {}", options_.prefetch);
@@ -187,6 +190,7 @@ std::shared_ptr<void> LoaderCore::start_pass() {
   STRATA_CHECK(static_cast<int64_t>(order_.size()) == sampler_->size(),
                "[DataLoader] the sampler returned {} indices for epoch {} but its size is {}", order_.size(), epoch_,
                sampler_->size());
+  if (on_epoch_) on_epoch_(epoch_);  // no get() of this loader runs: its workers are stopped
   if (options_.num_workers > 0 && delivered_ < num_batches_) start_workers();
   resume_pending_ = false;
   in_pass_ = true;

@@ -71,6 +71,11 @@ Example ImageFolder::get(int64_t index) const {
   return {std::move(input), scalar_tensor(label, kInt64)};
 }
 
+void ImageFolder::set_epoch(int64_t epoch) {
+  STRATA_CHECK(epoch >= 0, "[ImageFolder] negative epoch {}", epoch);
+  epoch_ = static_cast<uint64_t>(epoch);
+}
+
 // ---- SyntheticImageDataset ------------------------------------------------------------------
 
 SyntheticImageDataset::SyntheticImageDataset(int64_t n, int64_t channels, int64_t height, int64_t width,

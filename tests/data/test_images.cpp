@@ -294,6 +294,45 @@ TEST(ImageFolder, AugmentationIsPerIndexNotPerThread) {
   EXPECT_NE(values(other_seed.get(0).input), serial[0]);
 }
 
+// A DataLoader tells the dataset each pass's epoch, so augmentation changes from epoch to epoch
+// without the training loop's help, and a run resumed mid-epoch from the loader's state, with
+// a new dataset object, gets the crops the uninterrupted run got.
+TEST(ImageFolder, LoaderSetsTheEpochSoResumedRunsAugmentAlike) {
+  TempDir dir;
+  for (int i = 0; i < 8; ++i) {
+    const auto png = encode_png({.width = 20, .height = 16}, random_bytes(960, i));
+    write_bytes(dir / fmt::format("c{}/{}.png", i % 2, i), png);
+  }
+  sd::Compose tf({sd::RandomResizedCrop(8), sd::RandomHorizontalFlip(), sd::ToTensor()});
+  const sd::LoaderOptions options{.batch_size = 2, .num_workers = 2, .seed = 5};
+  sd::DataLoader<sd::Example> loader(std::make_shared<sd::ImageFolder>(dir.str(), tf, 42), options);
+  std::vector<std::vector<double>> epoch0, epoch1;
+  for (auto& batch : loader) epoch0.push_back(values(batch.input));
+  sd::LoaderState after_one;
+  for (auto& batch : loader) {
+    epoch1.push_back(values(batch.input));
+    if (epoch1.size() == 1) after_one = loader.state();
+  }
+  ASSERT_EQ(epoch0.size(), 4u);
+  ASSERT_EQ(epoch1.size(), 4u);
+  for (size_t b = 0; b < epoch0.size(); ++b) EXPECT_NE(epoch0[b], epoch1[b]) << "batch " << b;  // same images
+  sd::DataLoader<sd::Example> resumed(std::make_shared<sd::ImageFolder>(dir.str(), tf, 42), options);
+  resumed.load_state(after_one);
+  std::vector<std::vector<double>> rest;
+  for (auto& batch : resumed) rest.push_back(values(batch.input));
+  EXPECT_EQ(rest, std::vector<std::vector<double>>(epoch1.begin() + 1, epoch1.end()));
+  // a const dataset is not told, and is still accepted
+  std::shared_ptr<const sd::ImageFolder> const_folder = std::make_shared<sd::ImageFolder>(dir.str(), tf, 42);
+  sd::DataLoader<sd::Example> fixed(const_folder, options);
+  std::vector<std::vector<double>> first, second;
+  for (auto& batch : fixed) first.push_back(values(batch.input));
+  for (auto& batch : fixed) second.push_back(values(batch.input));
+  EXPECT_EQ(first, epoch0);
+  EXPECT_EQ(second, epoch0);
+  sd::ImageFolder folder(dir.str(), tf, 42);
+  expect_error([&] { folder.set_epoch(-1); }, {"negative epoch"});
+}
+
 TEST(ImageFolder, BadRootsRaise) {
   TempDir dir;
   expect_error([&] { sd::ImageFolder(dir / "nope"); }, {"not a directory"});

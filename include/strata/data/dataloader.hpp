@@ -77,6 +77,8 @@ namespace detail {
 /// A type-erased batch, and the function that builds batch `batch` from sample indices.
 using BatchPtr = std::shared_ptr<void>;
 using FetchFn = std::function<BatchPtr(const std::vector<int64_t>& indices, int64_t batch)>;
+/// Tells the dataset the epoch of the pass that is starting (Dataset::set_epoch).
+using EpochFn = std::function<void(int64_t epoch)>;
 
 [[noreturn]] STRATA_API void throw_sample_error(int64_t index, int64_t batch, const char* what);
 [[noreturn]] STRATA_API void throw_collate_error(int64_t batch, const char* what);
@@ -85,14 +87,15 @@ using FetchFn = std::function<BatchPtr(const std::vector<int64_t>& indices, int6
 /// epoch cursor and the worker threads.
 class STRATA_API LoaderCore {
  public:
-  LoaderCore(int64_t dataset_size, LoaderOptions options, FetchFn fetch);
+  LoaderCore(int64_t dataset_size, LoaderOptions options, FetchFn fetch, EpochFn on_epoch = {});
   ~LoaderCore();
   LoaderCore(const LoaderCore&) = delete;
   LoaderCore& operator=(const LoaderCore&) = delete;
 
-  /// Starts a pass: resumes a restored position, or else begins the next epoch. The pass is
-  /// live while the returned token is held (by its iterators; Note [Abandoned pass]). If it
-  /// raises, no pass started and the next call retries the same position.
+  /// Starts a pass: resumes a restored position, or else begins the next epoch, and tells the
+  /// dataset that epoch (Dataset::set_epoch). The pass is live while the returned token is
+  /// held (by its iterators; Note [Abandoned pass]). If it raises, no pass started and the
+  /// next call retries the same position.
   std::shared_ptr<void> start_pass();
   /// The next batch of the pass `pass` (its token), or null once the pass is over. Raises
   /// strata::Error when `pass` is no longer the live pass.
@@ -117,6 +120,7 @@ class STRATA_API LoaderCore {
   int64_t dataset_size_;
   LoaderOptions options_;
   FetchFn fetch_;
+  EpochFn on_epoch_;
   std::shared_ptr<const Sampler> sampler_;
   int64_t num_batches_ = 0;
   int64_t epoch_ = 0;
@@ -161,6 +165,8 @@ class DataLoader {
       STRATA_CHECK(!pin, "[DataLoader] pin_memory is set but no pin_memory(const Batch&) overload exists for "
                          "this batch type");
     }
+    detail::EpochFn on_epoch;
+    if constexpr (!std::is_const_v<D>) on_epoch = [d = dataset](int64_t epoch) { d->set_epoch(epoch); };
     std::shared_ptr<const Dataset<Sample>> data = std::move(dataset);
     int64_t size = data->size();
     detail::FetchFn fetch = [data, collate = std::move(collate), pin](const std::vector<int64_t>& indices,
@@ -189,7 +195,7 @@ class DataLoader {
       }
       return out;
     };
-    core_ = std::make_unique<detail::LoaderCore>(size, std::move(options), std::move(fetch));
+    core_ = std::make_unique<detail::LoaderCore>(size, std::move(options), std::move(fetch), std::move(on_epoch));
   }
 
   class iterator {

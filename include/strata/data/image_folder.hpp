@@ -38,9 +38,9 @@ class STRATA_API ImageFolder : public Dataset<Example> {
   const std::map<std::string, int64_t>& class_to_idx() const { return class_to_idx_; }
   /// (path, class index) of every sample, in index order.
   const std::vector<std::pair<std::string, int64_t>>& samples() const { return samples_; }
-  /// Changes the augmentation stream for a new epoch. Not safe while get() runs elsewhere:
-  /// call it between epochs.
-  void set_epoch(uint64_t epoch) { epoch_ = epoch; }
+  /// Changes the augmentation stream for a new epoch (a DataLoader calls it as each pass
+  /// starts). Raises strata::Error for a negative epoch.
+  void set_epoch(int64_t epoch) override;
   /// Whether `path`'s extension is one ImageFolder loads.
   static bool is_image_file(const std::string& path);
 
@@ -48,7 +48,7 @@ class STRATA_API ImageFolder : public Dataset<Example> {
   std::string root_;
   Transform transform_;
   uint64_t seed_;
-  std::atomic<uint64_t> epoch_{0};  // set between epochs while workers of a left pass may read it
+  std::atomic<uint64_t> epoch_{0};  // atomic: a user may call set_epoch while get() runs elsewhere
   std::vector<std::string> classes_;
   std::map<std::string, int64_t> class_to_idx_;
   std::vector<std::pair<std::string, int64_t>> samples_;
