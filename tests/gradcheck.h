@@ -10,6 +10,16 @@ namespace strata::testing {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
+/// One row of a table of gradient checks: f of float64 inputs of these shapes.
+struct GradCase {
+  const char* name;
+  Fn f;
+  std::vector<Shape> shapes;
+};
+
+/// An int64 index tensor of shape s.
+inline Tensor indices(std::vector<int64_t> v, Shape s) { return from_vector(v, s); }
+
 // Offsets (in elements, from the storage start) of every element of t, in C order.
 inline std::vector<int64_t> element_offsets(const Tensor& t) {
   std::vector<int64_t> out;

@@ -76,20 +76,20 @@ Tensor binary_op(OpId op, const Tensor& a, const Tensor& b, Kind kind) {
   return out;
 }
 
-void check_inplace(const Tensor& self, const Tensor& other, OpId op) {
-  STRATA_CHECK(!autograd::any_requires_grad({&self, &other}), "[{}_] in-place op on a tensor that requires grad; use "
-               "the out-of-place op, or run it under NoGradGuard", op_name(op));
-}
-
-// The checks of an in-place op's destination: defined, on other's device, no grad, writable.
-void check_destination(const Tensor& self, const Tensor& other, OpId op) {
-  check_pair(self, other, op);
-  check_inplace(self, other, op);
-  detail::check_writable(self, fmt::format("{}_", op_name(op)));
+// The out-of-place op of an in-place arithmetic op, as autograd records it.
+Tensor out_of_place(OpId op, const Tensor& a, const Tensor& b) {
+  switch (op) {
+    case OpId::add: return add(a, b);
+    case OpId::sub: return sub(a, b);
+    case OpId::mul: return mul(a, b);
+    default: return div(a, b);
+  }
 }
 
 Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div = false) {
-  check_destination(self, other, op);
+  check_pair(self, other, op);
+  const std::string name = fmt::format("{}_", op_name(op));
+  detail::check_writable(self, name);
   Shape shape = broadcast_shapes(self.shape(), other.shape(), op_name(op));
   STRATA_CHECK(shape == self.shape(), "[{}_] result of shape {} does not fit the destination of shape {}",
                op_name(op), shape, self.shape());
@@ -97,6 +97,14 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
   if (true_div && !is_floating(t)) t = kFloat32;
   STRATA_CHECK(category(t) <= category(self.dtype()), "[{}_] result dtype {} cannot be written in place to a {} tensor",
                op_name(op), t, self.dtype());
+  if (autograd::any_requires_grad({&self, &other})) {  // Note [In-place under autograd]
+    // x.mul_(x): the operand is self too (record_inplace refuses any other sharing), so it is
+    // read from the copy as well, which its backward keeps
+    const bool reads_self = op == OpId::mul || op == OpId::div;
+    return autograd::record_inplace(self, name.c_str(), reads_self, [&](const Tensor& value) {
+      return out_of_place(op, value, other.storage() == self.storage() ? value : other);
+    });
+  }
   Tensor cother = detail::unaliased(other.to(self.dtype()), self);
   const Tensor ins[2] = {self, cother};
   Tensor out = self;
@@ -146,7 +154,8 @@ Tensor with_scalar(const Tensor& a, Scalar s, Op op, OpId id, bool scalar_first 
 template <class Op>
 Tensor& with_scalar_inplace(Tensor& self, Scalar s, Op op, OpId id) {
   if (!needs_float_scalar(self, s)) return op(self, scalar_like(s, self, op_name(id)));
-  check_destination(self, self, id);
+  check_pair(self, self, id);
+  detail::check_writable(self, fmt::format("{}_", op_name(id)));
   Tensor r = self.to(kFloat32);
   op(r, detail::scalar_operand(s, kFloat32, self.device()));
   return self.copy_(r);
@@ -359,9 +368,11 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   Shape b = broadcast_shapes(shape(), mask.shape(), "masked_fill");
   STRATA_CHECK(b == shape(), "[masked_fill] mask of shape {} does not broadcast to the tensor's shape {}",
                mask.shape(), shape());
-  check_inplace(*this, mask, OpId::where);
   detail::check_writable(*this, "masked_fill_");
   detail::check_fill_value(value, dtype(), "masked_fill");
+  if (autograd::any_requires_grad({this}))  // Note [In-place under autograd]
+    return autograd::record_inplace(*this, "masked_fill_", false,
+                                    [&](const Tensor& x) { return masked_fill(x, mask, value); });
   Tensor v = full({}, value, TensorOptions(dtype(), device()));
   const Tensor ins[3] = {detail::unaliased(mask, *this), v, *this};  // a mask in self's memory is read whole first
   Tensor out = *this;

@@ -92,12 +92,24 @@ Tensor recorded_copy(const char* name, const Tensor& src, Tensor out) {
 
 Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   STRATA_CHECK(src.defined(), "[copy_] source tensor is undefined");
-  STRATA_CHECK(!autograd::any_requires_grad({this, &src}), "[copy_] in-place copy involving a tensor that requires "
-               "grad; use clone() or to(), or run it under NoGradGuard");
   Shape b = broadcast_shapes(shape(), src.shape(), "copy_");
   STRATA_CHECK(b == shape(), "[copy_] source of shape {} does not broadcast to destination shape {}", src.shape(),
                shape());
   detail::check_writable(*this, "copy_");
+  if (autograd::any_requires_grad({this, &src})) {  // Note [In-place under autograd]
+    return autograd::record_inplace(*this, "copy_", false, [&](const Tensor& old) {
+      Tensor out = empty_like(old);
+      {
+        NoGradGuard no_grad;
+        out.copy_(src, non_blocking);
+      }
+      // the old value gets no gradient; src gets self's, summed over broadcast dims
+      autograd::record("copy_", {old, src}, {out}, {}, [](const autograd::Grads& g, const autograd::Saved&) {
+        return autograd::Grads{Tensor(), g[0]};
+      });
+      return out;
+    });
+  }
   if (numel() == 0) return *this;
   if (detail::same_view(src, *this)) return *this;  // a memcpy of a block onto itself is undefined
   if (src.device() != device()) {
@@ -122,10 +134,19 @@ void run_fill(Tensor& t, Scalar value) {
 }  // namespace
 
 Tensor& Tensor::fill_(Scalar value) {
-  STRATA_CHECK(!autograd::any_requires_grad({this}), "[fill_] in-place fill of a tensor that requires grad; run it "
-               "under NoGradGuard");
   detail::check_fill_value(value, dtype(), "fill_");
   detail::check_writable(*this, "fill_");
+  if (autograd::any_requires_grad({this})) {  // Note [In-place under autograd]
+    return autograd::record_inplace(*this, "fill_", false, [&](const Tensor& old) {
+      Tensor out = empty_like(old);
+      run_fill(out, value);
+      // a constant: the old value gets no gradient
+      autograd::record("fill_", {old}, {out}, {}, [](const autograd::Grads&, const autograd::Saved&) {
+        return autograd::Grads{Tensor()};
+      });
+      return out;
+    });
+  }
   run_fill(*this, value);
   return *this;
 }

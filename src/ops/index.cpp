@@ -302,21 +302,37 @@ Tensor& index_add_src(Tensor& self, int64_t dim, const Tensor& index, const Tens
   return self;
 }
 
+// Under autograd the out-of-place op runs instead, and self takes over its result (Note
+// [In-place under autograd]); none of their backwards keeps self.
+Tensor& recorded_inplace(Tensor& self, const char* op, const std::function<Tensor(const Tensor&)>& out_of_place) {
+  check_defined(self, "self", op);
+  check_writable(self, op);
+  return autograd::record_inplace(self, op, false, out_of_place);
+}
+
 }  // namespace
 
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (autograd::any_requires_grad({&self, &src}))
+    return recorded_inplace(self, "scatter_", [&](const Tensor& x) { return scatter(x, dim, index, src); });
   return scatter_src(self, dim, index, src, "scatter_");
 }
 
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, Scalar value) {
+  if (autograd::any_requires_grad({&self}))
+    return recorded_inplace(self, "scatter_", [&](const Tensor& x) { return scatter(x, dim, index, value); });
   return scatter_value(self, dim, index, value, "scatter_");
 }
 
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (autograd::any_requires_grad({&self, &src}))
+    return recorded_inplace(self, "scatter_add_", [&](const Tensor& x) { return scatter_add(x, dim, index, src); });
   return scatter_add_src(self, dim, index, src, "scatter_add_");
 }
 
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha) {
+  if (autograd::any_requires_grad({&self, &src}))
+    return recorded_inplace(self, "index_add_", [&](const Tensor& x) { return index_add(x, dim, index, src, alpha); });
   return index_add_src(self, dim, index, src, alpha, "index_add_");
 }
 

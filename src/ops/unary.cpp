@@ -89,11 +89,14 @@ Tensor unary_op(OpId op, const Tensor& x, Kind kind, const void* params = nullpt
   return out;
 }
 
-Tensor& unary_inplace(OpId op, Tensor& x, const void* params = nullptr) {
-  STRATA_CHECK(!autograd::any_requires_grad({&x}), "[{}_] in-place op on a tensor that requires grad; use the "
-               "out-of-place op, or run it under NoGradGuard", op_name(op));
+// `recorded` is the out-of-place op, which runs instead under autograd (Note [In-place under
+// autograd]); it reads a copy of x, as clamp and relu keep their input or output.
+Tensor& unary_inplace(OpId op, Tensor& x, const std::function<Tensor(const Tensor&)>& recorded,
+                      const void* params = nullptr) {
   STRATA_CHECK(x.dtype() != kBool, "[{}_] not supported for bool tensors", op_name(op));
-  detail::check_writable(x, fmt::format("{}_", op_name(op)));
+  const std::string name = fmt::format("{}_", op_name(op));
+  detail::check_writable(x, name);
+  if (autograd::any_requires_grad({&x})) return autograd::record_inplace(x, name.c_str(), true, recorded);
   Tensor in = x, out = x;
   run_kernel(op, x.dtype(), KernelCall{{&in, 1}, {&out, 1}, params});
   x.storage()->bump_version();
@@ -303,10 +306,12 @@ Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
                "[clamp_] a floating bound (min {}, max {}) gives a floating result, which the {} tensor cannot "
                "hold; use clamp() for a new tensor",
                p.a, p.b, dtype());
-  return unary_inplace(OpId::clamp, *this, &p);
+  return unary_inplace(OpId::clamp, *this, [&](const Tensor& x) { return strata::clamp(x, min, max); }, &p);
 }
 
-Tensor& Tensor::relu_() { return unary_inplace(OpId::relu, *this); }
+Tensor& Tensor::relu_() {
+  return unary_inplace(OpId::relu, *this, [](const Tensor& x) { return strata::relu(x); });
+}
 
 Tensor Tensor::exp() const { return strata::exp(*this); }
 Tensor Tensor::log() const { return strata::log(*this); }

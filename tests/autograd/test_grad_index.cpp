@@ -1,7 +1,7 @@
 // Finite-difference gradient checks (float64) for the indexing, joining and ordering ops, on
 // contiguous, transposed and sliced inputs, with repeated indices where the op allows them;
-// second derivatives through a square of each op; in-place forms refuse tensors that
-// require grad.
+// second derivatives through a square of each op; in-place forms refuse leaves that require
+// grad (tests/autograd/test_grad_inplace.cpp checks them on non-leaves).
 #include "gradcheck.h"
 
 using namespace strata;
@@ -13,28 +13,23 @@ using strata::testing::leaf;
 
 namespace {
 
-struct Case {
-  const char* name;
-  Fn f;
-  std::vector<Shape> shapes;
-};
-
-Tensor idx(std::vector<int64_t> v, Shape s) { return from_vector(v, s); }
+using Case = strata::testing::GradCase;
+using strata::testing::indices;
 
 const std::vector<Case>& cases() {
   using V = const std::vector<Tensor>&;
   static const std::vector<Case> c = {
-      {"index_select", [](V x) { return index_select(x[0], 1, idx({0, 3, 3, 1}, {4})); }, {{3, 5}}},
-      {"index_select_dim0", [](V x) { return index_select(x[0], -2, idx({2, 0, 2}, {3})); }, {{3, 5}}},
-      {"gather", [](V x) { return gather(x[0], 1, idx({0, 4, 4, 1, 2, 2}, {2, 3})); }, {{3, 5}}},
-      {"gather_dim0", [](V x) { return gather(x[0], 0, idx({0, 2, 2, 1, 0, 0, 1, 1}, {2, 4})); }, {{3, 5}}},
+      {"index_select", [](V x) { return index_select(x[0], 1, indices({0, 3, 3, 1}, {4})); }, {{3, 5}}},
+      {"index_select_dim0", [](V x) { return index_select(x[0], -2, indices({2, 0, 2}, {3})); }, {{3, 5}}},
+      {"gather", [](V x) { return gather(x[0], 1, indices({0, 4, 4, 1, 2, 2}, {2, 3})); }, {{3, 5}}},
+      {"gather_dim0", [](V x) { return gather(x[0], 0, indices({0, 2, 2, 1, 0, 0, 1, 1}, {2, 4})); }, {{3, 5}}},
       // one destination per (row, index): no position is written twice
-      {"scatter", [](V x) { return scatter(x[0], 1, idx({4, 0, 2, 1, 3, 0}, {2, 3}), x[1]); }, {{3, 5}, {3, 4}}},
-      {"scatter_value", [](V x) { return scatter(x[0], 0, idx({2, 0, 1}, {1, 3}), Scalar(0.5)); }, {{3, 5}}},
-      {"scatter_add", [](V x) { return scatter_add(x[0], 1, idx({4, 4, 2, 1, 1, 1}, {2, 3}), x[1]); },
+      {"scatter", [](V x) { return scatter(x[0], 1, indices({4, 0, 2, 1, 3, 0}, {2, 3}), x[1]); }, {{3, 5}, {3, 4}}},
+      {"scatter_value", [](V x) { return scatter(x[0], 0, indices({2, 0, 1}, {1, 3}), Scalar(0.5)); }, {{3, 5}}},
+      {"scatter_add", [](V x) { return scatter_add(x[0], 1, indices({4, 4, 2, 1, 1, 1}, {2, 3}), x[1]); },
        {{3, 5}, {2, 4}}},
-      {"index_add", [](V x) { return index_add(x[0], 0, idx({1, 1, 0, 2}, {4}), x[1], 2.5); }, {{3, 5}, {4, 5}}},
-      {"index_add_dim1", [](V x) { return index_add(x[0], 1, idx({4, 0, 4}, {3}), x[1]); }, {{3, 5}, {3, 3}}},
+      {"index_add", [](V x) { return index_add(x[0], 0, indices({1, 1, 0, 2}, {4}), x[1], 2.5); }, {{3, 5}, {4, 5}}},
+      {"index_add_dim1", [](V x) { return index_add(x[0], 1, indices({4, 0, 4}, {3}), x[1]); }, {{3, 5}, {3, 3}}},
       {"tril", [](V x) { return tril(x[0], 1); }, {{2, 4, 5}}},
       {"triu", [](V x) { return triu(x[0], -1); }, {{4, 3}}},
       {"cat", [](V x) { return cat({x[0], x[1], x[2]}, -1); }, {{3, 2}, {0}, {3, 4}}},
@@ -67,22 +62,23 @@ TEST(GradIndex, MatchesFiniteDifferences) {
   }
 }
 
-TEST(GradIndex, InPlaceFormsRefuseTensorsThatRequireGrad) {
+TEST(GradIndex, InPlaceFormsRefuseLeavesThatRequireGrad) {
   Tensor x = leaf(zeros({3, 4}));
   Tensor plain = zeros({3, 4}, kFloat64);
   Tensor src = leaf(ones({3, 4}));
   Tensor i = zeros({3, 4}, TensorOptions(kInt64));
   EXPECT_THROW(scatter_(x, 1, i, plain), Error);
-  EXPECT_THROW(scatter_(plain, 1, i, src), Error);
   EXPECT_THROW(scatter_(x, 1, i, Scalar(1.0)), Error);
-  EXPECT_THROW(scatter_add_(plain, 1, i, src), Error);
-  EXPECT_THROW(index_add_(plain, 0, zeros({3}, TensorOptions(kInt64)), src), Error);
-  EXPECT_TRUE(strata::testing::all_close(plain, std::vector<double>(12, 0.0), 0, 0));
+  EXPECT_THROW(scatter_add_(x, 1, i, src), Error);
+  EXPECT_THROW(index_add_(x, 0, zeros({3}, TensorOptions(kInt64)), src), Error);
+  EXPECT_TRUE(strata::testing::all_close(x, std::vector<double>(12, 0.0), 0, 0));
   {
     NoGradGuard no_grad;  // allowed without recording
-    EXPECT_NO_THROW(scatter_add_(plain, 1, i, src));
+    EXPECT_NO_THROW(scatter_add_(x, 1, i, src));
   }
-  // the out-of-place forms record a graph instead
-  Tensor y = scatter_add(plain, 1, i, src);
-  EXPECT_TRUE(y.requires_grad());
+  // a tensor that does not require grad joins the graph through src
+  scatter_add_(plain, 1, i, src);
+  EXPECT_TRUE(plain.requires_grad());
+  plain.sum().backward();
+  EXPECT_TRUE(strata::testing::all_close(src.grad(), std::vector<double>(12, 1.0), 0, 0));
 }

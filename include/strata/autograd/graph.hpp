@@ -138,6 +138,15 @@ STRATA_API Edge gradient_edge(const Tensor& t);
 /// Makes `t` a non-leaf output `output_nr` of `node`.
 STRATA_API void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr);
 
+/// Runs an in-place op on `self` whose tensors take part in autograd (Note [In-place under
+/// autograd] in src/autograd/inplace.cpp): `out_of_place(value)` computes the op's result as
+/// a new, recorded tensor of self's shape from `value` (self, or a copy of it when
+/// `reads_self`, for an op whose backward keeps its input); the result is written into self,
+/// which takes over its history. `op` names the op in errors. Raises strata::Error when self
+/// is a leaf that requires grad, retains its grad, or shares its memory with another tensor.
+STRATA_API Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
+                                  const std::function<Tensor(const Tensor& value)>& out_of_place);
+
 /// Saved-tensor hooks: while a guard is alive, every tensor saved for backward on this thread
 /// is passed through pack, and unpack runs when backward needs it back.
 class STRATA_API SavedTensorHooksGuard {

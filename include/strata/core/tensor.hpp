@@ -132,6 +132,13 @@ class STRATA_API Tensor {
   void set_data(const Tensor& other) const;
 
   // ---- in place --------------------------------------------------------------------------
+  // Under autograd (grad mode on, this tensor or an operand requires grad) an in-place op
+  // runs as its out-of-place op and this tensor takes over the result's history, as in
+  // PyTorch: `h.add_(x)` in a forward is `h = h + x` for the gradient, and a buffer joins the
+  // graph through copy_. Refused with strata::Error: a leaf that requires grad (update
+  // parameters under NoGradGuard), and a tensor whose memory another shares (a view, the
+  // tensor a view looks into, a detached alias, a value saved for backward), whose gradient
+  // would miss the write: clone() first. Note [In-place under autograd].
   Tensor& fill_(Scalar value);
   Tensor& zero_() { return fill_(0); }
   /// Copies `src` into this tensor, broadcasting and converting dtype and device.

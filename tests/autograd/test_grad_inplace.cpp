@@ -1,0 +1,134 @@
+// In-place ops under autograd (Note [In-place under autograd] in src/autograd/inplace.cpp):
+// each op applied to a non-leaf copy of its input, checked by finite differences (float64)
+// and through a square for second derivatives; a buffer that joins the graph through copy_;
+// and the refusals: a leaf that requires grad, memory shared with a view, an alias or a saved
+// tensor, a tensor that retains its grad.
+#include "gradcheck.h"
+#include "testing.h"
+
+using namespace strata;
+using strata::testing::Fn;
+using strata::testing::gradcheck;
+using strata::testing::gradgradcheck;
+using strata::testing::leaf;
+
+namespace {
+
+using Case = strata::testing::GradCase;
+using strata::testing::indices;
+
+// x[0] * 1 is a non-leaf that owns its memory, as an activation does
+const std::vector<Case>& cases() {
+  using V = const std::vector<Tensor>&;
+  static const std::vector<Case> c = {
+      {"add_", [](V x) { Tensor h = x[0] * 1.0; h.add_(x[1], 2.5); return h; }, {{3, 4}, {4}}},
+      {"add_ scalar", [](V x) { Tensor h = x[0] * 1.0; h.add_(3.0); return h * h; }, {{3, 4}}},
+      {"sub_", [](V x) { Tensor h = x[0] * 1.0; h.sub_(x[1]); return h * x[0]; }, {{3, 4}, {3, 1}}},
+      {"mul_", [](V x) { Tensor h = x[0] * 1.0; h.mul_(x[1]); return h; }, {{3, 4}, {3, 4}}},
+      {"mul_ twice", [](V x) { Tensor h = x[0] * 1.0; h.mul_(x[1]).mul_(x[1]); return h; }, {{2, 3}, {3}}},
+      {"mul_ self", [](V x) { Tensor h = x[0] * 1.0; h.mul_(h); return h; }, {{2, 3}}},
+      {"div_", [](V x) { Tensor h = x[0] * 1.0; h.div_(exp(x[1])); return h; }, {{2, 3}, {2, 3}}},
+      {"div_ scalar", [](V x) { Tensor h = x[0] * 1.0; h.div_(4.0); return h; }, {{5}}},
+      {"clamp_", [](V x) { Tensor h = x[0] * 1.0; h.clamp_(-0.5, 0.7); return h; }, {{4, 5}}},
+      {"relu_", [](V x) { Tensor h = x[0] * 1.0; h.relu_(); return h * x[0]; }, {{4, 5}}},
+      {"masked_fill_",
+       [](V x) {
+         Tensor h = x[0] * 1.0;
+         h.masked_fill_(from_vector<bool>({true, false, false, true}, Shape{4}), 2.0);
+         return h * x[0];
+       },
+       {{3, 4}}},
+      {"fill_ then add_", [](V x) { Tensor h = x[0] * 1.0; h.fill_(1.5); h.add_(x[1]); return h; }, {{3}, {3}}},
+      {"copy_ broadcast", [](V x) { Tensor h = x[0] * 1.0; h.copy_(x[1]); return h * x[0]; }, {{3, 4}, {4}}},
+      {"scatter_",
+       [](V x) { Tensor h = x[0] * 1.0; scatter_(h, 1, indices({4, 0, 2, 1, 3, 0}, {2, 3}), x[1]); return h; },
+       {{3, 5}, {3, 4}}},
+      {"scatter_add_",
+       [](V x) { Tensor h = x[0] * 1.0; scatter_add_(h, 1, indices({4, 4, 2, 1, 1, 1}, {2, 3}), x[1]); return h; },
+       {{3, 5}, {2, 4}}},
+      {"index_add_",
+       [](V x) { Tensor h = x[0] * 1.0; index_add_(h, 0, indices({1, 1, 0, 2}, {4}), x[1], 2.5); return h; },
+       {{3, 5}, {4, 5}}},
+      // a residual added in place, as a block's forward does it
+      {"residual", [](V x) { Tensor h = matmul(x[0], x[1]); h.add_(x[0]); return tanh(h); }, {{2, 3}, {3, 3}}},
+  };
+  return c;
+}
+
+}  // namespace
+
+TEST(GradInPlace, MatchesFiniteDifferences) {
+  Generator g(3);
+  for (const Case& c : cases()) {
+    std::vector<Tensor> in;
+    for (const Shape& s : c.shapes) in.push_back(leaf(randn(s, kFloat64, &g)));
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(gradcheck(c.f, in));
+    Fn squared = [&c](const std::vector<Tensor>& x) { return square(c.f(x)); };
+    EXPECT_TRUE(gradgradcheck(squared, in));
+  }
+}
+
+TEST(GradInPlace, TheTensorTakesOverTheNewHistory) {
+  Tensor x = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor h = x * 2.0;
+  auto before = h.grad_fn();
+  h.mul_(x);  // h = 2 x^2
+  EXPECT_NE(h.grad_fn(), before);
+  EXPECT_FALSE(h.is_leaf());
+  EXPECT_TRUE(strata::testing::all_close(h, {2, 8, 18}, 0, 0));
+  h.sum().backward();
+  EXPECT_TRUE(strata::testing::all_close(x.grad(), {4, 8, 12}, 0, 0));  // d(2 x^2) = 4 x
+}
+
+// A buffer that does not require grad joins the graph through copy_ and add_, as a preallocated
+// output does; the old values get no gradient.
+TEST(GradInPlace, BufferJoinsTheGraph) {
+  Tensor a = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor buf = zeros({3}, kFloat64);
+  buf.copy_(a * 2.0);
+  EXPECT_TRUE(buf.requires_grad());
+  Tensor acc = ones({3}, kFloat64);
+  acc.add_(a);
+  (buf * buf + acc).sum().backward();
+  EXPECT_TRUE(strata::testing::all_close(a.grad(), {9, 17, 25}, 0, 0));  // 8 a + 1
+  // a fill makes the tensor a constant again for the gradient
+  Tensor b = a * 3.0;
+  b.zero_();
+  b.add_(a);
+  a.set_grad(Tensor());
+  b.sum().backward();
+  EXPECT_TRUE(strata::testing::all_close(a.grad(), {1, 1, 1}, 0, 0));
+}
+
+TEST(GradInPlace, Refusals) {
+  using strata::testing::throws_with;
+  Tensor w = from_vector<double>({1, 2, 3}).requires_grad_();
+  EXPECT_TRUE(throws_with([&] { w.add_(1.0); }, {"[add_]", "leaf tensor that requires grad", "NoGradGuard"}));
+  EXPECT_TRUE(throws_with([&] { w.zero_(); }, {"[fill_]", "leaf"}));
+  {
+    NoGradGuard no_grad;  // an optimizer's update
+    w.sub_(from_vector<double>({1, 1, 1}));
+  }
+  EXPECT_TRUE(strata::testing::all_close(w, {0, 1, 2}, 0, 0));
+  // a view, or the tensor a view looks into: the other's history would miss the write
+  Tensor h = w * 1.0;
+  Tensor part = h.narrow(0, 1, 2);
+  EXPECT_TRUE(throws_with([&] { part.mul_(3.0); }, {"[mul_]", "memory another tensor shares", "clone()"}));
+  EXPECT_TRUE(throws_with([&] { h.mul_(3.0); }, {"[mul_]", "memory another tensor shares"}));
+  Tensor buf = zeros({3}, kFloat64);
+  EXPECT_TRUE(throws_with([&] { buf.narrow(0, 0, 2).copy_(w.narrow(0, 0, 2)); }, {"[copy_]", "shares"}));
+  EXPECT_TRUE(strata::testing::all_close(buf, {0, 0, 0}, 0, 0));  // nothing written
+  // a value some backward saved
+  Tensor e = exp(w * 1.0);  // saves its output
+  EXPECT_TRUE(throws_with([&] { e.add_(1.0); }, {"[add_]", "saved for backward"}));
+  Tensor r = w * 1.0;
+  r.retain_grad();
+  EXPECT_TRUE(throws_with([&] { r.relu_(); }, {"[relu_]", "retains its grad"}));
+  // without grad mode nothing is recorded, and views may be written
+  {
+    NoGradGuard no_grad;
+    part.mul_(3.0);
+  }
+  EXPECT_TRUE(strata::testing::all_close(h, {0, 3, 6}, 0, 0));
+}
