@@ -63,9 +63,14 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) : defined_(t.defined()
   requires_grad_ = t.requires_grad();
   if (is_output_ && t.impl().autograd) output_nr_ = t.impl().autograd->output_nr;
   if (!t_saved_hooks.empty()) {
-    // hooks see a plain tensor; what they return is all that is kept
+    // hooks see a plain tensor; what they return is all that is kept. The memory is watched,
+    // not held (an offloading hook frees it): while it lives, what pack returned may be it
+    // (an identity hook, a to() that had nothing to do), so an in-place write to it raises
+    // at unpack as without hooks; once it is gone, no packed value can alias it.
     packed_ = t_saved_hooks.back().pack(is_output_ ? t.detach() : t);
     unpack_hook_ = t_saved_hooks.back().unpack;
+    version_ = t.version();
+    watched_ = t.storage();
     return;
   }
   version_ = t.version();
@@ -78,6 +83,12 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
   if (!defined_) return Tensor();
   Tensor t;
   if (unpack_hook_) {
+    if (std::shared_ptr<Storage> watched = watched_.lock())
+      STRATA_CHECK(watched->version() == version_,
+                   "[autograd] a tensor needed for the backward of {} was modified by an in-place operation after "
+                   "a saved-tensor hook packed it: it is at version {}, expected version {}. Use an out-of-place "
+                   "op, or clone() before modifying it.",
+                   owner ? owner->name() : std::string("?"), watched->version(), version_);
     t = unpack_hook_(packed_);
     STRATA_CHECK(t.defined(), "[autograd] a saved-tensor unpack hook returned an undefined tensor");
   } else {

@@ -99,10 +99,11 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
                op_name(op), t, self.dtype());
   if (autograd::any_requires_grad({&self, &other})) {  // Note [In-place under autograd]
     // x.mul_(x): the operand is self too (record_inplace refuses any other sharing), so it is
-    // read from the copy as well, which its backward keeps
+    // read from the copy as well, which its backward keeps. The operand is cast to self's
+    // dtype first, as below, so that a float16 tensor gets the same values with grad and without.
     const bool reads_self = op == OpId::mul || op == OpId::div;
     return autograd::record_inplace(self, name.c_str(), reads_self, [&](const Tensor& value) {
-      return out_of_place(op, value, other.storage() == self.storage() ? value : other);
+      return out_of_place(op, value, other.storage() == self.storage() ? value : other.to(self.dtype()));
     });
   }
   Tensor cother = detail::unaliased(other.to(self.dtype()), self);

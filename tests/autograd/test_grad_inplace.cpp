@@ -3,6 +3,8 @@
 // and through a square for second derivatives; a buffer that joins the graph through copy_;
 // and the refusals: a leaf that requires grad, memory shared with a view, an alias or a saved
 // tensor, a tensor that retains its grad.
+#include <any>
+
 #include "gradcheck.h"
 #include "testing.h"
 
@@ -99,6 +101,47 @@ TEST(GradInPlace, BufferJoinsTheGraph) {
   a.set_grad(Tensor());
   b.sum().backward();
   EXPECT_TRUE(strata::testing::all_close(a.grad(), {1, 1, 1}, 0, 0));
+}
+
+// A float16 tensor gets the same values from an in-place op with a float32 operand whether
+// autograd records it or not (the operand is cast to float16 first on both paths).
+TEST(GradInPlace, SameValuesWithAndWithoutGrad) {
+  Generator g(4);
+  Tensor x = randn({4096}, {}, &g).to(kFloat16), b = randn({4096}, {}, &g) * 1000.0;
+  Tensor plain = x.clone();
+  plain.mul_(b);
+  Tensor xl = x.clone().requires_grad_();
+  Tensor h = xl * 1.0;
+  h.mul_(b);
+  EXPECT_TRUE(h.requires_grad());
+  EXPECT_TRUE(equal(h.detach(), plain));
+}
+
+// Saved-tensor hooks keep only what pack returns; an in-place write to the memory they packed
+// still raises at backward while that memory lives (an identity pack returns it).
+TEST(GradInPlace, WritesAfterAHookPackedTheValueAreCaught) {
+  Tensor x = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor h = x * 1.0, y;
+  {
+    autograd::SavedTensorHooksGuard identity([](const Tensor& t) { return std::any(t); },
+                                             [](const std::any& a) { return std::any_cast<Tensor>(a); });
+    y = h * h;
+  }
+  h.mul_(3.0);
+  EXPECT_TRUE(strata::testing::throws_with([&] { y.sum().backward(); }, {"modified by an in-place operation",
+                                                                          "saved-tensor hook"}));
+  // a buffer, written on the fast path, the same
+  Tensor w = from_vector<double>({1, 2, 3}).requires_grad_(), buf = ones({3}, kFloat64), z;
+  {
+    autograd::SavedTensorHooksGuard identity([](const Tensor& t) { return std::any(t); },
+                                             [](const std::any& a) { return std::any_cast<Tensor>(a); });
+    z = buf * w;
+  }
+  {
+    NoGradGuard no_grad;
+    buf.add_(10.0);
+  }
+  EXPECT_THROW(z.sum().backward(), Error);
 }
 
 TEST(GradInPlace, Refusals) {

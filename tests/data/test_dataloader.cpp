@@ -260,6 +260,42 @@ TEST(DataLoader, WorkerErrorNamesTheSampleAndNeverHangs) {
   }
 }
 
+// Each pass tells the dataset its epoch through Dataset::set_epoch, before any get() of the
+// pass: restored mid-epoch it is the restored epoch. A set_epoch of the dataset's own that
+// overrides nothing (another parameter type) is not called.
+TEST(DataLoader, TellsTheDatasetEachPassEpoch) {
+  struct Epochs : sd::Dataset<st::Tensor> {
+    int64_t size() const override { return 6; }
+    st::Tensor get(int64_t i) const override { return st::scalar_tensor(static_cast<double>(i * 100 + epoch)); }
+    void set_epoch(int64_t e) override { heard.push_back(epoch = e); }
+    std::vector<int64_t> heard;
+    int64_t epoch = -1;
+  };
+  auto data = std::make_shared<Epochs>();
+  sd::DataLoader<st::Tensor> loader(data, {.batch_size = 2, .num_workers = 2});
+  std::vector<double> seen;
+  for (int e = 0; e < 2; ++e)
+    for (auto& b : loader) seen.push_back(b.select(0, 0).item<double>());
+  EXPECT_EQ(data->heard, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(seen, (std::vector<double>{0, 200, 400, 1, 201, 401}));
+  sd::LoaderState mid{.epoch = 7, .batches = 1, .seed = 0};
+  loader.load_state(mid);
+  for (auto& b : loader) seen.push_back(b.select(0, 0).item<double>());
+  EXPECT_EQ(data->heard.back(), 7);
+  EXPECT_EQ(seen.back(), 407);
+
+  struct OwnSetEpoch : sd::Dataset<st::Tensor> {
+    int64_t size() const override { return 2; }
+    st::Tensor get(int64_t i) const override { return st::scalar_tensor(static_cast<double>(i)); }
+    void set_epoch(double) { called = true; }  // hides the virtual, overrides nothing
+    bool called = false;
+  };
+  auto own = std::make_shared<OwnSetEpoch>();
+  sd::DataLoader<st::Tensor> plain(own, {.batch_size = 2});
+  for (auto& b : plain) (void)b;
+  EXPECT_FALSE(own->called);
+}
+
 TEST(DataLoader, EarlyBreakAndDestructionDoNotHang) {
   Watchdog dog(60);
   auto data = std::make_shared<Tricky>(rows(200), -1, 2000);

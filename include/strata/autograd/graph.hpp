@@ -61,6 +61,7 @@ class STRATA_API SavedTensor {
   uint32_t output_nr_ = 0;
   int64_t version_ = 0;
   std::shared_ptr<Storage> version_source_;
+  std::weak_ptr<Storage> watched_;  // with hooks: the memory saved, checked while it lives
   Tensor data_;    // for inputs: the tensor itself; for outputs: a detached alias
   std::any packed_;  // what a pack hook returned, when one was active
   std::function<Tensor(const std::any&)> unpack_hook_;

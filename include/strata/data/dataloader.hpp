@@ -166,7 +166,10 @@ class DataLoader {
                          "this batch type");
     }
     detail::EpochFn on_epoch;
-    if constexpr (!std::is_const_v<D>) on_epoch = [d = dataset](int64_t epoch) { d->set_epoch(epoch); };
+    if constexpr (!std::is_const_v<D>) {
+      // through the base: a set_epoch of D's own that is no override (other parameters) is not called
+      on_epoch = [d = dataset](int64_t epoch) { static_cast<Dataset<Sample>&>(*d).set_epoch(epoch); };
+    }
     std::shared_ptr<const Dataset<Sample>> data = std::move(dataset);
     int64_t size = data->size();
     detail::FetchFn fetch = [data, collate = std::move(collate), pin](const std::vector<int64_t>& indices,
