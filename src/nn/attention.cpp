@@ -28,9 +28,11 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The attention of q (..., L, E) over k (..., S, E), v (..., S, Ev). mask: undefined, bool
-// (blocking: true = masked out; else true = may attend) or float (added to the scores).
+// (blocking: true = masked out; else true = may attend) or float (added to the scores). With
+// `weights`, the composed path runs and leaves its (..., L, S) weights there.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool blocking,
-                 bool is_causal, double dropout_p, std::optional<double> scale, Generator* gen, std::string_view op) {
+                 bool is_causal, double dropout_p, std::optional<double> scale, Generator* gen, std::string_view op,
+                 Tensor* weights_out = nullptr) {
   STRATA_CHECK(q.defined() && k.defined() && v.defined(), "[{}] query, key or value is undefined", op);
   STRATA_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2,
                "[{}] query, key and value need shape (..., L, E), got {}, {} and {}", op, q.shape(), k.shape(),
@@ -62,7 +64,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   }
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
-  if (!mask.defined() && detail::fused_attention_applies(q, k, v, dropout_p))
+  if (!weights_out && !mask.defined() && detail::fused_attention_applies(q, k, v, dropout_p))
     return detail::fused_attention(q, k, v, sc, is_causal, dropout_p, gen);  // Note [Fused attention]
   // scaling q costs L * E multiplies rather than L * S on the scores. The operands are made
   // contiguous once, here: heads are strided views of a projection, which each product (two
@@ -87,6 +89,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   // a causal mask rides in the softmax kernel: no mask tensor, no masked copy of the scores
   Tensor weights = is_causal ? strata::detail::causal_softmax(scores) : softmax(scores, -1);
   if (dropout_p > 0) weights = functional::dropout(weights, dropout_p, true, gen);
+  if (weights_out) *weights_out = weights;
   return matmul(weights, vc);
 }
 
@@ -103,35 +106,67 @@ Tensor functional::scaled_dot_product_attention(const Tensor& q, const Tensor& k
 // ---- MultiheadAttention ------------------------------------------------------------------------
 
 MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, MultiheadAttentionOptions opts)
-    : embed_dim(e), num_heads(h), head_dim(h > 0 ? e / h : 0), options(opts),
+    : embed_dim(e), num_heads(h), head_dim(h > 0 ? e / h : 0), kdim(opts.kdim > 0 ? opts.kdim : e),
+      vdim(opts.vdim > 0 ? opts.vdim : e), options(opts),
       out_proj(e > 0 ? e : 0, e > 0 ? e : 0, {.bias = opts.bias, .generator = opts.generator}) {
   STRATA_CHECK(e > 0 && h > 0, "[MultiheadAttention] embed_dim ({}) and num_heads ({}) must be positive", e, h);
   STRATA_CHECK(e % h == 0, "[MultiheadAttention] embed_dim ({}) must be divisible by num_heads ({})", e, h);
   STRATA_CHECK(opts.dropout >= 0 && opts.dropout <= 1, "[MultiheadAttention] dropout must be in [0, 1], got {}",
                opts.dropout);
-  in_proj_weight = register_parameter("in_proj_weight", empty({3 * e, e}));
+  STRATA_CHECK(opts.kdim >= 0 && opts.vdim >= 0, "[MultiheadAttention] kdim ({}) and vdim ({}) must not be negative",
+               opts.kdim, opts.vdim);
+  if (kdim == e && vdim == e) {
+    in_proj_weight = register_parameter("in_proj_weight", empty({3 * e, e}));
+  } else {  // PyTorch's layout and order when the key or value features differ
+    q_proj_weight = register_parameter("q_proj_weight", empty({e, e}));
+    k_proj_weight = register_parameter("k_proj_weight", empty({e, kdim}));
+    v_proj_weight = register_parameter("v_proj_weight", empty({e, vdim}));
+  }
   if (opts.bias) in_proj_bias = register_parameter("in_proj_bias", empty({3 * e}));
   register_module("out_proj", out_proj);
   reset_parameters(opts.generator);
 }
 
 void MultiheadAttention::reset_parameters(Generator* gen) {
-  init::xavier_uniform_(in_proj_weight, 1.0, gen);
+  if (in_proj_weight.defined()) {
+    init::xavier_uniform_(in_proj_weight, 1.0, gen);
+  } else {
+    for (Tensor* w : {&q_proj_weight, &k_proj_weight, &v_proj_weight}) init::xavier_uniform_(*w, 1.0, gen);
+  }
   if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
   if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
 }
 
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const Tensor& key_padding_mask, const Tensor& attn_mask, bool is_causal) {
+  return run(query, key, value, key_padding_mask, attn_mask, is_causal, nullptr);
+}
+
+AttentionOutput MultiheadAttention::forward_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                         const Tensor& key_padding_mask, const Tensor& attn_mask,
+                                                         bool is_causal, bool average_attn_weights) {
+  Tensor weights;  // (N, H, L, S)
+  Tensor out = run(query, key, value, key_padding_mask, attn_mask, is_causal, &weights);
+  if (average_attn_weights) weights = mean(weights, {1});
+  if (query.dim() == 2) weights = weights.squeeze(0);
+  return {out, weights};
+}
+
+Tensor MultiheadAttention::run(const Tensor& query, const Tensor& key, const Tensor& value,
+                               const Tensor& key_padding_mask, const Tensor& attn_mask, bool is_causal,
+                               Tensor* weights) {
   const std::string me = fmt::format("MultiheadAttention(embed_dim={}, num_heads={})", embed_dim, num_heads);
   STRATA_CHECK(query.defined() && key.defined() && value.defined(), "[{}] query, key or value is undefined", me);
   const bool batched = query.dim() == 3;
   STRATA_CHECK((query.dim() == 3 || query.dim() == 2) && key.dim() == query.dim() && value.dim() == query.dim(),
                "[{}] expects query, key and value all of shape {} (or unbatched (L, E)), got {}, {} and {}", me,
                options.batch_first ? "(N, L, E)" : "(L, N, E)", query.shape(), key.shape(), value.shape());
-  for (const Tensor* t : {&query, &key, &value})
-    STRATA_CHECK(t->size(-1) == embed_dim, "[{}] {} of shape {} does not end in embed_dim {}", me,
-                 t == &query ? "query" : t == &key ? "key" : "value", t->shape(), embed_dim);
+  STRATA_CHECK(query.size(-1) == embed_dim, "[{}] query of shape {} does not end in embed_dim {}", me, query.shape(),
+               embed_dim);
+  STRATA_CHECK(key.size(-1) == kdim, "[{}] key of shape {} does not end in {} {}", me, key.shape(),
+               kdim == embed_dim ? "embed_dim" : "kdim", kdim);
+  STRATA_CHECK(value.size(-1) == vdim, "[{}] value of shape {} does not end in {} {}", me, value.shape(),
+               vdim == embed_dim ? "embed_dim" : "vdim", vdim);
   // internally (A, B, E) with the batch at bd and the sequence at sd
   const int64_t bd = batched ? (options.batch_first ? 0 : 1) : 1, sd = batched ? 1 - bd : 0;
   auto as3 = [&](const Tensor& t) { return batched ? t : t.unsqueeze(1); };
@@ -146,7 +181,11 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   auto w = [&](int64_t i, int64_t n) { return in_proj_weight.narrow(0, i * E, n * E); };
   auto b = [&](int64_t i, int64_t n) { return in_proj_bias.defined() ? in_proj_bias.narrow(0, i * E, n * E) : Tensor(); };
   Tensor qp, kp, vp;
-  if (query.is_same(key) && key.is_same(value)) {
+  if (!in_proj_weight.defined()) {
+    qp = functional::linear(q3, q_proj_weight, b(0, 1));
+    kp = functional::linear(k3, k_proj_weight, b(1, 1));
+    vp = functional::linear(v3, v_proj_weight, b(2, 1));
+  } else if (query.is_same(key) && key.is_same(value)) {
     auto parts = chunk(functional::linear(q3, in_proj_weight, in_proj_bias), 3, -1);
     qp = parts[0], kp = parts[1], vp = parts[2];
   } else if (key.is_same(value)) {
@@ -189,7 +228,8 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   if (added.defined()) mask = blocked.defined() ? where(blocked, -kInf, added.to(qp.dtype())) : added;
 
   const double p = is_training() ? options.dropout : 0.0;
-  Tensor o = attention(heads(qp), heads(kp), heads(vp), mask, true, is_causal, p, std::nullopt, options.generator, me);
+  Tensor o = attention(heads(qp), heads(kp), heads(vp), mask, true, is_causal, p, std::nullopt, options.generator, me,
+                       weights);
   // (N, H, L, head_dim) -> (A, B, E): the one copy, then out_proj
   o = o.permute(bd == 0 ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{2, 0, 1, 3});
   o = o.reshape(bd == 0 ? Shape{N, L, E} : Shape{L, N, E});

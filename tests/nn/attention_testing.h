@@ -69,23 +69,29 @@ inline Mat cols_of(const Mat& m, int64_t c0, int64_t n) {
 /// MultiheadAttention's parameters in float64.
 struct MhaParams {
   int64_t heads = 1;
-  Mat in_w;                      // (3E, E)
+  Mat in_w;                      // (3E, E), or empty when the projections are separate:
+  Mat q_w, k_w, v_w;             // (E, E), (E, kdim), (E, vdim)
   std::vector<double> in_b;      // (3E) or empty
   Mat out_w;                     // (E, E)
   std::vector<double> out_b;     // (E) or empty
 };
 
-/// Multi-head attention of one sequence: xq (L, E), xk / xv (S, E); bias(h, i, j) as ScoreBias.
+/// The query, key and value projections (part 0, 1, 2) of x.
+inline Mat mha_project(const MhaParams& p, const Mat& x, int64_t part) {
+  const int64_t E = p.out_w.rows;
+  const std::vector<double> b =
+      p.in_b.empty() ? std::vector<double>{}
+                     : std::vector<double>(p.in_b.begin() + part * E, p.in_b.begin() + (part + 1) * E);
+  if (p.in_w.rows == 0) return linear_ref(x, part == 0 ? p.q_w : part == 1 ? p.k_w : p.v_w, b);
+  return linear_ref(x, rows_of(p.in_w, part * E, E), b);
+}
+
+/// Multi-head attention of one sequence: xq (L, E), xk (S, kdim), xv (S, vdim); bias(h, i, j)
+/// as ScoreBias.
 inline Mat mha_ref(const MhaParams& p, const Mat& xq, const Mat& xk, const Mat& xv,
                    const std::function<double(int64_t h, int64_t i, int64_t j)>& bias = nullptr) {
   const int64_t E = xq.cols, hd = E / p.heads;
-  auto bias_part = [&](int64_t part) {
-    return p.in_b.empty() ? std::vector<double>{}
-                          : std::vector<double>(p.in_b.begin() + part * E, p.in_b.begin() + (part + 1) * E);
-  };
-  Mat q = linear_ref(xq, rows_of(p.in_w, 0, E), bias_part(0));
-  Mat k = linear_ref(xk, rows_of(p.in_w, E, E), bias_part(1));
-  Mat v = linear_ref(xv, rows_of(p.in_w, 2 * E, E), bias_part(2));
+  Mat q = mha_project(p, xq, 0), k = mha_project(p, xk, 1), v = mha_project(p, xv, 2);
   Mat merged(xq.rows, E);
   for (int64_t h = 0; h < p.heads; ++h) {
     ScoreBias b = bias ? ScoreBias([&, h](int64_t i, int64_t j) { return bias(h, i, j); }) : nullptr;

@@ -328,6 +328,85 @@ TEST(MultiheadAttention, CrossAttentionBatchFirstAndUnbatched) {
   EXPECT_TRUE(all_close(yu, want.v, 1e-12, 1e-12));
 }
 
+// kdim and vdim other than embed_dim: separate q/k/v weights, named and shaped as PyTorch's.
+TEST(MultiheadAttention, KeyAndValueFeaturesOfTheirOwn) {
+  Generator g(11);
+  const int64_t L = 3, S = 4, N = 2, E = 8, H = 2, KD = 5, VD = 7;
+  nn::MultiheadAttention mha(E, H, {.generator = &g, .kdim = KD, .vdim = VD});
+  std::vector<std::string> names;
+  for (auto& [n, p] : mha.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                                             "out_proj.weight", "out_proj.bias"}));
+  EXPECT_FALSE(mha.in_proj_weight.defined());
+  EXPECT_EQ(mha.k_proj_weight.shape(), (Shape{E, KD}));
+  EXPECT_EQ(mha.v_proj_weight.shape(), (Shape{E, VD}));
+  // xavier_uniform of each: bound sqrt(6 / (E + kdim))
+  for (double x : values(mha.k_proj_weight)) EXPECT_LE(std::fabs(x), std::sqrt(6.0 / (E + KD)));
+  randomize_biases(mha, g);
+  MhaParams p;
+  p.heads = H;
+  p.q_w = Mat(mha.q_proj_weight), p.k_w = Mat(mha.k_proj_weight), p.v_w = Mat(mha.v_proj_weight);
+  p.in_b = values(mha.in_proj_bias);
+  p.out_w = Mat(mha.out_proj.weight);
+  p.out_b = values(mha.out_proj.bias);
+  Tensor q = randn({L, N, E}, kFloat64, &g), k = randn({S, N, KD}, kFloat64, &g), v = randn({S, N, VD}, kFloat64, &g);
+  std::vector<Mat> want;
+  for (int64_t n = 0; n < N; ++n) want.push_back(strata::testing::mha_ref(p, item(q, n), item(k, n), item(v, n)));
+  Tensor y = mha.forward(q, k, v);
+  EXPECT_EQ(y.shape(), (Shape{L, N, E}));
+  EXPECT_TRUE(all_close(y, seq_first(want), 1e-12, 1e-12));
+  Tensor kl = leaf(k), vl = leaf(v);
+  EXPECT_TRUE(gradcheck([&](V in) { return mha.forward(q, in[0], in[1]); },
+                        {kl, vl, mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight}));
+  EXPECT_TRUE(throws_with([&] { mha.forward(q, v, v); }, {"key", "kdim 5"}));
+  EXPECT_TRUE(throws_with([&] { mha.forward(q, k, k); }, {"value", "vdim 7"}));
+  EXPECT_TRUE(throws_with([] { nn::MultiheadAttention(8, 2, {.kdim = -1}); }, {"kdim", "negative"}));
+}
+
+// The weights PyTorch's need_weights=True returns, per head and averaged, against the softmax
+// of the reference scores; the output is forward's.
+TEST(MultiheadAttention, ForwardWithWeights) {
+  Generator g(12);
+  const int64_t L = 3, S = 4, N = 2, E = 6, H = 3, hd = E / H;
+  nn::MultiheadAttention mha(E, H, {.generator = &g});
+  randomize_biases(mha, g);
+  MhaParams p = params_of(mha);
+  Tensor q = randn({L, N, E}, kFloat64, &g), kv = randn({S, N, E}, kFloat64, &g);
+  Tensor pad = zeros({N, S}, kBool);
+  pad.select(0, 1).select(0, 2).fill_(true);  // sequence 1 ignores key 2
+  auto [out, per_head] = mha.forward_with_weights(q, kv, kv, pad, Tensor(), false, false);
+  EXPECT_TRUE(all_close(out, values(mha.forward(q, kv, kv, pad)), 1e-12, 1e-12));
+  ASSERT_EQ(per_head.shape(), (Shape{N, H, L, S}));
+  std::vector<double> want, mean_want(static_cast<size_t>(N * L * S), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    const Mat qp = strata::testing::mha_project(p, item(q, n), 0), kp = strata::testing::mha_project(p, item(kv, n), 1);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        std::vector<double> s(static_cast<size_t>(S));
+        double mx = kNegInf, z = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          double d = 0;
+          for (int64_t c = 0; c < hd; ++c) d += qp(i, h * hd + c) * kp(j, h * hd + c);
+          s[j] = n == 1 && j == 2 ? kNegInf : d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, s[j]);
+        }
+        for (double& x : s) z += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < S; ++j) {
+          want.push_back(s[j] / z);
+          mean_want[static_cast<size_t>((n * L + i) * S + j)] += s[j] / z / H;
+        }
+      }
+  }
+  EXPECT_TRUE(all_close(per_head, want, 1e-12, 1e-12));
+  Tensor averaged = mha.forward_with_weights(q, kv, kv, pad).weights;
+  ASSERT_EQ(averaged.shape(), (Shape{N, L, S}));
+  EXPECT_TRUE(all_close(averaged, mean_want, 1e-12, 1e-12));
+  // unbatched: (L, S)
+  Tensor w1 = mha.forward_with_weights(q.select(1, 0), kv.select(1, 0), kv.select(1, 0)).weights;
+  ASSERT_EQ(w1.shape(), (Shape{L, S}));
+  EXPECT_TRUE(all_close(w1, std::vector<double>(mean_want.begin(), mean_want.begin() + L * S), 1e-12, 1e-12));
+}
+
 TEST(MultiheadAttention, GradCheckThroughInputsAndParameters) {
   Generator g(8);
   nn::MultiheadAttention mha(4, 2, {.generator = &g});

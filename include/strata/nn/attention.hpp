@@ -1,6 +1,8 @@
 // MultiheadAttention with PyTorch's parameter layout: in_proj_weight (3E, E) and in_proj_bias
-// (3E) hold the query, key and value projections stacked, out_proj is a Linear(E, E). The
-// attention itself is nn::functional::scaled_dot_product_attention.
+// (3E) hold the query, key and value projections stacked, out_proj is a Linear(E, E); with key
+// or value features other than E (kdim, vdim) the three weights are separate, q_proj_weight,
+// k_proj_weight and v_proj_weight. The attention itself is
+// nn::functional::scaled_dot_product_attention.
 //
 // Masks follow PyTorch's MultiheadAttention: a bool key_padding_mask (N, S) or attn_mask
 // (L, S) / (N * num_heads, L, S) is true where attending is NOT allowed; a float mask is added
@@ -20,6 +22,14 @@ struct MultiheadAttentionOptions {
   bool bias = true;          // in_proj_bias and out_proj.bias
   bool batch_first = false;  // (N, L, E) rather than (L, N, E)
   Generator* generator = nullptr;  // initial values and dropout masks; default_generator() when null
+  int64_t kdim = 0;  // key features; 0: embed_dim
+  int64_t vdim = 0;  // value features; 0: embed_dim
+};
+
+/// MultiheadAttention::forward_with_weights's result.
+struct AttentionOutput {
+  Tensor output;
+  Tensor weights;
 };
 
 class STRATA_API MultiheadAttention : public Module {
@@ -34,14 +44,29 @@ class STRATA_API MultiheadAttention : public Module {
                  const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(), bool is_causal = false);
   /// Self-attention: forward(x, x, x).
   Tensor forward(const Tensor& x) override { return forward(x, x, x); }
+  /// forward, and the attention weights, as PyTorch's need_weights=True: the softmax of the
+  /// masked scores (after dropout, in training), averaged over the heads to (N, L, S), or per
+  /// head (N, num_heads, L, S) when !average_attn_weights; (L, S) or (num_heads, L, S) for
+  /// unbatched input. Runs the composed attention, as the weights must be formed.
+  AttentionOutput forward_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
+                                       const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(),
+                                       bool is_causal = false, bool average_attn_weights = true);
   std::string name() const override { return "MultiheadAttention"; }
   void reset_parameters(Generator* gen = nullptr);
 
   int64_t embed_dim, num_heads, head_dim;
+  int64_t kdim, vdim;  // key and value features
   MultiheadAttentionOptions options;
-  Tensor in_proj_weight;  // (3 * embed_dim, embed_dim)
-  Tensor in_proj_bias;    // (3 * embed_dim), undefined without bias
+  Tensor in_proj_weight;  // (3 * embed_dim, embed_dim); undefined when kdim or vdim differ from embed_dim
+  Tensor q_proj_weight;   // (embed_dim, embed_dim), (embed_dim, kdim) and (embed_dim, vdim) when kdim or vdim
+  Tensor k_proj_weight;   // differ from embed_dim; else undefined
+  Tensor v_proj_weight;
+  Tensor in_proj_bias;  // (3 * embed_dim), undefined without bias
   Linear out_proj;
+
+ private:
+  Tensor run(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& key_padding_mask,
+             const Tensor& attn_mask, bool is_causal, Tensor* weights);
 };
 
 }  // namespace strata::nn
