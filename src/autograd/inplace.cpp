@@ -16,7 +16,8 @@ namespace strata::autograd {
 //   detached alias, or a tensor saved for some backward. Their histories would not see the
 //   write (PyTorch rewrites a view's base history, CopySlices; here the caller clones first
 //   or uses the out-of-place op), and a saved value's backward would fail later; the memory
-//   count of self's storage says whether any exists;
+//   count of self's storage says whether any exists (a value packed by saved-tensor hooks
+//   holds no count: a write to it raises at backward instead, SavedTensor::unpack);
 // - a tensor that retains its grad, whose hook sits on the history being replaced.
 // An op whose backward keeps its input (mul, div, clamp, relu) reads a copy of self, as the
 // write would change the saved value (the version check would raise at backward).

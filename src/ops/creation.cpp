@@ -156,9 +156,19 @@ Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
 // Draws into t (any layout): generates contiguous values, then copies if t is strided.
 // Fills t in place with the op's draws; `name` is the public in-place op, for its errors.
 void draw(OpId op, Tensor& t, RandomParams p, const char* name) {
-  STRATA_CHECK(!autograd::any_requires_grad({&t}), "[{}] in-place draw into a tensor that requires grad; run it "
-               "under NoGradGuard (as nn::init does)", name);
   detail::check_writable(t, name);
+  if (autograd::any_requires_grad({&t})) {  // Note [In-place under autograd]; a leaf is refused there
+    autograd::record_inplace(t, name, false, [&](const Tensor& old) {
+      Tensor out = empty_like(old);
+      draw(op, out, p, name);
+      // fresh values: the old ones get no gradient
+      autograd::record(name, {old}, {out}, {}, [](const autograd::Grads&, const autograd::Saved&) {
+        return autograd::Grads{Tensor()};
+      });
+      return out;
+    });
+    return;
+  }
   if (t.numel() == 0) return;
   Tensor out = t.is_contiguous() ? t : detail::make_tensor(t.shape(), t.dtype(), t.device());
   run_kernel(op, out.dtype(), KernelCall{{}, {&out, 1}, &p});

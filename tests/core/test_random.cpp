@@ -157,7 +157,7 @@ TEST(Philox, Distributions) {
   EXPECT_THROW(uniform_(ints), Error);
   // a leaf that requires grad takes draws only under NoGradGuard, contiguous or not, naming the op
   Tensor w = zeros({2, 3}).requires_grad_();
-  EXPECT_TRUE(strata::testing::throws_with([&] { uniform_(w); }, {"[uniform_] in-place draw into a tensor that requires grad"}));
+  EXPECT_TRUE(strata::testing::throws_with([&] { uniform_(w); }, {"[uniform_]", "leaf tensor that requires grad"}));
   Tensor wt = w.t();
   EXPECT_TRUE(strata::testing::throws_with([&] { normal_(wt); }, {"[normal_]"}));
   EXPECT_TRUE(strata::testing::all_close(w, {0, 0, 0, 0, 0, 0}, 0, 0));
@@ -166,6 +166,12 @@ TEST(Philox, Distributions) {
     normal_(wt, 5, 0.1, &g);
   }
   for (double x : values(w)) EXPECT_NEAR(x, 5, 1);
+  // a non-leaf takes fresh values that carry no gradient back (Note [In-place under autograd])
+  Tensor h = w * 1.0;
+  uniform_(h, 2, 3, &g);
+  for (double x : values(h)) EXPECT_TRUE(x >= 2 && x < 3);
+  (h.sum() + (w * 2.0).sum()).backward();
+  EXPECT_TRUE(strata::testing::all_close(w.grad(), {2, 2, 2, 2, 2, 2}, 0, 0));
   Tensor expanded = zeros({1}).expand({4});
   EXPECT_TRUE(strata::testing::throws_with([&] { uniform_(expanded); }, {"[uniform_]", "share memory"}));
 }

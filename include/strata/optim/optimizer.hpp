@@ -39,6 +39,9 @@ struct StateDict {
 ///   AdamWOptions decay{.lr = 1e-3, .weight_decay = 0.1}, no_decay = decay;
 ///   no_decay.weight_decay = 0;
 ///   AdamW opt({{weights, decay}, {biases, no_decay}});
+/// A group carries all of its hyperparameters: one written as {params} has Options{} (the
+/// struct's defaults), not the `defaults` given to the optimizer's constructor, which serve
+/// add_param_group(params).
 template <class Options>
 struct ParamGroup {
   std::vector<Tensor> params;
