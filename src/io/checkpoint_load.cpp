@@ -43,9 +43,8 @@ void check_model(const nn::StateDict& saved, const nn::Module& model, std::vecto
   for (const auto& [k, t] : model.state_dict()) {
     auto it = saved.find(k);
     if (it == saved.end() || !it->second.defined() || it->second.dtype() == t.dtype()) continue;
-    // a shape that would not load is reported above; a [1] entry loads into a 0-d tensor
-    const bool loads = it->second.shape() == t.shape() || (t.dim() == 0 && it->second.shape() == Shape{1});
-    if (loads)
+    // a shape that would not load is reported above
+    if (nn::Module::shape_loads_into(it->second, t))
       problems.push_back(fmt::format("{} is {} in the checkpoint, {} in the model", k, it->second.dtype(), t.dtype()));
   }
 }

@@ -291,11 +291,6 @@ struct StateDictCheck {
   }
 };
 
-// PyTorch loads a [1] tensor into a 0-d one (checkpoints from before 0-d tensors existed)
-bool loads_into(const Tensor& src, const Tensor& dst) {
-  return src.shape() == dst.shape() || (dst.dim() == 0 && src.shape() == Shape{1});
-}
-
 StateDictCheck compare_state_dict(const StateDict& own, const StateDict& dict, const std::set<std::string>& optional) {
   StateDictCheck c;
   for (const auto& [k, t] : own) {
@@ -304,7 +299,7 @@ StateDictCheck compare_state_dict(const StateDict& own, const StateDict& dict, c
       if (!optional.count(k)) c.keys.missing_keys.push_back(k);
     } else if (!it->second.defined()) {
       c.mismatches.push_back(fmt::format("{} is undefined in the state dict", k));
-    } else if (!loads_into(it->second, t)) {
+    } else if (!Module::shape_loads_into(it->second, t)) {
       c.mismatches.push_back(fmt::format("{} is {} {} in the state dict, {} {} in the module", k, it->second.dtype(),
                                          it->second.shape(), t.dtype(), t.shape()));
     } else {
@@ -320,6 +315,10 @@ StateDictCheck compare_state_dict(const StateDict& own, const StateDict& dict, c
   return c;
 }
 }  // namespace
+
+bool Module::shape_loads_into(const Tensor& saved, const Tensor& into) {
+  return saved.shape() == into.shape() || (into.dim() == 0 && saved.shape() == Shape{1});
+}
 
 std::set<std::string> Module::all_optional_state_keys() const {
   std::set<std::string> optional;

@@ -94,6 +94,10 @@ class STRATA_API Module {
   /// What load_state_dict(dict, strict) would refuse, one line per problem, without writing
   /// anything; empty when it would load (load_checkpoint checks the model this way first).
   std::vector<std::string> check_state_dict(const StateDict& dict, bool strict = true) const;
+  /// Whether a state-dict entry of `saved`'s shape loads into `into`: the same shape, or a
+  /// one-element [1] tensor into a 0-d one, as PyTorch allows (checkpoints from before 0-d
+  /// tensors existed).
+  static bool shape_loads_into(const Tensor& saved, const Tensor& into);
 
  protected:
   /// Adds a parameter (a leaf that requires grad) and returns the handle to keep.
