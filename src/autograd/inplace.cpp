@@ -1,6 +1,9 @@
 // In-place ops under autograd: Note [In-place under autograd].
+#include "autograd/inplace.h"
+
 #include <strata/autograd/graph.hpp>
 #include <strata/core/error.hpp>
+#include <strata/ops/creation.hpp>
 
 namespace strata::autograd {
 
@@ -54,3 +57,17 @@ Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
 }
 
 }  // namespace strata::autograd
+
+namespace strata::autograd::detail {
+
+Tensor& record_overwrite(Tensor& self, const char* op, const std::function<void(Tensor& out)>& write) {
+  return record_inplace(self, op, false, [&](const Tensor& old) {
+    Tensor out = empty_like(old);
+    write(out);
+    // fresh values: the old ones get no gradient
+    record(op, {old}, {out}, {}, [](const Grads&, const Saved&) { return Grads{Tensor()}; });
+    return out;
+  });
+}
+
+}  // namespace strata::autograd::detail

@@ -6,6 +6,7 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
 
+#include "autograd/inplace.h"
 #include "core/backend.h"
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"
@@ -137,15 +138,7 @@ Tensor& Tensor::fill_(Scalar value) {
   detail::check_fill_value(value, dtype(), "fill_");
   detail::check_writable(*this, "fill_");
   if (autograd::any_requires_grad({this})) {  // Note [In-place under autograd]
-    return autograd::record_inplace(*this, "fill_", false, [&](const Tensor& old) {
-      Tensor out = empty_like(old);
-      run_fill(out, value);
-      // a constant: the old value gets no gradient
-      autograd::record("fill_", {old}, {out}, {}, [](const autograd::Grads&, const autograd::Saved&) {
-        return autograd::Grads{Tensor()};
-      });
-      return out;
-    });
+    return autograd::detail::record_overwrite(*this, "fill_", [&](Tensor& out) { run_fill(out, value); });
   }
   run_fill(*this, value);
   return *this;

@@ -7,6 +7,7 @@
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/creation.hpp>
 
+#include "autograd/inplace.h"
 #include "core/backend.h"
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"
@@ -158,15 +159,7 @@ Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
 void draw(OpId op, Tensor& t, RandomParams p, const char* name) {
   detail::check_writable(t, name);
   if (autograd::any_requires_grad({&t})) {  // Note [In-place under autograd]; a leaf is refused there
-    autograd::record_inplace(t, name, false, [&](const Tensor& old) {
-      Tensor out = empty_like(old);
-      draw(op, out, p, name);
-      // fresh values: the old ones get no gradient
-      autograd::record(name, {old}, {out}, {}, [](const autograd::Grads&, const autograd::Saved&) {
-        return autograd::Grads{Tensor()};
-      });
-      return out;
-    });
+    autograd::detail::record_overwrite(t, name, [&](Tensor& out) { draw(op, out, p, name); });
     return;
   }
   if (t.numel() == 0) return;
