@@ -98,4 +98,18 @@ inline Tensor leaf(const Tensor& values, Layout layout = Layout::Contiguous) {
   return t;
 }
 
+/// gradcheck, and gradgradcheck through a square, of every case on float64 inputs drawn from
+/// `seed`.
+inline void check_cases_to_second_order(const std::vector<GradCase>& cases, uint64_t seed) {
+  Generator g(seed);
+  for (const GradCase& c : cases) {
+    std::vector<Tensor> in;
+    for (const Shape& s : c.shapes) in.push_back(leaf(randn(s, kFloat64, &g)));
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(gradcheck(c.f, in));
+    Fn squared = [&c](const std::vector<Tensor>& x) { return square(c.f(x)); };
+    EXPECT_TRUE(gradgradcheck(squared, in));
+  }
+}
+
 }  // namespace strata::testing

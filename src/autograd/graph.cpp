@@ -9,6 +9,8 @@
 #include <strata/ops/creation.hpp>
 
 #include "autograd/function_node.h"
+#include "autograd/views.h"
+#include "core/tensor_internal.h"
 
 namespace strata::autograd {
 
@@ -28,22 +30,6 @@ AutogradMeta& meta_of(const Tensor& t) {
   TensorImpl& impl = t.impl();
   if (!impl.autograd) impl.autograd = std::make_shared<AutogradMeta>();
   return *impl.autograd;
-}
-
-// True when t's elements fill their span of memory exactly once, in any dim order (contiguous,
-// channels-last, transposed), so writing into it in place touches each element alone.
-bool is_dense(const Tensor& t) {
-  if (t.is_contiguous()) return true;  // the common case, without sorting
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that step
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  std::sort(dims.begin(), dims.end());
-  int64_t span = 1;
-  for (auto [stride, size] : dims) {
-    if (stride != span) return false;
-    span *= size;
-  }
-  return true;
 }
 
 }  // namespace
@@ -170,10 +156,10 @@ void AccumulateGrad::accumulate(AutogradMeta& meta, Tensor g) {
     // The stored gradient is the user's to write into (accumulation, zero_grad, clipping): keep
     // the incoming tensor only when it is dense (not an expanded or strided view) and nothing
     // else can see it. create_graph records the copy.
-    const bool keep = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && is_dense(g);
+    const bool keep = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && strata::detail::is_dense(g);
     if (is_grad_enabled()) meta.grad = keep ? g : g.clone();
     else meta.grad = keep ? g.detach() : g.detach().clone();
-  } else if (is_grad_enabled() || !is_dense(meta.grad)) {
+  } else if (is_grad_enabled() || !strata::detail::is_dense(meta.grad)) {
     meta.grad = meta.grad + g;  // create_graph: the sum is part of the recorded graph
   } else {
     meta.grad.add_(g);
@@ -202,6 +188,7 @@ void check_once_differentiable(const char* op, const Grads& grad_outputs, const 
 }
 
 Edge gradient_edge(const Tensor& t) {
+  detail::refresh_view(t);
   AutogradMeta& meta = meta_of(t);
   if (meta.grad_fn) return Edge{meta.grad_fn, meta.output_nr};
   // one accumulator per leaf, even when graphs are recorded on several threads at once
@@ -239,6 +226,9 @@ void record(const char* name, const std::vector<Tensor>& inputs, const std::vect
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
     node->output_meta.push_back({out.shape(), out.dtype(), out.device()});
+    bool is_input = false;  // an op may hand an input back
+    for (const Tensor& in : inputs) is_input = is_input || out.is_same(in);
+    if (!is_input) detail::forget_view(out.impl());  // a view op marks its view after this
     if (is_floating(out.dtype())) set_history(out, node, static_cast<uint32_t>(i));
   }
   node->output_hooks.resize(outputs.size());

@@ -1,5 +1,7 @@
 // In-place ops under autograd: Note [In-place under autograd].
 #include "autograd/inplace.h"
+#include "autograd/views.h"
+#include "core/tensor_internal.h"
 
 #include <strata/autograd/graph.hpp>
 #include <strata/core/error.hpp>
@@ -12,16 +14,16 @@ namespace strata::autograd {
 // mode on) runs as its out-of-place op, recorded as usual; the result is then copied into
 // self's memory without recording, and self takes over the result's history: its grad_fn
 // becomes the new node, whose input is self's previous history. So `h.add_(x)` in a forward
-// is `h = h + x` for the gradient, as in PyTorch. Refused, each with its reason:
-// - a leaf that requires grad (PyTorch refuses it too: its .grad would be for a value that
-//   no longer exists); an optimizer's update runs under NoGradGuard;
-// - a tensor that shares its memory with another: a view of it or the tensor it views, a
-//   detached alias, or a tensor saved for some backward. Their histories would not see the
-//   write (PyTorch rewrites a view's base history, CopySlices; here the caller clones first
-//   or uses the out-of-place op), and a saved value's backward would fail later; the memory
-//   count of self's storage says whether any exists (a value packed by saved-tensor hooks
-//   holds no count: a write to it raises at backward instead, SavedTensor::unpack);
-// - a tensor that retains its grad, whose hook sits on the history being replaced.
+// is `h = h + x` for the gradient, as in PyTorch. On a view, the tensor it views takes a new
+// history too (Note [Views under autograd] in src/autograd/views.cpp), and views of self
+// rebuild theirs from self's new one. Other tensors sharing self's memory: a detached alias
+// takes no part in autograd; a value saved for some backward raises there, as its version
+// moved (SavedTensor::unpack), as in PyTorch. Refused, each with its reason:
+// - a leaf that requires grad, or a view of one (PyTorch refuses them too: the .grad would be
+//   for a value that no longer exists); an optimizer's update runs under NoGradGuard;
+// - a tensor that retains its grad, or a view of one, whose hook sits on the history replaced;
+// - a tensor that does not fill its memory densely while another tensor shares that memory
+//   (its views could not rebuild their histories).
 // An op whose backward keeps its input (mul, div, clamp, relu) reads a copy of self, as the
 // write would change the saved value (the version check would raise at backward).
 Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
@@ -30,22 +32,16 @@ Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
                "[{}] in-place op on a leaf tensor that requires grad; run parameter updates under NoGradGuard, or "
                "use the out-of-place op",
                op);
-  STRATA_CHECK(self.storage().use_count() == 1,
-               "[{}] in-place op under autograd on a tensor whose memory another tensor shares (a view of it or "
-               "the tensor it views, a detached alias, or a tensor saved for backward): the other's gradient "
-               "would miss the write; clone() it first, or use the out-of-place op",
-               op);
   const auto& own = self.impl().autograd;
   STRATA_CHECK(!(own && own->retains_grad),
                "[{}] in-place op under autograd on a tensor that retains its grad; use the out-of-place op", op);
-  Tensor result = out_of_place(reads_self ? self.clone() : self);
-  STRATA_CHECK(result.shape() == self.shape(), "[{}] internal: result of shape {} for a tensor of shape {}", op,
-               result.shape(), self.shape());
-  if (result.dtype() != self.dtype()) result = result.to(self.dtype());
-  {
-    NoGradGuard no_grad;
-    self.copy_(result);
-  }
+  if (Tensor base = detail::base_of(self.impl()); base.defined())
+    return detail::record_inplace_on_view(self, base, op, reads_self, out_of_place);
+  STRATA_CHECK(self.storage().use_count() == 1 || strata::detail::is_dense(self),
+               "[{}] in-place op under autograd on a tensor that does not fill its memory densely (shape {}, strides "
+               "{}) while other tensors share that memory; clone() it first",
+               op, self.shape(), self.strides());
+  Tensor result = detail::compute_and_write(self, self, op, reads_self, out_of_place);
   const auto& made = result.impl().autograd;
   if (made && made->grad_fn) {
     set_history(self, made->grad_fn, made->output_nr);
@@ -53,12 +49,24 @@ Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
     own->grad_fn = nullptr;
     own->requires_grad = false;
   }
+  ++self.impl().history_version;  // its views rebuild their histories
   return self;
 }
 
 }  // namespace strata::autograd
 
 namespace strata::autograd::detail {
+
+Tensor compute_and_write(Tensor& self, const Tensor& value, const char* op, bool reads_self,
+                         const std::function<Tensor(const Tensor& value)>& out_of_place) {
+  Tensor result = out_of_place(reads_self ? value.clone() : value);
+  STRATA_CHECK(result.shape() == self.shape(), "[{}] internal: result of shape {} for a tensor of shape {}", op,
+               result.shape(), self.shape());
+  if (result.dtype() != self.dtype()) result = result.to(self.dtype());
+  NoGradGuard no_grad;
+  self.copy_(result);
+  return result;
+}
 
 Tensor& record_overwrite(Tensor& self, const char* op, const std::function<void(Tensor& out)>& write) {
   return record_inplace(self, op, false, [&](const Tensor& old) {

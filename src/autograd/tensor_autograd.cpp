@@ -3,6 +3,7 @@
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
 
+#include "autograd/views.h"
 #include "core/tensor_internal.h"
 
 namespace strata {
@@ -16,6 +17,7 @@ autograd::AutogradMeta& meta(const Tensor& t) {
 }  // namespace
 
 bool Tensor::requires_grad() const {
+  autograd::detail::refresh_view(*this);
   const auto& a = impl().autograd;
   return a && a->requires_grad;
 }
@@ -29,6 +31,7 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
 }
 
 bool Tensor::is_leaf() const {
+  autograd::detail::refresh_view(*this);
   const auto& a = impl().autograd;
   return !a || !a->grad_fn;
 }
@@ -49,6 +52,7 @@ void Tensor::set_grad(const Tensor& g) const {
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  autograd::detail::refresh_view(*this);
   const auto& a = impl().autograd;
   return a ? a->grad_fn : nullptr;
 }

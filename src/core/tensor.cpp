@@ -203,7 +203,25 @@ void Tensor::set_data(const Tensor& other) const {
   dst.strides = src.strides;
   dst.offset = src.offset;
   dst.dtype = src.dtype;
+  dst.view_base.reset();  // the memory is other's now: no longer a view of anything
+  dst.view_base_without_grad.reset();
 }
+
+namespace detail {
+bool is_dense(const Tensor& t) {
+  if (t.is_contiguous()) return true;  // the common case, without sorting
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that step
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;
+  for (auto [stride, size] : dims) {
+    if (stride != span) return false;
+    span *= size;
+  }
+  return true;
+}
+}  // namespace detail
 
 Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), storage_offset()); }
 

@@ -30,6 +30,9 @@ void check_in_bounds(const Storage& storage, const Shape& shape, const Strides& 
 /// Raises Error naming `op` when two elements of `self`, a tensor about to be written, share
 /// one address (a stride of 0 over more than one element: an expanded view).
 void check_writable(const Tensor& self, std::string_view op);
+/// True when t's elements fill their span of memory exactly once, in any dim order (contiguous,
+/// channels-last, transposed), so writing into it in place touches each element alone.
+bool is_dense(const Tensor& t);
 /// Whether some elements of t share memory (a stride 0 over a dim of 2 or more: an expanded view).
 bool elements_share_memory(const Tensor& t);
 

@@ -1,10 +1,12 @@
 // View ops: shape, strides and offset change, storage is shared. Each records its backward,
-// which maps the gradient back to the base's shape (for slices, by writing it into zeros).
+// which maps the gradient back to the base's shape (for slices, by writing it into zeros),
+// and marks its result a view for in-place ops under autograd.
 #include <algorithm>
 
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/creation.hpp>
 
+#include "autograd/views.h"
 #include "core/tensor_internal.h"
 
 namespace strata {
@@ -15,10 +17,12 @@ using detail::make_view;
 
 namespace {
 
-// A view of x that records `backward` for the gradient.
+// A view of x that records `backward` for the gradient, then is marked a view of x's base for
+// in-place ops under autograd (Note [Views under autograd] in src/autograd/views.cpp).
 template <class Bw>
 Tensor recorded_view(const char* name, const Tensor& x, Tensor view, Bw backward) {
   autograd::record(name, {x}, {view}, {}, [backward](const Grads& g, const Saved&) { return Grads{backward(g[0])}; });
+  autograd::detail::track_view(x, view);
   return view;
 }
 
@@ -117,12 +121,16 @@ Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, std::optio
   int64_t off = offset.value_or(storage_offset());
   detail::check_in_bounds(*storage(), shape, strides, off, dtype(), "as_strided");
   Tensor view = make_view(*this, shape, strides, off);
-  if (!autograd::any_requires_grad({this})) return view;
+  if (!autograd::any_requires_grad({this})) {
+    autograd::detail::track_view(*this, view);
+    return view;
+  }
   STRATA_CHECK(is_contiguous() && non_overlapping(shape, strides),
                "[as_strided] gradients flow only through non-overlapping views of contiguous tensors");
   int64_t rel = off - storage_offset();
   return selecting_view("as_strided", *this, view, [shape, strides, rel](const Tensor& t) {
-    return t.as_strided(shape, strides, t.storage_offset() + rel);
+    Tensor c = t.contiguous();  // the layout the strides are of: a gradient may come in any
+    return c.as_strided(shape, strides, c.storage_offset() + rel);
   });
 }
 

@@ -92,6 +92,19 @@ TEST(GradCheck, ElementwiseAndViews) {
   }
 }
 
+// as_strided's gradient, differentiated again, reads the incoming gradient by the strides of
+// the contiguous input, whatever that gradient's own layout (here transposed).
+TEST(GradCheck, AsStridedSecondOrderTakesAnyGradientLayout) {
+  Generator g(12);
+  Fn f = [](const std::vector<Tensor>& x) {
+    EnableGradGuard grad_mode;  // also while gradcheck perturbs inputs under NoGradGuard
+    Tensor y = x[0].as_strided({2, 2}, {4, 1}, 1);
+    Tensor gx = autograd::grad({sum(y * y * y)}, {x[0]}, {}, true, true)[0];
+    return gx.t() * x[1];
+  };
+  EXPECT_TRUE(gradcheck(f, {leaf(randn({3, 4}, kFloat64, &g)), leaf(randn({4, 3}, kFloat64, &g))}));
+}
+
 TEST(GradCheck, MaximumSplitsTiesEvenly) {
   Tensor a = from_vector<double>({1, 2}).requires_grad_(), b = from_vector<double>({1, 3}).requires_grad_();
   maximum(a, b).backward(ones({2}, kFloat64));

@@ -143,8 +143,11 @@ STRATA_API void set_history(const Tensor& t, const std::shared_ptr<Node>& node, 
 /// autograd] in src/autograd/inplace.cpp): `out_of_place(value)` computes the op's result as
 /// a new, recorded tensor of self's shape from `value` (self, or a copy of it when
 /// `reads_self`, for an op whose backward keeps its input); the result is written into self,
-/// which takes over its history. `op` names the op in errors. Raises strata::Error when self
-/// is a leaf that requires grad, retains its grad, or shares its memory with another tensor.
+/// which takes over its history; on a view, its base takes a history that puts the result there
+/// (Note [Views under autograd] in src/autograd/views.cpp). `op` names the op in errors. Raises
+/// strata::Error when self (or the tensor it views) is a leaf that requires grad or retains its
+/// grad, or when a tensor that does not fill its memory densely would need a new history while
+/// another tensor shares that memory.
 STRATA_API Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
                                   const std::function<Tensor(const Tensor& value)>& out_of_place);
 

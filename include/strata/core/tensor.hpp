@@ -49,6 +49,14 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
   std::shared_ptr<autograd::AutogradMeta> autograd;  // null until autograd needs it
+  // Views and in-place ops under autograd (Note [Views under autograd], src/autograd/views.cpp):
+  // a view made by a view op keeps the tensor its memory belongs to (the first of a chain of
+  // views), whose history an in-place write to the view rewrites; weakly when made with grad
+  // mode off, so that it keeps no graph alive.
+  std::shared_ptr<TensorImpl> view_base;
+  std::weak_ptr<TensorImpl> view_base_without_grad;
+  uint64_t history_version = 0;       // bumped when an in-place op replaces this tensor's history
+  uint64_t base_history_version = 0;  // a view's: view_base's history_version its history is of
 };
 
 class STRATA_API Tensor {
@@ -135,10 +143,10 @@ class STRATA_API Tensor {
   // Under autograd (grad mode on, this tensor or an operand requires grad) an in-place op
   // runs as its out-of-place op and this tensor takes over the result's history, as in
   // PyTorch: `h.add_(x)` in a forward is `h = h + x` for the gradient, and a buffer joins the
-  // graph through copy_. Refused with strata::Error: a leaf that requires grad (update
-  // parameters under NoGradGuard), and a tensor whose memory another shares (a view, the
-  // tensor a view looks into, a detached alias, a value saved for backward), whose gradient
-  // would miss the write: clone() first. Note [In-place under autograd].
+  // graph through copy_. A write through a view rewrites its base's history, and views of a
+  // written tensor follow it (Note [Views under autograd]); a value saved for backward raises
+  // there. Refused with strata::Error: a leaf that requires grad, or a view of one (update
+  // parameters under NoGradGuard). Note [In-place under autograd].
   Tensor& fill_(Scalar value);
   Tensor& zero_() { return fill_(0); }
   /// Copies `src` into this tensor, broadcasting and converting dtype and device.

@@ -1,0 +1,164 @@
+// Views and in-place ops under autograd: Note [Views under autograd].
+#include "autograd/views.h"
+
+#include "autograd/inplace.h"
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include <strata/autograd/graph.hpp>
+#include <strata/core/error.hpp>
+#include <strata/ops/creation.hpp>
+
+#include "core/tensor_internal.h"
+
+namespace strata::autograd::detail {
+
+// Note [Views under autograd]
+// A view and its base share memory, so an in-place write to one changes the other, and each
+// one's history must say so, as in PyTorch:
+// - A view op keeps the view's base (the first tensor of a chain of views) in
+//   TensorImpl::view_base, with the base's history_version its own history is of; made with
+//   grad mode off, weakly (view_base_without_grad), so that a view kept for a metric keeps no
+//   graph alive. An op that makes its output as a view of a buffer of its own and records a
+//   history for it has record() forget the base (forget_view): the buffer has no part in it.
+// - An in-place op under autograd on a view whose base lives (record_inplace_on_view)
+//   computes its result from the view's current values, recorded as a strided view of the
+//   base's history; writes it into the view; and gives the base a new history, "copy_slices":
+//   the old base with the view's elements replaced by the result. Its backward hands the old
+//   base the gradient with those elements zeroed and the result the gradient's elements at the
+//   view. The view's own history becomes a strided view of the new one. Both are written with
+//   strata ops, so double backward runs through them (the zeroing is itself an in-place op on
+//   a view). PyTorch refuses a view made with grad mode off here; its gradient is as right as
+//   any other's, so strata takes it.
+// - Any in-place op under autograd bumps the history_version of the tensor whose history it
+//   replaced; a view whose base moved on rebuilds its history as a strided view of the base's
+//   current one when next asked (refresh_view, in requires_grad(), grad_fn(), is_leaf() and
+//   gradient_edge()). So `v = h[0]; h.mul_(2)` gives v the doubled values' history too. A view
+//   made with grad mode off has no history to rebuild; its values are still the new ones.
+// Strided views of the base go through the base permuted to a contiguous order, which takes a
+// base that fills its memory densely in any dim order (every tensor an op makes); an in-place
+// op under autograd on a view of any other base is refused, as is one on such a base while
+// another tensor shares its memory.
+
+namespace {
+
+// The dim order that makes t contiguous, when t fills its memory densely; else nullopt.
+std::optional<std::vector<int64_t>> dense_order(const Tensor& t) {
+  std::vector<int64_t> order(static_cast<size_t>(t.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  if (t.is_contiguous()) return order;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  if (!t.permute(order).is_contiguous()) return std::nullopt;
+  return order;
+}
+
+bool is_identity(const std::vector<int64_t>& order) {
+  for (size_t i = 0; i < order.size(); ++i)
+    if (order[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+std::vector<int64_t> inverse_of(const std::vector<int64_t>& order) {
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+  return inverse;
+}
+
+// The elements of `base` that `view` looks at, as a view of base recorded by as_strided.
+Tensor view_of_base(const Tensor& base, const std::vector<int64_t>& order, const TensorImpl& view) {
+  Tensor contiguous = is_identity(order) ? base : base.permute(order);
+  return contiguous.as_strided(view.shape, view.strides, view.offset);
+}
+
+}  // namespace
+
+void track_view(const Tensor& x, const Tensor& view) {
+  Tensor root = base_of(x.impl());
+  const std::shared_ptr<TensorImpl>& base = root.defined() ? root.impl_ptr() : x.impl_ptr();
+  TensorImpl& v = view.impl();
+  if (!is_grad_enabled()) {
+    v.view_base_without_grad = base;
+    return;
+  }
+  v.view_base = base;
+  v.base_history_version = base->history_version;
+}
+
+Tensor base_of(const TensorImpl& t) {
+  std::shared_ptr<TensorImpl> base = t.view_base ? t.view_base : t.view_base_without_grad.lock();
+  if (!base || base->storage != t.storage) return Tensor();
+  return Tensor(std::move(base));
+}
+
+void rebuild_view_history(const Tensor& view) {
+  TensorImpl& v = view.impl();
+  v.base_history_version = v.view_base->history_version;  // first: the queries below ask again
+  if (v.view_base->storage != v.storage) return;
+  auto& own = v.autograd;
+  if (own && own->requires_grad && !own->grad_fn) return;  // a leaf the user made: it stays one
+  Tensor base(v.view_base);
+  auto order = dense_order(base);
+  if (!order) return;  // in-place ops under autograd refuse such bases while they have views
+  EnableGradGuard grad_mode;  // the history is the view's whatever the caller's mode
+  Tensor fresh = view_of_base(base, *order, v);
+  bool retained = own && own->retains_grad;
+  if (fresh.requires_grad()) {
+    set_history(view, fresh.grad_fn(), fresh.impl().autograd->output_nr);
+  } else if (own) {
+    own->grad_fn = nullptr;
+    own->requires_grad = false;
+  }
+  if (retained) {  // its hook sat on the history replaced
+    own->retains_grad = false;
+    if (view.requires_grad()) view.retain_grad();
+  }
+}
+
+Tensor& record_inplace_on_view(Tensor& self, const Tensor& base, const char* op, bool reads_self,
+                               const std::function<Tensor(const Tensor& value)>& out_of_place) {
+  TensorImpl& v = self.impl();
+  STRATA_CHECK(!(base.is_leaf() && base.requires_grad()),
+               "[{}] in-place op on a view of a leaf tensor that requires grad; run parameter updates under "
+               "NoGradGuard, or use the out-of-place op",
+               op);
+  const auto& base_meta = base.impl().autograd;
+  STRATA_CHECK(!(base_meta && base_meta->retains_grad),
+               "[{}] in-place op under autograd on a view of a tensor that retains its grad; use the out-of-place op",
+               op);
+  STRATA_CHECK(!strata::detail::elements_share_memory(self),
+               "[{}] in-place op on a view whose elements share memory (an expanded view of shape {} and strides {})",
+               op, self.shape(), self.strides());
+  auto order = dense_order(base);
+  STRATA_CHECK(order.has_value(),
+               "[{}] in-place op under autograd on a view of a tensor that does not fill its memory densely "
+               "(shape {}, strides {}); clone() the view, or the tensor it views, first",
+               op, base.shape(), base.strides());
+
+  Tensor old = view_of_base(base, *order, v);
+  forget_view(old.impl());  // a temporary: nothing it is saved in should hold the base
+  Tensor result = compute_and_write(self, old, op, reads_self, out_of_place);
+  const std::vector<int64_t> inverse = inverse_of(*order);
+  Shape contiguous_shape;
+  for (int64_t d : *order) contiguous_shape.push_back(base.size(d));
+  const Shape shape = v.shape;
+  const Strides strides = v.strides;
+  const int64_t at = v.offset - base.storage_offset();
+  record("copy_slices", {base, result}, {base}, {},
+         [order = *order, inverse, contiguous_shape, shape, strides, at](const Grads& g, const Saved&) {
+           Tensor grad = empty(contiguous_shape, TensorOptions(g[0].dtype(), g[0].device()));
+           grad.copy_(g[0].permute(order));
+           Tensor region = grad.as_strided(shape, strides, at);
+           Tensor for_result = region.clone();
+           region.zero_();  // the values the write replaced get no gradient
+           return Grads{grad.permute(inverse), for_result};
+         });
+  ++base.impl().history_version;
+  v.view_base = base.impl_ptr();  // a view made with grad mode off is one of the graph's now
+  v.view_base_without_grad.reset();
+  rebuild_view_history(self);
+  return self;
+}
+
+}  // namespace strata::autograd::detail

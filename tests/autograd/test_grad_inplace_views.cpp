@@ -1,0 +1,218 @@
+// In-place ops under autograd on views and on tensors that views look into (Note [Views under
+// autograd] in src/autograd/views.cpp): finite differences and second derivatives in float64
+// for writes through views of every kind, the histories the base and its views take, what
+// stays refused, and that no tensor outlives its last handle.
+#include <memory>
+
+#include "gradcheck.h"
+#include "testing.h"
+
+using namespace strata;
+using strata::testing::all_close;
+using strata::testing::throws_with;
+
+namespace {
+
+using Case = strata::testing::GradCase;
+using strata::testing::indices;
+
+const std::vector<Case>& cases() {
+  using V = const std::vector<Tensor>&;
+  static const std::vector<Case> c = {
+      {"narrow mul_", [](V x) { Tensor h = x[0] * 1.0; h.narrow(1, 1, 2).mul_(x[1]); return h; }, {{3, 4}, {3, 2}}},
+      {"rows of a buffer",
+       [](V x) {
+         Tensor buf = zeros({3, 4}, kFloat64);
+         for (int64_t i = 0; i < 3; ++i) buf.select(0, i).copy_(x[0][i] * x[1]);
+         return buf * x[0];
+       },
+       {{3, 4}, {4}}},
+      {"a view of a view, both temporaries",
+       [](V x) { Tensor h = x[0] * 1.0; h.select(0, 1).narrow(0, 1, 2).add_(x[1]); return h * h; },
+       {{3, 4}, {2}}},
+      {"the base written while a view lives",
+       [](V x) { Tensor h = x[0] * 1.0; Tensor v = h[0]; h.mul_(x[1]); return v * 2.0; }, {{3, 4}, {4}}},
+      {"a view sees a write through another",
+       [](V x) {
+         Tensor h = x[0] * 1.0;
+         Tensor a = h.narrow(1, 0, 3), b = h.narrow(1, 2, 2);
+         b.mul_(x[1]);
+         return a * a;
+       },
+       {{3, 4}, {3, 2}}},
+      {"transposed view", [](V x) { Tensor h = x[0] * 1.0; h.t().narrow(0, 1, 1).add_(x[1]); return h; },
+       {{3, 4}, {3}}},
+      {"strided slice div_",
+       [](V x) { Tensor h = x[0] * 1.0; h.slice(1, 0, 5, 2).div_(exp(x[1])); return h * x[0]; }, {{2, 5}, {2, 3}}},
+      {"channels-last base",
+       [](V x) {
+         Tensor h = (x[0] * 1.0).to(MemoryFormat::ChannelsLast);
+         h.narrow(1, 1, 2).mul_(x[1]);
+         return h;
+       },
+       {{2, 3, 2, 2}, {2, 1, 2, 2}}},
+      {"fill_ on a view", [](V x) { Tensor h = x[0] * 1.0; h.narrow(0, 0, 1).fill_(2.0); return h * x[0]; },
+       {{3, 4}}},
+      {"relu_ on a column", [](V x) { Tensor h = x[0] * 1.0; h.select(1, 2).relu_(); return h * h; }, {{3, 4}}},
+      {"a view made before its base needed grad",
+       [](V x) {
+         Tensor buf = zeros({2, 3}, kFloat64);
+         Tensor second = buf.select(0, 1);
+         buf.select(0, 0).copy_(x[0]);
+         second.add_(x[0] * x[0]);
+         return buf;
+       },
+       {{3}}},
+      {"scatter_ into a view",
+       [](V x) {
+         Tensor h = x[0] * 1.0, rows = h.narrow(0, 1, 2);
+         scatter_(rows, 1, indices({4, 0, 2, 1, 3, 0}, {2, 3}), x[1]);
+         return h;
+       },
+       {{3, 5}, {2, 4}}},
+      {"a view made with grad mode off",
+       [](V x) {
+         Tensor h = x[0] * 1.0, part;
+         {
+           NoGradGuard no_grad;
+           part = h.narrow(0, 1, 2);
+         }
+         part.mul_(x[1]);
+         return h * h;
+       },
+       {{3, 4}, {2, 4}}},
+      {"reshaped view", [](V x) { Tensor h = x[0] * 1.0; h.view({12}).narrow(0, 3, 4).mul_(x[1]); return h; },
+       {{3, 4}, {4}}},
+  };
+  return c;
+}
+
+}  // namespace
+
+TEST(GradInPlaceViews, MatchesFiniteDifferences) {
+  strata::testing::check_cases_to_second_order(cases(), 5);
+}
+
+// h = 2x, then h[1:] *= x[:2]: h = (2 x0, 2 x1 x0, 2 x2 x1), whose sum has the gradient
+// (2 + 2 x1, 2 x0 + 2 x2, 2 x1).
+TEST(GradInPlaceViews, TheBaseTakesTheWrite) {
+  Tensor x = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor h = x * 2.0;
+  Tensor tail = h.narrow(0, 1, 2);
+  tail.mul_(x.narrow(0, 0, 2));
+  EXPECT_EQ(h.grad_fn()->name(), "copy_slices");
+  EXPECT_EQ(tail.grad_fn()->name(), "as_strided");
+  EXPECT_TRUE(all_close(h, {2, 4, 12}, 0, 0));
+  h.sum().backward(Tensor(), true);
+  EXPECT_TRUE(all_close(x.grad(), {6, 8, 4}, 0, 0));
+  x.set_grad(Tensor());
+  tail.sum().backward();  // the view's own history reaches x through the base's
+  EXPECT_TRUE(all_close(x.grad(), {4, 8, 4}, 0, 0));
+}
+
+// A view whose base was written in place rebuilds its history, whatever the grad mode of the
+// query, and keeps retain_grad; a view that is a leaf of its own stays one.
+TEST(GradInPlaceViews, ViewsRebuildTheirHistory) {
+  Tensor x = from_vector<double>({1, 2, 3, 4}).requires_grad_();
+  Tensor h = (x * 1.0).view({2, 2});
+  Tensor row = h[1];
+  row.retain_grad();
+  auto before = row.grad_fn();
+  h.mul_(3.0);
+  {
+    NoGradGuard no_grad;
+    EXPECT_TRUE(row.requires_grad());
+    EXPECT_NE(row.grad_fn(), before);
+  }
+  EXPECT_TRUE(all_close(row, {9, 12}, 0, 0));
+  (row * row).sum().backward();
+  EXPECT_TRUE(all_close(row.grad(), {18, 24}, 0, 0));
+  EXPECT_TRUE(all_close(x.grad(), {0, 0, 54, 72}, 0, 0));  // d(9 x^2) = 18 x
+
+  Tensor buf = zeros({3}, kFloat64);
+  Tensor own = buf.narrow(0, 0, 2);
+  own.requires_grad_();
+  buf.narrow(0, 2, 1).copy_(x.narrow(0, 0, 1));
+  EXPECT_TRUE(own.is_leaf());
+  EXPECT_TRUE(own.requires_grad());
+}
+
+// PyTorch refuses an in-place op under autograd on a view made with grad mode off; its
+// gradient is as right as any other's, and strata takes it. The view keeps no graph alive.
+TEST(GradInPlaceViews, AViewMadeWithGradModeOff) {
+  Tensor w = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor h = w * 1.0;
+  Tensor tail;
+  {
+    NoGradGuard no_grad;
+    tail = h.narrow(0, 1, 2);
+  }
+  EXPECT_FALSE(tail.requires_grad());
+  tail.mul_(w.narrow(0, 0, 2));  // h = (w0, w1 w0, w2 w1)
+  EXPECT_TRUE(tail.requires_grad());
+  h.sum().backward();
+  EXPECT_TRUE(all_close(w.grad(), {3, 4, 2}, 0, 0));
+
+  std::weak_ptr<TensorImpl> graph_holder;
+  Tensor kept;
+  {
+    Tensor y = w * 2.0;
+    graph_holder = y.impl_ptr();
+    NoGradGuard no_grad;
+    kept = y.narrow(0, 0, 1);
+  }
+  EXPECT_TRUE(graph_holder.expired());
+  EXPECT_TRUE(all_close(kept, {2}, 0, 0));
+}
+
+// Other tensors that share the memory: a detached alias sees the write and takes no part; a
+// value saved for backward raises there, as in PyTorch.
+TEST(GradInPlaceViews, AliasesAndSavedValues) {
+  Tensor x = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor h = x * 1.0;
+  Tensor alias = h.detach();
+  h.add_(x);
+  EXPECT_TRUE(all_close(alias, {2, 4, 6}, 0, 0));
+  EXPECT_FALSE(alias.requires_grad());
+  h.sum().backward();
+  EXPECT_TRUE(all_close(x.grad(), {2, 2, 2}, 0, 0));
+
+  Tensor e = exp(x * 1.0);  // saves its output
+  e.narrow(0, 0, 1).add_(1.0);
+  EXPECT_TRUE(throws_with([&] { e.sum().backward(); }, {"modified by an in-place operation"}));
+}
+
+TEST(GradInPlaceViews, Refusals) {
+  Tensor w = from_vector<double>({1, 2, 3}).requires_grad_();
+  EXPECT_TRUE(
+      throws_with([&] { w.narrow(0, 0, 2).mul_(2.0); }, {"[mul_]", "view of a leaf tensor that requires grad"}));
+  Tensor r = w * 1.0;
+  r.retain_grad();
+  EXPECT_TRUE(throws_with([&] { r.narrow(0, 0, 1).relu_(); }, {"[relu_]", "view of a tensor that retains its grad"}));
+  // a base that does not fill its memory densely (rows 4 apart, 2 long)
+  std::vector<double> memory(12, 0.0);
+  Tensor sparse_rows = from_blob(memory.data(), {3, 2}, kFloat64, {}, Strides{4, 1});
+  EXPECT_TRUE(throws_with([&] { sparse_rows.select(1, 0).copy_(w); }, {"[copy_]", "densely", "clone()"}));
+  // nothing was written by any refused op
+  EXPECT_TRUE(all_close(r, {1, 2, 3}, 0, 0));
+  for (double v : memory) EXPECT_EQ(v, 0.0);
+}
+
+// A view holds its base; the graph of a write through a view holds neither beyond their handles.
+TEST(GradInPlaceViews, NothingOutlivesItsHandles) {
+  std::weak_ptr<Storage> memory;
+  std::weak_ptr<TensorImpl> base;
+  {
+    Tensor x = from_vector<double>({1, 2, 3, 4}).requires_grad_();
+    Tensor h = x * 1.0;
+    memory = h.storage();
+    base = h.impl_ptr();
+    Tensor v = h.narrow(0, 1, 2);
+    v.mul_(x.narrow(0, 0, 2));  // its backward keeps a copy of v's old values
+    Tensor other = h.narrow(0, 0, 2);
+    other.relu_();
+    (h * v.sum()).sum().backward();
+  }
+  EXPECT_TRUE(memory.expired());
+  EXPECT_TRUE(base.expired());
+}
