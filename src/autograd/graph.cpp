@@ -226,10 +226,10 @@ void record(const char* name, const std::vector<Tensor>& inputs, const std::vect
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
     node->output_meta.push_back({out.shape(), out.dtype(), out.device()});
+    if (is_floating(out.dtype())) set_history(out, node, static_cast<uint32_t>(i));
     bool is_input = false;  // an op may hand an input back
     for (const Tensor& in : inputs) is_input = is_input || out.is_same(in);
-    if (!is_input) detail::forget_view(out.impl());  // a view op marks its view after this
-    if (is_floating(out.dtype())) set_history(out, node, static_cast<uint32_t>(i));
+    if (!is_input) detail::mark_output(out, inputs);  // a view op marks its view after this
   }
   node->output_hooks.resize(outputs.size());
   for (const Tensor& s : saved) {

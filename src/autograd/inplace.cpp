@@ -21,11 +21,14 @@ namespace strata::autograd {
 // moved (SavedTensor::unpack), as in PyTorch. Refused, each with its reason:
 // - a leaf that requires grad, or a view of one (PyTorch refuses them too: the .grad would be
 //   for a value that no longer exists); an optimizer's update runs under NoGradGuard;
-// - a tensor that retains its grad, or a view of one, whose hook sits on the history replaced;
+// - an op's output that shares memory with the op's input but has a history of its own (a
+//   custom Function returning its input or a view of it), or a view of one: the input's
+//   history would miss the write (PyTorch refuses it too);
 // - a tensor that does not fill its memory densely while another tensor shares that memory
 //   (its views could not rebuild their histories).
 // An op whose backward keeps its input (mul, div, clamp, relu) reads a copy of self, as the
-// write would change the saved value (the version check would raise at backward).
+// write would change the saved value (the version check would raise at backward). A tensor
+// that retains its grad goes on retaining it, for its new value (keep_retaining).
 Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
                        const std::function<Tensor(const Tensor& value)>& out_of_place) {
   STRATA_CHECK(!(self.is_leaf() && self.requires_grad()),
@@ -33,8 +36,11 @@ Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
                "use the out-of-place op",
                op);
   const auto& own = self.impl().autograd;
-  STRATA_CHECK(!(own && own->retains_grad),
-               "[{}] in-place op under autograd on a tensor that retains its grad; use the out-of-place op", op);
+  STRATA_CHECK(!(own && own->aliases_input),
+               "[{}] in-place op under autograd on an op's output that shares memory with the op's input (a custom "
+               "Function returning its input or a view of it): the input's history would miss the write; clone() "
+               "it first",
+               op);
   if (Tensor base = detail::base_of(self.impl()); base.defined())
     return detail::record_inplace_on_view(self, base, op, reads_self, out_of_place);
   STRATA_CHECK(self.storage().use_count() == 1 || strata::detail::is_dense(self),
@@ -42,6 +48,7 @@ Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
                "{}) while other tensors share that memory; clone() it first",
                op, self.shape(), self.strides());
   Tensor result = detail::compute_and_write(self, self, op, reads_self, out_of_place);
+  const bool retained = own && own->retains_grad;
   const auto& made = result.impl().autograd;
   if (made && made->grad_fn) {
     set_history(self, made->grad_fn, made->output_nr);
@@ -50,6 +57,7 @@ Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
     own->requires_grad = false;
   }
   ++self.impl().history_version;  // its views rebuild their histories
+  detail::keep_retaining(self, retained);
   return self;
 }
 

@@ -69,8 +69,10 @@ void Tensor::retain_grad() const {
   if (m.retains_grad) return;
   m.retains_grad = true;
   std::weak_ptr<TensorImpl> weak = impl_ptr();
-  m.grad_fn->output_hooks[m.output_nr].push_back([weak](const Tensor& g) {
-    if (auto impl = weak.lock()) {
+  const autograd::Node* node = m.grad_fn.get();
+  m.grad_fn->output_hooks[m.output_nr].push_back([weak, node](const Tensor& g) {
+    // an in-place op since moved the tensor to a new history, whose own hook retains the grad
+    if (auto impl = weak.lock(); impl && impl->autograd->grad_fn.get() == node) {
       auto& a = *impl->autograd;
       // under create_graph the retained gradient keeps its history, as PyTorch's
       a.grad = a.grad.defined() ? a.grad + g : autograd::is_grad_enabled() ? g.clone() : g.detach().clone();

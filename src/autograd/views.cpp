@@ -4,6 +4,7 @@
 #include "autograd/inplace.h"
 
 #include <algorithm>
+#include <mutex>
 #include <numeric>
 #include <optional>
 
@@ -18,11 +19,14 @@ namespace strata::autograd::detail {
 // Note [Views under autograd]
 // A view and its base share memory, so an in-place write to one changes the other, and each
 // one's history must say so, as in PyTorch:
-// - A view op keeps the view's base (the first tensor of a chain of views) in
-//   TensorImpl::view_base, with the base's history_version its own history is of; made with
-//   grad mode off, weakly (view_base_without_grad), so that a view kept for a metric keeps no
-//   graph alive. An op that makes its output as a view of a buffer of its own and records a
-//   history for it has record() forget the base (forget_view): the buffer has no part in it.
+// - A view op (and split/chunk, for their parts) keeps the view's base (the first tensor of a
+//   chain of views) in TensorImpl::view_base, with the base's history_version its own history
+//   is of; made with grad mode off, weakly (view_base_without_grad), so that a view kept for a
+//   metric keeps no graph alive. An op that makes its output as a view of a buffer of its own
+//   and records a history for it has record() forget the base (mark_output): the buffer has no
+//   part in it. An output sharing its input's memory with a history of its own (a custom
+//   Function returning its input or a view of it) is marked aliases_input, and in-place ops
+//   under autograd refuse it and its views, as PyTorch does: its input would miss the write.
 // - An in-place op under autograd on a view whose base lives (record_inplace_on_view)
 //   computes its result from the view's current values, recorded as a strided view of the
 //   base's history; writes it into the view; and gives the base a new history, "copy_slices":
@@ -30,17 +34,23 @@ namespace strata::autograd::detail {
 //   base the gradient with those elements zeroed and the result the gradient's elements at the
 //   view. The view's own history becomes a strided view of the new one. Both are written with
 //   strata ops, so double backward runs through them (the zeroing is itself an in-place op on
-//   a view). PyTorch refuses a view made with grad mode off here; its gradient is as right as
-//   any other's, so strata takes it.
+//   a view). The op runs under autograd when its base requires grad even if nothing else does
+//   (inplace_records): a view made with grad mode off, or before its base required grad, has
+//   no history of its own. PyTorch refuses a view made with grad mode off here; its gradient is
+//   as right as any other's, so strata takes it.
 // - Any in-place op under autograd bumps the history_version of the tensor whose history it
 //   replaced; a view whose base moved on rebuilds its history as a strided view of the base's
 //   current one when next asked (refresh_view, in requires_grad(), grad_fn(), is_leaf() and
-//   gradient_edge()). So `v = h[0]; h.mul_(2)` gives v the doubled values' history too. A view
-//   made with grad mode off has no history to rebuild; its values are still the new ones.
+//   gradient_edge(); once, under a lock, when several threads ask). So `v = h[0]; h.mul_(2)`
+//   gives v the doubled values' history too. A view made with grad mode off has no history to
+//   rebuild; its values are still the new ones. A retained grad moves to the new history.
 // Strided views of the base go through the base permuted to a contiguous order, which takes a
 // base that fills its memory densely in any dim order (every tensor an op makes); an in-place
 // op under autograd on a view of any other base is refused, as is one on such a base while
 // another tensor shares its memory.
+// As in PyTorch, a graph that saves a view of a tensor and then becomes that tensor's history
+// (`h.add_(h[0] * w)`: mul saves h[0], which holds h) is a reference cycle until a backward
+// through it frees what it saved; code that never runs backward should run under NoGradGuard.
 
 namespace {
 
@@ -78,12 +88,41 @@ void track_view(const Tensor& x, const Tensor& view) {
   Tensor root = base_of(x.impl());
   const std::shared_ptr<TensorImpl>& base = root.defined() ? root.impl_ptr() : x.impl_ptr();
   TensorImpl& v = view.impl();
+  if (v.autograd) v.autograd->aliases_input = false;  // record() saw an output sharing x's memory: it is a view
   if (!is_grad_enabled()) {
     v.view_base_without_grad = base;
     return;
   }
   v.view_base = base;
+  v.view_base_without_grad.reset();
   v.base_history_version = base->history_version;
+}
+
+void mark_output(const Tensor& out, const std::vector<Tensor>& inputs) {
+  TensorImpl& o = out.impl();
+  forget_view(o);
+  for (const Tensor& in : inputs) {
+    if (!in.defined() || in.storage() != o.storage) continue;
+    if (!o.autograd) o.autograd = std::make_shared<AutogradMeta>();
+    o.autograd->aliases_input = true;
+    return;
+  }
+}
+
+bool inplace_records(const Tensor& self, std::initializer_list<const Tensor*> operands) {
+  if (!is_grad_enabled()) return false;
+  if (self.requires_grad()) return true;
+  for (const Tensor* t : operands)
+    if (t->defined() && t->requires_grad()) return true;
+  Tensor base = base_of(self.impl());
+  return base.defined() && base.requires_grad();
+}
+
+void keep_retaining(const Tensor& t, bool retained) {
+  auto& meta = t.impl().autograd;
+  if (!retained || !meta) return;
+  meta->retains_grad = false;  // the hook on the old history is spent (Tensor::retain_grad)
+  if (meta->grad_fn) t.retain_grad();
 }
 
 Tensor base_of(const TensorImpl& t) {
@@ -93,7 +132,11 @@ Tensor base_of(const TensorImpl& t) {
 }
 
 void rebuild_view_history(const Tensor& view) {
+  // queries of one view from several threads (a model run by several) rebuild it once
+  static std::mutex rebuilding;
+  std::lock_guard<std::mutex> lock(rebuilding);
   TensorImpl& v = view.impl();
+  if (v.base_history_version == v.view_base->history_version) return;  // another thread did it
   v.base_history_version = v.view_base->history_version;  // first: the queries below ask again
   if (v.view_base->storage != v.storage) return;
   auto& own = v.autograd;
@@ -110,10 +153,7 @@ void rebuild_view_history(const Tensor& view) {
     own->grad_fn = nullptr;
     own->requires_grad = false;
   }
-  if (retained) {  // its hook sat on the history replaced
-    own->retains_grad = false;
-    if (view.requires_grad()) view.retain_grad();
-  }
+  keep_retaining(view, retained);
 }
 
 Tensor& record_inplace_on_view(Tensor& self, const Tensor& base, const char* op, bool reads_self,
@@ -124,8 +164,10 @@ Tensor& record_inplace_on_view(Tensor& self, const Tensor& base, const char* op,
                "NoGradGuard, or use the out-of-place op",
                op);
   const auto& base_meta = base.impl().autograd;
-  STRATA_CHECK(!(base_meta && base_meta->retains_grad),
-               "[{}] in-place op under autograd on a view of a tensor that retains its grad; use the out-of-place op",
+  STRATA_CHECK(!(base_meta && base_meta->aliases_input),
+               "[{}] in-place op under autograd on a view of an op's output that shares memory with the op's input "
+               "(a custom Function returning its input or a view of it): the input's history would miss the write; "
+               "clone() it first",
                op);
   STRATA_CHECK(!strata::detail::elements_share_memory(self),
                "[{}] in-place op on a view whose elements share memory (an expanded view of shape {} and strides {})",
@@ -155,6 +197,7 @@ Tensor& record_inplace_on_view(Tensor& self, const Tensor& base, const char* op,
            return Grads{grad.permute(inverse), for_result};
          });
   ++base.impl().history_version;
+  keep_retaining(base, base_meta && base_meta->retains_grad);
   v.view_base = base.impl_ptr();  // a view made with grad mode off is one of the graph's now
   v.view_base_without_grad.reset();
   rebuild_view_history(self);

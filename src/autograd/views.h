@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 
 #include <strata/core/tensor.hpp>
 
@@ -17,6 +18,15 @@ inline void forget_view(TensorImpl& t) {
   t.view_base.reset();
   t.view_base_without_grad.reset();
 }
+
+/// Whether an in-place op on self with these operands runs under autograd (record_inplace):
+/// grad mode is on and self or an operand requires grad, or self views a tensor that does (a
+/// view made with grad mode off, or before its base needed grad, requires none itself).
+bool inplace_records(const Tensor& self, std::initializer_list<const Tensor*> operands = {});
+
+/// After an in-place op under autograd gave t a new history: t retains its grad again if it
+/// did (`retained`), on the new history (the hook on the old one no longer fires).
+void keep_retaining(const Tensor& t, bool retained);
 
 /// The tensor whose memory `t` views, when t is a view and that tensor still lives and holds
 /// the memory (set_data can move it); else an undefined tensor.

@@ -9,6 +9,7 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
 
+#include "autograd/views.h"
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"
 #include "kernels/common/binary_math.h"
@@ -97,13 +98,17 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
   if (true_div && !is_floating(t)) t = kFloat32;
   STRATA_CHECK(category(t) <= category(self.dtype()), "[{}_] result dtype {} cannot be written in place to a {} tensor",
                op_name(op), t, self.dtype());
-  if (autograd::any_requires_grad({&self, &other})) {  // Note [In-place under autograd]
-    // x.mul_(x): the operand is self too (record_inplace refuses any other sharing), so it is
-    // read from the copy as well, which its backward keeps. The operand is cast to self's
-    // dtype first, as below, so that a float16 tensor gets the same values with grad and without.
+  if (autograd::detail::inplace_records(self, {&other})) {  // Note [In-place under autograd]
+    // x.mul_(x): the operand is self too, so it is read from the copy as well, which its
+    // backward keeps; another view of self's memory (h[0].add_(h[1]), h.sub_(h[0])) is copied
+    // first, as the write would change it under the value the backward keeps. The operand is
+    // cast to self's dtype first, as below, so that a float16 tensor gets the same values with
+    // grad and without.
     const bool reads_self = op == OpId::mul || op == OpId::div;
     return autograd::record_inplace(self, name.c_str(), reads_self, [&](const Tensor& value) {
-      return out_of_place(op, value, other.storage() == self.storage() ? value : other.to(self.dtype()));
+      if (detail::same_view(other, self)) return out_of_place(op, value, value);
+      Tensor operand = other.to(self.dtype());
+      return out_of_place(op, value, operand.storage() == self.storage() ? operand.clone() : operand);
     });
   }
   Tensor cother = detail::unaliased(other.to(self.dtype()), self);
@@ -371,7 +376,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
                mask.shape(), shape());
   detail::check_writable(*this, "masked_fill_");
   detail::check_fill_value(value, dtype(), "masked_fill");
-  if (autograd::any_requires_grad({this}))  // Note [In-place under autograd]
+  if (autograd::detail::inplace_records(*this))  // Note [In-place under autograd]
     return autograd::record_inplace(*this, "masked_fill_", false,
                                     [&](const Tensor& x) { return masked_fill(x, mask, value); });
   Tensor v = full({}, value, TensorOptions(dtype(), device()));

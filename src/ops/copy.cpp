@@ -6,6 +6,7 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
 
+#include "autograd/views.h"
 #include "autograd/inplace.h"
 #include "core/backend.h"
 #include "core/registry_internal.h"
@@ -97,7 +98,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   STRATA_CHECK(b == shape(), "[copy_] source of shape {} does not broadcast to destination shape {}", src.shape(),
                shape());
   detail::check_writable(*this, "copy_");
-  if (autograd::any_requires_grad({this, &src})) {  // Note [In-place under autograd]
+  if (autograd::detail::inplace_records(*this, {&src})) {  // Note [In-place under autograd]
     return autograd::record_inplace(*this, "copy_", false, [&](const Tensor& old) {
       Tensor out = empty_like(old);
       {
@@ -137,7 +138,7 @@ void run_fill(Tensor& t, Scalar value) {
 Tensor& Tensor::fill_(Scalar value) {
   detail::check_fill_value(value, dtype(), "fill_");
   detail::check_writable(*this, "fill_");
-  if (autograd::any_requires_grad({this})) {  // Note [In-place under autograd]
+  if (autograd::detail::inplace_records(*this)) {  // Note [In-place under autograd]
     return autograd::detail::record_overwrite(*this, "fill_", [&](Tensor& out) { run_fill(out, value); });
   }
   run_fill(*this, value);

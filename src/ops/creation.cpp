@@ -7,6 +7,7 @@
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/creation.hpp>
 
+#include "autograd/views.h"
 #include "autograd/inplace.h"
 #include "core/backend.h"
 #include "core/registry_internal.h"
@@ -158,7 +159,7 @@ Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
 // Fills t in place with the op's draws; `name` is the public in-place op, for its errors.
 void draw(OpId op, Tensor& t, RandomParams p, const char* name) {
   detail::check_writable(t, name);
-  if (autograd::any_requires_grad({&t})) {  // Note [In-place under autograd]; a leaf is refused there
+  if (autograd::detail::inplace_records(t)) {  // Note [In-place under autograd]; a leaf is refused there
     autograd::detail::record_overwrite(t, name, [&](Tensor& out) { draw(op, out, p, name); });
     return;
   }

@@ -11,6 +11,7 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/index.hpp>
 
+#include "autograd/views.h"
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"
 #include "kernels/cpu/gather_scatter.h"
@@ -153,7 +154,7 @@ void run_scatter(OpId op, Tensor& self, int64_t dim, const Tensor& index, const 
 }
 
 void check_no_grad(const Tensor& self, const Tensor* src, std::string_view op) {
-  bool grad = src ? autograd::any_requires_grad({&self, src}) : autograd::any_requires_grad({&self});
+  bool grad = src ? autograd::detail::inplace_records(self, {src}) : autograd::detail::inplace_records(self);
   STRATA_CHECK(!grad, "[{}] in-place op on a tensor that requires grad; use the "
                "out-of-place op, or run it under NoGradGuard", op);
 }
@@ -313,25 +314,25 @@ Tensor& recorded_inplace(Tensor& self, const char* op, const std::function<Tenso
 }  // namespace
 
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  if (autograd::any_requires_grad({&self, &src}))
+  if (autograd::detail::inplace_records(self, {&src}))
     return recorded_inplace(self, "scatter_", [&](const Tensor& x) { return scatter(x, dim, index, src); });
   return scatter_src(self, dim, index, src, "scatter_");
 }
 
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, Scalar value) {
-  if (autograd::any_requires_grad({&self}))
+  if (autograd::detail::inplace_records(self))
     return recorded_inplace(self, "scatter_", [&](const Tensor& x) { return scatter(x, dim, index, value); });
   return scatter_value(self, dim, index, value, "scatter_");
 }
 
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  if (autograd::any_requires_grad({&self, &src}))
+  if (autograd::detail::inplace_records(self, {&src}))
     return recorded_inplace(self, "scatter_add_", [&](const Tensor& x) { return scatter_add(x, dim, index, src); });
   return scatter_add_src(self, dim, index, src, "scatter_add_");
 }
 
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha) {
-  if (autograd::any_requires_grad({&self, &src}))
+  if (autograd::detail::inplace_records(self, {&src}))
     return recorded_inplace(self, "index_add_", [&](const Tensor& x) { return index_add(x, dim, index, src, alpha); });
   return index_add_src(self, dim, index, src, alpha, "index_add_");
 }

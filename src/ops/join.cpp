@@ -11,6 +11,7 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/join.hpp>
 
+#include "autograd/views.h"
 #include "core/tensor_internal.h"
 #include "kernels/cpu/cat.h"
 
@@ -128,6 +129,8 @@ std::vector<Tensor> split_views(const Tensor& t, int64_t d, const std::vector<in
     autograd::record("split", {t}, out, {},
                      [d](const autograd::Grads& g, const autograd::Saved&) { return autograd::Grads{cat(g, d)}; });
   }
+  // views of t, for an in-place op under autograd on a part (Note [Views under autograd])
+  for (const Tensor& part : out) autograd::detail::track_view(t, part);
   return out;
 }
 

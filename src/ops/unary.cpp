@@ -12,6 +12,7 @@
 
 #include <strata/ops/creation.hpp>
 
+#include "autograd/views.h"
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"
 #include "kernels/common/convert.h"
@@ -96,7 +97,7 @@ Tensor& unary_inplace(OpId op, Tensor& x, const std::function<Tensor(const Tenso
   STRATA_CHECK(x.dtype() != kBool, "[{}_] not supported for bool tensors", op_name(op));
   const std::string name = fmt::format("{}_", op_name(op));
   detail::check_writable(x, name);
-  if (autograd::any_requires_grad({&x})) return autograd::record_inplace(x, name.c_str(), true, recorded);
+  if (autograd::detail::inplace_records(x)) return autograd::record_inplace(x, name.c_str(), true, recorded);
   Tensor in = x, out = x;
   run_kernel(op, x.dtype(), KernelCall{{&in, 1}, {&out, 1}, params});
   x.storage()->bump_version();

@@ -10,6 +10,7 @@
 using namespace strata;
 using strata::testing::all_close;
 using strata::testing::throws_with;
+using strata::autograd::AutogradContext;
 
 namespace {
 
@@ -81,6 +82,27 @@ const std::vector<Case>& cases() {
          return h * h;
        },
        {{3, 4}, {2, 4}}},
+      {"another view as the operand",
+       [](V x) { Tensor h = x[0] * 1.0; h.narrow(1, 0, 2).add_(h.narrow(1, 2, 2)); return h * x[0]; }, {{2, 4}}},
+      {"a running sum over rows",
+       [](V x) {
+         Tensor h = x[0] * 1.0;
+         for (int64_t t = 1; t < 4; ++t) h[t].add_(h[t - 1]);
+         return h * x[0];
+       },
+       {{4, 3}}},
+      {"a row times another", [](V x) { Tensor h = x[0] * 1.0; h[0].mul_(h[1]); return h; }, {{3, 4}}},
+      {"a row times itself, two handles", [](V x) { Tensor h = x[0] * 1.0; h[1].mul_(h[1]); return h; }, {{3, 4}}},
+      {"the base less its first row", [](V x) { Tensor h = x[0] * 1.0; h.sub_(h[0]); return h * x[0]; }, {{3, 4}}},
+      {"a part of split", [](V x) { Tensor h = x[0] * 1.0; split(h, 2, 0)[0].mul_(x[1]); return h; }, {{4, 3}, {2, 3}}},
+      {"a part of chunk along columns",
+       [](V x) {
+         Tensor h = x[0] * 1.0;
+         auto parts = chunk(h, 2, 1);
+         parts[1].add_(x[1]);
+         return h * parts[0].sum();
+       },
+       {{3, 4}, {3, 2}}},
       {"reshaped view", [](V x) { Tensor h = x[0] * 1.0; h.view({12}).narrow(0, 3, 4).mul_(x[1]); return h; },
        {{3, 4}, {4}}},
   };
@@ -153,6 +175,17 @@ TEST(GradInPlaceViews, AViewMadeWithGradModeOff) {
   h.sum().backward();
   EXPECT_TRUE(all_close(w.grad(), {3, 4, 2}, 0, 0));
 
+  // written with a constant: nothing in the op requires grad, but the tensor it views does
+  Tensor x = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor g = x * 1.0, head;
+  {
+    NoGradGuard no_grad;
+    head = g.narrow(0, 0, 1);
+  }
+  head.mul_(5.0);
+  g.sum().backward();
+  EXPECT_TRUE(all_close(x.grad(), {5, 1, 1}, 0, 0));
+
   std::weak_ptr<TensorImpl> graph_holder;
   Tensor kept;
   {
@@ -163,6 +196,73 @@ TEST(GradInPlaceViews, AViewMadeWithGradModeOff) {
   }
   EXPECT_TRUE(graph_holder.expired());
   EXPECT_TRUE(all_close(kept, {2}, 0, 0));
+}
+
+// A tensor that retains its grad goes on retaining it for its value after an in-place op,
+// as in PyTorch, whether written itself, through a view, or as a view whose base was written.
+TEST(GradInPlaceViews, RetainedGradsFollowTheWrite) {
+  Tensor x = from_vector<double>({1, 2, 3, 4}).requires_grad_();
+  Tensor h = x * 1.0;
+  h.retain_grad();
+  h.mul_(3.0);
+  h.narrow(0, 0, 2).mul_(2.0);
+  (h * h).sum().backward();
+  EXPECT_TRUE(all_close(h.grad(), {12, 24, 18, 24}, 0, 0));  // 2 h, h = (6, 12, 9, 12)
+  EXPECT_TRUE(all_close(x.grad(), {72, 144, 54, 72}, 0, 0));
+
+  Tensor b = (x * 1.0).view({2, 2});
+  Tensor row = b[0];
+  row.retain_grad();
+  Tensor before = row * 2.0;
+  b.mul_(3.0);
+  Tensor after = row * 5.0;
+  (before + after).sum().backward();
+  EXPECT_TRUE(all_close(row.grad(), {5, 5}, 0, 0));  // of the value after the write alone
+}
+
+namespace {
+struct FirstTwo : autograd::Function<FirstTwo> {  // a view of its input, with its own backward
+  static Tensor forward(AutogradContext&, const Tensor& x) { return x.narrow(0, 0, 2); }
+  static std::vector<Tensor> backward(AutogradContext&, const std::vector<Tensor>& g) {
+    return {cat({g[0], zeros({1}, kFloat64)}, 0)};
+  }
+};
+struct Same : autograd::Function<Same> {  // its input itself
+  static Tensor forward(AutogradContext&, const Tensor& x) { return x; }
+  static std::vector<Tensor> backward(AutogradContext&, const std::vector<Tensor>& g) { return {g[0]}; }
+};
+struct FromSavedBuffer : autograd::Function<FromSavedBuffer> {  // a view of a buffer it saves
+  static Tensor forward(AutogradContext& ctx, const Tensor& x) {
+    Tensor buffer = x * 2.0;
+    ctx.save_for_backward({buffer});
+    return buffer.narrow(0, 0, 3);
+  }
+  static std::vector<Tensor> backward(AutogradContext& ctx, const std::vector<Tensor>& g) {
+    return {g[0] * ctx.saved()[0] * 0.0 + g[0] * 2.0};
+  }
+};
+}  // namespace
+
+// An op's output that shares memory with its input but has a history of its own cannot take
+// an in-place op under autograd (the input's history would miss it), as in PyTorch; one that
+// shares memory with a value it saved takes it, and its backward raises.
+TEST(GradInPlaceViews, CustomFunctionOutputs) {
+  Tensor x = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor h = x * 1.0;
+  Tensor two = FirstTwo::apply(h);
+  EXPECT_TRUE(throws_with([&] { two.mul_(2.0); }, {"[mul_]", "shares memory with the op's input", "clone()"}));
+  EXPECT_TRUE(throws_with([&] { two.narrow(0, 0, 1).zero_(); }, {"[fill_]", "view of an op's output"}));
+  Tensor same = Same::apply(h);
+  EXPECT_TRUE(throws_with([&] { same.add_(x); }, {"[add_]", "shares memory"}));
+  EXPECT_TRUE(all_close(h, {1, 2, 3}, 0, 0));
+  Tensor copy = two.clone();
+  copy.mul_(2.0);
+  copy.sum().backward();
+  EXPECT_TRUE(all_close(x.grad(), {2, 2, 0}, 0, 0));
+
+  Tensor y = FromSavedBuffer::apply(x);
+  y.add_(x);
+  EXPECT_TRUE(throws_with([&] { y.sum().backward(); }, {"modified by an in-place operation"}));
 }
 
 // Other tensors that share the memory: a detached alias sees the write and takes no part; a
@@ -186,16 +286,18 @@ TEST(GradInPlaceViews, Refusals) {
   Tensor w = from_vector<double>({1, 2, 3}).requires_grad_();
   EXPECT_TRUE(
       throws_with([&] { w.narrow(0, 0, 2).mul_(2.0); }, {"[mul_]", "view of a leaf tensor that requires grad"}));
-  Tensor r = w * 1.0;
-  r.retain_grad();
-  EXPECT_TRUE(throws_with([&] { r.narrow(0, 0, 1).relu_(); }, {"[relu_]", "view of a tensor that retains its grad"}));
+  // a view made before its base, a leaf, came to require grad
+  Tensor leaf_later = zeros({3}, kFloat64);
+  Tensor head = leaf_later.narrow(0, 0, 1);
+  leaf_later.requires_grad_();
+  EXPECT_TRUE(throws_with([&] { head.mul_(2.0); }, {"[mul_]", "view of a leaf tensor that requires grad"}));
   // a base that does not fill its memory densely (rows 4 apart, 2 long)
   std::vector<double> memory(12, 0.0);
   Tensor sparse_rows = from_blob(memory.data(), {3, 2}, kFloat64, {}, Strides{4, 1});
   EXPECT_TRUE(throws_with([&] { sparse_rows.select(1, 0).copy_(w); }, {"[copy_]", "densely", "clone()"}));
   // nothing was written by any refused op
-  EXPECT_TRUE(all_close(r, {1, 2, 3}, 0, 0));
   for (double v : memory) EXPECT_EQ(v, 0.0);
+  EXPECT_TRUE(all_close(leaf_later, {0, 0, 0}, 0, 0));
 }
 
 // A view holds its base; the graph of a write through a view holds neither beyond their handles.

@@ -122,7 +122,8 @@ struct Function {
       node->next_edges.push_back(needs ? gradient_edge(in) : Edge{});
       node->input_meta.push_back(in.defined() ? TensorMeta{in.shape(), in.dtype(), in.device()} : TensorMeta{});
     }
-    // outputs that alias an input get fresh handles, so the input keeps its own history
+    // outputs that alias an input get fresh handles, so the input keeps its own history (and
+    // mark_output has in-place ops under autograd refuse them)
     for (Tensor& out : outputs)
       for (const Tensor& in : inputs)
         if (out.is_same(in)) out = out.detach();
@@ -131,6 +132,7 @@ struct Function {
       bool nondiff = false;
       for (const Tensor& n : node->ctx.non_differentiable_) nondiff = nondiff || n.is_same(outputs[i]);
       if (!nondiff && is_floating(outputs[i].dtype())) set_history(outputs[i], node, static_cast<uint32_t>(i));
+      detail::mark_output(outputs[i], inputs);
     }
     node->output_hooks.resize(outputs.size());
     for (const Tensor& s : node->ctx.to_save_) {

@@ -113,6 +113,10 @@ struct AutogradMeta {
   std::weak_ptr<AccumulateGrad> accumulator;
   std::vector<GradHook> hooks;                    // leaves: run before accumulation
   std::vector<PostAccumulateHook> post_accumulate_hooks;
+  // An op's output that shares memory with an input but has a history of its own (a custom
+  // Function returning its input or a view of it): an in-place op under autograd on it, or on
+  // a view of it, is refused, as the input's history would miss the write.
+  bool aliases_input = false;
 };
 
 /// True when grad mode is on and any defined tensor in `ts` requires grad.
@@ -138,6 +142,13 @@ STRATA_API Edge gradient_edge(const Tensor& t);
 
 /// Makes `t` a non-leaf output `output_nr` of `node`.
 STRATA_API void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr);
+
+namespace detail {
+/// For an op's output `out` (not one of `inputs` itself) that took a history of its own: it is
+/// no view for autograd, and when it shares memory with an input it is marked aliases_input.
+/// record() and Function::apply call it.
+STRATA_API void mark_output(const Tensor& out, const std::vector<Tensor>& inputs);
+}  // namespace detail
 
 /// Runs an in-place op on `self` whose tensors take part in autograd (Note [In-place under
 /// autograd] in src/autograd/inplace.cpp): `out_of_place(value)` computes the op's result as

@@ -146,7 +146,9 @@ class STRATA_API Tensor {
   // graph through copy_. A write through a view rewrites its base's history, and views of a
   // written tensor follow it (Note [Views under autograd]); a value saved for backward raises
   // there. Refused with strata::Error: a leaf that requires grad, or a view of one (update
-  // parameters under NoGradGuard). Note [In-place under autograd].
+  // parameters under NoGradGuard); a custom Function's output sharing its input's memory; a
+  // tensor not dense in memory when views or its own history need rebuilding. Note [In-place
+  // under autograd].
   Tensor& fill_(Scalar value);
   Tensor& zero_() { return fill_(0); }
   /// Copies `src` into this tensor, broadcasting and converting dtype and device.
