@@ -132,9 +132,10 @@ Tensor base_of(const TensorImpl& t) {
 }
 
 void rebuild_view_history(const Tensor& view) {
-  // queries of one view from several threads (a model run by several) rebuild it once
-  static std::mutex rebuilding;
-  std::lock_guard<std::mutex> lock(rebuilding);
+  // queries of one view from several threads (a model run by several) rebuild it once;
+  // recursive, as the ops below query their inputs' histories
+  static std::recursive_mutex rebuilding;
+  std::lock_guard<std::recursive_mutex> lock(rebuilding);
   TensorImpl& v = view.impl();
   if (v.base_history_version == v.view_base->history_version) return;  // another thread did it
   v.base_history_version = v.view_base->history_version;  // first: the queries below ask again
