@@ -123,6 +123,10 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, MultiheadAttentionO
     v_proj_weight = register_parameter("v_proj_weight", empty({e, vdim}));
   }
   if (opts.bias) in_proj_bias = register_parameter("in_proj_bias", empty({3 * e}));
+  if (opts.add_bias_kv) {
+    bias_k = register_parameter("bias_k", empty({1, 1, e}));
+    bias_v = register_parameter("bias_v", empty({1, 1, e}));
+  }
   register_module("out_proj", out_proj);
   reset_parameters(opts.generator);
 }
@@ -135,6 +139,10 @@ void MultiheadAttention::reset_parameters(Generator* gen) {
   }
   if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
   if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
+  if (bias_k.defined()) {
+    init::xavier_normal_(bias_k, 1.0, gen);
+    init::xavier_normal_(bias_v, 1.0, gen);
+  }
 }
 
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -197,9 +205,25 @@ Tensor MultiheadAttention::run(const Tensor& query, const Tensor& key, const Ten
     kp = functional::linear(k3, w(1, 1), b(1, 1));
     vp = functional::linear(v3, w(2, 1), b(2, 1));
   }
+  if (bias_k.defined()) {  // one more key and value, the same for every item
+    auto append = [&](const Tensor& t, const Tensor& bias) {
+      Shape one = t.shape();
+      one[sd] = 1;
+      return cat({t, bias.to(t.dtype()).expand(one)}, sd);
+    };
+    kp = append(kp, bias_k);
+    vp = append(vp, bias_v);
+  }
   // (A, B, E) -> (N, H, len, head_dim), a view
   const std::vector<int64_t> to_heads = bd == 0 ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{1, 2, 0, 3};
   auto heads = [&](const Tensor& t) { return t.unflatten(-1, {num_heads, head_dim}).permute(to_heads); };
+  Tensor kh = heads(kp), vh = heads(vp);
+  if (options.add_zero_attn) {  // a zero key and value for each head
+    const Tensor zero = zeros({N, num_heads, 1, head_dim}, TensorOptions(kh.dtype(), kh.device()));
+    kh = cat({kh, zero}, 2);
+    vh = cat({vh, zero}, 2);
+  }
+  const int64_t extra = kh.size(2) - S;  // keys appended, open to every query
 
   // masks, combined into one blocking bool mask and/or one additive float mask of (N, H, L, S)
   Tensor blocked, added;
@@ -224,12 +248,24 @@ Tensor MultiheadAttention::run(const Tensor& query, const Tensor& key, const Ten
     if (m->defined())
       STRATA_CHECK(m->dtype() == kBool || is_floating(m->dtype()), "[{}] masks must be bool or floating, got {}", me,
                    m->dtype());
+  if (extra > 0 && is_causal) {  // as a mask, which the appended keys do not reach
+    add_mask(gt(arange(S, TensorOptions(kInt64, qp.device())).unsqueeze(0),
+                arange(L, TensorOptions(kInt64, qp.device())).unsqueeze(1)));
+    is_causal = false;
+  }
+  auto open_extra_keys = [&](Tensor& m) {
+    if (!m.defined() || extra == 0) return;
+    Shape pad = m.shape();
+    pad.back() = extra;
+    m = cat({m, zeros(pad, TensorOptions(m.dtype(), m.device()))}, -1);  // false, or 0 added
+  };
+  open_extra_keys(blocked);
+  open_extra_keys(added);
   Tensor mask = blocked;
   if (added.defined()) mask = blocked.defined() ? where(blocked, -kInf, added.to(qp.dtype())) : added;
 
   const double p = is_training() ? options.dropout : 0.0;
-  Tensor o = attention(heads(qp), heads(kp), heads(vp), mask, true, is_causal, p, std::nullopt, options.generator, me,
-                       weights);
+  Tensor o = attention(heads(qp), kh, vh, mask, true, is_causal, p, std::nullopt, options.generator, me, weights);
   // (N, H, L, head_dim) -> (A, B, E): the one copy, then out_proj
   o = o.permute(bd == 0 ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{2, 0, 1, 3});
   o = o.reshape(bd == 0 ? Shape{N, L, E} : Shape{L, N, E});

@@ -2,6 +2,7 @@
 // (L, E) x (S, E) problem and MultiheadAttention / TransformerEncoderLayer for one sequence.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -74,7 +75,17 @@ struct MhaParams {
   std::vector<double> in_b;      // (3E) or empty
   Mat out_w;                     // (E, E)
   std::vector<double> out_b;     // (E) or empty
+  std::vector<double> bias_k, bias_v;  // (E) each with add_bias_kv, else empty
+  bool zero_attn = false;              // add_zero_attn
 };
+
+/// m with row r appended.
+inline Mat with_row(const Mat& m, const std::vector<double>& r) {
+  Mat out(m.rows + 1, m.cols);
+  std::copy(m.v.begin(), m.v.end(), out.v.begin());
+  std::copy(r.begin(), r.end(), out.v.begin() + m.rows * m.cols);
+  return out;
+}
 
 /// The query, key and value projections (part 0, 1, 2) of x.
 inline Mat mha_project(const MhaParams& p, const Mat& x, int64_t part) {
@@ -87,11 +98,13 @@ inline Mat mha_project(const MhaParams& p, const Mat& x, int64_t part) {
 }
 
 /// Multi-head attention of one sequence: xq (L, E), xk (S, kdim), xv (S, vdim); bias(h, i, j)
-/// as ScoreBias.
+/// as ScoreBias, over the S keys and those add_bias_kv and add_zero_attn append after them.
 inline Mat mha_ref(const MhaParams& p, const Mat& xq, const Mat& xk, const Mat& xv,
                    const std::function<double(int64_t h, int64_t i, int64_t j)>& bias = nullptr) {
   const int64_t E = xq.cols, hd = E / p.heads;
   Mat q = mha_project(p, xq, 0), k = mha_project(p, xk, 1), v = mha_project(p, xv, 2);
+  if (!p.bias_k.empty()) k = with_row(k, p.bias_k), v = with_row(v, p.bias_v);
+  if (p.zero_attn) k = with_row(k, std::vector<double>(E, 0.0)), v = with_row(v, std::vector<double>(E, 0.0));
   Mat merged(xq.rows, E);
   for (int64_t h = 0; h < p.heads; ++h) {
     ScoreBias b = bias ? ScoreBias([&, h](int64_t i, int64_t j) { return bias(h, i, j); }) : nullptr;

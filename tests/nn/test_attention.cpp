@@ -365,6 +365,71 @@ TEST(MultiheadAttention, KeyAndValueFeaturesOfTheirOwn) {
 
 // The weights PyTorch's need_weights=True returns, per head and averaged, against the softmax
 // of the reference scores; the output is forward's.
+// add_bias_kv and add_zero_attn: a learned key and value, then a zero one, after the S keys;
+// masks (and is_causal) leave them open to every query, as PyTorch pads its masks.
+TEST(MultiheadAttention, BiasKvAndZeroAttn) {
+  Generator g(10);
+  const int64_t L = 3, S = 4, N = 2, E = 6, H = 2;
+  nn::MultiheadAttention mha(E, H, {.generator = &g, .add_bias_kv = true, .add_zero_attn = true});
+  std::vector<std::string> names;
+  for (auto& [n, t] : mha.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"in_proj_weight", "in_proj_bias", "bias_k", "bias_v", "out_proj.weight",
+                                             "out_proj.bias"}));
+  EXPECT_EQ(mha.bias_k.shape(), (Shape{1, 1, E}));
+  randomize_biases(mha, g);
+  MhaParams p = params_of(mha);
+  p.bias_k = values(mha.bias_k);
+  p.bias_v = values(mha.bias_v);
+  p.zero_attn = true;
+  Tensor q = randn({L, N, E}, kFloat64, &g), k = randn({S, N, E}, kFloat64, &g), v = randn({S, N, E}, kFloat64, &g);
+  Tensor pad = zeros({N, S}, kBool);
+  pad.select(0, 1).narrow(0, 1, 3).fill_(true);
+  Tensor am = randn({L, S}, kFloat64, &g);
+  Mat amm(am);
+  auto ref = [&](const Tensor& kk, const Tensor& vv, bool masked, bool causal) {
+    std::vector<Mat> out;
+    for (int64_t n = 0; n < N; ++n)
+      out.push_back(strata::testing::mha_ref(p, item(q, n), item(kk, n), item(vv, n), [&, n](int64_t, int64_t i,
+                                                                                             int64_t j) {
+        if (j >= kk.size(0)) return 0.0;  // an appended key
+        if (causal && j > i) return kNegInf;
+        if (!masked) return 0.0;
+        return n == 1 && j >= 1 ? kNegInf : amm(i, j);
+      }));
+    return seq_first(out);
+  };
+  EXPECT_TRUE(all_close(mha.forward(q, k, v), ref(k, v, false, false), 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(mha.forward(q, k, v, pad, am), ref(k, v, true, false), 1e-12, 1e-12));
+  Tensor k3 = k.narrow(0, 0, L), v3 = v.narrow(0, 0, L);
+  EXPECT_TRUE(all_close(mha.forward(q, k3, v3, Tensor(), Tensor(), true), ref(k3, v3, false, true), 1e-12, 1e-12));
+  Tensor weights = mha.forward_with_weights(q, k, v, pad).weights;
+  EXPECT_EQ(weights.shape(), (Shape{N, L, S + 2}));
+  // batch first, and each option alone
+  nn::MultiheadAttention first(E, H, {.batch_first = true, .generator = &g, .add_bias_kv = true});
+  first.to(kFloat64);
+  nn::MultiheadAttention seq(E, H, {.generator = &g, .add_bias_kv = true});
+  seq.to(kFloat64);
+  seq.load_state_dict(first.state_dict());
+  EXPECT_TRUE(all_close(first.forward(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)).transpose(0, 1),
+                        values(seq.forward(q, k, v)), 1e-12, 1e-12));
+  nn::MultiheadAttention zero_only(E, H, {.generator = &g, .add_zero_attn = true});
+  zero_only.to(kFloat64);
+  MhaParams pz = params_of(zero_only);
+  pz.zero_attn = true;
+  EXPECT_TRUE(all_close(zero_only.forward(q.select(1, 0), k.select(1, 0), v.select(1, 0)),
+                        strata::testing::mha_ref(pz, item(q, 0), item(k, 0), item(v, 0)).v, 1e-12, 1e-12));
+  // gradients reach bias_k and bias_v
+  Tensor x = leaf(randn({3, 2, E}, kFloat64, &g));
+  EXPECT_TRUE(gradcheck([&](V in) { return mha.forward(in[0], in[0], in[0], Tensor(), Tensor(), true); },
+                        {x, mha.bias_k, mha.bias_v}));
+  // xavier_normal_ of (1, 1, E): fan_in = fan_out = E, std sqrt(1 / E)
+  nn::MultiheadAttention wide(1024, 8, {.generator = &g, .add_bias_kv = true});
+  std::vector<double> bk = values(wide.bias_k);
+  double sq = 0;
+  for (double b : bk) sq += b * b;
+  EXPECT_NEAR(std::sqrt(sq / 1024.0), std::sqrt(1.0 / 1024.0), 0.1 * std::sqrt(1.0 / 1024.0));
+}
+
 TEST(MultiheadAttention, ForwardWithWeights) {
   Generator g(12);
   const int64_t L = 3, S = 4, N = 2, E = 6, H = 3, hd = E / H;

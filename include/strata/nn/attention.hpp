@@ -6,7 +6,8 @@
 //
 // Masks follow PyTorch's MultiheadAttention: a bool key_padding_mask (N, S) or attn_mask
 // (L, S) / (N * num_heads, L, S) is true where attending is NOT allowed; a float mask is added
-// to the attention scores.
+// to the attention scores. The keys add_bias_kv and add_zero_attn append are open to every
+// query (the masks are padded for them, as PyTorch pads them), is_causal included.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,8 @@ struct MultiheadAttentionOptions {
   Generator* generator = nullptr;  // initial values and dropout masks; default_generator() when null
   int64_t kdim = 0;  // key features; 0: embed_dim
   int64_t vdim = 0;  // value features; 0: embed_dim
+  bool add_bias_kv = false;    // learned bias_k and bias_v appended to the projected keys and values
+  bool add_zero_attn = false;  // a zero key and value appended to each head's (after bias_kv)
 };
 
 /// MultiheadAttention::forward_with_weights's result.
@@ -62,6 +65,8 @@ class STRATA_API MultiheadAttention : public Module {
   Tensor k_proj_weight;   // differ from embed_dim; else undefined
   Tensor v_proj_weight;
   Tensor in_proj_bias;  // (3 * embed_dim), undefined without bias
+  Tensor bias_k;        // (1, 1, embed_dim) with add_bias_kv; else undefined
+  Tensor bias_v;
   Linear out_proj;
 
  private:
