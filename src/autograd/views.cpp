@@ -48,9 +48,13 @@ namespace strata::autograd::detail {
 // base that fills its memory densely in any dim order (every tensor an op makes); an in-place
 // op under autograd on a view of any other base is refused, as is one on such a base while
 // another tensor shares its memory.
+// An op's output marked aliases_input is linked to its input's memory the same way, and raises
+// when used after a write to it, as PyTorch does. Views whose elements overlap (expanded) are
+// rebuilt as a strided view of the elements once, expanded.
 // As in PyTorch, a graph that saves a view of a tensor and then becomes that tensor's history
-// (`h.add_(h[0] * w)`: mul saves h[0], which holds h) is a reference cycle until a backward
-// through it frees what it saved; code that never runs backward should run under NoGradGuard.
+// (`h.add_(h[0] * w)`: mul saves h[0], which holds h) is a reference cycle that outlives the
+// tensors (its backward raises, as the saved h[0] changed); code that never runs backward
+// should run under NoGradGuard.
 
 namespace {
 
@@ -76,10 +80,15 @@ std::vector<int64_t> inverse_of(const std::vector<int64_t>& order) {
   return inverse;
 }
 
-// The elements of `base` that `view` looks at, as a view of base recorded by as_strided.
+// The elements of `base` that `view` looks at, as a view of base recorded by as_strided (and
+// expand, for the dims an expanded view repeats).
 Tensor view_of_base(const Tensor& base, const std::vector<int64_t>& order, const TensorImpl& view) {
   Tensor contiguous = is_identity(order) ? base : base.permute(order);
-  return contiguous.as_strided(view.shape, view.strides, view.offset);
+  Shape once = view.shape;
+  for (size_t d = 0; d < once.size(); ++d)
+    if (view.strides[d] == 0) once[d] = std::min<int64_t>(once[d], 1);
+  Tensor part = contiguous.as_strided(once, view.strides, view.offset);
+  return once == view.shape ? part : part.expand(view.shape);
 }
 
 }  // namespace
@@ -88,14 +97,16 @@ void track_view(const Tensor& x, const Tensor& view) {
   Tensor root = base_of(x.impl());
   const std::shared_ptr<TensorImpl>& base = root.defined() ? root.impl_ptr() : x.impl_ptr();
   TensorImpl& v = view.impl();
-  if (v.autograd) v.autograd->aliases_input = false;  // record() saw an output sharing x's memory: it is a view
+  // record() marked the view as sharing x's memory; it is a view, unless x is such an output
+  const bool inherits = x.impl().autograd && x.impl().autograd->aliases_input;
+  if (v.autograd) v.autograd->aliases_input = inherits;
   if (!is_grad_enabled()) {
     v.view_base_without_grad = base;
     return;
   }
   v.view_base = base;
   v.view_base_without_grad.reset();
-  v.base_history_version = base->history_version;
+  v.base_history_version.store(base->history_version.load());
 }
 
 void mark_output(const Tensor& out, const std::vector<Tensor>& inputs) {
@@ -105,6 +116,10 @@ void mark_output(const Tensor& out, const std::vector<Tensor>& inputs) {
     if (!in.defined() || in.storage() != o.storage) continue;
     if (!o.autograd) o.autograd = std::make_shared<AutogradMeta>();
     o.autograd->aliases_input = true;
+    // linked to the input's memory, so that a later write to it makes this output raise
+    Tensor root = base_of(in.impl());
+    o.view_base = root.defined() ? root.impl_ptr() : in.impl_ptr();
+    o.base_history_version.store(o.view_base->history_version.load());
     return;
   }
 }
@@ -132,28 +147,38 @@ Tensor base_of(const TensorImpl& t) {
 }
 
 void rebuild_view_history(const Tensor& view) {
-  // queries of one view from several threads (a model run by several) rebuild it once;
-  // recursive, as the ops below query their inputs' histories
+  // Queries of one view from several threads (a model run by several) rebuild it once: the
+  // others wait here, and the version is stored (release) only once the history is whole.
+  // Recursive, as the ops below query their inputs' histories.
   static std::recursive_mutex rebuilding;
   std::lock_guard<std::recursive_mutex> lock(rebuilding);
   TensorImpl& v = view.impl();
-  if (v.base_history_version == v.view_base->history_version) return;  // another thread did it
-  v.base_history_version = v.view_base->history_version;  // first: the queries below ask again
-  if (v.view_base->storage != v.storage) return;
+  const uint64_t now = v.view_base->history_version.load();
+  if (v.base_history_version.load() == now) return;  // another thread did it
+  auto stamp = [&] { v.base_history_version.store(now, std::memory_order_release); };
+  if (v.view_base->storage != v.storage) return stamp();
   auto& own = v.autograd;
-  if (own && own->requires_grad && !own->grad_fn) return;  // a leaf the user made: it stays one
+  STRATA_CHECK(!(own && own->aliases_input),
+               "[autograd] an op's output that shares memory with the op's input (a custom Function returning "
+               "its input or a view of it) is used after that input was modified in place under autograd; its "
+               "history would be for the old values: clone() the output before the write");
+  if (own && own->requires_grad && !own->grad_fn) return stamp();  // a leaf the user made: it stays one
   Tensor base(v.view_base);
   auto order = dense_order(base);
-  if (!order) return;  // in-place ops under autograd refuse such bases while they have views
-  EnableGradGuard grad_mode;  // the history is the view's whatever the caller's mode
-  Tensor fresh = view_of_base(base, *order, v);
-  bool retained = own && own->retains_grad;
+  if (!order) return stamp();  // in-place ops under autograd refuse such bases while they have views
+  Tensor fresh;
+  {
+    EnableGradGuard grad_mode;  // the history is the view's whatever the caller's mode
+    fresh = view_of_base(base, *order, v);
+  }
+  const bool retained = own && own->retains_grad;
   if (fresh.requires_grad()) {
     set_history(view, fresh.grad_fn(), fresh.impl().autograd->output_nr);
   } else if (own) {
     own->grad_fn = nullptr;
     own->requires_grad = false;
   }
+  stamp();  // before retain_grad, which asks for the view's history again
   keep_retaining(view, retained);
 }
 
@@ -165,11 +190,6 @@ Tensor& record_inplace_on_view(Tensor& self, const Tensor& base, const char* op,
                "NoGradGuard, or use the out-of-place op",
                op);
   const auto& base_meta = base.impl().autograd;
-  STRATA_CHECK(!(base_meta && base_meta->aliases_input),
-               "[{}] in-place op under autograd on a view of an op's output that shares memory with the op's input "
-               "(a custom Function returning its input or a view of it): the input's history would miss the write; "
-               "clone() it first",
-               op);
   STRATA_CHECK(!strata::detail::elements_share_memory(self),
                "[{}] in-place op on a view whose elements share memory (an expanded view of shape {} and strides {})",
                op, self.shape(), self.strides());

@@ -33,12 +33,14 @@ void keep_retaining(const Tensor& t, bool retained);
 Tensor base_of(const TensorImpl& t);
 
 /// Gives a view whose base's history changed since its own was made a history of its base's
-/// current one (a strided view of it). Called by every query of a view's history.
+/// current one (a strided view of it). Called by every query of a view's history. Raises for an
+/// op's output marked aliases_input, whose own history the write made wrong.
 void rebuild_view_history(const Tensor& view);
 
 inline void refresh_view(const Tensor& t) {
   const TensorImpl& impl = t.impl();
-  if (impl.view_base && impl.base_history_version != impl.view_base->history_version) [[unlikely]]
+  if (impl.view_base && impl.base_history_version.load(std::memory_order_acquire) !=
+                            impl.view_base->history_version.load(std::memory_order_acquire)) [[unlikely]]
     rebuild_view_history(t);
 }
 

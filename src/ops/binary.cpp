@@ -100,13 +100,14 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
                op_name(op), t, self.dtype());
   if (autograd::detail::inplace_records(self, {&other})) {  // Note [In-place under autograd]
     // x.mul_(x): the operand is self too, so it is read from the copy as well, which its
-    // backward keeps; another view of self's memory (h[0].add_(h[1]), h.sub_(h[0])) is copied
-    // first, as the write would change it under the value the backward keeps. The operand is
+    // backward keeps; any other tensor on self's memory (h[0].add_(h[1]), h.sub_(h[0]), a
+    // detached alias, with its own history or none) is copied first, as the write would change
+    // it under the value the backward keeps. The operand is
     // cast to self's dtype first, as below, so that a float16 tensor gets the same values with
     // grad and without.
     const bool reads_self = op == OpId::mul || op == OpId::div;
     return autograd::record_inplace(self, name.c_str(), reads_self, [&](const Tensor& value) {
-      if (detail::same_view(other, self)) return out_of_place(op, value, value);
+      if (other.is_same(self)) return out_of_place(op, value, value);
       Tensor operand = other.to(self.dtype());
       return out_of_place(op, value, operand.storage() == self.storage() ? operand.clone() : operand);
     });

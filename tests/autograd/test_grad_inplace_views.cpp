@@ -3,6 +3,7 @@
 // for writes through views of every kind, the histories the base and its views take, what
 // stays refused, and that no tensor outlives its last handle.
 #include <memory>
+#include <thread>
 
 #include "gradcheck.h"
 #include "testing.h"
@@ -103,6 +104,14 @@ const std::vector<Case>& cases() {
          return h * parts[0].sum();
        },
        {{3, 4}, {3, 2}}},
+      {"an expanded view of a written base",
+       [](V x) {
+         Tensor h = x[0] * 1.0;
+         Tensor rows = h.unsqueeze(0).expand({3, 4});
+         h.mul_(x[0]);
+         return rows * 2.0;
+       },
+       {{4}}},
       {"reshaped view", [](V x) { Tensor h = x[0] * 1.0; h.view({12}).narrow(0, 3, 4).mul_(x[1]); return h; },
        {{3, 4}, {4}}},
   };
@@ -251,7 +260,7 @@ TEST(GradInPlaceViews, CustomFunctionOutputs) {
   Tensor h = x * 1.0;
   Tensor two = FirstTwo::apply(h);
   EXPECT_TRUE(throws_with([&] { two.mul_(2.0); }, {"[mul_]", "shares memory with the op's input", "clone()"}));
-  EXPECT_TRUE(throws_with([&] { two.narrow(0, 0, 1).zero_(); }, {"[fill_]", "view of an op's output"}));
+  EXPECT_TRUE(throws_with([&] { two.narrow(0, 0, 1).zero_(); }, {"[fill_]", "shares memory with the op's input"}));
   Tensor same = Same::apply(h);
   EXPECT_TRUE(throws_with([&] { same.add_(x); }, {"[add_]", "shares memory"}));
   EXPECT_TRUE(all_close(h, {1, 2, 3}, 0, 0));
@@ -263,6 +272,13 @@ TEST(GradInPlaceViews, CustomFunctionOutputs) {
   Tensor y = FromSavedBuffer::apply(x);
   y.add_(x);
   EXPECT_TRUE(throws_with([&] { y.sum().backward(); }, {"modified by an in-place operation"}));
+
+  // the input written after the output was made: the output's history is for the old values
+  Tensor w = from_vector<double>({10, 20, 30}).requires_grad_();
+  h.add_(w);
+  EXPECT_TRUE(throws_with([&] { two.sum(); }, {"custom Function", "modified in place", "clone()"}));
+  EXPECT_TRUE(throws_with([&] { (same * 2.0).sum(); }, {"custom Function"}));
+  EXPECT_TRUE(all_close(copy.detach(), {2, 4}, 0, 0));  // a clone taken before is its own
 }
 
 // Other tensors that share the memory: a detached alias sees the write and takes no part; a
@@ -276,6 +292,15 @@ TEST(GradInPlaceViews, AliasesAndSavedValues) {
   EXPECT_FALSE(alias.requires_grad());
   h.sum().backward();
   EXPECT_TRUE(all_close(x.grad(), {2, 2, 2}, 0, 0));
+
+  // a detached alias as the operand is a constant with the old values, as in PyTorch
+  Tensor a = x * 1.0;
+  a.add_(a.detach());
+  Tensor m = x * 1.0;
+  m.mul_(m.detach());
+  x.set_grad(Tensor());
+  (a + m).sum().backward();
+  EXPECT_TRUE(all_close(x.grad(), {2, 3, 4}, 0, 0));  // 1 from a, x from m
 
   Tensor e = exp(x * 1.0);  // saves its output
   e.narrow(0, 0, 1).add_(1.0);
@@ -298,6 +323,25 @@ TEST(GradInPlaceViews, Refusals) {
   // nothing was written by any refused op
   for (double v : memory) EXPECT_EQ(v, 0.0);
   EXPECT_TRUE(all_close(leaf_later, {0, 0, 0}, 0, 0));
+}
+
+// Threads that use a view whose base was written rebuild its history once, and each gets
+// the gradient through the new one.
+TEST(GradInPlaceViews, ThreadsAskingAStaleView) {
+  Tensor x = from_vector<double>({1, 2, 3, 4}).requires_grad_();
+  for (int trial = 0; trial < 20; ++trial) {
+    Tensor h = x * 1.0;
+    Tensor v = h.narrow(0, 0, 2);
+    h.mul_(2.0);
+    std::vector<std::vector<double>> got(4);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < got.size(); ++t)
+      threads.emplace_back([&, t] {
+        got[t] = strata::testing::values(autograd::grad({(v * 1.0).sum()}, {x}, {}, true)[0]);
+      });
+    for (std::thread& t : threads) t.join();
+    for (const auto& g : got) EXPECT_EQ(g, (std::vector<double>{2, 2, 0, 0}));
+  }
 }
 
 // A view holds its base; the graph of a write through a view holds neither beyond their handles.

@@ -156,9 +156,9 @@ STRATA_API void mark_output(const Tensor& out, const std::vector<Tensor>& inputs
 /// `reads_self`, for an op whose backward keeps its input); the result is written into self,
 /// which takes over its history; on a view, its base takes a history that puts the result there
 /// (Note [Views under autograd] in src/autograd/views.cpp). `op` names the op in errors. Raises
-/// strata::Error when self (or the tensor it views) is a leaf that requires grad or retains its
-/// grad, or when a tensor that does not fill its memory densely would need a new history while
-/// another tensor shares that memory.
+/// strata::Error when self (or the tensor it views) is a leaf that requires grad, when self is
+/// an op's output sharing the op's input's memory (aliases_input), or when a tensor that does
+/// not fill its memory densely would need a new history while another tensor shares it.
 STRATA_API Tensor& record_inplace(Tensor& self, const char* op, bool reads_self,
                                   const std::function<Tensor(const Tensor& value)>& out_of_place);
 

@@ -3,6 +3,7 @@
 // the free functions of include/strata/ops/.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -55,8 +56,9 @@ struct TensorImpl {
   // mode off, so that it keeps no graph alive.
   std::shared_ptr<TensorImpl> view_base;
   std::weak_ptr<TensorImpl> view_base_without_grad;
-  uint64_t history_version = 0;       // bumped when an in-place op replaces this tensor's history
-  uint64_t base_history_version = 0;  // a view's: view_base's history_version its history is of
+  // atomic: a view's history may be rebuilt while another thread asks for it
+  std::atomic<uint64_t> history_version = 0;       // bumped when an in-place op replaces the history
+  std::atomic<uint64_t> base_history_version = 0;  // a view's: view_base's history_version it is of
 };
 
 class STRATA_API Tensor {
@@ -140,7 +142,8 @@ class STRATA_API Tensor {
   void set_data(const Tensor& other) const;
 
   // ---- in place --------------------------------------------------------------------------
-  // Under autograd (grad mode on, this tensor or an operand requires grad) an in-place op
+  // Under autograd (grad mode on, and this tensor, an operand or the tensor this one views
+  // requires grad) an in-place op
   // runs as its out-of-place op and this tensor takes over the result's history, as in
   // PyTorch: `h.add_(x)` in a forward is `h = h + x` for the gradient, and a buffer joins the
   // graph through copy_. A write through a view rewrites its base's history, and views of a
