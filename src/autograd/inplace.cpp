@@ -1,11 +1,12 @@
 // In-place ops under autograd: Note [In-place under autograd].
 #include "autograd/inplace.h"
-#include "autograd/views.h"
-#include "core/tensor_internal.h"
 
 #include <strata/autograd/graph.hpp>
 #include <strata/core/error.hpp>
 #include <strata/ops/creation.hpp>
+
+#include "autograd/views.h"
+#include "core/tensor_internal.h"
 
 namespace strata::autograd {
 

@@ -42,8 +42,10 @@ namespace strata::autograd::detail {
 //   replaced; a view whose base moved on rebuilds its history as a strided view of the base's
 //   current one when next asked (refresh_view, in requires_grad(), grad_fn(), is_leaf() and
 //   gradient_edge(); once, under a lock, when several threads ask). So `v = h[0]; h.mul_(2)`
-//   gives v the doubled values' history too. A view made with grad mode off has no history to
-//   rebuild; its values are still the new ones. A retained grad moves to the new history.
+//   gives v the doubled values' history too. A retained grad moves to the new history. A view
+//   made with grad mode off has no history to rebuild: used with grad mode on after such a
+//   write, it raises (check_view_without_grad), as in PyTorch, rather than hold the new values
+//   with no gradient.
 // Strided views of the base go through the base permuted to a contiguous order, which takes a
 // base that fills its memory densely in any dim order (every tensor an op makes); an in-place
 // op under autograd on a view of any other base is refused, as is one on such a base while
@@ -100,13 +102,25 @@ void track_view(const Tensor& x, const Tensor& view) {
   // record() marked the view as sharing x's memory; it is a view, unless x is such an output
   const bool inherits = x.impl().autograd && x.impl().autograd->aliases_input;
   if (v.autograd) v.autograd->aliases_input = inherits;
-  if (!is_grad_enabled()) {
+  v.base_history_version.store(base->history_version.load());
+  v.view_without_grad = !is_grad_enabled();
+  if (v.view_without_grad) {
     v.view_base_without_grad = base;
     return;
   }
   v.view_base = base;
   v.view_base_without_grad.reset();
-  v.base_history_version.store(base->history_version.load());
+}
+
+void check_view_without_grad(const Tensor& view) {
+  if (!is_grad_enabled()) return;
+  const TensorImpl& v = view.impl();
+  std::shared_ptr<TensorImpl> base = v.view_base_without_grad.lock();
+  if (!base || base->storage != v.storage || base->history_version.load() == v.base_history_version.load()) return;
+  STRATA_CHECK(!(base->autograd && base->autograd->requires_grad),
+               "[autograd] a view made with grad mode off (under NoGradGuard) is used with grad mode on after the "
+               "tensor it views was modified in place under autograd: it holds the new values but no history of "
+               "them. Make the view with grad mode on, or take it again after the write");
 }
 
 void mark_output(const Tensor& out, const std::vector<Tensor>& inputs) {
@@ -221,6 +235,7 @@ Tensor& record_inplace_on_view(Tensor& self, const Tensor& base, const char* op,
   keep_retaining(base, base_meta && base_meta->retains_grad);
   v.view_base = base.impl_ptr();  // a view made with grad mode off is one of the graph's now
   v.view_base_without_grad.reset();
+  v.view_without_grad = false;
   rebuild_view_history(self);
   return self;
 }

@@ -17,6 +17,7 @@ void track_view(const Tensor& x, const Tensor& view);
 inline void forget_view(TensorImpl& t) {
   t.view_base.reset();
   t.view_base_without_grad.reset();
+  t.view_without_grad = false;
 }
 
 /// Whether an in-place op on self with these operands runs under autograd (record_inplace):
@@ -37,11 +38,19 @@ Tensor base_of(const TensorImpl& t);
 /// op's output marked aliases_input, whose own history the write made wrong.
 void rebuild_view_history(const Tensor& view);
 
+/// Raises for a view made with grad mode off whose base was since written under autograd,
+/// when grad mode is on: it has the new values and no history of them, as PyTorch refuses.
+void check_view_without_grad(const Tensor& view);
+
 inline void refresh_view(const Tensor& t) {
   const TensorImpl& impl = t.impl();
-  if (impl.view_base && impl.base_history_version.load(std::memory_order_acquire) !=
-                            impl.view_base->history_version.load(std::memory_order_acquire)) [[unlikely]]
-    rebuild_view_history(t);
+  if (impl.view_base) {
+    if (impl.base_history_version.load(std::memory_order_acquire) !=
+        impl.view_base->history_version.load(std::memory_order_acquire)) [[unlikely]]
+      rebuild_view_history(t);
+  } else if (impl.view_without_grad) [[unlikely]] {
+    check_view_without_grad(t);
+  }
 }
 
 /// record_inplace for a view of `base`: the op's result is written into the view, and the base

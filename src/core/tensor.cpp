@@ -205,6 +205,7 @@ void Tensor::set_data(const Tensor& other) const {
   dst.dtype = src.dtype;
   dst.view_base.reset();  // the memory is other's now: no longer a view of anything
   dst.view_base_without_grad.reset();
+  dst.view_without_grad = false;
 }
 
 namespace detail {

@@ -6,8 +6,8 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
 
-#include "autograd/views.h"
 #include "autograd/inplace.h"
+#include "autograd/views.h"
 #include "core/backend.h"
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"

@@ -7,8 +7,8 @@
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/creation.hpp>
 
-#include "autograd/views.h"
 #include "autograd/inplace.h"
+#include "autograd/views.h"
 #include "core/backend.h"
 #include "core/registry_internal.h"
 #include "core/tensor_internal.h"

@@ -195,6 +195,20 @@ TEST(GradInPlaceViews, AViewMadeWithGradModeOff) {
   g.sum().backward();
   EXPECT_TRUE(all_close(x.grad(), {5, 1, 1}, 0, 0));
 
+  // read with grad mode on after its base was written under autograd: it has the new values
+  // and no history of them, so it raises, as in PyTorch; with grad mode off it is a constant
+  Tensor z = x * 1.0, early;
+  {
+    NoGradGuard no_grad;
+    early = z.narrow(0, 0, 2);
+  }
+  z.mul_(x);
+  EXPECT_TRUE(throws_with([&] { (early * 3.0).sum(); }, {"grad mode off", "modified in place", "take it again"}));
+  {
+    NoGradGuard no_grad;
+    EXPECT_TRUE(all_close(early * 1.0, {1, 4}, 0, 0));
+  }
+
   std::weak_ptr<TensorImpl> graph_holder;
   Tensor kept;
   {

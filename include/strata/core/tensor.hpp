@@ -56,6 +56,7 @@ struct TensorImpl {
   // mode off, so that it keeps no graph alive.
   std::shared_ptr<TensorImpl> view_base;
   std::weak_ptr<TensorImpl> view_base_without_grad;
+  bool view_without_grad = false;  // view_base_without_grad was set
   // atomic: a view's history may be rebuilt while another thread asks for it
   std::atomic<uint64_t> history_version = 0;       // bumped when an in-place op replaces the history
   std::atomic<uint64_t> base_history_version = 0;  // a view's: view_base's history_version it is of
