@@ -115,7 +115,8 @@ struct AutogradMeta {
   std::vector<PostAccumulateHook> post_accumulate_hooks;
   // An op's output that shares memory with an input but has a history of its own (a custom
   // Function returning its input or a view of it): an in-place op under autograd on it, or on
-  // a view of it, is refused, as the input's history would miss the write.
+  // a view of it, is refused, as the input's history would miss the write, and using it after
+  // a write to the input raises, as its history is of the old values.
   bool aliases_input = false;
 };
 

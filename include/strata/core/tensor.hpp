@@ -144,10 +144,9 @@ class STRATA_API Tensor {
 
   // ---- in place --------------------------------------------------------------------------
   // Under autograd (grad mode on, and this tensor, an operand or the tensor this one views
-  // requires grad) an in-place op
-  // runs as its out-of-place op and this tensor takes over the result's history, as in
-  // PyTorch: `h.add_(x)` in a forward is `h = h + x` for the gradient, and a buffer joins the
-  // graph through copy_. A write through a view rewrites its base's history, and views of a
+  // requires grad) an in-place op runs as its out-of-place op and this tensor takes over the
+  // result's history, as in PyTorch: `h.add_(x)` in a forward is `h = h + x` for the gradient,
+  // and a buffer joins the graph through copy_. A write through a view rewrites its base's history, and views of a
   // written tensor follow it (Note [Views under autograd]); a value saved for backward raises
   // there. Refused with strata::Error: a leaf that requires grad, or a view of one (update
   // parameters under NoGradGuard); a custom Function's output sharing its input's memory; a
