@@ -65,8 +65,9 @@ std::optional<std::vector<int64_t>> dense_order(const Tensor& t) {
   std::vector<int64_t> order(static_cast<size_t>(t.dim()));
   std::iota(order.begin(), order.end(), 0);
   if (t.is_contiguous()) return order;
+  if (!strata::detail::is_dense(t)) return std::nullopt;
+  // dense: the dims by falling stride are contiguous (no permuted tensor made, or recorded)
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
-  if (!t.permute(order).is_contiguous()) return std::nullopt;
   return order;
 }
 
