@@ -55,8 +55,8 @@ ParamSetup make_setup() {
 template <class Options>
 std::vector<optim::ParamGroup<Options>> groups_of(const ParamSetup& s, const std::vector<Tensor>& ps,
                                                   const std::vector<Options>& opts) {
-  std::vector<optim::ParamGroup<Options>> groups(opts.size());
-  for (size_t g = 0; g < opts.size(); ++g) groups[g].options = opts[g];
+  std::vector<optim::ParamGroup<Options>> groups;
+  for (size_t g = 0; g < opts.size(); ++g) groups.emplace_back(std::vector<Tensor>{}, opts[g]);
   for (size_t i = 0; i < ps.size(); ++i) groups[s.group[i]].params.push_back(ps[i]);
   return groups;
 }

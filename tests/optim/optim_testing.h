@@ -89,8 +89,8 @@ inline void set_grads(const std::vector<Tensor>& ps, const OptimProblem& pr, int
 template <class Options>
 std::vector<optim::ParamGroup<Options>> make_groups(const OptimProblem& pr, const std::vector<Tensor>& ps,
                                                     const std::vector<Options>& opts) {
-  std::vector<optim::ParamGroup<Options>> groups(pr.num_groups);
-  for (size_t g = 0; g < pr.num_groups; ++g) groups[g].options = opts[g];
+  std::vector<optim::ParamGroup<Options>> groups;
+  for (size_t g = 0; g < pr.num_groups; ++g) groups.emplace_back(std::vector<Tensor>{}, opts[g]);
   for (size_t i = 0; i < ps.size(); ++i) groups[pr.group[i]].params.push_back(ps[i]);
   return groups;
 }

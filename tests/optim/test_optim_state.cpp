@@ -494,6 +494,60 @@ TEST(OptimState, BadParameters) {
   EXPECT_EQ(opt.num_param_groups(), 2u);
 }
 
+// As in torch.optim: a group given without options takes the constructor's defaults.
+TEST(OptimState, GroupsWithoutOptionsTakeTheDefaults) {
+  auto param = [](std::vector<double> v) {
+    Tensor t = from_vector(v).to(kFloat64);
+    t.requires_grad_();
+    return t;
+  };
+  const optim::AdamWOptions defaults{.lr = 3e-4, .betas = {0.8, 0.95}, .weight_decay = 0.05};
+  const optim::AdamWOptions no_decay{.lr = 1e-2, .weight_decay = 0};
+  Tensor w = param({1.0, -2.0, 0.5}), b = param({0.25, 4.0});
+  const std::vector<Tensor> weights{w}, biases{b};
+  optim::AdamW opt({{weights}, {biases, no_decay}}, defaults);
+  ASSERT_EQ(opt.num_param_groups(), 2u);
+  EXPECT_EQ(opt.param_groups()[0].options.lr, 3e-4);
+  EXPECT_EQ(opt.param_groups()[0].options.betas[0], 0.8);
+  EXPECT_EQ(opt.param_groups()[0].options.weight_decay, 0.05);
+  EXPECT_EQ(opt.param_groups()[1].options.lr, 1e-2);
+  EXPECT_EQ(opt.param_groups()[1].options.weight_decay, 0.0);
+  EXPECT_FALSE(opt.param_groups()[0].takes_defaults);
+
+  // the steps equal those of one-group optimizers made with the same options
+  Tensor w_alone = param({1.0, -2.0, 0.5}), b_alone = param({0.25, 4.0});
+  optim::AdamW opt_w({w_alone}, defaults), opt_b({b_alone}, no_decay);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor gw = from_vector(std::vector<double>{0.3, -0.1 * step, 2.0}).to(kFloat64);
+    const Tensor gb = from_vector(std::vector<double>{-1.0, 0.5 + step}).to(kFloat64);
+    w.set_grad(gw.clone()), w_alone.set_grad(gw.clone());
+    b.set_grad(gb.clone()), b_alone.set_grad(gb.clone());
+    opt.step(), opt_w.step(), opt_b.step();
+  }
+  EXPECT_TRUE(equal(w.detach(), w_alone.detach()));
+  EXPECT_TRUE(equal(b.detach(), b_alone.detach()));
+
+  // add_param_group, with and without options
+  Tensor c = param({1.0}), d = param({2.0});
+  opt.add_param_group(optim::ParamGroup<optim::AdamWOptions>({c}));
+  opt.add_param_group({{d}, {.lr = 0.5}});
+  EXPECT_EQ(opt.param_groups()[2].options.weight_decay, 0.05);
+  EXPECT_EQ(opt.param_groups()[3].options.lr, 0.5);
+  EXPECT_EQ(opt.param_groups()[3].options.weight_decay, optim::AdamWOptions{}.weight_decay);
+
+  // options changed on a group that takes the defaults would be dropped: refused instead
+  Tensor e = param({3.0});
+  optim::ParamGroup<optim::SGDOptions> changed({e});
+  changed.options.lr = 0.5;
+  EXPECT_THROW(optim::SGD({changed}, {.lr = 0.1}), Error);
+  EXPECT_THROW(opt.add_param_group([&] {
+    optim::ParamGroup<optim::AdamWOptions> g({e});
+    g.options.eps = 1e-3;
+    return g;
+  }()), Error);
+  EXPECT_EQ(opt.num_param_groups(), 4u);
+}
+
 TEST(OptimState, BadOptions) {
   Tensor a = ones({3});
   a.requires_grad_();

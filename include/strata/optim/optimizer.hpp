@@ -39,13 +39,21 @@ struct StateDict {
 ///   AdamWOptions decay{.lr = 1e-3, .weight_decay = 0.1}, no_decay = decay;
 ///   no_decay.weight_decay = 0;
 ///   AdamW opt({{weights, decay}, {biases, no_decay}});
-/// A group carries all of its hyperparameters: one written as {params} has Options{} (the
-/// struct's defaults), not the `defaults` given to the optimizer's constructor, which serve
-/// add_param_group(params).
+/// A group written as {params}, without options, takes the `defaults` given to the optimizer's
+/// constructor (as a torch.optim group without hyperparameters does):
+///   AdamW opt({{weights}, {biases, no_decay}}, AdamWOptions{.lr = 3e-4});  // weights: lr 3e-4
 template <class Options>
 struct ParamGroup {
+  /// A group that takes the optimizer's defaults.
+  ParamGroup(std::vector<Tensor> params) : params(std::move(params)), takes_defaults(true) {}  // NOLINT
+  ParamGroup(std::vector<Tensor> params, Options options)
+      : params(std::move(params)), options(std::move(options)) {}
+
   std::vector<Tensor> params;
   Options options{};
+  /// True until an optimizer gives the group its defaults; `options` must not be changed before
+  /// that (the optimizer raises Error rather than drop the change).
+  bool takes_defaults = false;
 };
 
 /// What an optimizer keeps for one parameter: the number of updates applied to it and named
@@ -185,6 +193,7 @@ class OptimizerFor : public Optimizer {
 
   // a new group has no state yet, so synced_options() may fall back to its options
   void add_param_group(Group group) {
+    give_defaults(group, groups_.size());
     validate_options(group.options);
     groups_.push_back(std::move(group));
     try {
@@ -220,6 +229,7 @@ class OptimizerFor : public Optimizer {
     for (const Group& gr : groups_) total += gr.params.size();
     STRATA_CHECK(total > 0, "[{}] got an empty parameter list", this->name());
     validate_options(defaults_);
+    for (size_t g = 0; g < groups_.size(); ++g) give_defaults(groups_[g], g);
     for (const Group& gr : groups_) validate_options(gr.options);
     check_params();
     mark_synced();
@@ -283,6 +293,20 @@ class OptimizerFor : public Optimizer {
   static constexpr bool kHasMomentum = requires(Options o) { o.momentum; };
   static std::string group_key(size_t g, const char* field) {
     return "group." + std::to_string(g) + "." + field;
+  }
+  static std::vector<double> field_values(const Options& o) {
+    std::vector<double> values;
+    Options::for_each_field(o, [&](const char*, const auto& value) { values.push_back(static_cast<double>(value)); });
+    return values;
+  }
+  void give_defaults(Group& group, size_t g) const {
+    if (!group.takes_defaults) return;
+    STRATA_CHECK(field_values(group.options) == field_values(Options{}),
+                 "[{}] param group {} was made without options, so it takes the optimizer's defaults, but its "
+                 "options were changed after; give them when making the group: {{params, options}}",
+                 name(), g);
+    group.options = defaults_;
+    group.takes_defaults = false;
   }
 
   Options defaults_;
