@@ -22,7 +22,7 @@ bool Tensor::requires_grad() const {
   return a && a->requires_grad;
 }
 
-Tensor& Tensor::requires_grad_(bool requires_grad) {
+const Tensor& Tensor::requires_grad_(bool requires_grad) const {
   STRATA_CHECK(is_leaf(), "[requires_grad_] can only be changed on leaf tensors; use detach() for a non-leaf");
   STRATA_CHECK(!requires_grad || is_floating(dtype()), "[requires_grad_] only floating tensors can require grad, got {}",
                dtype());

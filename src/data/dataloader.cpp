@@ -18,7 +18,10 @@
 #include <mutex>
 #include <thread>
 
+#include <strata/core/generator.hpp>
 #include <strata/ops/join.hpp>
+
+#include "kernels/common/philox.h"
 
 namespace strata::data {
 
@@ -136,6 +139,14 @@ LoaderCore::LoaderCore(int64_t dataset_size, LoaderOptions options, FetchFn fetc
   STRATA_CHECK(options_.num_workers >= 0, "[DataLoader] negative num_workers {}", options_.num_workers);
   STRATA_CHECK(options_.prefetch >= 1, "[DataLoader] prefetch must be at least 1, got {}", options_.prefetch);
   STRATA_CHECK(dataset_size >= 0, "[DataLoader] the dataset reports a negative size {}", dataset_size);
+  if (!options_.seed) {
+    if (options_.shuffle && !options_.sampler) {
+      const RandomDraw draw = default_generator().reserve_draw(1);
+      options_.seed = philox::bits64_at(draw.seed, draw.offset, 0);
+    } else {
+      options_.seed = 0;  // nothing to shuffle
+    }
+  }
   if (options_.sampler) {
     STRATA_CHECK(!options_.shuffle,
                  "[DataLoader] shuffle and a custom sampler exclude each other; let the sampler shuffle");
@@ -151,7 +162,7 @@ LoaderCore::~LoaderCore() { stop_workers(); }
 
 void LoaderCore::make_default_sampler() {
   if (options_.shuffle)
-    sampler_ = std::make_shared<RandomSampler>(dataset_size_, options_.seed);
+    sampler_ = std::make_shared<RandomSampler>(dataset_size_, *options_.seed);
   else
     sampler_ = std::make_shared<SequentialSampler>(dataset_size_);
 }
@@ -294,7 +305,7 @@ void LoaderCore::set_epoch(int64_t epoch) {
   STRATA_CHECK(epoch >= 0, "[DataLoader] negative epoch {}", epoch);
   LoaderState s;
   s.epoch = epoch;
-  s.seed = options_.seed;
+  s.seed = *options_.seed;
   load_state(s);
 }
 
@@ -306,7 +317,7 @@ LoaderState LoaderCore::state() const {
   LoaderState s;
   s.epoch = epoch_;
   s.batches = delivered_;
-  s.seed = options_.seed;
+  s.seed = *options_.seed;
   s.dataset_size = dataset_size_;
   s.samples = sampler_->size();
   s.batch_size = options_.batch_size;
@@ -343,7 +354,7 @@ void LoaderCore::load_state(const LoaderState& state) {
   if (state.seed != options_.seed) {
     STRATA_CHECK(!options_.sampler,
                  "[DataLoader] the state's seed {} differs from the seed {} of this loader's custom sampler",
-                 state.seed, options_.seed);
+                 state.seed, *options_.seed);
     options_.seed = state.seed;
     make_default_sampler();
   }

@@ -94,7 +94,10 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
   check_param(t, "trunc_normal_");
   STRATA_CHECK(std >= 0 && a <= b, "[trunc_normal_] needs std >= 0 and a <= b, got std {}, a {}, b {}", std, a, b);
   NoGradGuard no_grad;
-  if (std == 0) return t.fill_(std::fmin(std::fmax(mean, a), b));  // a point mass (the CDF has no inverse)
+  if (std == 0) {  // a point mass (the CDF has no inverse)
+    t.fill_(std::fmin(std::fmax(mean, a), b));
+    return t;
+  }
   // u uniform on [cdf(a), cdf(b)], mapped back through the inverse normal CDF
   auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
   const double lo = cdf((a - mean) / std), hi = cdf((b - mean) / std);
@@ -113,7 +116,8 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
 Tensor& constant_(Tensor& t, double value) {
   check_param(t, "constant_");
   NoGradGuard no_grad;
-  return t.fill_(value);
+  t.fill_(value);
+  return t;
 }
 Tensor& zeros_(Tensor& t) { return constant_(t, 0); }
 Tensor& ones_(Tensor& t) { return constant_(t, 1); }

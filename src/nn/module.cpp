@@ -60,7 +60,14 @@ void Module::set_tensor(const std::string& name, const Tensor& value) {
 void Module::add_member_child(std::string name, Module& child) {
   check_new_name(name);
   STRATA_CHECK(&child != this, "[{}] a module cannot be its own child", this->name());
-  children_.push_back(Child{std::move(name), reinterpret_cast<char*>(&child) - reinterpret_cast<char*>(this), nullptr});
+  // Note [Member children]: the offset is only meaningful for a data member of this module
+  const std::ptrdiff_t offset = reinterpret_cast<char*>(&child) - reinterpret_cast<char*>(this);
+  STRATA_CHECK(offset >= static_cast<std::ptrdiff_t>(sizeof(Module)) && offset <= kMaxMemberOffset,
+               "[{}] child \"{}\" ({}) is not a data member of this module (it lies {} bytes from it), so moving "
+               "the module would lose it; register a module that lives elsewhere as a std::unique_ptr, or keep "
+               "several in an nn::ModuleList",
+               this->name(), name, child.name(), offset);
+  children_.push_back(Child{std::move(name), offset, nullptr});
 }
 
 void Module::add_owned_child(std::string name, std::unique_ptr<Module> child) {

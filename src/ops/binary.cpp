@@ -87,7 +87,9 @@ Tensor out_of_place(OpId op, const Tensor& a, const Tensor& b) {
   }
 }
 
-Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div = false) {
+// self is a handle on the written tensor; the writes go through it to every handle.
+const Tensor& binary_inplace(OpId op, const Tensor& written, const Tensor& other, bool true_div = false) {
+  Tensor self = written;
   check_pair(self, other, op);
   const std::string name = fmt::format("{}_", op_name(op));
   detail::check_writable(self, name);
@@ -106,18 +108,19 @@ Tensor& binary_inplace(OpId op, Tensor& self, const Tensor& other, bool true_div
     // cast to self's dtype first, as below, so that a float16 tensor gets the same values with
     // grad and without.
     const bool reads_self = op == OpId::mul || op == OpId::div;
-    return autograd::record_inplace(self, name.c_str(), reads_self, [&](const Tensor& value) {
+    autograd::record_inplace(self, name.c_str(), reads_self, [&](const Tensor& value) {
       if (other.is_same(self)) return out_of_place(op, value, value);
       Tensor operand = other.to(self.dtype());
       return out_of_place(op, value, operand.storage() == self.storage() ? operand.clone() : operand);
     });
+    return written;
   }
   Tensor cother = detail::unaliased(other.to(self.dtype()), self);
   const Tensor ins[2] = {self, cother};
   Tensor out = self;
   run_kernel(op, self.dtype(), KernelCall{ins, {&out, 1}});
   self.storage()->bump_version();
-  return self;
+  return written;
 }
 
 // s as a 0-d tensor of the result type of `like` (x) s; a value that type cannot hold raises,
@@ -159,8 +162,11 @@ Tensor with_scalar(const Tensor& a, Scalar s, Op op, OpId id, bool scalar_first 
 
 // The in-place form: self op= s.
 template <class Op>
-Tensor& with_scalar_inplace(Tensor& self, Scalar s, Op op, OpId id) {
-  if (!needs_float_scalar(self, s)) return op(self, scalar_like(s, self, op_name(id)));
+const Tensor& with_scalar_inplace(const Tensor& self, Scalar s, Op op, OpId id) {
+  if (!needs_float_scalar(self, s)) {
+    op(self, scalar_like(s, self, op_name(id)));
+    return self;
+  }
   check_pair(self, self, id);
   detail::check_writable(self, fmt::format("{}_", op_name(id)));
   Tensor r = self.to(kFloat32);
@@ -367,7 +373,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   return where(mask, full({}, value, TensorOptions(x.dtype(), x.device())), x);
 }
 
-Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
+const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
   STRATA_CHECK(mask.defined() && mask.dtype() == kBool, "[masked_fill] mask must be a bool tensor, got {}",
                mask.defined() ? fmt::format("{}", mask.dtype()) : std::string("undefined"));
   STRATA_CHECK(mask.device() == device(), "[masked_fill] mask is on {} but the tensor is on {}", mask.device(),
@@ -377,44 +383,66 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
                mask.shape(), shape());
   detail::check_writable(*this, "masked_fill_");
   detail::check_fill_value(value, dtype(), "masked_fill");
-  if (autograd::detail::inplace_records(*this))  // Note [In-place under autograd]
-    return autograd::record_inplace(*this, "masked_fill_", false,
-                                    [&](const Tensor& x) { return masked_fill(x, mask, value); });
+  Tensor self = *this;
+  if (autograd::detail::inplace_records(self)) {  // Note [In-place under autograd]
+    autograd::record_inplace(self, "masked_fill_", false, [&](const Tensor& x) { return masked_fill(x, mask, value); });
+    return *this;
+  }
   Tensor v = full({}, value, TensorOptions(dtype(), device()));
   const Tensor ins[3] = {detail::unaliased(mask, *this), v, *this};  // a mask in self's memory is read whole first
-  Tensor out = *this;
+  Tensor out = self;
   run_kernel(OpId::where, dtype(), KernelCall{ins, {&out, 1}});
   storage()->bump_version();
   return *this;
 }
 
-Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
+const Tensor& Tensor::add_(const Tensor& other, Scalar alpha) const {
   check_alpha(*this, other, alpha, "add_");
   return binary_inplace(OpId::add, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
 }
-Tensor& Tensor::add_(Scalar other) {
-  return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.add_(y); }, OpId::add);
+const Tensor& Tensor::add_(Scalar other) const {
+  return with_scalar_inplace(*this, other, [](const Tensor& x, const Tensor& y) { x.add_(y); }, OpId::add);
 }
-Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
+const Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) const {
   check_sub_operands(is_bool(*this), is_bool(other));
   check_alpha(*this, other, alpha, "sub_");
   return binary_inplace(OpId::sub, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
 }
-Tensor& Tensor::sub_(Scalar other) {
+const Tensor& Tensor::sub_(Scalar other) const {
   check_sub_operands(is_bool(*this), is_bool(other));
-  return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.sub_(y); }, OpId::sub);
+  return with_scalar_inplace(*this, other, [](const Tensor& x, const Tensor& y) { x.sub_(y); }, OpId::sub);
 }
-Tensor& Tensor::mul_(const Tensor& other) { return binary_inplace(OpId::mul, *this, other); }
-Tensor& Tensor::mul_(Scalar other) {
-  return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.mul_(y); }, OpId::mul);
+const Tensor& Tensor::mul_(const Tensor& other) const { return binary_inplace(OpId::mul, *this, other); }
+const Tensor& Tensor::mul_(Scalar other) const {
+  return with_scalar_inplace(*this, other, [](const Tensor& x, const Tensor& y) { x.mul_(y); }, OpId::mul);
 }
-Tensor& Tensor::div_(const Tensor& other) { return binary_inplace(OpId::div, *this, other, true); }
-Tensor& Tensor::div_(Scalar other) {
-  return with_scalar_inplace(*this, other, [](Tensor& x, const Tensor& y) -> Tensor& { return x.div_(y); }, OpId::div);
+const Tensor& Tensor::div_(const Tensor& other) const { return binary_inplace(OpId::div, *this, other, true); }
+const Tensor& Tensor::div_(Scalar other) const {
+  return with_scalar_inplace(*this, other, [](const Tensor& x, const Tensor& y) { x.div_(y); }, OpId::div);
 }
 
 Tensor Tensor::pow(const Tensor& exponent) const { return strata::pow(*this, exponent); }
 
+namespace {
+void check_masks(const Tensor& a, const Tensor& b, const char* op) {
+  auto dtype = [](const Tensor& t) { return t.defined() ? fmt::format("{}", t.dtype()) : std::string("undefined"); };
+  STRATA_CHECK(a.defined() && b.defined() && a.dtype() == kBool && b.dtype() == kBool,
+               "[{}] takes two bool tensors (masks), got {} and {}", op, dtype(a), dtype(b));
+}
+}  // namespace
+
+Tensor operator&(const Tensor& a, const Tensor& b) {
+  check_masks(a, b, "operator&");
+  return logical_and(a, b);
+}
+Tensor operator|(const Tensor& a, const Tensor& b) {
+  check_masks(a, b, "operator|");
+  return logical_or(a, b);
+}
+Tensor operator^(const Tensor& a, const Tensor& b) {
+  check_masks(a, b, "operator^");
+  return ne(a, b);
+}
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -92,14 +92,15 @@ Tensor recorded_copy(const char* name, const Tensor& src, Tensor out) {
   return out;
 }
 
-Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
+const Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) const {
   STRATA_CHECK(src.defined(), "[copy_] source tensor is undefined");
   Shape b = broadcast_shapes(shape(), src.shape(), "copy_");
   STRATA_CHECK(b == shape(), "[copy_] source of shape {} does not broadcast to destination shape {}", src.shape(),
                shape());
   detail::check_writable(*this, "copy_");
-  if (autograd::detail::inplace_records(*this, {&src})) {  // Note [In-place under autograd]
-    return autograd::record_inplace(*this, "copy_", false, [&](const Tensor& old) {
+  Tensor self = *this;  // another handle on the same tensor, for the functions that take Tensor&
+  if (autograd::detail::inplace_records(self, {&src})) {  // Note [In-place under autograd]
+    autograd::record_inplace(self, "copy_", false, [&](const Tensor& old) {
       Tensor out = empty_like(old);
       {
         NoGradGuard no_grad;
@@ -111,12 +112,13 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
       });
       return out;
     });
+    return *this;
   }
   if (numel() == 0) return *this;
   if (detail::same_view(src, *this)) return *this;  // a memcpy of a block onto itself is undefined
   if (src.device() != device()) {
     Tensor s = src.expand(shape()).contiguous();
-    copy_across_devices(*this, s, non_blocking);
+    copy_across_devices(self, s, non_blocking);
   } else {
     Tensor out = *this;
     const Tensor in = detail::unaliased(src, *this);
@@ -135,13 +137,14 @@ void run_fill(Tensor& t, Scalar value) {
 }
 }  // namespace
 
-Tensor& Tensor::fill_(Scalar value) {
+const Tensor& Tensor::fill_(Scalar value) const {
   detail::check_fill_value(value, dtype(), "fill_");
   detail::check_writable(*this, "fill_");
-  if (autograd::detail::inplace_records(*this)) {  // Note [In-place under autograd]
-    return autograd::detail::record_overwrite(*this, "fill_", [&](Tensor& out) { run_fill(out, value); });
-  }
-  run_fill(*this, value);
+  Tensor self = *this;
+  if (autograd::detail::inplace_records(self))  // Note [In-place under autograd]
+    autograd::detail::record_overwrite(self, "fill_", [&](Tensor& out) { run_fill(out, value); });
+  else
+    run_fill(self, value);
   return *this;
 }
 

@@ -92,16 +92,20 @@ Tensor unary_op(OpId op, const Tensor& x, Kind kind, const void* params = nullpt
 
 // `recorded` is the out-of-place op, which runs instead under autograd (Note [In-place under
 // autograd]); it reads a copy of x, as clamp and relu keep their input or output.
-Tensor& unary_inplace(OpId op, Tensor& x, const std::function<Tensor(const Tensor&)>& recorded,
-                      const void* params = nullptr) {
+const Tensor& unary_inplace(OpId op, const Tensor& written, const std::function<Tensor(const Tensor&)>& recorded,
+                            const void* params = nullptr) {
+  Tensor x = written;  // another handle on the same tensor
   STRATA_CHECK(x.dtype() != kBool, "[{}_] not supported for bool tensors", op_name(op));
   const std::string name = fmt::format("{}_", op_name(op));
   detail::check_writable(x, name);
-  if (autograd::detail::inplace_records(x)) return autograd::record_inplace(x, name.c_str(), true, recorded);
+  if (autograd::detail::inplace_records(x)) {
+    autograd::record_inplace(x, name.c_str(), true, recorded);
+    return written;
+  }
   Tensor in = x, out = x;
   run_kernel(op, x.dtype(), KernelCall{{&in, 1}, {&out, 1}, params});
   x.storage()->bump_version();
-  return x;
+  return written;
 }
 
 double bound(const std::optional<Scalar>& s, double fallback) { return s ? s->to_double() : fallback; }
@@ -238,6 +242,11 @@ Tensor reciprocal(const Tensor& x) {
                    [](const Tensor& g, const Tensor&, const Tensor& y) { return -(g * y * y); });
 }
 Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator~(const Tensor& x) {
+  STRATA_CHECK(x.defined() && x.dtype() == kBool, "[operator~] takes a bool tensor (a mask), got {}",
+               x.defined() ? fmt::format("{}", x.dtype()) : std::string("an undefined tensor"));
+  return logical_not(x);
+}
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   STRATA_CHECK(approximate == "none" || approximate == "tanh",
@@ -298,7 +307,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
                    });
 }
 
-Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
+const Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) const {
   STRATA_CHECK(min || max, "[clamp_] at least one of min and max must be given");
   const UnaryScalarParams p = clamp_params(min, max);
   // a floating bound promotes the result to floating (clamp), which an integer tensor cannot
@@ -310,7 +319,7 @@ Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   return unary_inplace(OpId::clamp, *this, [&](const Tensor& x) { return strata::clamp(x, min, max); }, &p);
 }
 
-Tensor& Tensor::relu_() {
+const Tensor& Tensor::relu_() const {
   return unary_inplace(OpId::relu, *this, [](const Tensor& x) { return strata::relu(x); });
 }
 

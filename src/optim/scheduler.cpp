@@ -3,6 +3,7 @@
 #include <strata/optim/scheduler.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numbers>
 
@@ -34,7 +35,12 @@ void check_gamma(const char* who, double gamma) {
 
 // ---- LRScheduler -------------------------------------------------------------------------
 
-LRScheduler::LRScheduler(Optimizer& opt, std::string name) : opt_(&opt), name_(std::move(name)) {
+namespace {
+std::atomic<uint64_t> next_scheduler_id{1};
+}  // namespace
+
+LRScheduler::LRScheduler(Optimizer& opt, std::string name)
+    : opt_(&opt), name_(std::move(name)), id_(next_scheduler_id.fetch_add(1)) {
   for (size_t g = 0; g < opt.num_param_groups(); ++g) {
     if (!opt.initial_lr(g)) opt.set_initial_lr(g, opt.lr(g));
     base_lrs_.push_back(*opt.initial_lr(g));
@@ -45,15 +51,28 @@ LRScheduler::~LRScheduler() = default;
 
 void LRScheduler::initial_step() {
   last_epoch_ = -1;
-  step();
+  advance();
 }
 
-void LRScheduler::step() {
+void LRScheduler::advance() {
   STRATA_CHECK(opt_->num_param_groups() == base_lrs_.size(),
                "[{}] the optimizer has {} param groups but the scheduler was built for {}", name_,
                opt_->num_param_groups(), base_lrs_.size());
   apply(last_epoch_ + 1);
   last_epoch_ += 1;
+}
+
+void LRScheduler::step() {
+  // Two schedulers stepped in turn would overwrite each other's lr (each is a closed form); one
+  // that replaces another is fine, as the replaced one is not stepped again.
+  STRATA_CHECK(!stepped_ || opt_->last_scheduler_ == id_,
+               "[{}] another scheduler stepped this optimizer since this one's last step; the lr would be "
+               "whichever stepped last, not both schedules. Step one scheduler: compose several with "
+               "ChainedScheduler (the product of their factors) or SequentialLR (one after another)",
+               name_);
+  advance();
+  stepped_ = true;
+  opt_->last_scheduler_ = id_;
 }
 
 void LRScheduler::apply(int64_t epoch) {

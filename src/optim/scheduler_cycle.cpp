@@ -91,21 +91,64 @@ void OneCycleLR::apply(int64_t epoch) {
   }
 }
 
-// ---- SequentialLR ------------------------------------------------------------------------
+// ---- ComposedLR, SequentialLR, ChainedScheduler -----------------------------------------
+
+ComposedLR::ComposedLR(Optimizer& opt, std::string name, std::vector<std::shared_ptr<LRScheduler>> schedulers)
+    : LRScheduler(opt, std::move(name)), schedulers_(std::move(schedulers)) {
+  STRATA_CHECK(!schedulers_.empty(), "[{}] needs at least one scheduler", name_);
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    STRATA_CHECK(schedulers_[i] != nullptr, "[{}] scheduler {} is null", name_, i);
+    STRATA_CHECK(&schedulers_[i]->optimizer() == &opt, "[{}] scheduler {} ({}) is attached to another optimizer",
+                 name_, i, schedulers_[i]->name());
+  }
+}
+
+void ComposedLR::apply_child(size_t i, int64_t epoch) {
+  LRScheduler& s = *schedulers_[i];
+  s.apply(epoch);
+  s.set_epoch(epoch);
+}
+
+void ComposedLR::save_extra(StateDict& d) const {
+  for (size_t i = 0; i < schedulers_.size(); ++i)
+    for (const auto& [k, v] : schedulers_[i]->state_dict().scalars) d.scalars[fmt::format("scheduler.{}.{}", i, k)] = v;
+}
+
+// All children load, or none changes. A dict without children's state (written before they
+// were saved) leaves them as constructed, as loading it did then.
+void ComposedLR::load_extra(const StateDict& d) {
+  std::vector<StateDict> parts(schedulers_.size());
+  bool any = false;
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    const std::string prefix = fmt::format("scheduler.{}.", i);
+    parts[i].type = schedulers_[i]->name();
+    for (auto it = d.scalars.lower_bound(prefix); it != d.scalars.end() && it->first.rfind(prefix, 0) == 0; ++it)
+      parts[i].scalars[it->first.substr(prefix.size())] = it->second;
+    any = any || !parts[i].scalars.empty();
+  }
+  if (!any) return;
+  std::vector<StateDict> before;
+  for (const auto& s : schedulers_) before.push_back(s->state_dict());
+  size_t i = 0;
+  try {
+    for (; i < schedulers_.size(); ++i) {
+      STRATA_CHECK(!parts[i].scalars.empty(), "[{}] load_state_dict: no state for scheduler {} ({})", name_, i,
+                   schedulers_[i]->name());
+      schedulers_[i]->load_state_dict(parts[i]);
+    }
+  } catch (...) {
+    for (size_t j = 0; j < i; ++j) schedulers_[j]->load_state_dict(before[j]);
+    throw;
+  }
+}
 
 SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                            std::vector<int64_t> milestones)
-    : LRScheduler(opt, "SequentialLR"), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
-  STRATA_CHECK(!schedulers_.empty(), "[SequentialLR] needs at least one scheduler");
+    : ComposedLR(opt, "SequentialLR", std::move(schedulers)), milestones_(std::move(milestones)) {
   STRATA_CHECK(milestones_.size() + 1 == schedulers_.size(),
                "[SequentialLR] got {} schedulers and {} milestones; there must be one milestone fewer",
                schedulers_.size(), milestones_.size());
   STRATA_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "[SequentialLR] milestones must be ascending");
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    STRATA_CHECK(schedulers_[i] != nullptr, "[SequentialLR] scheduler {} is null", i);
-    STRATA_CHECK(&schedulers_[i]->optimizer() == &opt,
-                 "[SequentialLR] scheduler {} ({}) is attached to another optimizer", i, schedulers_[i]->name());
-  }
   initial_step();
 }
 
@@ -123,43 +166,29 @@ double SequentialLR::lr_at(int64_t epoch, size_t g) const {
 
 void SequentialLR::apply(int64_t epoch) {
   int64_t local = 0;
-  LRScheduler& s = *schedulers_[index_at(epoch, local)];
-  s.apply(local);
-  s.set_epoch(local);
-  last_lr_ = s.get_last_lr();
+  const size_t idx = index_at(epoch, local);
+  apply_child(idx, local);
+  last_lr_ = schedulers_[idx]->get_last_lr();
 }
 
-void SequentialLR::save_extra(StateDict& d) const {
-  for (size_t i = 0; i < schedulers_.size(); ++i)
-    for (const auto& [k, v] : schedulers_[i]->state_dict().scalars) d.scalars[fmt::format("scheduler.{}.{}", i, k)] = v;
+ChainedScheduler::ChainedScheduler(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers)
+    : ComposedLR(opt, "ChainedScheduler", std::move(schedulers)) {
+  initial_step();
 }
 
-// All children load, or none changes. A dict without children's state (written before they
-// were saved) leaves them as constructed, as loading it did then.
-void SequentialLR::load_extra(const StateDict& d) {
-  std::vector<StateDict> parts(schedulers_.size());
-  bool any = false;
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    const std::string prefix = fmt::format("scheduler.{}.", i);
-    parts[i].type = schedulers_[i]->name();
-    for (auto it = d.scalars.lower_bound(prefix); it != d.scalars.end() && it->first.rfind(prefix, 0) == 0; ++it)
-      parts[i].scalars[it->first.substr(prefix.size())] = it->second;
-    any = any || !parts[i].scalars.empty();
+double ChainedScheduler::lr_at(int64_t epoch, size_t g) const {
+  double lr = base_lrs_.at(g);
+  for (const auto& s : schedulers_) {
+    const double base = s->base_lrs().at(g);
+    lr *= base == 0 ? 0.0 : s->lr_at(epoch, g) / base;
   }
-  if (!any) return;
-  std::vector<StateDict> before;
-  for (const auto& s : schedulers_) before.push_back(s->state_dict());
-  size_t i = 0;
-  try {
-    for (; i < schedulers_.size(); ++i) {
-      STRATA_CHECK(!parts[i].scalars.empty(), "[SequentialLR] load_state_dict: no state for scheduler {} ({})", i,
-                   schedulers_[i]->name());
-      schedulers_[i]->load_state_dict(parts[i]);
-    }
-  } catch (...) {
-    for (size_t j = 0; j < i; ++j) schedulers_[j]->load_state_dict(before[j]);
-    throw;
-  }
+  return lr;
+}
+
+// The children first, for what else they set (momentum); then the product of their factors.
+void ChainedScheduler::apply(int64_t epoch) {
+  for (size_t i = 0; i < schedulers_.size(); ++i) apply_child(i, epoch);
+  LRScheduler::apply(epoch);
 }
 
 // ---- ReduceLROnPlateau -------------------------------------------------------------------

@@ -674,6 +674,50 @@ TEST(DataLoader, AbandonedPassStateIsWhatTheLoaderDoesNext) {
   }
 }
 
+// As in PyTorch: without a seed, manual_seed decides the shuffled order; the drawn seed is
+// in the loader's state, so a run resumed under another global seed keeps its order.
+TEST(DataLoader, ShuffleSeedComesFromTheDefaultGenerator) {
+  auto order = [](std::optional<uint64_t> seed) {
+    sd::DataLoader<sd::Example> loader(rows(32), {.batch_size = 32, .shuffle = true, .seed = seed});
+    return targets_of(pass(loader)[0]);
+  };
+  st::manual_seed(1);
+  const std::vector<int64_t> first = order(std::nullopt);
+  st::manual_seed(12345);
+  const std::vector<int64_t> second = order(std::nullopt);
+  st::manual_seed(1);
+  EXPECT_EQ(order(std::nullopt), first);
+  EXPECT_NE(first, second);
+  // an explicit seed does not depend on the global one, and draws nothing from it
+  const std::vector<int64_t> seeded = order(7);
+  st::manual_seed(99);
+  const uint64_t offset = st::default_generator().offset();
+  EXPECT_EQ(order(7), seeded);
+  EXPECT_EQ(st::default_generator().offset(), offset);
+  // nor does a loader that does not shuffle
+  sd::DataLoader<sd::Example> in_order(rows(4), {.batch_size = 4});
+  EXPECT_EQ(st::default_generator().offset(), offset);
+  EXPECT_EQ(in_order.state().seed, 0u);
+
+  st::manual_seed(1);
+  sd::DataLoader<sd::Example> loader(rows(32), {.batch_size = 8, .shuffle = true});
+  std::vector<int64_t> seen;
+  sd::LoaderState half;
+  for (auto& b : loader) {
+    for (int64_t t : targets_of(b)) seen.push_back(t);
+    if (seen.size() == 16) {
+      half = loader.state();
+      break;
+    }
+  }
+  st::manual_seed(2);
+  sd::DataLoader<sd::Example> resumed(rows(32), {.batch_size = 8, .shuffle = true});
+  resumed.load_state(half);
+  for (auto& b : resumed)
+    for (int64_t t : targets_of(b)) seen.push_back(t);
+  EXPECT_EQ(seen, first);
+}
+
 TEST(DataLoader, StateRecordsWhatFixesTheBatches) {
   sd::LoaderOptions opts{.batch_size = 3, .shuffle = true, .seed = 8};
   sd::DataLoader<sd::Example> loader(rows(10), opts);

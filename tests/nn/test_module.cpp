@@ -4,7 +4,10 @@
 // traversal, train/eval, apply, to(), zero_grad, containers, and state_dict loading.
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <type_traits>
 #include <typeinfo>
+#include <vector>
 
 #include "nn/nn_testing.h"
 
@@ -339,6 +342,37 @@ TEST(Containers, MovedMemberChildrenKeepTheirNamesAndTensors) {
   EXPECT_TRUE(all_close(seq(x), values(sigmoid(before)), 0, 0));
   EXPECT_TRUE(equal(seq.state_dict().at("0.a.weight"), saved.at("a.weight")));
 }
+
+namespace {
+// Registers layers that are not its data members: elements of a vector.
+struct NotMembers : nn::Module {
+  std::vector<nn::Linear> layers;
+  explicit NotMembers(int n) {
+    for (int i = 0; i < n; ++i) {
+      layers.emplace_back(2, 2);
+      register_module("l" + std::to_string(i), layers.back());
+    }
+  }
+};
+}  // namespace
+
+// Note [Member children]: a member child is found again by its offset, which means nothing for
+// a module that lives elsewhere; registration refuses one it can tell is not a member (here a
+// parent on the stack with children on the heap) instead of failing after a move.
+TEST(ModuleRegistration, ChildrenThatAreNotMembersAreRefused) {
+  EXPECT_TRUE(throws_with([] { NotMembers m(3); }, {"\"l0\"", "Linear", "not a data member", "unique_ptr"}));
+  NotMembers none(0);
+  EXPECT_TRUE(none.named_children().empty());
+  TwoLayer members;  // data members register
+  EXPECT_EQ(members.named_children().size(), 2u);
+}
+
+// Assigning through a base reference would replace only the Module part: the listings would
+// show the new layer's weights while forward kept the old layer's. It does not compile.
+static_assert(!std::is_assignable_v<nn::Module&, nn::Linear&&>);
+static_assert(!std::is_assignable_v<nn::Module&, nn::Module&&>);
+static_assert(std::is_move_assignable_v<nn::Linear>);  // a whole layer still moves
+static_assert(std::is_move_assignable_v<TwoLayer>);
 
 TEST(StateDict, RoundTripCarriesRunningStatistics) {
   Net a, b;

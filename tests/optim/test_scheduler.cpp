@@ -312,6 +312,71 @@ TEST(Scheduler, SequentialLRStateDictCarriesItsChildren) {
   EXPECT_EQ(t->state_dict().scalars, before.scalars);
 }
 
+// PyTorch's chaining example, ExponentialLR(0.9) with MultiStepLR({3, 6}, 0.1), in PyTorch's
+// recursive form: every step multiplies the lr by 0.9, and a milestone by 0.1 more.
+TEST(Scheduler, ChainedScheduler) {
+  Fixture f;
+  auto expo = std::make_shared<optim::ExponentialLR>(*f.opt, 0.9);
+  auto steps = std::make_shared<optim::MultiStepLR>(*f.opt, std::vector<int64_t>{3, 6}, 0.1);
+  optim::ChainedScheduler s(*f.opt, {expo, steps});
+  expect_schedule(s, *f.opt, 12, [](int64_t e, size_t, double lr) {
+    return e == 0 ? lr : lr * 0.9 * (e == 3 || e == 6 ? 0.1 : 1.0);
+  });
+  EXPECT_EQ(expo->last_epoch(), 11);  // the children follow
+
+  // A child's other effects (OneCycleLR's momentum) still apply: the lr is the lone
+  // OneCycleLR's times 0.95^e, and the momentum is the lone one's.
+  Fixture g, lone;
+  auto cycle = std::make_shared<optim::OneCycleLR>(*g.opt, std::vector<double>{0.1, 0.4}, 20);
+  auto decay = std::make_shared<optim::ExponentialLR>(*g.opt, 0.95);
+  optim::ChainedScheduler chained(*g.opt, {cycle, decay});
+  optim::OneCycleLR reference(*lone.opt, std::vector<double>{0.1, 0.4}, 20);
+  for (int e = 0; e <= 20; ++e) {
+    if (e > 0) chained.step(), reference.step();
+    for (size_t group = 0; group < 2; ++group) {
+      const double want = lone.opt->lr(group) * std::pow(0.95, e);
+      ASSERT_NEAR(g.opt->lr(group), want, 1e-12 * want) << "step " << e;
+      ASSERT_EQ(g.opt->momentum(group), lone.opt->momentum(group)) << "step " << e;
+    }
+  }
+
+  // the state dict carries the children's, as SequentialLR's does
+  Fixture h, r(1.0, 1.0);
+  auto make = [](Fixture& fx) {
+    auto a = std::make_shared<optim::ExponentialLR>(*fx.opt, 0.9);
+    auto b = std::make_shared<optim::StepLR>(*fx.opt, 4, 0.5);
+    return std::make_unique<optim::ChainedScheduler>(*fx.opt, std::vector<std::shared_ptr<LRScheduler>>{a, b});
+  };
+  auto run = make(h), resumed = make(r);
+  for (int i = 0; i < 6; ++i) run->step();
+  resumed->load_state_dict(run->state_dict());
+  run->step(), resumed->step();
+  EXPECT_NEAR(r.opt->lr(1), 0.2 * std::pow(0.9, 7) * 0.5, 1e-15);
+  EXPECT_EQ(resumed->get_last_lr(), run->get_last_lr());
+  EXPECT_THROW(optim::ChainedScheduler(*f.opt, {}), Error);
+  EXPECT_THROW(optim::ChainedScheduler(*f.opt, {expo, nullptr}), Error);
+  EXPECT_THROW(optim::ChainedScheduler(*g.opt, {expo}), Error);  // another optimizer's
+}
+
+// Two schedulers stepped in turn on one optimizer would each overwrite the other's lr: the
+// second round raises, naming the way to compose them. One that replaces another is fine.
+TEST(Scheduler, TwoSchedulersSteppedInTurnRaise) {
+  Fixture f;
+  optim::ExponentialLR expo(*f.opt, 0.9);
+  optim::MultiStepLR steps(*f.opt, {3, 6}, 0.1);
+  expo.step();
+  steps.step();
+  EXPECT_TRUE(strata::testing::throws_with([&] { expo.step(); }, {"[ExponentialLR]", "ChainedScheduler"}));
+  EXPECT_EQ(expo.last_epoch(), 1) << "a refused step changes nothing";
+
+  Fixture g;
+  optim::LinearLR warmup(*g.opt, 0.1, 1.0, 3);
+  for (int i = 0; i < 3; ++i) warmup.step();
+  optim::CosineAnnealingLR cosine(*g.opt, 10);  // takes over; warmup is not stepped again
+  for (int i = 0; i < 5; ++i) cosine.step();
+  EXPECT_NEAR(g.opt->lr(0), 0.05 * (1 + std::cos(kPi * 5 / 10)) / 2, 1e-15);
+}
+
 TEST(Scheduler, InitialLrIsShared) {
   Fixture f;
   optim::StepLR first(*f.opt, 2, 0.5);

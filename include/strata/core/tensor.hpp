@@ -66,6 +66,26 @@ class STRATA_API Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) noexcept = default;
+  ~Tensor() = default;
+  /// Assigning to a named tensor rebinds the handle: `y = x` makes y another handle on x.
+  Tensor& operator=(const Tensor&) & = default;
+  Tensor& operator=(Tensor&&) & noexcept = default;
+  /// Assigning to a temporary writes its elements, as in LibTorch: `x[1] = y` is
+  /// `x[1].copy_(y)` and `x.select(1, 0) = 0` is `fill_(0)`, under autograd too.
+  Tensor& operator=(const Tensor& src) && {
+    copy_(src);
+    return *this;
+  }
+  Tensor& operator=(Tensor&& src) && {
+    copy_(src);
+    return *this;
+  }
+  Tensor& operator=(Scalar value) && {
+    fill_(value);
+    return *this;
+  }
 
   // ---- what it is -----------------------------------------------------------------------
   bool defined() const { return impl_ != nullptr; }
@@ -152,21 +172,32 @@ class STRATA_API Tensor {
   // parameters under NoGradGuard); a custom Function's output sharing its input's memory; a
   // tensor not dense in memory when views or its own history need rebuilding. Note [In-place
   // under autograd].
-  Tensor& fill_(Scalar value);
-  Tensor& zero_() { return fill_(0); }
+  //
+  // In-place methods are const, as LibTorch's: a Tensor is a handle, and a write through a const
+  // handle (a `const Tensor&` argument, `p.grad()`) changes the elements, never the handle.
+  const Tensor& fill_(Scalar value) const;
+  const Tensor& zero_() const { return fill_(0); }
   /// Copies `src` into this tensor, broadcasting and converting dtype and device.
-  Tensor& copy_(const Tensor& src, bool non_blocking = false);
-  Tensor& add_(const Tensor& other, Scalar alpha = 1);
-  Tensor& add_(Scalar other);
-  Tensor& sub_(const Tensor& other, Scalar alpha = 1);
-  Tensor& sub_(Scalar other);
-  Tensor& mul_(const Tensor& other);
-  Tensor& mul_(Scalar other);
-  Tensor& div_(const Tensor& other);
-  Tensor& div_(Scalar other);
-  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
-  Tensor& relu_();
-  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+  const Tensor& copy_(const Tensor& src, bool non_blocking = false) const;
+  const Tensor& add_(const Tensor& other, Scalar alpha = 1) const;
+  const Tensor& add_(Scalar other) const;
+  const Tensor& sub_(const Tensor& other, Scalar alpha = 1) const;
+  const Tensor& sub_(Scalar other) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& mul_(Scalar other) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& div_(Scalar other) const;
+  const Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  const Tensor& relu_() const;
+  const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
+  const Tensor& operator+=(const Tensor& other) const { return add_(other); }
+  const Tensor& operator+=(Scalar other) const { return add_(other); }
+  const Tensor& operator-=(const Tensor& other) const { return sub_(other); }
+  const Tensor& operator-=(Scalar other) const { return sub_(other); }
+  const Tensor& operator*=(const Tensor& other) const { return mul_(other); }
+  const Tensor& operator*=(Scalar other) const { return mul_(other); }
+  const Tensor& operator/=(const Tensor& other) const { return div_(other); }
+  const Tensor& operator/=(Scalar other) const { return div_(other); }
 
   // ---- reductions (include/strata/ops/reduce.hpp) ----------------------------------------
   Tensor sum() const;
@@ -195,8 +226,8 @@ class STRATA_API Tensor {
   // ---- autograd (include/strata/autograd/) ------------------------------------------------
   bool requires_grad() const;
   /// Marks a leaf as requiring grad (floating dtypes only).
-  Tensor& requires_grad_(bool requires_grad = true);
-  Tensor& set_requires_grad(bool requires_grad) { return requires_grad_(requires_grad); }
+  const Tensor& requires_grad_(bool requires_grad = true) const;
+  const Tensor& set_requires_grad(bool requires_grad) const { return requires_grad_(requires_grad); }
   /// True for tensors not produced by a recorded op.
   bool is_leaf() const;
   /// The accumulated gradient; undefined until backward reaches this tensor.

@@ -27,6 +27,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -54,7 +55,9 @@ struct LoaderOptions {
   int64_t prefetch = 2;
   /// Return batches whose tensors are in page-locked memory (Tensor::pin_memory).
   bool pin_memory = false;
-  uint64_t seed = 0;
+  /// The shuffling seed. Unset, a shuffling loader draws it from the default generator when it
+  /// is made, so manual_seed decides the order, as in PyTorch; the loader's state records it.
+  std::optional<uint64_t> seed;
   /// A custom order (for example a DistributedSampler); replaces shuffle's default sampler.
   std::shared_ptr<const Sampler> sampler;
 };

@@ -11,10 +11,15 @@
 // Note [Member children]: a member child is remembered by its offset inside the parent, so a
 // module stays valid when it is moved (into a Sequential, say). Children owned by containers
 // live on the heap. register_module(name, child&) is only for data members of the module
-// itself: a module that lives elsewhere (a local, another object's member) must be handed over
-// as a std::unique_ptr, or its offset points at nothing once the parent moves.
+// itself: a module that lives elsewhere (a local, another object's member, an element of a
+// std::vector) must be handed over as a std::unique_ptr, or its offset points at nothing once
+// the parent moves. Registration refuses a child it can tell is not a member (one that lies
+// before the parent's members, or more than kMaxMemberOffset bytes past the parent, as a child
+// on the heap of a parent on the stack does); a child on the heap just past a parent on the
+// heap, or a local beside it, cannot be told from a member.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
@@ -40,7 +45,6 @@ class STRATA_API Module {
   Module() = default;
   virtual ~Module() = default;
   Module(Module&&) noexcept = default;
-  Module& operator=(Module&&) noexcept = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
@@ -100,6 +104,14 @@ class STRATA_API Module {
   static bool shape_loads_into(const Tensor& saved, const Tensor& into);
 
  protected:
+  /// Assignment through a base reference would replace only the Module part (`list[i] =
+  /// nn::Linear(...)` would list the new weights while forward kept using the old ones), so only
+  /// a derived class's own assignment, which moves everything, may call it.
+  Module& operator=(Module&&) noexcept = default;
+  /// How far past the parent a member child may lie; a larger distance means the child is not
+  /// a data member (see Note [Member children]).
+  static constexpr std::ptrdiff_t kMaxMemberOffset = std::ptrdiff_t{1} << 20;
+
   /// Adds a parameter (a leaf that requires grad) and returns the handle to keep.
   Tensor register_parameter(std::string name, Tensor value, bool requires_grad = true);
   Tensor register_buffer(std::string name, Tensor value, bool persistent = true);

@@ -76,5 +76,10 @@ STRATA_API Tensor operator<(const Tensor& a, Scalar b);
 STRATA_API Tensor operator<=(const Tensor& a, Scalar b);
 STRATA_API Tensor operator>(const Tensor& a, Scalar b);
 STRATA_API Tensor operator>=(const Tensor& a, Scalar b);
+/// On bool tensors (masks): logical and, or, exclusive or. strata has no bitwise integer ops,
+/// so other dtypes raise Error.
+STRATA_API Tensor operator&(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator|(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator^(const Tensor& a, const Tensor& b);
 
 }  // namespace strata

@@ -46,5 +46,7 @@ STRATA_API Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optiona
 STRATA_API Tensor cast(const Tensor& x, DType dtype);
 
 STRATA_API Tensor operator-(const Tensor& x);
+/// Logical not of a bool tensor (a mask); other dtypes raise Error.
+STRATA_API Tensor operator~(const Tensor& x);
 
 }  // namespace strata

@@ -174,6 +174,9 @@ class STRATA_API Optimizer {
   std::string name_;
   std::unordered_map<const TensorImpl*, Entry> state_;
   std::vector<std::optional<double>> initial_lrs_;  // by group
+  uint64_t last_scheduler_ = 0;  // the id of the LRScheduler whose step() set the lrs last (0: none)
+
+  friend class LRScheduler;
 };
 
 /// An optimizer whose groups carry hyperparameters of type Options. Options is an aggregate

@@ -4,11 +4,14 @@
 // As in PyTorch, constructing a scheduler applies the step-0 lr; call step() once per epoch or
 // iteration, after optimizer.step().
 //
-// Unlike PyTorch's recursive forms, each step sets the lr from the closed form alone: two
-// schedulers stepped on one optimizer do not multiply (the last stepped wins), and an lr set
-// by hand lasts until the next step. Compose with SequentialLR, or one LambdaLR whose factor
-// is the product. A state dict holds the position and base lrs (a SequentialLR's, its
-// children's too), not the constructor's arguments: load it into a scheduler built alike.
+// Unlike PyTorch's recursive forms, each step sets the lr from the closed form alone, so two
+// schedulers stepped on one optimizer would overwrite each other's lr: compose them with
+// ChainedScheduler (the product of their factors, as PyTorch's chaining gives for the
+// multiplicative schedules) or SequentialLR. A scheduler stepped again after another one
+// stepped the same optimizer raises Error (one that replaces another, never stepped again, is
+// fine). An lr set by hand lasts until the next step. A state dict holds the position and base
+// lrs (a composed scheduler's, its children's too), not the constructor's arguments: load it
+// into a scheduler built alike.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +65,12 @@ class STRATA_API LRScheduler {
   std::vector<double> last_lr_;
   int64_t last_epoch_ = -1;
 
-  friend class SequentialLR;
+ private:
+  void advance();  // applies the next step
+  uint64_t id_;          // unique in the process: the optimizer records which scheduler stepped it last
+  bool stepped_ = false;  // step() was called (the constructor's step 0 does not count)
+
+  friend class ComposedLR;
 };
 
 /// lr = base_lr * lambda(epoch); one function for all groups, or one per group. A factor that
@@ -215,24 +223,46 @@ class STRATA_API OneCycleLR : public LRScheduler {
   std::vector<Phase> phases_;
 };
 
+/// A scheduler made of others, all built on the same optimizer, which it steps itself (step
+/// only the composed one).
+class STRATA_API ComposedLR : public LRScheduler {
+ protected:
+  ComposedLR(Optimizer& opt, std::string name, std::vector<std::shared_ptr<LRScheduler>> schedulers);
+  /// Sets child i to `epoch` (its lr and anything else it sets, such as momentum).
+  void apply_child(size_t i, int64_t epoch);
+  /// The children's state dicts, under "scheduler.<i>.": their base lrs give the lrs.
+  void save_extra(StateDict& d) const override;
+  void load_extra(const StateDict& d) override;
+
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+};
+
 /// Runs `schedulers` one after another: scheduler i from step milestones[i-1] on, counting
-/// its own steps from 0 there (milestones ascending, one fewer than schedulers, all
-/// schedulers built on the same optimizer).
-class STRATA_API SequentialLR : public LRScheduler {
+/// its own steps from 0 there (milestones ascending, one fewer than schedulers).
+class STRATA_API SequentialLR : public ComposedLR {
  public:
   SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers, std::vector<int64_t> milestones);
   double lr_at(int64_t epoch, size_t group) const override;
 
  protected:
   void apply(int64_t epoch) override;
-  /// The children's state dicts, under "scheduler.<i>.": their base lrs give the lrs.
-  void save_extra(StateDict& d) const override;
-  void load_extra(const StateDict& d) override;
 
  private:
   size_t index_at(int64_t epoch, int64_t& local) const;
-  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
+};
+
+/// Runs `schedulers` together, as torch.optim.lr_scheduler.ChainedScheduler: at each step the
+/// lr is the base lr times the product of their factors (lr_at / base lr), so ExponentialLR
+/// chained with MultiStepLR decays every step and drops at the milestones. Each child also
+/// applies what else it sets (OneCycleLR's momentum), in order.
+class STRATA_API ChainedScheduler : public ComposedLR {
+ public:
+  ChainedScheduler(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers);
+  double lr_at(int64_t epoch, size_t group) const override;
+
+ protected:
+  void apply(int64_t epoch) override;
 };
 
 struct ReduceLROnPlateauOptions {
