@@ -385,7 +385,8 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
   detail::check_fill_value(value, dtype(), "masked_fill");
   Tensor self = *this;
   if (autograd::detail::inplace_records(self)) {  // Note [In-place under autograd]
-    autograd::record_inplace(self, "masked_fill_", false, [&](const Tensor& x) { return masked_fill(x, mask, value); });
+    autograd::record_inplace(self, "masked_fill_", false,
+                             [&](const Tensor& x) { return strata::masked_fill(x, mask, value); });
     return *this;
   }
   Tensor v = full({}, value, TensorOptions(dtype(), device()));
@@ -398,7 +399,7 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
 
 const Tensor& Tensor::add_(const Tensor& other, Scalar alpha) const {
   check_alpha(*this, other, alpha, "add_");
-  return binary_inplace(OpId::add, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
+  return binary_inplace(OpId::add, *this, alpha.to_double() == 1.0 ? other : strata::mul(other, alpha));
 }
 const Tensor& Tensor::add_(Scalar other) const {
   return with_scalar_inplace(*this, other, [](const Tensor& x, const Tensor& y) { x.add_(y); }, OpId::add);
@@ -406,7 +407,7 @@ const Tensor& Tensor::add_(Scalar other) const {
 const Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) const {
   check_sub_operands(is_bool(*this), is_bool(other));
   check_alpha(*this, other, alpha, "sub_");
-  return binary_inplace(OpId::sub, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
+  return binary_inplace(OpId::sub, *this, alpha.to_double() == 1.0 ? other : strata::mul(other, alpha));
 }
 const Tensor& Tensor::sub_(Scalar other) const {
   check_sub_operands(is_bool(*this), is_bool(other));

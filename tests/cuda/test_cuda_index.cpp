@@ -3,7 +3,9 @@
 // index_add (atomic and deterministic), tril / triu, sort and topk (NaN, -0.0 and ties, both
 // CUB paths and the block top-k), dropout's mask bit for bit, every dtype the CPU registers,
 // odd sizes, non-contiguous views, bad indices raising Error with nothing written, and the
-// composite ops built on them (embedding, one_hot, cat, stack, split, masked_fill). The sort
+// composite ops built on them (embedding, one_hot, cat, stack, split, masked_fill, nonzero,
+// masked_select, repeat, flip, roll, randperm and the rest of src/ops/select.cpp,
+// rearrange.cpp and combinations.cpp). The sort
 // key order is checked on the CPU, so it runs without a GPU; everything else is skipped there.
 #include <algorithm>
 #include <cmath>
@@ -516,6 +518,48 @@ TEST(CudaIndex, ComposedOps) {
 
 // 64-bit offsets: a gather whose output has more than 2^31 elements, and tril over a matrix
 // of more than 2^31 elements (uint8 keeps this near 7 GB).
+// The ops composed from others (src/ops/select.cpp, rearrange.cpp, combinations.cpp) run on
+// the device and give the CPU's results; randperm's permutation is the CPU's for the same seed.
+TEST(CudaIndex, ComposedSelectionsAndRearrangements) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  for (DType dt : kAll) {
+    Tensor x = random({5, 7, 3}, dt, -2, 2);
+    if (dt != st::kBool) x = x * (random({5, 7, 3}, st::kFloat32, 0, 1) > 0.5).to(dt);  // zeros to skip
+    Tensor gx = gpu(x);
+    expect_same(st::nonzero(x), st::nonzero(gx), tag("nonzero", dt));
+    expect_same(st::nonzero(x.transpose(0, 2)), st::nonzero(gx.transpose(0, 2)), tag("nonzero transposed", dt));
+    const Tensor mask = random({7, 1}, st::kFloat32, 0, 1) > 0.3;
+    expect_same(st::masked_select(x, mask), st::masked_select(gx, gpu(mask)), tag("masked_select", dt));
+    expect_same(st::any(x, 1), st::any(gx, 1), tag("any", dt));
+    expect_same(st::all(x, 2, true), st::all(gx, 2, true), tag("all", dt));
+    expect_same(st::repeat(x, {2, 1, 3}), st::repeat(gx, {2, 1, 3}), tag("repeat", dt));
+    expect_same(st::repeat_interleave(x, 3, 1), st::repeat_interleave(gx, 3, 1), tag("repeat_interleave", dt));
+    expect_same(st::flip(x, {0, 2}), st::flip(gx, {0, 2}), tag("flip", dt));
+    expect_same(st::roll(x, {2, -5}, {0, 1}), st::roll(gx, {2, -5}, {0, 1}), tag("roll", dt));
+  }
+  for (DType dt : kFloat) {
+    Tensor v = random({64}, dt, -3, 3);
+    v = st::where(random({64}, st::kFloat32, 0, 1) > 0.8, std::numeric_limits<double>::infinity(), v);
+    v = st::where(random({64}, st::kFloat32, 0, 1) > 0.8, std::nan(""), v);
+    expect_same(st::isnan(v), st::isnan(gpu(v)), tag("isnan", dt));
+    expect_same(st::isfinite(v), st::isfinite(gpu(v)), tag("isfinite", dt));
+    expect_same(st::nan_to_num(v), st::nan_to_num(gpu(v)), tag("nan_to_num", dt));
+    const Tensor end = random({64}, dt, -3, 3);
+    expect_same(st::lerp(v, end, 0.3), st::lerp(gpu(v), gpu(end), 0.3), tag("lerp", dt));
+  }
+  st::Generator a(9), b(9);
+  expect_same(st::randperm(1000, st::kInt64, &a),
+              st::randperm(1000, st::TensorOptions(st::kInt64).device(st::Device::cuda()), &b), "randperm");
+  // masked_select's gradient on the device
+  Tensor w = random({4, 6}, st::kFloat64, -1, 1), gw = gpu(w);
+  w.requires_grad_(), gw.requires_grad_();
+  const Tensor keep = random({4, 6}, st::kFloat32, 0, 1) > 0.5;
+  (st::masked_select(w, keep) * 3).sum().backward();
+  (st::masked_select(gw, gpu(keep)) * 3).sum().backward();
+  expect_same(w.grad(), gw.grad(), "masked_select backward");
+}
+
 TEST(CudaIndex, MoreThan2To31Elements) {
   SKIP_WITHOUT_GPU();
   const int64_t cols = (int64_t(1) << 30) + 7;

@@ -2,7 +2,9 @@
 // it was written as a bool, an integer or a floating value, for type promotion.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include <strata/core/dtype.hpp>
@@ -38,6 +40,25 @@ class Scalar {
     if constexpr (std::is_same_v<T, bool>) return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
     else if constexpr (std::is_integral_v<T>) return static_cast<T>(to_int());
     else return static_cast<T>(static_cast<float>(to_double()));
+  }
+  /// Whether T holds this value: an integer type the value truncated toward zero (not NaN or
+  /// infinite), float a finite value below its overflow (infinities and NaN stay); bool and
+  /// the other types always (as LibTorch's checked conversion of item()).
+  template <class T> bool fits() const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      using L = std::numeric_limits<T>;
+      if (kind_ != Kind::Float)
+        return std::is_signed_v<T> ? i_ >= static_cast<int64_t>(L::min()) && i_ <= static_cast<int64_t>(L::max())
+                                   : i_ >= 0 && static_cast<uint64_t>(i_) <= static_cast<uint64_t>(L::max());
+      // [lo, 2^digits): exact doubles; a fraction above -1 truncates to 0, which every type holds
+      const double hi = std::ldexp(1.0, L::digits), lo = std::is_signed_v<T> ? -hi : 0.0;
+      return d_ > lo - 1 && d_ < hi;
+    } else if constexpr (std::is_same_v<T, float>) {
+      constexpr auto kLargest = static_cast<double>(std::numeric_limits<float>::max());
+      return kind_ != Kind::Float || !std::isfinite(d_) || std::fabs(d_) <= kLargest;
+    } else {
+      return true;
+    }
   }
   /// The dtype a lone tensor made from this scalar gets: bool, int64 or float32.
   DType default_dtype() const {

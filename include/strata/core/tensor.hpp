@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <strata/core/device.hpp>
@@ -122,7 +123,14 @@ class STRATA_API Tensor {
     return static_cast<T*>(data());
   }
   /// The value of a one-element tensor, converted to T (copies from the GPU if needed).
-  template <class T> T item() const { return item_scalar().to<T>(); }
+  /// Raises Error when T cannot hold the value (NaN or 3e10 into int32_t, -1 into uint8_t).
+  template <class T> T item() const {
+    const Scalar s = item_scalar();
+    STRATA_CHECK(s.fits<T>(), "[item] the value {} cannot be converted to a {}-bit {} without overflow",
+                 s.to_double(), 8 * sizeof(T),
+                 std::is_floating_point_v<T> ? "float" : std::is_signed_v<T> ? "signed integer" : "unsigned integer");
+    return s.to<T>();
+  }
   Scalar item_scalar() const;
 
   // ---- conversions ------------------------------------------------------------------------
@@ -222,6 +230,39 @@ class STRATA_API Tensor {
   Tensor pow(const Tensor& exponent) const;
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
   Tensor matmul(const Tensor& other) const;
+
+  // ---- method forms of the ops (include/strata/ops/), as LibTorch's ----------------------
+  Tensor add(const Tensor& other, Scalar alpha = 1) const;
+  Tensor add(Scalar other) const;
+  Tensor sub(const Tensor& other, Scalar alpha = 1) const;
+  Tensor sub(Scalar other) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor mul(Scalar other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(Scalar other) const;
+  Tensor square() const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor sum(int64_t dim, bool keepdim = false) const;
+  Tensor mean(int64_t dim, bool keepdim = false) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor all() const;
+  Tensor any() const;
+  Tensor isnan() const;
+  Tensor nonzero() const;
+  Tensor masked_select(const Tensor& mask) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor flip(const std::vector<int64_t>& dims) const;
+  Tensor repeat(const std::vector<int64_t>& repeats) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
+  Tensor view_as(const Tensor& other) const { return view(other.shape()); }
+  TensorOptions options() const { return TensorOptions(dtype(), device()); }
+  /// this += weight * (end - this), as an exponential moving average updates.
+  const Tensor& lerp_(const Tensor& end, Scalar weight) const;
 
   // ---- autograd (include/strata/autograd/) ------------------------------------------------
   bool requires_grad() const;

@@ -82,4 +82,15 @@ STRATA_API Tensor operator&(const Tensor& a, const Tensor& b);
 STRATA_API Tensor operator|(const Tensor& a, const Tensor& b);
 STRATA_API Tensor operator^(const Tensor& a, const Tensor& b);
 
+/// start + weight * (end - start), in PyTorch's two forms (exact at weight 0 and 1).
+STRATA_API Tensor lerp(const Tensor& start, const Tensor& end, Scalar weight);
+STRATA_API Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+/// x + value * t1 * t2, and x + value * t1 / t2.
+STRATA_API Tensor addcmul(const Tensor& x, const Tensor& t1, const Tensor& t2, Scalar value = 1);
+STRATA_API Tensor addcdiv(const Tensor& x, const Tensor& t1, const Tensor& t2, Scalar value = 1);
+/// cond ? a : b with two scalars: float32 when either is floating, else int64 (bool for two bools).
+STRATA_API Tensor where(const Tensor& cond, Scalar a, Scalar b);
+/// masked_fill with a 0-d tensor as the value, differentiable with respect to it.
+STRATA_API Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value);
+
 }  // namespace strata

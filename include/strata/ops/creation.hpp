@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <strata/core/generator.hpp>
@@ -63,6 +66,11 @@ STRATA_API Tensor full_like(const Tensor& t, Scalar value, std::optional<TensorO
 STRATA_API Tensor rand_like(const Tensor& t, Generator* gen = nullptr);
 STRATA_API Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
 
+/// A random permutation of [0, n), int64 unless options say otherwise.
+STRATA_API Tensor randperm(int64_t n, TensorOptions options = TensorOptions(kInt64), Generator* gen = nullptr);
+/// 1 with probability p (each element of p in [0, 1]) else 0, in p's dtype.
+STRATA_API Tensor bernoulli(const Tensor& p, Generator* gen = nullptr);
+
 /// Copies `values` into a new CPU tensor of the given shape (1-d when shape is omitted).
 template <class T>
 Tensor from_vector(const std::vector<T>& values, std::optional<Shape> shape = std::nullopt);
@@ -85,6 +93,37 @@ Tensor from_vector(const std::vector<T>& values, std::optional<Shape> shape) {
   } else {
     return detail::from_host_bytes(values.data(), values.size(), dtype_of_v<T>, s);
   }
+}
+
+namespace detail {
+template <class T>
+Tensor literal(const std::vector<T>& flat, const Shape& shape, std::optional<DType> dtype, Device device) {
+  constexpr bool kBoolean = std::is_same_v<T, bool>, kInteger = std::is_integral_v<T> && !kBoolean;
+  using Stored = std::conditional_t<kBoolean, bool, std::conditional_t<kInteger, int64_t, double>>;
+  const DType natural = kBoolean ? kBool : kInteger ? kInt64 : kFloat32;
+  const Tensor t = from_vector(std::vector<Stored>(flat.begin(), flat.end()), shape);
+  return t.to(device, dtype.value_or(natural));
+}
+}  // namespace detail
+
+/// A tensor written out, as torch::tensor: tensor({1.5, 2.0}) is float32, tensor({1, 2})
+/// int64, tensor({true, false}) bool, unless `dtype` says otherwise; nested lists make 2-d
+/// tensors, every row as long as the first.
+template <class T>
+Tensor tensor(std::initializer_list<T> values, std::optional<DType> dtype = std::nullopt, Device device = kCPU) {
+  return detail::literal(std::vector<T>(values), {static_cast<int64_t>(values.size())}, dtype, device);
+}
+template <class T>
+Tensor tensor(std::initializer_list<std::initializer_list<T>> rows, std::optional<DType> dtype = std::nullopt,
+              Device device = kCPU) {
+  std::vector<T> flat;
+  const int64_t cols = rows.size() == 0 ? 0 : static_cast<int64_t>(rows.begin()->size());
+  for (const auto& row : rows) {
+    STRATA_CHECK(static_cast<int64_t>(row.size()) == cols, "[tensor] rows of {} and {} values; every row must be as "
+                 "long as the first", cols, row.size());
+    flat.insert(flat.end(), row.begin(), row.end());
+  }
+  return detail::literal(flat, {static_cast<int64_t>(rows.size()), cols}, dtype, device);
 }
 
 }  // namespace strata

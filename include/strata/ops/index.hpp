@@ -61,4 +61,11 @@ STRATA_API Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 STRATA_API Tensor tril(const Tensor& x, int64_t diagonal = 0);
 STRATA_API Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
+/// The coordinates of the nonzero (true) elements, one row each in row-major order: int64 of
+/// shape (count, dim). Waits for the count (on a GPU, a device-to-host copy).
+STRATA_API Tensor nonzero(const Tensor& x);
+/// The elements of x where mask (bool, broadcast with x) is true, in row-major order, as a 1-d
+/// tensor; differentiable with respect to x.
+STRATA_API Tensor masked_select(const Tensor& x, const Tensor& mask);
+
 }  // namespace strata

@@ -40,4 +40,7 @@ STRATA_API Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bi
 /// records linear and gelu as two ops, so the backward has GELU's input.
 STRATA_API Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+/// The outer product of two 1-d tensors: (n) x (m) -> (n, m).
+STRATA_API Tensor outer(const Tensor& a, const Tensor& b);
+
 }  // namespace strata

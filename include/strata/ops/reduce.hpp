@@ -104,4 +104,10 @@ STRATA_API Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType>
 STRATA_API Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 STRATA_API Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
+/// Whether any / every element is nonzero (true): a bool tensor, 0-d or reduced over `dim`.
+STRATA_API Tensor any(const Tensor& x);
+STRATA_API Tensor any(const Tensor& x, int64_t dim, bool keepdim = false);
+STRATA_API Tensor all(const Tensor& x);
+STRATA_API Tensor all(const Tensor& x, int64_t dim, bool keepdim = false);
+
 }  // namespace strata

@@ -49,4 +49,13 @@ STRATA_API Tensor operator-(const Tensor& x);
 /// Logical not of a bool tensor (a mask); other dtypes raise Error.
 STRATA_API Tensor operator~(const Tensor& x);
 
+/// Elementwise tests of floating values, as bool tensors (integers are always finite).
+STRATA_API Tensor isnan(const Tensor& x);
+STRATA_API Tensor isinf(const Tensor& x);
+STRATA_API Tensor isfinite(const Tensor& x);
+/// NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf`; the infinities default to the
+/// dtype's largest finite values, as in PyTorch. Differentiable (the replaced elements get 0).
+STRATA_API Tensor nan_to_num(const Tensor& x, double nan = 0, std::optional<double> posinf = std::nullopt,
+                             std::optional<double> neginf = std::nullopt);
+
 }  // namespace strata
