@@ -69,6 +69,13 @@ struct Silu {
 };
 struct Square { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return Mul{}(x, x); } };
 struct Reciprocal { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / x; } };
+struct Log1p { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::log1p(x); } };
+struct Expm1 { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::expm1(x); } };
+struct Floor { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::floor(x); } };
+struct Ceil { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::ceil(x); } };
+// Halves to even, as PyTorch's round (nearbyint in the default rounding mode).
+struct Round { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::nearbyint(x); } };
+struct Trunc { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::trunc(x); } };
 struct LogicalNot { template <class T> STRATA_HOST_DEVICE bool operator()(T x) const { return !x; } };
 
 // Ops with one scalar parameter.

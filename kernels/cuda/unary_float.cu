@@ -1,4 +1,5 @@
-// CUDA unary kernels of the floating-point ops (exp, log, ..., erf) for f16, bf16, f32, f64.
+// CUDA unary kernels of the floating-point ops (exp, log, ..., erf, the roundings) for f16,
+// bf16, f32, f64.
 #include "../common/unary_math.h"
 #include "adapters.cuh"
 #include "elementwise.cuh"
@@ -28,6 +29,12 @@ STRATA_UNARY_FLOAT(math::Silu)
 STRATA_UNARY_FLOAT(math::Reciprocal)
 STRATA_UNARY_FLOAT(math::LeakyRelu)
 STRATA_UNARY_FLOAT(math::Erf)
+STRATA_UNARY_FLOAT(math::Log1p)
+STRATA_UNARY_FLOAT(math::Expm1)
+STRATA_UNARY_FLOAT(math::Floor)
+STRATA_UNARY_FLOAT(math::Ceil)
+STRATA_UNARY_FLOAT(math::Round)
+STRATA_UNARY_FLOAT(math::Trunc)
 #undef STRATA_UNARY_FLOAT
 #undef STRATA_UNARY
 

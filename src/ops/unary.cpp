@@ -138,6 +138,12 @@ void register_unary_kernels(KernelTable& table) {
   table.set(OpId::silu, CPU, kFloatDTypes, cpu_unary<math::Silu, DTypeSet::Floating>);
   table.set(OpId::reciprocal, CPU, kFloatDTypes, cpu_unary<math::Reciprocal, DTypeSet::Floating>);
   table.set(OpId::leaky_relu, CPU, kFloatDTypes, cpu_unary<math::LeakyRelu, DTypeSet::Floating>);
+  table.set(OpId::log1p, CPU, kFloatDTypes, cpu_unary<math::Log1p, DTypeSet::Floating>);
+  table.set(OpId::expm1, CPU, kFloatDTypes, cpu_unary<math::Expm1, DTypeSet::Floating>);
+  table.set(OpId::floor, CPU, kFloatDTypes, cpu_unary<math::Floor, DTypeSet::Floating>);
+  table.set(OpId::ceil, CPU, kFloatDTypes, cpu_unary<math::Ceil, DTypeSet::Floating>);
+  table.set(OpId::round, CPU, kFloatDTypes, cpu_unary<math::Round, DTypeSet::Floating>);
+  table.set(OpId::trunc, CPU, kFloatDTypes, cpu_unary<math::Trunc, DTypeSet::Floating>);
   table.set(OpId::neg, CPU, kNumericDTypes, cpu_unary<math::Neg, DTypeSet::Numeric>);
   table.set(OpId::abs, CPU, kNumericDTypes, cpu_unary<math::Abs, DTypeSet::Numeric>);
   table.set(OpId::sign, CPU, kNumericDTypes, cpu_unary<math::Sign, DTypeSet::Numeric>);
@@ -232,6 +238,32 @@ Tensor erf(const Tensor& x) {
                      return g * exp(-(x * x)) * 1.12837916709551257390;  // 2 / sqrt(pi)
                    });
 }
+Tensor log1p(const Tensor& x) {
+  return with_grad("log1p", x, unary_op(OpId::log1p, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x + 1); });
+}
+Tensor expm1(const Tensor& x) {
+  return with_grad("expm1", x, unary_op(OpId::expm1, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y + 1); });
+}
+
+namespace {
+// An integer is its own floor, ceil, round and trunc (a copy, as PyTorch gives); the gradient
+// is 0, recorded as sign's.
+Tensor rounding(OpId op, const char* name, const Tensor& x) {
+  STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", name);
+  STRATA_CHECK(x.dtype() != kBool, "[{}] not supported for bool tensors", name);
+  if (!is_floating(x.dtype())) return x.clone();
+  return with_grad(name, x, unary_op(op, x, Kind::Keep), false, false,
+                   [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
+}
+}  // namespace
+
+Tensor floor(const Tensor& x) { return rounding(OpId::floor, "floor", x); }
+Tensor ceil(const Tensor& x) { return rounding(OpId::ceil, "ceil", x); }
+Tensor round(const Tensor& x) { return rounding(OpId::round, "round", x); }
+Tensor trunc(const Tensor& x) { return rounding(OpId::trunc, "trunc", x); }
+
 Tensor square(const Tensor& x) {
   if (x.defined() && x.dtype() == kBool) return pow(x, 2);  // int64, as PyTorch's x ** 2
   return with_grad("square", x, unary_op(OpId::square, x, Kind::Keep), true, false,

@@ -51,6 +51,12 @@ const std::vector<UnaryCase>& unary_cases() {
       {"clamp", [](const Tensor& x) { return clamp(x, -1, 2); }, [](double x) { return std::min(std::max(x, -1.0), 2.0); }, false, -5, 5},
       {"clamp_min", [](const Tensor& x) { return clamp(x, 0.5, std::nullopt); }, [](double x) { return std::max(x, 0.5); }, true, -5, 5},
       {"leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); }, [](double x) { return x > 0 ? x : 0.1 * x; }, true, -5, 5},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, [](double x) { return std::log1p(x); }, true, -0.9, 5},
+      {"expm1", [](const Tensor& x) { return expm1(x); }, [](double x) { return std::expm1(x); }, true, -5, 5},
+      {"floor", [](const Tensor& x) { return floor(x); }, [](double x) { return std::floor(x); }, false, -5, 5},
+      {"ceil", [](const Tensor& x) { return ceil(x); }, [](double x) { return std::ceil(x); }, false, -5, 5},
+      {"round", [](const Tensor& x) { return round(x); }, [](double x) { return std::nearbyint(x); }, false, -5, 5},
+      {"trunc", [](const Tensor& x) { return trunc(x); }, [](double x) { return std::trunc(x); }, false, -5, 5},
   };
   return cases;
 }
@@ -108,6 +114,19 @@ TEST(Unary, SpecialValues) {
   EXPECT_TRUE(std::isnan(values(clamp(x, -1, 1))[0]));  // NaN passes through clamp
   EXPECT_EQ(values(sigmoid(from_vector<float>({-100, 100}))), (std::vector<double>{0, 1}));
   EXPECT_EQ(values(log(from_vector<float>({0})))[0], -INFINITY);
+  // halves round to even, as PyTorch's round; NaN and the infinities pass through the roundings
+  const Tensor halves = from_vector<float>({0.5f, 1.5f, 2.5f, -0.5f, -2.5f, NAN, -INFINITY});
+  const std::vector<double> r = values(round(halves));
+  EXPECT_EQ(std::vector<double>(r.begin(), r.begin() + 5), (std::vector<double>{0, 2, 2, 0, -2}));
+  EXPECT_TRUE(std::signbit(r[3]));
+  EXPECT_TRUE(std::isnan(r[5]));
+  EXPECT_EQ(r[6], -INFINITY);
+  EXPECT_EQ(values(floor(halves))[3], -1);
+  EXPECT_EQ(values(ceil(halves))[4], -2);
+  EXPECT_EQ(values(trunc(from_vector<double>({-1.7, 1.7}))), (std::vector<double>{-1, 1}));
+  EXPECT_EQ(log1p(from_vector<float>({-1})).item<float>(), -INFINITY);
+  EXPECT_EQ(expm1(from_vector<double>({1e-20})).item<double>(), 1e-20);  // exact near 0, unlike exp(x) - 1
+  EXPECT_TRUE(strata::testing::throws_with([] { (void)floor(ones({2}, kBool)); }, {"[floor]", "bool"}));
 }
 
 // sin and cos take a vectorized form on blocks of values below 2^20 in magnitude and the

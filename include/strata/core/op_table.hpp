@@ -13,7 +13,8 @@
   X(tanh, 1, true) X(sigmoid, 1, true) X(relu, 1, true) X(gelu, 1, true)            \
   X(gelu_tanh, 1, true) X(silu, 1, true) X(square, 1, true) X(reciprocal, 1, true)  \
   X(logical_not, 1, false) X(pow_scalar, 1, true) X(clamp, 1, true)                 \
-  X(leaky_relu, 1, true) X(erf, 1, true)                                            \
+  X(leaky_relu, 1, true) X(erf, 1, true) X(log1p, 1, true) X(expm1, 1, true)       \
+  X(floor, 1, false) X(ceil, 1, false) X(round, 1, false) X(trunc, 1, false)        \
   /* activation gradients: (grad, saved input or output) -> grad input */           \
   X(relu_backward, 2, true) X(gelu_backward, 2, true)                               \
   X(gelu_tanh_backward, 2, true) X(tanh_backward, 2, true)                          \
@@ -49,4 +50,4 @@
   X(softmax_backward, 2, false) X(log_softmax_backward, 2, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 96
+#define STRATA_NUM_BUILTIN_OPS 102

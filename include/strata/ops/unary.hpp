@@ -35,6 +35,15 @@ STRATA_API Tensor relu(const Tensor& x);
 STRATA_API Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 STRATA_API Tensor silu(const Tensor& x);
 STRATA_API Tensor erf(const Tensor& x);
+/// log(1 + x) and exp(x) - 1, accurate near 0.
+STRATA_API Tensor log1p(const Tensor& x);
+STRATA_API Tensor expm1(const Tensor& x);
+/// Rounding of floating values (round: halves to even, as PyTorch); an integer tensor gives
+/// a copy. The gradient is 0.
+STRATA_API Tensor floor(const Tensor& x);
+STRATA_API Tensor ceil(const Tensor& x);
+STRATA_API Tensor round(const Tensor& x);
+STRATA_API Tensor trunc(const Tensor& x);
 STRATA_API Tensor square(const Tensor& x);
 STRATA_API Tensor reciprocal(const Tensor& x);
 STRATA_API Tensor logical_not(const Tensor& x);

@@ -65,6 +65,12 @@ void register_cuda_unary_kernels(KernelTable& table) {
   table.set(OpId::reciprocal, CUDA, kFloatDTypes, cuda_unary<math::Reciprocal, DTypeSet::Floating>);
   table.set(OpId::leaky_relu, CUDA, kFloatDTypes, cuda_unary<math::LeakyRelu, DTypeSet::Floating>);
   table.set(OpId::erf, CUDA, kFloatDTypes, cuda_unary<math::Erf, DTypeSet::Floating>);
+  table.set(OpId::log1p, CUDA, kFloatDTypes, cuda_unary<math::Log1p, DTypeSet::Floating>);
+  table.set(OpId::expm1, CUDA, kFloatDTypes, cuda_unary<math::Expm1, DTypeSet::Floating>);
+  table.set(OpId::floor, CUDA, kFloatDTypes, cuda_unary<math::Floor, DTypeSet::Floating>);
+  table.set(OpId::ceil, CUDA, kFloatDTypes, cuda_unary<math::Ceil, DTypeSet::Floating>);
+  table.set(OpId::round, CUDA, kFloatDTypes, cuda_unary<math::Round, DTypeSet::Floating>);
+  table.set(OpId::trunc, CUDA, kFloatDTypes, cuda_unary<math::Trunc, DTypeSet::Floating>);
   table.set(OpId::neg, CUDA, kNumericDTypes, cuda_unary<math::Neg, DTypeSet::Numeric>);
   table.set(OpId::abs, CUDA, kNumericDTypes, cuda_unary<math::Abs, DTypeSet::Numeric>);
   table.set(OpId::sign, CUDA, kNumericDTypes, cuda_unary<math::Sign, DTypeSet::Numeric>);
