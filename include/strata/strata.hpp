@@ -42,12 +42,14 @@
 #include <strata/nn/embedding.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/nn/functional_conv.hpp>
+#include <strata/nn/functional_resample.hpp>
 #include <strata/nn/init.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/nn/loss.hpp>
 #include <strata/nn/module.hpp>
 #include <strata/nn/normalization.hpp>
 #include <strata/nn/pooling.hpp>
+#include <strata/nn/resample.hpp>
 #include <strata/nn/transformer.hpp>
 
 #include <strata/io/atomic_file.hpp>

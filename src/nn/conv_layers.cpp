@@ -1,4 +1,4 @@
-// Conv2d and ConvTranspose2d: configuration checks, PyTorch's parameter shapes and default
+// Conv1d, Conv2d, ConvTranspose1d and ConvTranspose2d: configuration checks, PyTorch's parameter shapes and default
 // initialization, and the input checks that name the layer; the work is in nn/conv.cpp.
 #include <cmath>
 
@@ -36,14 +36,39 @@ std::string describe(const char* layer, int64_t in, int64_t out, Size2 k, Size2 
   return fmt::format("{}({}, {}, kernel_size={}, stride={})", layer, in, out, k, stride);
 }
 
-void check_input(const std::string& layer, const Tensor& x, int64_t channels) {
+std::string describe(const char* layer, int64_t in, int64_t out, int64_t k, int64_t stride) {
+  return fmt::format("{}({}, {}, kernel_size={}, stride={})", layer, in, out, k, stride);
+}
+
+// An input of `spatial` dims after the channels, batched or not, with the layer's channels.
+void check_input(const std::string& layer, const Tensor& x, int64_t channels, int64_t spatial) {
+  const char* dims = spatial == 1 ? "L" : "H, W";
   STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", layer);
-  STRATA_CHECK(x.dim() == 3 || x.dim() == 4,
-               "[{}] expects an input of shape (N, {}, H, W) or ({}, H, W), got a {}-d input of shape {}", layer,
-               channels, channels, x.dim(), x.shape());
-  const int64_t c = x.size(x.dim() - 3);
+  STRATA_CHECK(x.dim() == spatial + 1 || x.dim() == spatial + 2,
+               "[{}] expects an input of shape (N, {}, {}) or ({}, {}), got a {}-d input of shape {}", layer, channels,
+               dims, channels, dims, x.dim(), x.shape());
+  const int64_t c = x.size(x.dim() - 1 - spatial);
   STRATA_CHECK(c == channels, "[{}] expects {} input channels, got input of shape {} ({} channels)", layer, channels,
                x.shape(), c);
+}
+
+functional::PadMode pad_mode(PaddingMode m) {
+  switch (m) {
+    case PaddingMode::Reflect: return functional::PadMode::Reflect;
+    case PaddingMode::Replicate: return functional::PadMode::Replicate;
+    default: return functional::PadMode::Circular;
+  }
+}
+
+void check_transposed_padding_mode(const std::string& layer, PaddingMode m) {
+  STRATA_CHECK(m == PaddingMode::Zeros, "[{}] transposed convolutions pad with zeros only (PaddingMode::Zeros)",
+               layer);
+}
+
+void check_output_padding(const std::string& layer, Size2 op, Size2 stride, Size2 dilation) {
+  STRATA_CHECK(op.h >= 0 && op.w >= 0 && (op.h < stride.h || op.h < dilation.h) &&
+                   (op.w < stride.w || op.w < dilation.w),
+               "[{}] output_padding {} must be non-negative and smaller than stride or dilation", layer, op);
 }
 
 }  // namespace
@@ -59,18 +84,20 @@ Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, Conv2dOptions o)
 void Conv2d::reset_parameters(Generator* gen) { init_conv(weight, bias, gen); }
 
 Tensor Conv2d::forward(const Tensor& input) {
-  check_input(describe("Conv2d", in_channels, out_channels, kernel_size, options.stride), input, in_channels);
-  return functional::conv2d(input, weight, bias, {options.stride, options.padding, options.dilation, options.groups});
+  check_input(describe("Conv2d", in_channels, out_channels, kernel_size, options.stride), input, in_channels, 2);
+  const Size2 p = options.padding;
+  if (options.padding_mode == PaddingMode::Zeros)
+    return functional::conv2d(input, weight, bias, {options.stride, p, options.dilation, options.groups});
+  const Tensor padded = functional::pad(input, {p.w, p.w, p.h, p.h}, pad_mode(options.padding_mode));
+  return functional::conv2d(padded, weight, bias, {options.stride, 0, options.dilation, options.groups});
 }
 
 ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Size2 k, ConvTranspose2dOptions o)
     : in_channels(in), out_channels(out), kernel_size(k), options(o) {
   const std::string layer = describe("ConvTranspose2d", in, out, k, o.stride);
   check_config(layer, in, out, k, o.stride, o.padding, o.dilation, o.groups);
-  const Size2 op = o.output_padding;
-  STRATA_CHECK(op.h >= 0 && op.w >= 0 && (op.h < o.stride.h || op.h < o.dilation.h) &&
-                   (op.w < o.stride.w || op.w < o.dilation.w),
-               "[{}] output_padding {} must be non-negative and smaller than stride or dilation", layer, op);
+  check_output_padding(layer, o.output_padding, o.stride, o.dilation);
+  check_transposed_padding_mode(layer, o.padding_mode);
   weight = register_parameter("weight", empty({in, out / o.groups, k.h, k.w}));
   if (o.bias) bias = register_parameter("bias", empty({out}));
   reset_parameters(o.generator);
@@ -80,8 +107,49 @@ void ConvTranspose2d::reset_parameters(Generator* gen) { init_conv(weight, bias,
 
 Tensor ConvTranspose2d::forward(const Tensor& input) {
   check_input(describe("ConvTranspose2d", in_channels, out_channels, kernel_size, options.stride), input,
-              in_channels);
+              in_channels, 2);
   return functional::conv_transpose2d(
+      input, weight, bias, {options.stride, options.padding, options.output_padding, options.groups, options.dilation});
+}
+
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, Conv1dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  check_config(describe("Conv1d", in, out, k, o.stride), in, out, {1, k}, {1, o.stride}, {0, o.padding},
+               {1, o.dilation}, o.groups);
+  weight = register_parameter("weight", empty({out, in / o.groups, k}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters(o.generator);
+}
+
+void Conv1d::reset_parameters(Generator* gen) { init_conv(weight, bias, gen); }
+
+Tensor Conv1d::forward(const Tensor& input) {
+  check_input(describe("Conv1d", in_channels, out_channels, kernel_size, options.stride), input, in_channels,
+              1);
+  const int64_t p = options.padding;
+  if (options.padding_mode == PaddingMode::Zeros)
+    return functional::conv1d(input, weight, bias, {options.stride, p, options.dilation, options.groups});
+  const Tensor padded = functional::pad(input, {p, p}, pad_mode(options.padding_mode));
+  return functional::conv1d(padded, weight, bias, {options.stride, 0, options.dilation, options.groups});
+}
+
+ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t k, ConvTranspose1dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  const std::string layer = describe("ConvTranspose1d", in, out, k, o.stride);
+  check_config(layer, in, out, {1, k}, {1, o.stride}, {0, o.padding}, {1, o.dilation}, o.groups);
+  check_output_padding(layer, {0, o.output_padding}, {1, o.stride}, {1, o.dilation});
+  check_transposed_padding_mode(layer, o.padding_mode);
+  weight = register_parameter("weight", empty({in, out / o.groups, k}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters(o.generator);
+}
+
+void ConvTranspose1d::reset_parameters(Generator* gen) { init_conv(weight, bias, gen); }
+
+Tensor ConvTranspose1d::forward(const Tensor& input) {
+  check_input(describe("ConvTranspose1d", in_channels, out_channels, kernel_size, options.stride), input,
+              in_channels, 1);
+  return functional::conv_transpose1d(
       input, weight, bias, {options.stride, options.padding, options.output_padding, options.groups, options.dilation});
 }
 

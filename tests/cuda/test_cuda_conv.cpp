@@ -3,14 +3,17 @@
 // stride 2, 1x1, 7x7, asymmetric windows), NCHW, NHWC and view inputs, every floating dtype;
 // benchmark mode (same results, a second call served from the algorithm cache) and
 // deterministic mode; max pooling's indices; batch norm's running statistics; and the
-// gradients of a small conv + batch norm + pooling stack. Skipped without a GPU.
+// gradients of a small conv + batch norm + pooling stack; pad, interpolate and conv1d in every
+// mode and floating dtype. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -483,4 +486,48 @@ TEST(CudaConvNet, ConvBatchNormPoolStackGradientsMatchCpu) {
       const char* names[] = {"input", "conv1 weight", "conv1 bias", "bn weight", "bn bias", "conv2 weight"};
       for (size_t i = 0; i < init.size(); ++i) expect_close(pc[i].grad(), pg[i].grad(), tol, std::string(names[i]) + " gradient");
     }
+}
+
+// ---- padding, resampling and 1-d convolution (composed of index_select, arithmetic and conv2d) ----
+
+TEST(CudaResample, PadInterpolateAndConv1dMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  st::cuda::set_allow_tf32(false);
+  using F::InterpolateMode;
+  using F::PadMode;
+  std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops;
+  for (PadMode m : {PadMode::Constant, PadMode::Reflect, PadMode::Replicate, PadMode::Circular})
+    ops.push_back({"pad mode " + std::to_string(static_cast<int>(m)),
+                   [m](const Tensor& x) { return F::pad(x, {2, 1, -1, 3}, m); }});
+  for (InterpolateMode m : {InterpolateMode::Nearest, InterpolateMode::NearestExact, InterpolateMode::Bilinear,
+                            InterpolateMode::Bicubic}) {
+    F::InterpolateArgs a{.size = {13, 6}, .mode = m};
+    if (m == InterpolateMode::Bilinear) a.align_corners = true;
+    ops.push_back({"interpolate mode " + std::to_string(static_cast<int>(m)),
+                   [a](const Tensor& x) { return F::interpolate(x, a); }});
+  }
+  for (DType dt : kFloats) {
+    const Tensor w = random({6, 2, 3}, dt);
+    ops.push_back({"conv1d " + name(dt), [w](const Tensor& x) {
+                     const Tensor seq = x.flatten(2);  // (N, C, H * W)
+                     return F::conv1d(seq, w.to(x.device()), Tensor(), {2, 1, 1, 2});
+                   }});
+    for (bool nhwc : {false, true})
+      for (const auto& [what, op] : ops) {
+        SCOPED_TRACE(what + " " + name(dt) + (nhwc ? " NHWC" : " NCHW"));
+        const Tensor x = random({2, 4, 7, 9}, dt);
+        Tensor xc = leaf(in_layout(x, nhwc)), xg = leaf(in_layout(gpu(x), nhwc));
+        const Tensor yc = op(xc), yg = op(xg);
+        ASSERT_TRUE(yg.device().is_cuda());
+        EXPECT_EQ(yc.is_contiguous(MemoryFormat::ChannelsLast), yg.is_contiguous(MemoryFormat::ChannelsLast));
+        const Tensor gy = random(yc.shape(), dt);
+        yc.backward(gy);
+        yg.backward(gpu(gy));
+        const double tol = what.rfind("conv1d", 0) == 0 ? conv_tol(dt) : grad_tol(dt);
+        expect_close(yc, yg, tol, "output");
+        expect_close(xc.grad(), xg.grad(), tol, "input gradient");
+      }
+    ops.pop_back();
+  }
 }

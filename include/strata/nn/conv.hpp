@@ -1,5 +1,5 @@
-// Convolution layers: Conv2d and ConvTranspose2d, with PyTorch's parameter names, shapes
-// and default initialization (weight kaiming_uniform(a = sqrt(5)), bias
+// Convolution layers: Conv1d, Conv2d, ConvTranspose1d and ConvTranspose2d, with PyTorch's
+// parameter names, shapes and default initialization (weight kaiming_uniform(a = sqrt(5)), bias
 // uniform(+-1/sqrt(fan_in))), so state_dict keys and shapes match torch's.
 //
 //   nn::Conv2d conv(3, 64, 3, {.stride = 2, .padding = 1, .bias = false});
@@ -11,12 +11,14 @@
 
 #include <strata/core/generator.hpp>
 #include <strata/nn/functional_conv.hpp>
+#include <strata/nn/functional_resample.hpp>
 #include <strata/nn/module.hpp>
 
 namespace strata::nn {
 
-/// How a convolution pads its input; only zero padding is implemented.
-enum class PaddingMode : uint8_t { Zeros };
+/// How a convolution pads its input: Zeros inside the convolution, the others through
+/// functional::pad first (as torch.nn's padding_mode). Transposed convolutions take Zeros only.
+enum class PaddingMode : uint8_t { Zeros, Reflect, Replicate, Circular };
 
 struct Conv2dOptions {
   Size2 stride = 1;
@@ -67,6 +69,54 @@ class STRATA_API ConvTranspose2d : public Module {
   Size2 kernel_size;
   ConvTranspose2dOptions options;
   Tensor weight;  // (in_channels, out_channels / groups, kH, kW)
+  Tensor bias;    // (out_channels), undefined without bias
+};
+
+struct Conv1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  PaddingMode padding_mode = PaddingMode::Zeros;
+  Generator* generator = nullptr;
+};
+
+class STRATA_API Conv1d : public Module {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options = {});
+  /// (N, in_channels, L) or (in_channels, L) -> (N, out_channels, L').
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "Conv1d"; }
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t in_channels, out_channels, kernel_size;
+  Conv1dOptions options;
+  Tensor weight;  // (out_channels, in_channels / groups, kernel_size)
+  Tensor bias;    // (out_channels), undefined without bias
+};
+
+struct ConvTranspose1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  int64_t dilation = 1;
+  PaddingMode padding_mode = PaddingMode::Zeros;
+  Generator* generator = nullptr;
+};
+
+class STRATA_API ConvTranspose1d : public Module {
+ public:
+  ConvTranspose1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, ConvTranspose1dOptions options = {});
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "ConvTranspose1d"; }
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t in_channels, out_channels, kernel_size;
+  ConvTranspose1dOptions options;
+  Tensor weight;  // (in_channels, out_channels / groups, kernel_size)
   Tensor bias;    // (out_channels), undefined without bias
 };
 

@@ -13,7 +13,8 @@
 
 #include <strata/core/generator.hpp>
 #include <strata/core/tensor.hpp>
-#include <strata/nn/functional_conv.hpp>  // convolution, pooling, batch norm
+#include <strata/nn/functional_conv.hpp>      // convolution, pooling, batch norm
+#include <strata/nn/functional_resample.hpp>  // pad, interpolate
 
 namespace strata::nn {
 

@@ -1,6 +1,6 @@
-// nn::functional for images: 2-d convolution (and its transpose), pooling and batch
-// normalization, with torch.nn.functional's semantics. Inputs are (N, C, H, W), or
-// unbatched (C, H, W) where PyTorch accepts that; a channels-last input (NHWC strides, see
+// nn::functional for images and sequences: 2-d and 1-d convolution (and their transposes),
+// pooling and batch normalization, with torch.nn.functional's semantics. Image inputs are
+// (N, C, H, W), or unbatched (C, H, W) where PyTorch accepts that; a channels-last input (NHWC strides, see
 // Tensor::to(MemoryFormat::ChannelsLast)) gives a channels-last result, computed without
 // transposing copies.
 //
@@ -82,6 +82,34 @@ struct Conv2dWeightGrads {
 STRATA_API Conv2dWeightGrads conv2d_weight_grad(const Tensor& input, const Shape& weight_shape,
                                                 const Tensor& grad_output, const Conv2dArgs& args = {},
                                                 bool with_bias = false);
+
+// ---- 1-d convolution: conv2d over a height-1 view of the input ------------------------
+
+struct Conv1dArgs {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+};
+
+/// input (N, C_in, L) or (C_in, L), weight (C_out, C_in / groups, k), bias (C_out) or
+/// undefined. An input whose channel stride is 1 (a transposed (N, L, C) sequence) is read
+/// in place, as a channels-last image, and so is the result laid out.
+STRATA_API Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                         const Conv1dArgs& args = {});
+
+struct ConvTranspose1dArgs {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output_padding = 0;
+  int64_t groups = 1;
+  int64_t dilation = 1;
+};
+
+/// input (N, C_in, L) or (C_in, L), weight (C_in, C_out / groups, k), bias (C_out) or
+/// undefined: the gradient of conv1d with respect to its input, plus bias.
+STRATA_API Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                                   const ConvTranspose1dArgs& args = {});
 
 // ---- pooling -----------------------------------------------------------------------------
 
