@@ -3,11 +3,12 @@
 // from 1 to 1000+, transposed, offset (misaligned) and step-sliced operands, batched products
 // with broadcast batch dims, zero-size dims (k = 0 gives zeros, or the bias), linear's bias
 // and GELU epilogues, large K with exact f32 accumulation, a result past 2^31 elements, user
-// streams and threads, autograd through linear, and bad input. Without a GPU every test is
-// skipped with a message.
+// streams and threads, autograd through linear and einsum, and bad input. Without a GPU every
+// test is skipped with a message.
 #include <array>
 #include <cmath>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cuda_testing.h"
@@ -334,6 +335,43 @@ TEST(CudaMatmul, LinearBackwardMatchesCpu) {
     EXPECT_TRUE(got[i].device().is_cuda());
     for (size_t j = 0; j < g.size(); ++j) ASSERT_NEAR(g[j], w64[j], 1e-4 * (1 + std::fabs(w64[j])));
   }
+}
+
+TEST(CudaMatmul, EinsumMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  cuda::set_allow_tf32(false);
+  struct Case {
+    const char* equation;
+    std::vector<Shape> shapes;
+  };
+  const Case cases[] = {{"bhqd,bhkd->bhqk", {{2, 3, 17, 8}, {2, 3, 9, 8}}},
+                        {"ii->i", {{7, 7}}},
+                        {"ij,jk,kl->il", {{5, 6}, {6, 7}, {7, 3}}},
+                        {"...ij,jk", {{2, 3, 4, 5}, {5, 6}}},
+                        {"bij,bjk->ik", {{1, 3, 4}, {2, 4, 2}}}};
+  for (DType dt : {kFloat32, kFloat64})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} {}", c.equation, dtype_name(dt)));
+      std::vector<Tensor> cpu_in, gpu_in;
+      for (const Shape& s : c.shapes) {
+        const Tensor x = random(s, dt);
+        cpu_in.push_back(x.clone().requires_grad_());
+        gpu_in.push_back(gpu(x).requires_grad_());
+      }
+      const Tensor yc = einsum(c.equation, cpu_in), yg = einsum(c.equation, gpu_in);
+      ASSERT_TRUE(yg.device().is_cuda());
+      const Tensor gy = random(yc.shape(), dt);
+      const std::vector<Tensor> want = autograd::grad({yc}, cpu_in, {gy});
+      const std::vector<Tensor> got = autograd::grad({yg}, gpu_in, {gpu(gy)});
+      std::vector<std::pair<Tensor, Tensor>> pairs = {{yc, yg}};
+      for (size_t i = 0; i < want.size(); ++i) pairs.push_back({want[i], got[i]});
+      for (const auto& [a, b] : pairs) {
+        const std::vector<double> va = values(a), vb = values(host(b));
+        ASSERT_EQ(va.size(), vb.size());
+        for (size_t j = 0; j < va.size(); ++j) ASSERT_NEAR(vb[j], va[j], 1e-4 * (1 + std::fabs(va[j])));
+      }
+    }
 }
 
 TEST(CudaMatmul, BadInput) {

@@ -1,8 +1,11 @@
 // Matrix products with PyTorch's semantics: matmul (1-d, 2-d and batched N-d with
-// broadcast batch dims), mm (2-d only), bmm (3-d, equal batches), and linear (x W^T + b,
+// broadcast batch dims), mm (2-d only), bmm (3-d, equal batches), einsum, and linear (x W^T + b,
 // the op behind nn::functional::linear, with the bias, and optionally GELU, fused into the
 // GEMM where the device can).
 #pragma once
+
+#include <string_view>
+#include <vector>
 
 #include <strata/core/tensor.hpp>
 
@@ -42,5 +45,12 @@ STRATA_API Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tenso
 
 /// The outer product of two 1-d tensors: (n) x (m) -> (n, m).
 STRATA_API Tensor outer(const Tensor& a, const Tensor& b);
+
+/// Einstein summation, as torch.einsum: "ij,jk->ik", "bhqd,bhkd->bhqk", "ii->i" (a diagonal),
+/// "...ij->...ji" (an ellipsis stands for the remaining dims, broadcast across operands), or,
+/// without "->", the output takes the ellipsis dims and then the labels used once, in ASCII
+/// order. Labels are letters; a label's sizes must agree or be 1. Labels no later term needs
+/// are summed first, then the operands are contracted left to right, one bmm per pair.
+STRATA_API Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
 
 }  // namespace strata
