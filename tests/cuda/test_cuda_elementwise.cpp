@@ -1,13 +1,15 @@
 // CUDA elementwise kernels against the CPU kernels on fresh random inputs: every unary,
 // binary, activation-gradient, comparison and where kernel registered for CUDA, each dtype it
 // supports, odd sizes,
-// transposed and step-sliced views, broadcast inputs, and one case past 2^31 elements.
+// transposed and step-sliced views, broadcast inputs, and one case past 2^31 elements; the
+// activations composed of elementwise ops, with their gradients.
 // Without a GPU every test is skipped with a message (CTest reports them as skipped).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -366,4 +368,40 @@ TEST(CudaElementwise, IsClose) {
   all.push_back(st::kBool);
   for (DType dt : all)  // loose tolerances so that both outcomes occur
     check_binary("isclose", [](const Tensor& a, const Tensor& b) { return st::isclose(a, b, 0.2, 0.5); }, dt, -3, 3);
+}
+
+// The activations composed of elementwise ops (src/nn/activations.cpp), values and gradients,
+// on the grid of their kinks and thresholds and on random inputs.
+TEST(CudaElementwise, ComposedActivationsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  namespace F = st::nn::functional;
+  const std::vector<std::pair<const char*, Unary>> acts = {
+      {"elu", [](const Tensor& x) { return F::elu(x, 0.7); }},
+      {"selu", [](const Tensor& x) { return F::selu(x); }},
+      {"celu", [](const Tensor& x) { return F::celu(x, 2.0); }},
+      {"softplus", [](const Tensor& x) { return F::softplus(x, 2.0, 20.0); }},
+      {"mish", [](const Tensor& x) { return F::mish(x); }},
+      {"logsigmoid", [](const Tensor& x) { return F::logsigmoid(x); }},
+      {"hardtanh", [](const Tensor& x) { return F::hardtanh(x, -2.0, 3.0); }},
+      {"relu6", [](const Tensor& x) { return F::relu6(x); }},
+      {"hardsigmoid", [](const Tensor& x) { return F::hardsigmoid(x); }},
+      {"hardswish", [](const Tensor& x) { return F::hardswish(x); }},
+      {"softsign", [](const Tensor& x) { return F::softsign(x); }},
+      {"glu", [](const Tensor& x) { return F::glu(x, 0); }},
+  };
+  const std::vector<double> kinks = {-100, -20, -3, -2, -1e-3, 0, 1e-3, 3, 6, 10, 20, 100};
+  for (DType dt : kFloat)
+    for (const auto& [name, f] : acts) {
+      const std::string what = std::string(name) + " " + std::string(st::dtype_name(dt));
+      for (const Tensor& x : {st::from_vector(kinks).to(dt), random({2, 1031}, dt, -8, 8)}) {
+        Tensor xc = x.clone().requires_grad_(), xg = gpu(x).requires_grad_();
+        const Tensor yc = f(xc), yg = f(xg);
+        expect_close(yc, yg, what);
+        const Tensor gy = random(yc.shape(), dt);
+        yc.backward(gy);
+        yg.backward(gpu(gy));
+        expect_close(xc.grad(), xg.grad(), what + " gradient");
+      }
+    }
 }

@@ -1,4 +1,4 @@
-// Activation layers: each forwards to its nn::functional counterpart.
+// Activation layers: each forwards to its nn::functional counterpart (PReLU holds its slopes).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +68,104 @@ class STRATA_API LogSoftmax : public Module {
   std::string name() const override { return "LogSoftmax"; }
 
   int64_t dim;
+};
+
+class STRATA_API ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0) : alpha(alpha) {}
+  Tensor forward(const Tensor& input) override { return functional::elu(input, alpha); }
+  std::string name() const override { return "ELU"; }
+
+  double alpha;
+};
+
+class STRATA_API SELU : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return functional::selu(input); }
+  std::string name() const override { return "SELU"; }
+};
+
+class STRATA_API CELU : public Module {
+ public:
+  explicit CELU(double alpha = 1.0) : alpha(alpha) {}
+  Tensor forward(const Tensor& input) override { return functional::celu(input, alpha); }
+  std::string name() const override { return "CELU"; }
+
+  double alpha;
+};
+
+class STRATA_API Softplus : public Module {
+ public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0) : beta(beta), threshold(threshold) {}
+  Tensor forward(const Tensor& input) override { return functional::softplus(input, beta, threshold); }
+  std::string name() const override { return "Softplus"; }
+
+  double beta, threshold;
+};
+
+class STRATA_API Mish : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return functional::mish(input); }
+  std::string name() const override { return "Mish"; }
+};
+
+class STRATA_API LogSigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return functional::logsigmoid(input); }
+  std::string name() const override { return "LogSigmoid"; }
+};
+
+class STRATA_API Hardtanh : public Module {
+ public:
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0) : min_val(min_val), max_val(max_val) {}
+  Tensor forward(const Tensor& input) override { return functional::hardtanh(input, min_val, max_val); }
+  std::string name() const override { return "Hardtanh"; }
+
+  double min_val, max_val;
+};
+
+class STRATA_API ReLU6 : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return functional::relu6(input); }
+  std::string name() const override { return "ReLU6"; }
+};
+
+class STRATA_API Hardsigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return functional::hardsigmoid(input); }
+  std::string name() const override { return "Hardsigmoid"; }
+};
+
+class STRATA_API Hardswish : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return functional::hardswish(input); }
+  std::string name() const override { return "Hardswish"; }
+};
+
+class STRATA_API Softsign : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return functional::softsign(input); }
+  std::string name() const override { return "Softsign"; }
+};
+
+class STRATA_API GLU : public Module {
+ public:
+  explicit GLU(int64_t dim = -1) : dim(dim) {}
+  Tensor forward(const Tensor& input) override { return functional::glu(input, dim); }
+  std::string name() const override { return "GLU"; }
+
+  int64_t dim;
+};
+
+/// A learned slope for negative inputs: one shared, or one per channel (dim 1 of the input).
+class STRATA_API PReLU : public Module {
+ public:
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "PReLU"; }
+
+  int64_t num_parameters;
+  Tensor weight;  // (num_parameters)
 };
 
 }  // namespace strata::nn

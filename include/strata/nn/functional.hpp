@@ -87,6 +87,35 @@ STRATA_API Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 STRATA_API Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 STRATA_API Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
+// Composed of elementwise ops with kernels on both devices (src/nn/activations.cpp),
+// with torch.nn.functional's formulas and its gradients at the kinks; floating inputs only.
+/// x for x > 0, alpha (e^x - 1) otherwise.
+STRATA_API Tensor elu(const Tensor& x, double alpha = 1.0);
+/// scale * elu(x, alpha) with the self-normalizing constants.
+STRATA_API Tensor selu(const Tensor& x);
+/// max(0, x) + min(0, alpha (e^(x / alpha) - 1)); alpha nonzero.
+STRATA_API Tensor celu(const Tensor& x, double alpha = 1.0);
+/// log(1 + e^(beta x)) / beta, and x itself where beta x > threshold; beta nonzero.
+STRATA_API Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+/// x tanh(softplus(x)).
+STRATA_API Tensor mish(const Tensor& x);
+/// log(sigmoid(x)), without overflow for large |x|.
+STRATA_API Tensor logsigmoid(const Tensor& x);
+/// x clamped to [min_val, max_val], with a zero gradient at and past the bounds (as PyTorch).
+STRATA_API Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+/// hardtanh(x, 0, 6).
+STRATA_API Tensor relu6(const Tensor& x);
+/// relu6(x + 3) / 6.
+STRATA_API Tensor hardsigmoid(const Tensor& x);
+/// x relu6(x + 3) / 6.
+STRATA_API Tensor hardswish(const Tensor& x);
+/// x / (1 + |x|).
+STRATA_API Tensor softsign(const Tensor& x);
+/// a * sigmoid(b) for the two halves a, b of x along dim (of even size).
+STRATA_API Tensor glu(const Tensor& x, int64_t dim = -1);
+/// x for x >= 0, weight * x otherwise; weight has 1 element or one per channel (dim 1 of x).
+STRATA_API Tensor prelu(const Tensor& x, const Tensor& weight);
+
 // ---- attention ---------------------------------------------------------------------------------
 
 /// softmax(q @ k^T * scale + mask) @ v for q (..., L, E), k (..., S, E), v (..., S, Ev); the
