@@ -67,6 +67,30 @@ struct Pow {
     }
   }
 };
+// C's fmod: the remainder of the truncated quotient, with a's sign (torch.fmod).
+struct Fmod {
+  template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      // zero divisors are refused before a kernel runs; -1 would overflow INT_MIN / -1
+      if (b == T(0) || (std::is_signed_v<T> && b == T(-1))) return T(0);
+      return T(a % b);
+    } else {
+      return std::fmod(a, b);
+    }
+  }
+};
+// Python's %: the remainder of the floored quotient, with b's sign (torch.remainder).
+struct Remainder {
+  template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const {
+    const T r = Fmod{}(a, b);
+    if constexpr (std::is_unsigned_v<T>) {
+      return r;
+    } else {
+      return r != T(0) && ((r < T(0)) != (b < T(0))) ? T(r + b) : r;
+    }
+  }
+};
+struct Atan2 { template <class T> STRATA_HOST_DEVICE T operator()(T a, T b) const { return std::atan2(a, b); } };
 struct Eq { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a == b; } };
 struct Ne { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a != b; } };
 struct Lt { template <class T> STRATA_HOST_DEVICE bool operator()(T a, T b) const { return a < b; } };

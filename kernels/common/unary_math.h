@@ -69,6 +69,19 @@ struct Silu {
 };
 struct Square { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return Mul{}(x, x); } };
 struct Reciprocal { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return T(1) / x; } };
+// The circular, hyperbolic and base-2/base-10 functions of <cmath>.
+struct Tan { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::tan(x); } };
+struct Asin { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::asin(x); } };
+struct Acos { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::acos(x); } };
+struct Atan { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::atan(x); } };
+struct Sinh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::sinh(x); } };
+struct Cosh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::cosh(x); } };
+struct Asinh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::asinh(x); } };
+struct Acosh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::acosh(x); } };
+struct Atanh { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::atanh(x); } };
+struct Log2 { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::log2(x); } };
+struct Log10 { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::log10(x); } };
+struct Exp2 { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::exp2(x); } };
 struct Log1p { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::log1p(x); } };
 struct Expm1 { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::expm1(x); } };
 struct Floor { template <class T> STRATA_HOST_DEVICE T operator()(T x) const { return std::floor(x); } };

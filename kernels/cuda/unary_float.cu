@@ -1,5 +1,5 @@
-// CUDA unary kernels of the floating-point ops (exp, log, ..., erf, the roundings) for f16,
-// bf16, f32, f64.
+// CUDA unary kernels of the floating-point ops (exp, log, ..., erf, the roundings, the
+// circular and hyperbolic functions) for f16, bf16, f32, f64.
 #include "../common/unary_math.h"
 #include "adapters.cuh"
 #include "elementwise.cuh"
@@ -35,6 +35,18 @@ STRATA_UNARY_FLOAT(math::Floor)
 STRATA_UNARY_FLOAT(math::Ceil)
 STRATA_UNARY_FLOAT(math::Round)
 STRATA_UNARY_FLOAT(math::Trunc)
+STRATA_UNARY_FLOAT(math::Tan)
+STRATA_UNARY_FLOAT(math::Asin)
+STRATA_UNARY_FLOAT(math::Acos)
+STRATA_UNARY_FLOAT(math::Atan)
+STRATA_UNARY_FLOAT(math::Sinh)
+STRATA_UNARY_FLOAT(math::Cosh)
+STRATA_UNARY_FLOAT(math::Asinh)
+STRATA_UNARY_FLOAT(math::Acosh)
+STRATA_UNARY_FLOAT(math::Atanh)
+STRATA_UNARY_FLOAT(math::Log2)
+STRATA_UNARY_FLOAT(math::Log10)
+STRATA_UNARY_FLOAT(math::Exp2)
 #undef STRATA_UNARY_FLOAT
 #undef STRATA_UNARY
 

@@ -7,6 +7,7 @@
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/ops/reduce.hpp>
 #include <strata/ops/unary.hpp>
 
 #include "autograd/views.h"
@@ -196,6 +197,9 @@ void register_binary_kernels(KernelTable& table) {
   table.set(OpId::maximum, CPU, kBool, cpu_binary<math::LogicalOr, DTypeSet::All, true>);   // max of bools = or
   table.set(OpId::minimum, CPU, kBool, cpu_binary<math::LogicalAnd, DTypeSet::All, true>);  // min of bools = and
   table.set(OpId::pow, CPU, kNumericDTypes, cpu_binary<math::Pow, DTypeSet::Numeric, false>);
+  table.set(OpId::fmod, CPU, kNumericDTypes, cpu_binary<math::Fmod, DTypeSet::Numeric, false>);
+  table.set(OpId::remainder, CPU, kNumericDTypes, cpu_binary<math::Remainder, DTypeSet::Numeric, false>);
+  table.set(OpId::atan2, CPU, kFloatDTypes, cpu_binary<math::Atan2, DTypeSet::Floating, false>);
   table.set(OpId::eq, CPU, kAllDTypes, cpu_binary<math::Eq, DTypeSet::All, true>);
   table.set(OpId::ne, CPU, kAllDTypes, cpu_binary<math::Ne, DTypeSet::All, true>);
   table.set(OpId::lt, CPU, kAllDTypes, cpu_binary<math::Lt, DTypeSet::All, true>);
@@ -318,6 +322,44 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   });
   return out;
 }
+namespace {
+// Integer division by zero has no value (and traps on x86): refused, as PyTorch's CPU does.
+Tensor modulo_op(OpId op, const Tensor& a, const Tensor& b) {
+  check_pair(a, b, op);
+  const DType t = result_type(a, b);
+  STRATA_CHECK(t != kBool, "[{}] not supported for bool tensors", op_name(op));
+  if (!is_floating(t)) {
+    NoGradGuard no_grad;
+    STRATA_CHECK(!any(b == 0).item<bool>(), "[{}] integer division by zero (a divisor in the {} operand of shape {})",
+                 op_name(op), t, b.shape());
+  }
+  return binary_op(op, a, b, Kind::Arith);
+}
+}  // namespace
+
+// d/db = -floor(a / b) and -trunc(a / b), away from the jumps (as PyTorch's)
+Tensor remainder(const Tensor& a, const Tensor& b) {
+  Tensor out = modulo_op(OpId::remainder, a, b);
+  autograd::record("remainder", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
+    return Grads{g[0], -(g[0] * floor(s[0] / s[1]))};
+  });
+  return out;
+}
+Tensor fmod(const Tensor& a, const Tensor& b) {
+  Tensor out = modulo_op(OpId::fmod, a, b);
+  autograd::record("fmod", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
+    return Grads{g[0], -(g[0] * trunc(s[0] / s[1]))};
+  });
+  return out;
+}
+Tensor atan2(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpId::atan2, a, b, Kind::TrueDiv);
+  autograd::record("atan2", {a, b}, {out}, {a, b}, [](const Grads& g, const Saved& s) {
+    const Tensor scale = g[0] / (s[0] * s[0] + s[1] * s[1]);
+    return Grads{scale * s[1], -(scale * s[0])};
+  });
+  return out;
+}
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(OpId::eq, a, b, Kind::Compare); }
 Tensor ne(const Tensor& a, const Tensor& b) { return binary_op(OpId::ne, a, b, Kind::Compare); }
 Tensor lt(const Tensor& a, const Tensor& b) { return binary_op(OpId::lt, a, b, Kind::Compare); }
@@ -335,6 +377,10 @@ Tensor sub(const Tensor& a, Scalar b) {
 Tensor mul(const Tensor& a, Scalar b) { return with_scalar(a, b, kMul, OpId::mul); }
 Tensor div(const Tensor& a, Scalar b) { return with_scalar(a, b, kDiv, OpId::div); }
 Tensor maximum(const Tensor& a, Scalar b) { return maximum(a, scalar_like(b, a, "maximum")); }
+Tensor remainder(const Tensor& a, Scalar b) { return remainder(a, scalar_like(b, a, "remainder")); }
+Tensor fmod(const Tensor& a, Scalar b) { return fmod(a, scalar_like(b, a, "fmod")); }
+Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }
+Tensor operator%(const Tensor& a, Scalar b) { return remainder(a, b); }
 Tensor minimum(const Tensor& a, Scalar b) { return minimum(a, scalar_like(b, a, "minimum")); }
 Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a, "eq")); }
 Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a, "ne")); }

@@ -144,6 +144,18 @@ void register_unary_kernels(KernelTable& table) {
   table.set(OpId::ceil, CPU, kFloatDTypes, cpu_unary<math::Ceil, DTypeSet::Floating>);
   table.set(OpId::round, CPU, kFloatDTypes, cpu_unary<math::Round, DTypeSet::Floating>);
   table.set(OpId::trunc, CPU, kFloatDTypes, cpu_unary<math::Trunc, DTypeSet::Floating>);
+  table.set(OpId::tan, CPU, kFloatDTypes, cpu_unary<math::Tan, DTypeSet::Floating>);
+  table.set(OpId::asin, CPU, kFloatDTypes, cpu_unary<math::Asin, DTypeSet::Floating>);
+  table.set(OpId::acos, CPU, kFloatDTypes, cpu_unary<math::Acos, DTypeSet::Floating>);
+  table.set(OpId::atan, CPU, kFloatDTypes, cpu_unary<math::Atan, DTypeSet::Floating>);
+  table.set(OpId::sinh, CPU, kFloatDTypes, cpu_unary<math::Sinh, DTypeSet::Floating>);
+  table.set(OpId::cosh, CPU, kFloatDTypes, cpu_unary<math::Cosh, DTypeSet::Floating>);
+  table.set(OpId::asinh, CPU, kFloatDTypes, cpu_unary<math::Asinh, DTypeSet::Floating>);
+  table.set(OpId::acosh, CPU, kFloatDTypes, cpu_unary<math::Acosh, DTypeSet::Floating>);
+  table.set(OpId::atanh, CPU, kFloatDTypes, cpu_unary<math::Atanh, DTypeSet::Floating>);
+  table.set(OpId::log2, CPU, kFloatDTypes, cpu_unary<math::Log2, DTypeSet::Floating>);
+  table.set(OpId::log10, CPU, kFloatDTypes, cpu_unary<math::Log10, DTypeSet::Floating>);
+  table.set(OpId::exp2, CPU, kFloatDTypes, cpu_unary<math::Exp2, DTypeSet::Floating>);
   table.set(OpId::neg, CPU, kNumericDTypes, cpu_unary<math::Neg, DTypeSet::Numeric>);
   table.set(OpId::abs, CPU, kNumericDTypes, cpu_unary<math::Abs, DTypeSet::Numeric>);
   table.set(OpId::sign, CPU, kNumericDTypes, cpu_unary<math::Sign, DTypeSet::Numeric>);
@@ -263,6 +275,56 @@ Tensor floor(const Tensor& x) { return rounding(OpId::floor, "floor", x); }
 Tensor ceil(const Tensor& x) { return rounding(OpId::ceil, "ceil", x); }
 Tensor round(const Tensor& x) { return rounding(OpId::round, "round", x); }
 Tensor trunc(const Tensor& x) { return rounding(OpId::trunc, "trunc", x); }
+
+// d/dx from the input or the output, whichever is cheaper; integer inputs give float32.
+Tensor tan(const Tensor& x) {
+  return with_grad("tan", x, unary_op(OpId::tan, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * y + 1); });
+}
+Tensor asin(const Tensor& x) {
+  return with_grad("asin", x, unary_op(OpId::asin, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g * rsqrt(1 - x * x); });
+}
+Tensor acos(const Tensor& x) {
+  return with_grad("acos", x, unary_op(OpId::acos, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return -(g * rsqrt(1 - x * x)); });
+}
+Tensor atan(const Tensor& x) {
+  return with_grad("atan", x, unary_op(OpId::atan, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * x + 1); });
+}
+Tensor sinh(const Tensor& x) {
+  return with_grad("sinh", x, unary_op(OpId::sinh, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g * cosh(x); });
+}
+Tensor cosh(const Tensor& x) {
+  return with_grad("cosh", x, unary_op(OpId::cosh, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g * sinh(x); });
+}
+Tensor asinh(const Tensor& x) {
+  return with_grad("asinh", x, unary_op(OpId::asinh, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g * rsqrt(x * x + 1); });
+}
+Tensor acosh(const Tensor& x) {
+  return with_grad("acosh", x, unary_op(OpId::acosh, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g * rsqrt((x - 1) * (x + 1)); });
+}
+Tensor atanh(const Tensor& x) {
+  return with_grad("atanh", x, unary_op(OpId::atanh, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (1 - x * x); });
+}
+Tensor log2(const Tensor& x) {
+  return with_grad("log2", x, unary_op(OpId::log2, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * 0.69314718055994530942); });
+}
+Tensor log10(const Tensor& x) {
+  return with_grad("log10", x, unary_op(OpId::log10, x, Kind::Float), true, false,
+                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * 2.30258509299404568402); });
+}
+Tensor exp2(const Tensor& x) {
+  return with_grad("exp2", x, unary_op(OpId::exp2, x, Kind::Float), false, true,
+                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * 0.69314718055994530942; });
+}
 
 Tensor square(const Tensor& x) {
   if (x.defined() && x.dtype() == kBool) return pow(x, 2);  // int64, as PyTorch's x ** 2

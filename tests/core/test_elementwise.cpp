@@ -57,6 +57,18 @@ const std::vector<UnaryCase>& unary_cases() {
       {"ceil", [](const Tensor& x) { return ceil(x); }, [](double x) { return std::ceil(x); }, false, -5, 5},
       {"round", [](const Tensor& x) { return round(x); }, [](double x) { return std::nearbyint(x); }, false, -5, 5},
       {"trunc", [](const Tensor& x) { return trunc(x); }, [](double x) { return std::trunc(x); }, false, -5, 5},
+      {"tan", [](const Tensor& x) { return tan(x); }, [](double x) { return std::tan(x); }, true, -1.2, 1.2},
+      {"asin", [](const Tensor& x) { return asin(x); }, [](double x) { return std::asin(x); }, true, -0.95, 0.95},
+      {"acos", [](const Tensor& x) { return acos(x); }, [](double x) { return std::acos(x); }, true, -0.95, 0.95},
+      {"atan", [](const Tensor& x) { return atan(x); }, [](double x) { return std::atan(x); }, true, -5, 5},
+      {"sinh", [](const Tensor& x) { return sinh(x); }, [](double x) { return std::sinh(x); }, true, -4, 4},
+      {"cosh", [](const Tensor& x) { return cosh(x); }, [](double x) { return std::cosh(x); }, true, -4, 4},
+      {"asinh", [](const Tensor& x) { return asinh(x); }, [](double x) { return std::asinh(x); }, true, -5, 5},
+      {"acosh", [](const Tensor& x) { return acosh(x); }, [](double x) { return std::acosh(x); }, true, 1.1, 10},
+      {"atanh", [](const Tensor& x) { return atanh(x); }, [](double x) { return std::atanh(x); }, true, -0.9, 0.9},
+      {"log2", [](const Tensor& x) { return log2(x); }, [](double x) { return std::log2(x); }, true, 0.1, 10},
+      {"log10", [](const Tensor& x) { return log10(x); }, [](double x) { return std::log10(x); }, true, 0.1, 10},
+      {"exp2", [](const Tensor& x) { return exp2(x); }, [](double x) { return std::exp2(x); }, true, -5, 5},
   };
   return cases;
 }
@@ -309,6 +321,64 @@ TEST(Binary, ScalarsAndInPlace) {
   EXPECT_TRUE(all_close(minimum(p, q), {0, 0, 0, 1}, 0, 0));
   EXPECT_TRUE(all_close(maximum(p.reshape({2, 2}), from_vector<bool>({true, false})), {1, 0, 1, 1}, 0, 0));
   EXPECT_TRUE(all_close(minimum(p, from_vector<bool>({true}).reshape({})), {0, 0, 1, 1}, 0, 0));
+}
+
+// remainder and fmod against the floored and truncated quotients taken in long double, torch's
+// documented examples, integer tables with every sign and the one overflowing quotient; atan2
+// in each quadrant.
+TEST(Binary, RemainderFmodAndAtan2) {
+  Generator g(7);
+  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const Tensor a = random_input({500}, t, -20, 20, g);
+    const Tensor mag = random_input({500}, t, 0.25, 4, g);
+    const Tensor b = where(rand({500}, {}, &g) < 0.5, -mag, mag);
+    const std::vector<double> va = values(a), vb = values(b);
+    std::vector<double> want_rem, want_fmod, want_atan2;
+    for (size_t i = 0; i < va.size(); ++i) {
+      const long double x = va[i], y = vb[i];
+      want_rem.push_back(static_cast<double>(x - y * std::floor(x / y)));
+      want_fmod.push_back(static_cast<double>(x - y * std::trunc(x / y)));
+      want_atan2.push_back(static_cast<double>(std::atan2(x, y)));
+    }
+    // the quotient's rounding in the reference moves a result by about an ulp of a, not of b
+    const double tol = strata::testing::rtol_for(t) * 40;
+    EXPECT_TRUE(all_close(remainder(a, b), want_rem, 0, tol));
+    EXPECT_TRUE(all_close(a % b, want_rem, 0, tol));
+    EXPECT_TRUE(all_close(fmod(a, b), want_fmod, 0, tol));
+    EXPECT_TRUE(all_close(atan2(a, b), want_atan2, strata::testing::rtol_for(t) * 2, strata::testing::rtol_for(t)));
+  }
+  // torch.remainder's and torch.fmod's documented examples
+  const Tensor x = from_vector<float>({-3, -2, -1, 1, 2, 3});
+  EXPECT_TRUE(all_close(remainder(x, 2), {1, 0, 1, 1, 0, 1}, 0, 0));
+  EXPECT_TRUE(all_close(fmod(x, 2), {-1, -0.0, -1, 1, 0, 1}, 0, 0));
+  EXPECT_TRUE(std::signbit(values(fmod(x, 2))[1]));  // fmod keeps a's sign, -0 too
+  const Tensor ints = from_vector<int64_t>({1, 2, 3, 4, 5});
+  EXPECT_EQ(remainder(ints, -1.5).dtype(), kFloat32);
+  EXPECT_TRUE(all_close(remainder(ints, -1.5), {-0.5, -1, 0, -0.5, -1}, 0, 0));
+  EXPECT_TRUE(all_close(fmod(ints, -1.5), {1, 0.5, 0, 1, 0.5}, 0, 0));
+  // integers: every sign, Python's % and C's %
+  for (DType t : {kInt64, kInt32, kInt8}) {
+    const Tensor ia = from_vector<int64_t>({-7, -7, 7, 7, 0, -6}).to(t);
+    const Tensor ib = from_vector<int64_t>({3, -3, 3, -3, 5, 3}).to(t);
+    EXPECT_EQ(remainder(ia, ib).dtype(), t);
+    EXPECT_TRUE(all_close(remainder(ia, ib), {2, -1, 1, -2, 0, 0}, 0, 0));
+    EXPECT_TRUE(all_close(fmod(ia, ib), {-1, -1, 1, 1, 0, 0}, 0, 0));
+    EXPECT_TRUE(strata::testing::throws_with([&] { remainder(ia, ib * 0); }, {"[remainder]", "division by zero"}));
+    EXPECT_TRUE(strata::testing::throws_with([&] { fmod(ia, 0); }, {"[fmod]", "division by zero"}));
+  }
+  EXPECT_TRUE(all_close(remainder(from_vector<uint8_t>({250, 7}), 6), {4, 1}, 0, 0));
+  // the most negative integer over -1 overflows the quotient; its remainder is 0
+  EXPECT_TRUE(all_close(remainder(from_vector<int8_t>({-128}), -1), {0}, 0, 0));
+  EXPECT_TRUE(all_close(fmod(from_vector<int64_t>({INT64_MIN}), -1), {0}, 0, 0));
+  // floating division by zero is NaN, as in C
+  EXPECT_TRUE(std::isnan(values(fmod(from_vector<float>({1}), 0))[0]));
+  EXPECT_TRUE(strata::testing::throws_with([] { remainder(ones({2}, kBool), ones({2}, kBool)); }, {"bool"}));
+  // atan2's quadrants and signed zeros: the angle of (b, a)
+  const double pi = 3.14159265358979323846;
+  const Tensor ys = from_vector<double>({1, 1, -1, -1, 0, -0.0}), xs = from_vector<double>({1, -1, -1, 1, -1, -1});
+  EXPECT_TRUE(all_close(atan2(ys, xs), {pi / 4, 3 * pi / 4, -3 * pi / 4, -pi / 4, pi, -pi}, 1e-15, 0));
+  EXPECT_EQ(atan2(from_vector<int32_t>({1}), from_vector<int32_t>({0})).dtype(), kFloat32);
 }
 
 // Integer arithmetic wraps around, as in PyTorch (it was signed overflow, which is undefined).

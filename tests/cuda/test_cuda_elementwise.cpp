@@ -91,6 +91,18 @@ TEST(CudaElementwise, Unary) {
       {"ceil", [](const Tensor& x) { return st::ceil(x); }, false, -3, 3},
       {"round", [](const Tensor& x) { return st::round(x); }, false, -3, 3},
       {"trunc", [](const Tensor& x) { return st::trunc(x); }, false, -3, 3},
+      {"tan", [](const Tensor& x) { return st::tan(x); }, true, -1.2, 1.2},
+      {"asin", [](const Tensor& x) { return st::asin(x); }, true, -0.95, 0.95},
+      {"acos", [](const Tensor& x) { return st::acos(x); }, true, -0.95, 0.95},
+      {"atan", [](const Tensor& x) { return st::atan(x); }, true, -5, 5},
+      {"sinh", [](const Tensor& x) { return st::sinh(x); }, true, -4, 4},
+      {"cosh", [](const Tensor& x) { return st::cosh(x); }, true, -4, 4},
+      {"asinh", [](const Tensor& x) { return st::asinh(x); }, true, -5, 5},
+      {"acosh", [](const Tensor& x) { return st::acosh(x); }, true, 1.1, 10},
+      {"atanh", [](const Tensor& x) { return st::atanh(x); }, true, -0.9, 0.9},
+      {"log2", [](const Tensor& x) { return st::log2(x); }, true, 0.1, 10},
+      {"log10", [](const Tensor& x) { return st::log10(x); }, true, 0.1, 10},
+      {"exp2", [](const Tensor& x) { return st::exp2(x); }, true, -5, 5},
       {"neg", [](const Tensor& x) { return st::neg(x); }, false, -3, 3},
       {"abs", [](const Tensor& x) { return st::abs(x); }, false, -3, 3},
       {"sign", [](const Tensor& x) { return st::sign(x); }, false, -3, 3},
@@ -145,6 +157,12 @@ TEST(CudaElementwise, Binary) {
       {"maximum", [](const Tensor& a, const Tensor& b) { return st::maximum(a, b); }, false, -3, 3},
       {"minimum", [](const Tensor& a, const Tensor& b) { return st::minimum(a, b); }, false, -3, 3},
       {"pow", [](const Tensor& a, const Tensor& b) { return st::pow(a, b); }, true, 0.5, 2},
+      // integer divisors of 0 raise: they are made 1
+      {"remainder", [](const Tensor& a, const Tensor& b) { return st::remainder(a * 7, st::where(b == 0, 1, b)); },
+       false, -2, 2},
+      {"fmod", [](const Tensor& a, const Tensor& b) { return st::fmod(a * 7, st::where(b == 0, 1, b)); }, false, -2,
+       2},
+      {"atan2", [](const Tensor& a, const Tensor& b) { return st::atan2(a, b - 1.25); }, true, 0.5, 2},
   };
   for (const auto& r : rows) {
     for (DType dt : kFloat) check_binary(r.name, r.f, dt, r.lo, r.hi);

@@ -15,6 +15,9 @@
   X(logical_not, 1, false) X(pow_scalar, 1, true) X(clamp, 1, true)                 \
   X(leaky_relu, 1, true) X(erf, 1, true) X(log1p, 1, true) X(expm1, 1, true)       \
   X(floor, 1, false) X(ceil, 1, false) X(round, 1, false) X(trunc, 1, false)        \
+  X(tan, 1, true) X(asin, 1, true) X(acos, 1, true) X(atan, 1, true)                \
+  X(sinh, 1, true) X(cosh, 1, true) X(asinh, 1, true) X(acosh, 1, true)             \
+  X(atanh, 1, true) X(log2, 1, true) X(log10, 1, true) X(exp2, 1, true)             \
   /* activation gradients: (grad, saved input or output) -> grad input */           \
   X(relu_backward, 2, true) X(gelu_backward, 2, true)                               \
   X(gelu_tanh_backward, 2, true) X(tanh_backward, 2, true)                          \
@@ -24,6 +27,7 @@
   X(maximum, 2, true) X(minimum, 2, true) X(pow, 2, true) X(eq, 2, false)           \
   X(ne, 2, false) X(lt, 2, false) X(le, 2, false) X(gt, 2, false) X(ge, 2, false)   \
   X(logical_and, 2, false) X(logical_or, 2, false) X(where, 3, true)                \
+  X(remainder, 2, true) X(fmod, 2, true) X(atan2, 2, true)                          \
   /* reductions */                                                                  \
   X(sum, 1, true) X(prod, 1, true) X(amax, 1, true) X(amin, 1, true)                \
   X(argmax, 1, false) X(argmin, 1, false) X(var, 1, true) X(logsumexp, 1, true)     \
@@ -50,4 +54,4 @@
   X(softmax_backward, 2, false) X(log_softmax_backward, 2, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 102
+#define STRATA_NUM_BUILTIN_OPS 117

@@ -29,6 +29,13 @@ STRATA_API Tensor ge(const Tensor& a, const Tensor& b);
 STRATA_API Tensor logical_and(const Tensor& a, const Tensor& b);
 STRATA_API Tensor logical_or(const Tensor& a, const Tensor& b);
 /// Elementwise cond ? a : b, broadcasting all three.
+/// The remainder of a / b: remainder's with the floored quotient (b's sign, Python's %, and
+/// operator%), fmod's with the truncated one (a's sign, C's fmod), as torch.remainder and
+/// torch.fmod. Integer operands raise on a zero divisor.
+STRATA_API Tensor remainder(const Tensor& a, const Tensor& b);
+STRATA_API Tensor fmod(const Tensor& a, const Tensor& b);
+/// The angle of the point (b, a), in (-pi, pi]; integer operands give float32.
+STRATA_API Tensor atan2(const Tensor& a, const Tensor& b);
 STRATA_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 STRATA_API Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
 STRATA_API Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
@@ -42,6 +49,8 @@ STRATA_API Tensor mul(const Tensor& a, Scalar b);
 STRATA_API Tensor div(const Tensor& a, Scalar b);
 STRATA_API Tensor maximum(const Tensor& a, Scalar b);
 STRATA_API Tensor minimum(const Tensor& a, Scalar b);
+STRATA_API Tensor remainder(const Tensor& a, Scalar b);
+STRATA_API Tensor fmod(const Tensor& a, Scalar b);
 STRATA_API Tensor eq(const Tensor& a, Scalar b);
 STRATA_API Tensor ne(const Tensor& a, Scalar b);
 STRATA_API Tensor lt(const Tensor& a, Scalar b);
@@ -64,6 +73,8 @@ STRATA_API Tensor operator+(Scalar a, const Tensor& b);
 STRATA_API Tensor operator-(Scalar a, const Tensor& b);
 STRATA_API Tensor operator*(Scalar a, const Tensor& b);
 STRATA_API Tensor operator/(Scalar a, const Tensor& b);
+STRATA_API Tensor operator%(const Tensor& a, const Tensor& b);
+STRATA_API Tensor operator%(const Tensor& a, Scalar b);
 STRATA_API Tensor operator==(const Tensor& a, const Tensor& b);
 STRATA_API Tensor operator!=(const Tensor& a, const Tensor& b);
 STRATA_API Tensor operator<(const Tensor& a, const Tensor& b);

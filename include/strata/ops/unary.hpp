@@ -44,6 +44,21 @@ STRATA_API Tensor floor(const Tensor& x);
 STRATA_API Tensor ceil(const Tensor& x);
 STRATA_API Tensor round(const Tensor& x);
 STRATA_API Tensor trunc(const Tensor& x);
+/// The circular and hyperbolic functions and their inverses, and the base-2 and base-10
+/// logarithm and exponential; integer inputs give float32. Outside a function's domain the
+/// result is NaN (asin(2), log2(-1)), as in PyTorch.
+STRATA_API Tensor tan(const Tensor& x);
+STRATA_API Tensor asin(const Tensor& x);
+STRATA_API Tensor acos(const Tensor& x);
+STRATA_API Tensor atan(const Tensor& x);
+STRATA_API Tensor sinh(const Tensor& x);
+STRATA_API Tensor cosh(const Tensor& x);
+STRATA_API Tensor asinh(const Tensor& x);
+STRATA_API Tensor acosh(const Tensor& x);
+STRATA_API Tensor atanh(const Tensor& x);
+STRATA_API Tensor log2(const Tensor& x);
+STRATA_API Tensor log10(const Tensor& x);
+STRATA_API Tensor exp2(const Tensor& x);
 STRATA_API Tensor square(const Tensor& x);
 STRATA_API Tensor reciprocal(const Tensor& x);
 STRATA_API Tensor logical_not(const Tensor& x);

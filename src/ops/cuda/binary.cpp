@@ -96,6 +96,9 @@ void register_cuda_binary_kernels(KernelTable& table) {
   table.set(OpId::maximum, CUDA, kBool, cuda_logical<math::LogicalOr>);   // max of bools = or
   table.set(OpId::minimum, CUDA, kBool, cuda_logical<math::LogicalAnd>);  // min of bools = and
   table.set(OpId::pow, CUDA, kNumericDTypes, cuda_binary<math::Pow, DTypeSet::Numeric, false>);
+  table.set(OpId::fmod, CUDA, kNumericDTypes, cuda_binary<math::Fmod, DTypeSet::Numeric, false>);
+  table.set(OpId::remainder, CUDA, kNumericDTypes, cuda_binary<math::Remainder, DTypeSet::Numeric, false>);
+  table.set(OpId::atan2, CUDA, kFloatDTypes, cuda_binary<math::Atan2, DTypeSet::Floating, false>);
   table.set(OpId::eq, CUDA, kAllDTypes, cuda_binary<math::Eq, DTypeSet::All, true>);
   table.set(OpId::ne, CUDA, kAllDTypes, cuda_binary<math::Ne, DTypeSet::All, true>);
   table.set(OpId::lt, CUDA, kAllDTypes, cuda_binary<math::Lt, DTypeSet::All, true>);

@@ -71,6 +71,18 @@ void register_cuda_unary_kernels(KernelTable& table) {
   table.set(OpId::ceil, CUDA, kFloatDTypes, cuda_unary<math::Ceil, DTypeSet::Floating>);
   table.set(OpId::round, CUDA, kFloatDTypes, cuda_unary<math::Round, DTypeSet::Floating>);
   table.set(OpId::trunc, CUDA, kFloatDTypes, cuda_unary<math::Trunc, DTypeSet::Floating>);
+  table.set(OpId::tan, CUDA, kFloatDTypes, cuda_unary<math::Tan, DTypeSet::Floating>);
+  table.set(OpId::asin, CUDA, kFloatDTypes, cuda_unary<math::Asin, DTypeSet::Floating>);
+  table.set(OpId::acos, CUDA, kFloatDTypes, cuda_unary<math::Acos, DTypeSet::Floating>);
+  table.set(OpId::atan, CUDA, kFloatDTypes, cuda_unary<math::Atan, DTypeSet::Floating>);
+  table.set(OpId::sinh, CUDA, kFloatDTypes, cuda_unary<math::Sinh, DTypeSet::Floating>);
+  table.set(OpId::cosh, CUDA, kFloatDTypes, cuda_unary<math::Cosh, DTypeSet::Floating>);
+  table.set(OpId::asinh, CUDA, kFloatDTypes, cuda_unary<math::Asinh, DTypeSet::Floating>);
+  table.set(OpId::acosh, CUDA, kFloatDTypes, cuda_unary<math::Acosh, DTypeSet::Floating>);
+  table.set(OpId::atanh, CUDA, kFloatDTypes, cuda_unary<math::Atanh, DTypeSet::Floating>);
+  table.set(OpId::log2, CUDA, kFloatDTypes, cuda_unary<math::Log2, DTypeSet::Floating>);
+  table.set(OpId::log10, CUDA, kFloatDTypes, cuda_unary<math::Log10, DTypeSet::Floating>);
+  table.set(OpId::exp2, CUDA, kFloatDTypes, cuda_unary<math::Exp2, DTypeSet::Floating>);
   table.set(OpId::neg, CUDA, kNumericDTypes, cuda_unary<math::Neg, DTypeSet::Numeric>);
   table.set(OpId::abs, CUDA, kNumericDTypes, cuda_unary<math::Abs, DTypeSet::Numeric>);
   table.set(OpId::sign, CUDA, kNumericDTypes, cuda_unary<math::Sign, DTypeSet::Numeric>);
