@@ -49,6 +49,7 @@
 #include <strata/nn/module.hpp>
 #include <strata/nn/normalization.hpp>
 #include <strata/nn/pooling.hpp>
+#include <strata/nn/recurrent.hpp>
 #include <strata/nn/resample.hpp>
 #include <strata/nn/transformer.hpp>
 

@@ -1,0 +1,195 @@
+// Recurrent layers as in torch.nn: RNN (Elman, tanh or relu), LSTM and GRU over whole sequences,
+// and the one-step RNNCell, LSTMCell and GRUCell. Parameter names, shapes, registration order,
+// gate order and initialization match PyTorch's, so a PyTorch state_dict loads. They are composed
+// of tensor ops (linear, sigmoid, tanh, ...), so they run on every device and differentiate like
+// any other graph. Not supported: LSTM's proj_size, and packed sequences (pad the batch instead).
+//
+//   nn::LSTM lstm(10, 20, {.num_layers = 2, .bidirectional = true});
+//   auto [output, h_n, c_n] = lstm.forward_with_state(x);  // x (L, N, 10): output (L, N, 40), h_n (4, N, 20)
+//
+// The gates are stacked along the rows of each weight and bias, hidden_size rows apiece: LSTM
+// (i, f, g, o), GRU (r, z, n), with GRU's n = tanh(W_in x + b_in + r * (W_hn h + b_hn)).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <strata/core/generator.hpp>
+#include <strata/nn/module.hpp>
+
+namespace strata::nn {
+
+struct RNNOptions {
+  int64_t num_layers = 1;
+  std::string nonlinearity = "tanh";  // "tanh" or "relu"
+  bool bias = true;                   // bias_ih and bias_hh
+  bool batch_first = false;           // input and output (N, L, *) rather than (L, N, *); the states keep N second
+  double dropout = 0;                 // on the output of every layer but the last, in training; in [0, 1)
+  bool bidirectional = false;
+  Generator* generator = nullptr;  // initial values and dropout masks; default_generator() when null
+};
+
+/// LSTM's and GRU's options: RNN's without the nonlinearity.
+struct RecurrentOptions {
+  int64_t num_layers = 1;
+  bool bias = true;
+  bool batch_first = false;
+  double dropout = 0;
+  bool bidirectional = false;
+  Generator* generator = nullptr;
+};
+using LSTMOptions = RecurrentOptions;
+using GRUOptions = RecurrentOptions;
+
+/// The parameters of one layer in one direction (gates = 1 for RNN, 4 for LSTM, 3 for GRU).
+struct RecurrentWeights {
+  Tensor weight_ih;  // (gates * hidden_size, the layer's input features)
+  Tensor weight_hh;  // (gates * hidden_size, hidden_size)
+  Tensor bias_ih;    // (gates * hidden_size), undefined without bias
+  Tensor bias_hh;    // (gates * hidden_size), undefined without bias
+};
+
+/// RNNBase::forward_with_state's result. With S = num_layers * num_directions:
+struct RNNOutput {
+  Tensor output;  // (L, N, num_directions * hidden_size): the last layer's h at every step
+  Tensor h_n;     // (S, N, hidden_size): each layer's and direction's final h; (S, hidden_size) unbatched
+  Tensor c_n;     // LSTM's final cell states, shaped as h_n; undefined for RNN and GRU
+};
+
+/// What RNN, LSTM and GRU share: the parameters of every layer and direction, and the loop over
+/// layers, directions and time steps.
+class STRATA_API RNNBase : public Module {
+ public:
+  /// input (L, N, input_size), (N, L, input_size) with batch_first, or unbatched (L, input_size);
+  /// the initial states h0 (and c0 for LSTM) of shape (S, N, hidden_size), or (S, hidden_size) for
+  /// an unbatched input, default zeros; LSTM takes both or neither. output is (N, L, *) with
+  /// batch_first and (L, *) unbatched. Raises Error naming the layer for any other shape.
+  RNNOutput forward_with_state(const Tensor& input, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
+  /// forward_with_state(input).output.
+  Tensor forward(const Tensor& input) override;
+  /// Re-draws every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch.
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t input_size, hidden_size;
+  int64_t num_directions;  // 2 when bidirectional, else 1
+  RecurrentOptions options;
+  /// Layer k's parameters: its forward direction at k * num_directions, its reverse one after it.
+  std::vector<RecurrentWeights> all_weights;
+
+ protected:
+  /// Registers the parameters of `gates` gates per layer and direction; `layer` names the class
+  /// in errors; with_cell_state for LSTM's c.
+  RNNBase(const std::string& layer, int64_t gates, bool with_cell_state, int64_t input_size, int64_t hidden_size,
+          RecurrentOptions options);
+  /// One time step of one layer and direction: updates h (N, hidden_size), and c for LSTM, given
+  /// xw, the step's input through weight_ih and bias_ih (N, gates * hidden_size).
+  virtual void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const = 0;
+
+ private:
+  std::string description_;  // "LSTM(10, 20, num_layers=2)", for errors
+  bool with_cell_state_;
+};
+
+/// h' = tanh(W_ih x + b_ih + W_hh h + b_hh) (or relu).
+class STRATA_API RNN : public RNNBase {
+ public:
+  RNN(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+  std::string name() const override { return "RNN"; }
+
+  std::string nonlinearity;
+
+ protected:
+  void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const override;
+};
+
+class STRATA_API LSTM : public RNNBase {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, LSTMOptions options = {});
+  std::string name() const override { return "LSTM"; }
+
+ protected:
+  void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const override;
+};
+
+class STRATA_API GRU : public RNNBase {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, GRUOptions options = {});
+  std::string name() const override { return "GRU"; }
+
+ protected:
+  void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const override;
+};
+
+// ---- cells: one time step ----------------------------------------------------------------------
+
+struct RNNCellOptions {
+  bool bias = true;
+  std::string nonlinearity = "tanh";  // "tanh" or "relu"
+  Generator* generator = nullptr;     // initial values; default_generator() when null
+};
+
+/// LSTMCell's and GRUCell's options: RNNCell's without the nonlinearity.
+struct RecurrentCellOptions {
+  bool bias = true;
+  Generator* generator = nullptr;
+};
+using LSTMCellOptions = RecurrentCellOptions;
+using GRUCellOptions = RecurrentCellOptions;
+
+/// LSTMCell's result: the next hidden and cell states.
+struct LSTMState {
+  Tensor h;
+  Tensor c;
+};
+
+/// What the cells share: the parameters, under PyTorch's names, and their initialization.
+class STRATA_API RNNCellBase : public Module {
+ public:
+  /// Re-draws every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch.
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t input_size, hidden_size;
+  Tensor weight_ih;  // (gates * hidden_size, input_size)
+  Tensor weight_hh;  // (gates * hidden_size, hidden_size)
+  Tensor bias_ih;    // (gates * hidden_size), undefined without bias
+  Tensor bias_hh;    // (gates * hidden_size), undefined without bias
+
+ protected:
+  RNNCellBase(const std::string& layer, int64_t gates, int64_t input_size, int64_t hidden_size, bool bias,
+              Generator* gen);
+};
+
+/// input (N, input_size) or unbatched (input_size); the states (N, hidden_size) or
+/// (hidden_size) to match, default zeros. Raises Error naming the cell for any other shape.
+class STRATA_API RNNCell : public RNNCellBase {
+ public:
+  RNNCell(int64_t input_size, int64_t hidden_size, RNNCellOptions options = {});
+  /// The next hidden state.
+  Tensor forward(const Tensor& input, const Tensor& hx);
+  Tensor forward(const Tensor& input) override { return forward(input, Tensor()); }
+  std::string name() const override { return "RNNCell"; }
+
+  std::string nonlinearity;
+};
+
+class STRATA_API LSTMCell : public RNNCellBase {
+ public:
+  LSTMCell(int64_t input_size, int64_t hidden_size, LSTMCellOptions options = {});
+  /// The next hidden and cell states; hx and cx are given together or not at all.
+  LSTMState forward_with_state(const Tensor& input, const Tensor& hx = Tensor(), const Tensor& cx = Tensor());
+  /// forward_with_state(input).h.
+  Tensor forward(const Tensor& input) override { return forward_with_state(input).h; }
+  std::string name() const override { return "LSTMCell"; }
+};
+
+class STRATA_API GRUCell : public RNNCellBase {
+ public:
+  GRUCell(int64_t input_size, int64_t hidden_size, GRUCellOptions options = {});
+  /// The next hidden state.
+  Tensor forward(const Tensor& input, const Tensor& hx);
+  Tensor forward(const Tensor& input) override { return forward(input, Tensor()); }
+  std::string name() const override { return "GRUCell"; }
+};
+
+}  // namespace strata::nn

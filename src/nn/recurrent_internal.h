@@ -1,0 +1,33 @@
+// The one-step updates and the checks shared by the recurrent layers (nn/recurrent.cpp) and the
+// cells (nn/recurrent_cells.cpp, which defines them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <strata/core/generator.hpp>
+#include <strata/nn/recurrent.hpp>
+
+namespace strata::nn::detail {
+
+// Each step takes xw, the input through weight_ih and bias_ih (N, gates * H), the states (N, H)
+// and the hidden weights; the gates follow PyTorch's order (see include/strata/nn/recurrent.hpp).
+
+/// h' = act(xw + W_hh h + b_hh), act relu or tanh.
+Tensor rnn_step(const Tensor& xw, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh, bool relu);
+/// c' = f * c + i * g, h' = o * tanh(c').
+LSTMState lstm_step(const Tensor& xw, const Tensor& h, const Tensor& c, const Tensor& weight_hh,
+                    const Tensor& bias_hh);
+/// h' = (1 - z) * n + z * h.
+Tensor gru_step(const Tensor& xw, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh);
+
+/// Raises Error naming `layer` unless both sizes are positive.
+void check_recurrent_sizes(const std::string& layer, int64_t input_size, int64_t hidden_size);
+/// Raises Error naming `layer` unless nonlinearity is "tanh" or "relu".
+void check_nonlinearity(const std::string& layer, const std::string& nonlinearity);
+/// U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) for every parameter, in order, as
+/// torch.nn.RNNBase.reset_parameters and RNNCellBase.reset_parameters.
+void init_recurrent_parameters(const std::vector<Tensor>& parameters, int64_t hidden_size, Generator* gen);
+
+}  // namespace strata::nn::detail
