@@ -13,6 +13,8 @@
 #include <strata/ops/join.hpp>
 #include <strata/ops/unary.hpp>
 
+#include "nn/stable_math.h"
+
 namespace strata::nn::functional {
 
 namespace {
@@ -30,13 +32,8 @@ Tensor in_float(const Tensor& x, F f) {
 }
 
 Tensor below_zero(const Tensor& x) { return clamp(x, std::nullopt, 0); }
-Tensor above_zero(const Tensor& x) { return clamp(x, 0, std::nullopt); }
 
-// log(1 + e^x) for any x, and its gradient sigmoid(x) everywhere (0.5 at 0).
-Tensor log1p_exp(const Tensor& x) {
-  const Tensor neg = below_zero(x), pos = above_zero(x);
-  return where(x < 0, log1p(exp(neg)), pos + log1p(exp(-pos)));
-}
+using detail::log1p_exp;
 
 }  // namespace
 

@@ -204,4 +204,101 @@ STRATA_API Tensor binary_cross_entropy_with_logits(const Tensor& input, const Te
 STRATA_API Tensor kl_div(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
                          bool log_target = false);
 
+// The losses below (src/nn/loss_extra.cpp) convert targets, labels and weights of any number
+// dtype but bool to the input's dtype. Labels of 1 and -1 are not checked, as in PyTorch.
+
+struct BCEOptions {
+  Tensor weight;  // broadcasts to the input
+  std::string reduction = "mean";
+};
+
+/// -w [y log(x) + (1 - y) log(1 - x)] for probabilities x and targets y in [0, 1] (others raise
+/// Error), each log clamped at -100 as in PyTorch, so x = 0 or 1 gives a finite loss. The
+/// gradient is this formula's: 0 through a clamped log, where PyTorch divides by
+/// max(x (1 - x), 1e-12) instead.
+STRATA_API Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCEOptions& options = {});
+
+/// 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta), for d = input - target; delta > 0.
+STRATA_API Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
+                             double delta = 1.0);
+
+/// log(1 + exp(-y x)) for labels y of 1 or -1, without overflow.
+STRATA_API Tensor soft_margin_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean");
+
+/// max(0, -y (x1 - x2) + margin) for labels y of 1 (x1 should rank higher) or -1; x1, x2 and y
+/// of one shape.
+STRATA_API Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                                      double margin = 0, std::string_view reduction = "mean");
+
+/// x where y = 1, max(0, margin - x) where y = -1 (both terms for any other label), for
+/// distances x.
+STRATA_API Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin = 1.0,
+                                       std::string_view reduction = "mean");
+
+/// 1 - cos(x1, x2) where y = 1, max(0, cos(x1, x2) - margin) where y = -1, 0 for other labels;
+/// x1 and x2 of shape (N, D) with y (N), or (D) with a 0-d y. As in PyTorch, cos is
+/// <x1, x2> / sqrt((|x1|^2 + 1e-12) (|x2|^2 + 1e-12)), not cosine_similarity.
+STRATA_API Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                                        double margin = 0, std::string_view reduction = "mean");
+
+struct TripletMarginLossOptions {
+  double margin = 1.0;
+  double p = 2;       // the norm of the distances
+  double eps = 1e-6;  // added to the differences, as pairwise_distance
+  bool swap = false;  // take min(d(a, n), d(p, n)) as the negative's distance
+  std::string reduction = "mean";
+};
+
+/// max(0, margin + d(a, p) - d(a, n)) with d = pairwise_distance over the last dim, for anchor,
+/// positive and negative of one shape ((N, D) or (D)).
+STRATA_API Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                                      const TripletMarginLossOptions& options = {});
+
+struct PoissonNLLLossOptions {
+  bool log_input = true;  // the input is log(rate), else the rate
+  bool full = false;      // add Stirling's approximation of log(y!) where y > 1
+  double eps = 1e-8;      // added to the rate before its log when !log_input
+  std::string reduction = "mean";
+};
+
+/// exp(x) - y x when log_input, else x - y log(x + eps); full adds y log y - y + 0.5 log(2 pi y)
+/// where y > 1.
+STRATA_API Tensor poisson_nll_loss(const Tensor& input, const Tensor& target,
+                                   const PoissonNLLLossOptions& options = {});
+
+struct GaussianNLLLossOptions {
+  bool full = false;  // add 0.5 log(2 pi)
+  double eps = 1e-6;  // the least variance
+  std::string reduction = "mean";
+};
+
+/// 0.5 (log v + (x - y)^2 / v) [+ 0.5 log(2 pi)] with v = max(var, eps), whose gradient passes to
+/// var unchanged (PyTorch clamps under no_grad). var (non-negative, else Error) has the input's
+/// shape, or one variance per row of the last dim: that shape without its last dim or with a
+/// last dim of 1. The target has the input's shape or broadcasts to it.
+STRATA_API Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var,
+                                    const GaussianNLLLossOptions& options = {});
+
+struct MultiLabelSoftMarginLossOptions {
+  Tensor weight;  // (C) per-class weight, broadcasting to the input
+  std::string reduction = "mean";
+};
+
+/// -w [y log sigmoid(x) + (1 - y) log sigmoid(-x)] averaged over the classes, for input and
+/// target of shape (N, C) or (C): one loss per sample, (N) or (), before the reduction.
+STRATA_API Tensor multilabel_soft_margin_loss(const Tensor& input, const Tensor& target,
+                                              const MultiLabelSoftMarginLossOptions& options = {});
+
+// ---- distances (src/nn/distance.cpp) -----------------------------------------------------------
+
+/// sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps)) along dim, the norms clamped as in PyTorch
+/// (the gradient passes to them unchanged). x1 and x2 broadcast; the result drops dim.
+STRATA_API Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+/// ||x1 - x2 + eps||_p over the last dim of x1 and x2 (broadcast); eps is added to each
+/// difference, as in PyTorch.
+STRATA_API Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2, double eps = 1e-6,
+                                    bool keepdim = false);
+/// x / max(||x||_p, eps) along dim.
+STRATA_API Tensor normalize(const Tensor& x, double p = 2, int64_t dim = 1, double eps = 1e-12);
+
 }  // namespace strata::nn::functional
