@@ -44,6 +44,7 @@
 #include <strata/nn/functional_conv.hpp>
 #include <strata/nn/functional_resample.hpp>
 #include <strata/nn/init.hpp>
+#include <strata/nn/instancenorm.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/nn/loss.hpp>
 #include <strata/nn/module.hpp>

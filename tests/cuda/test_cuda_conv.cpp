@@ -531,3 +531,31 @@ TEST(CudaResample, PadInterpolateAndConv1dMatchCpu) {
     ops.pop_back();
   }
 }
+
+TEST(CudaChannelLayers, Pool1dInstanceNormDropoutAndPixelShuffleMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
+      {"max_pool1d", [](const Tensor& x) { return F::max_pool1d(x.flatten(2), 3, {2, 1}); }},
+      {"avg_pool1d", [](const Tensor& x) { return F::avg_pool1d(x.flatten(2), 4, {3, 2, false, false}); }},
+      {"adaptive_avg_pool1d", [](const Tensor& x) { return F::adaptive_avg_pool1d(x.flatten(2), 5); }},
+      {"instance_norm", [](const Tensor& x) { return F::instance_norm(x); }},
+      {"dropout2d", [](const Tensor& x) {
+         st::Generator g(11);  // the same Philox stream on both devices
+         return F::dropout2d(x, 0.3, true, &g);
+       }},
+      {"pixel_shuffle", [](const Tensor& x) { return F::pixel_shuffle(x, 2); }},
+  };
+  for (DType dt : {st::kFloat32, st::kFloat64})
+    for (const auto& [what, op] : ops) {
+      SCOPED_TRACE(what + " " + name(dt));
+      const Tensor x = random({2, 8, 7, 9}, dt);
+      Tensor xc = leaf(x), xg = leaf(gpu(x));
+      const Tensor yc = op(xc), yg = op(xg);
+      const Tensor gy = random(yc.shape(), dt);
+      yc.backward(gy);
+      yg.backward(gpu(gy));
+      expect_close(yc, yg, elem_tol(dt), "output");
+      expect_close(xc.grad(), xg.grad(), elem_tol(dt), "input gradient");
+    }
+}

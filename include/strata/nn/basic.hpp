@@ -1,9 +1,10 @@
-// Shape-only layers: Flatten (merges a range of dims, a view when the strides allow) and
-// Identity.
+// Shape-only layers: Flatten (merges a range of dims, a view when the strides allow), Unflatten
+// (splits one dim) and Identity.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <strata/nn/module.hpp>
 
@@ -16,6 +17,17 @@ class STRATA_API Flatten : public Module {
   std::string name() const override { return "Flatten"; }
 
   int64_t start_dim, end_dim;
+};
+
+class STRATA_API Unflatten : public Module {
+ public:
+  /// sizes' product must equal the size of dim; one entry may be -1 (inferred).
+  Unflatten(int64_t dim, Shape sizes) : dim(dim), sizes(std::move(sizes)) {}
+  Tensor forward(const Tensor& input) override { return input.unflatten(dim, sizes); }
+  std::string name() const override { return "Unflatten"; }
+
+  int64_t dim;
+  Shape sizes;
 };
 
 class STRATA_API Identity : public Module {

@@ -20,4 +20,25 @@ class STRATA_API Dropout : public Module {
   Generator* generator;
 };
 
+/// Dropout1d and Dropout2d: whole channels dropped (functional::dropout1d, dropout2d).
+class STRATA_API Dropout1d : public Module {
+ public:
+  explicit Dropout1d(double p = 0.5, Generator* gen = nullptr);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "Dropout1d"; }
+
+  double p;
+  Generator* generator;
+};
+
+class STRATA_API Dropout2d : public Module {
+ public:
+  explicit Dropout2d(double p = 0.5, Generator* gen = nullptr);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "Dropout2d"; }
+
+  double p;
+  Generator* generator;
+};
+
 }  // namespace strata::nn

@@ -58,6 +58,10 @@ STRATA_API Tensor embedding(const Tensor& indices, const Tensor& weight,
 /// Zeroes each element with probability p and scales the rest by 1 / (1 - p), in training
 /// only; p in [0, 1]. The mask is drawn from gen (default_generator() when null).
 STRATA_API Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+/// Channel dropout: whole channels of (N, C, L) or (C, L) (dropout1d) and of (N, C, H, W) or
+/// (C, H, W) (dropout2d) are zeroed with probability p, the rest scaled by 1 / (1 - p).
+STRATA_API Tensor dropout1d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+STRATA_API Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 
 // ---- normalization ---------------------------------------------------------------------------
 

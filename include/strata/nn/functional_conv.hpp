@@ -142,6 +142,29 @@ STRATA_API Tensor avg_pool2d(const Tensor& input, Size2 kernel_size, const AvgPo
 /// Average over the windows [floor(i * In / Out), ceil((i + 1) * In / Out)) of each dim.
 STRATA_API Tensor adaptive_avg_pool2d(const Tensor& input, Size2 output_size);
 
+// ---- 1-d pooling: the 2-d ops over a height-1 view of (N, C, L) or (C, L) -----------------
+
+struct MaxPool1dArgs {
+  std::optional<int64_t> stride;  // default: the kernel size
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  bool ceil_mode = false;
+};
+
+struct AvgPool1dArgs {
+  std::optional<int64_t> stride;  // default: the kernel size
+  int64_t padding = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+
+STRATA_API Tensor max_pool1d(const Tensor& input, int64_t kernel_size, const MaxPool1dArgs& args = {});
+/// indices: the argmax's position along L.
+STRATA_API MaxPoolResult max_pool1d_with_indices(const Tensor& input, int64_t kernel_size,
+                                                 const MaxPool1dArgs& args = {});
+STRATA_API Tensor avg_pool1d(const Tensor& input, int64_t kernel_size, const AvgPool1dArgs& args = {});
+STRATA_API Tensor adaptive_avg_pool1d(const Tensor& input, int64_t output_size);
+
 // ---- batch normalization -----------------------------------------------------------------
 
 struct BatchNormArgs {
@@ -157,6 +180,20 @@ struct BatchNormArgs {
 STRATA_API Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                              const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                              const BatchNormArgs& args = {});
+
+struct InstanceNormArgs {
+  bool use_input_stats = true;  // each instance's own statistics (else the running ones)
+  double momentum = 0.1;
+  double eps = 1e-5;
+};
+
+/// input (N, C, *) normalized per instance and channel over the remaining dims, as
+/// torch.nn.functional.instance_norm: batch_norm over the (1, N * C, *) view. running_mean and
+/// running_var (C), when defined, move by momentum towards the batch's mean instance statistics
+/// (with use_input_stats), or normalize (without). weight, bias: (C) or undefined.
+STRATA_API Tensor instance_norm(const Tensor& input, const Tensor& running_mean = Tensor(),
+                                const Tensor& running_var = Tensor(), const Tensor& weight = Tensor(),
+                                const Tensor& bias = Tensor(), const InstanceNormArgs& args = {});
 
 /// relu(batch_norm(input, ...) + residual), residual optional (same shape as input), with
 /// the normalization, the residual add and the ReLU in one pass over the data: ResNet's

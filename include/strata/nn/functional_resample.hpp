@@ -59,4 +59,9 @@ struct InterpolateArgs {
 /// torch.nn.functional.interpolate; float16/bfloat16 compute in float32 and round once.
 STRATA_API Tensor interpolate(const Tensor& input, const InterpolateArgs& args);
 
+/// (*, C * r^2, H, W) -> (*, C, H * r, W * r), as torch.nn.functional.pixel_shuffle, and its
+/// inverse (*, C, H * r, W * r) -> (*, C * r^2, H, W).
+STRATA_API Tensor pixel_shuffle(const Tensor& input, int64_t upscale_factor);
+STRATA_API Tensor pixel_unshuffle(const Tensor& input, int64_t downscale_factor);
+
 }  // namespace strata::nn::functional

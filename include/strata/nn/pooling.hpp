@@ -1,4 +1,4 @@
-// Pooling layers: MaxPool2d, AvgPool2d and AdaptiveAvgPool2d, with torch.nn's arguments
+// Pooling layers: MaxPool1d/2d, AvgPool1d/2d and AdaptiveAvgPool1d/2d, with torch.nn's arguments
 // and defaults (stride = kernel_size). They hold no parameters; each forwards to the
 // nn::functional op of its name. Inputs are (N, C, H, W) or (C, H, W), NCHW or channels-last.
 //
@@ -44,6 +44,36 @@ class STRATA_API AdaptiveAvgPool2d : public Module {
   std::string name() const override { return "AdaptiveAvgPool2d"; }
 
   Size2 output_size;
+};
+
+class STRATA_API MaxPool1d : public Module {
+ public:
+  explicit MaxPool1d(int64_t kernel_size, functional::MaxPool1dArgs options = {});
+  Tensor forward(const Tensor& input) override;
+  functional::MaxPoolResult forward_with_indices(const Tensor& input);
+  std::string name() const override { return "MaxPool1d"; }
+
+  int64_t kernel_size;
+  functional::MaxPool1dArgs options;
+};
+
+class STRATA_API AvgPool1d : public Module {
+ public:
+  explicit AvgPool1d(int64_t kernel_size, functional::AvgPool1dArgs options = {});
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "AvgPool1d"; }
+
+  int64_t kernel_size;
+  functional::AvgPool1dArgs options;
+};
+
+class STRATA_API AdaptiveAvgPool1d : public Module {
+ public:
+  explicit AdaptiveAvgPool1d(int64_t output_size);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "AdaptiveAvgPool1d"; }
+
+  int64_t output_size;
 };
 
 }  // namespace strata::nn

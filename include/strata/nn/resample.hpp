@@ -113,4 +113,22 @@ class STRATA_API Upsample : public Module {
   functional::InterpolateArgs args;
 };
 
+class STRATA_API PixelShuffle : public Module {
+ public:
+  explicit PixelShuffle(int64_t upscale_factor) : upscale_factor(upscale_factor) {}
+  Tensor forward(const Tensor& input) override { return functional::pixel_shuffle(input, upscale_factor); }
+  std::string name() const override { return "PixelShuffle"; }
+
+  int64_t upscale_factor;
+};
+
+class STRATA_API PixelUnshuffle : public Module {
+ public:
+  explicit PixelUnshuffle(int64_t downscale_factor) : downscale_factor(downscale_factor) {}
+  Tensor forward(const Tensor& input) override { return functional::pixel_unshuffle(input, downscale_factor); }
+  std::string name() const override { return "PixelUnshuffle"; }
+
+  int64_t downscale_factor;
+};
+
 }  // namespace strata::nn
