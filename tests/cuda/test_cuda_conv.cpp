@@ -559,3 +559,23 @@ TEST(CudaChannelLayers, Pool1dInstanceNormDropoutAndPixelShuffleMatchCpu) {
       expect_close(xc.grad(), xg.grad(), elem_tol(dt), "input gradient");
     }
 }
+
+TEST(CudaChannelLayers, EmbeddingBagMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const Tensor idx = st::randint(0, 50, {400}, st::kInt64), off = st::from_vector<int64_t>({0, 3, 3, 90, 250, 399});
+  const Tensor psw = random({400}, st::kFloat32);
+  for (auto mode : {st::nn::EmbeddingBagMode::Sum, st::nn::EmbeddingBagMode::Mean, st::nn::EmbeddingBagMode::Max}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    const Tensor w = random({50, 16}, st::kFloat32);
+    Tensor wc = leaf(w), wg = leaf(gpu(w));
+    const bool sum = mode == st::nn::EmbeddingBagMode::Sum;
+    const Tensor yc = F::embedding_bag(idx, wc, {off, mode, sum ? psw : Tensor(), false, 7});
+    const Tensor yg = F::embedding_bag(gpu(idx), wg, {gpu(off), mode, sum ? gpu(psw) : Tensor(), false, 7});
+    const Tensor gy = random(yc.shape(), st::kFloat32);
+    yc.backward(gy);
+    yg.backward(gpu(gy));
+    expect_close(yc, yg, elem_tol(st::kFloat32), "output");
+    expect_close(wc.grad(), wg.grad(), grad_tol(st::kFloat32), "weight gradient");
+  }
+}

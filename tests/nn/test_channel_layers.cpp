@@ -1,7 +1,7 @@
-// 1-d pooling, instance norm, channel dropout, pixel shuffle and Unflatten against float64
-// references written here with plain loops (windows by their definition, per-instance
-// statistics, the pixel shuffle's index map); finite differences; the layers' parameters,
-// buffers and modes; bad input.
+// 1-d pooling, instance norm, channel dropout, pixel shuffle, Unflatten and EmbeddingBag against
+// float64 references written here with plain loops (windows by their definition, per-instance
+// statistics, the pixel shuffle's index map, each bag's rows); finite differences; the layers'
+// parameters, buffers and modes; bad input.
 #include <algorithm>
 #include <cmath>
 
@@ -255,4 +255,70 @@ TEST(Unflatten, SplitsOneDim) {
   EXPECT_EQ(y.shape(), (Shape{2, 3, 4}));
   EXPECT_TRUE(all_close(y, values(x), 0, 0));
   EXPECT_THROW(nn::Unflatten(1, {5, -1})(x), Error);
+}
+
+// ---- EmbeddingBag --------------------------------------------------------------------------
+
+TEST(EmbeddingBag, SumMeanAndMaxOfEachBag) {
+  Generator g(67);
+  nn::EmbeddingBag bag(10, 4, {.mode = nn::EmbeddingBagMode::Sum, .padding_idx = 2, .generator = &g});
+  bag.to(kFloat64);
+  EXPECT_TRUE(all_close(bag.weight[2], {0, 0, 0, 0}, 0, 0));  // the padding row starts at zero
+  const std::vector<double> w = values(bag.weight);
+  auto row = [&](int64_t i, int64_t d) { return w[static_cast<size_t>(i * 4 + d)]; };
+  // bags {1, 2, 4}, {} and {9, 9, 0, 2}: offsets (0, 3, 3); index 2 is padding and is left out
+  const Tensor idx = from_vector<int64_t>({1, 2, 4, 9, 9, 0, 2}), offsets = from_vector<int64_t>({0, 3, 3});
+  const std::vector<std::vector<int64_t>> bags = {{1, 4}, {}, {9, 9, 0}};
+  for (auto mode : {nn::EmbeddingBagMode::Sum, nn::EmbeddingBagMode::Mean, nn::EmbeddingBagMode::Max}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    bag.options.mode = mode;
+    std::vector<double> want;
+    for (const auto& b : bags)
+      for (int64_t d = 0; d < 4; ++d) {
+        double acc = mode == nn::EmbeddingBagMode::Max ? -INFINITY : 0;
+        for (int64_t i : b) acc = mode == nn::EmbeddingBagMode::Max ? std::max(acc, row(i, d)) : acc + row(i, d);
+        if (b.empty()) acc = 0;
+        else if (mode == nn::EmbeddingBagMode::Mean) acc /= static_cast<double>(b.size());
+        want.push_back(acc);
+      }
+    EXPECT_TRUE(all_close(bag.forward(idx, offsets), want, 1e-14, 1e-14));
+    // the same bags with the last offset included
+    EXPECT_TRUE(all_close(F::embedding_bag(idx, bag.weight, {from_vector<int64_t>({0, 3, 3, 7}), mode, {}, true, 2}),
+                          want, 1e-14, 1e-14));
+  }
+  bag.options.mode = nn::EmbeddingBagMode::Mean;
+  const Tensor rows = from_vector<int64_t>({3, 5, 3, 7, 8, 1}).view({2, 3});
+  EXPECT_TRUE(all_close(bag(rows), values(F::embedding_bag(rows.reshape({-1}), bag.weight,
+                                                             {from_vector<int64_t>({0, 3})})),
+                        1e-14, 1e-14));
+  // per-sample weights scale each row of a sum
+  const Tensor psw = from_vector<double>({2, 1, -1, 0.5, 0.5, 3, 1});
+  std::vector<double> want_weighted;
+  for (int64_t d = 0; d < 4; ++d) want_weighted.push_back(2 * row(1, d) - row(4, d));
+  for (int64_t d = 0; d < 4; ++d) want_weighted.push_back(0);
+  for (int64_t d = 0; d < 4; ++d) want_weighted.push_back(0.5 * row(9, d) + 0.5 * row(9, d) + 3 * row(0, d));
+  EXPECT_TRUE(all_close(F::embedding_bag(idx, bag.weight, {offsets, nn::EmbeddingBagMode::Sum, psw, false, 2}),
+                        want_weighted, 1e-14, 1e-14));
+}
+
+TEST(EmbeddingBag, GradientsAndBadInput) {
+  Generator g(68);
+  Tensor w = randn({6, 3}, kFloat64, &g).requires_grad_();
+  Tensor psw = randn({5}, kFloat64, &g).requires_grad_();
+  const Tensor idx = from_vector<int64_t>({0, 5, 5, 2, 3}), off = from_vector<int64_t>({0, 2});
+  for (auto mode : {nn::EmbeddingBagMode::Sum, nn::EmbeddingBagMode::Mean, nn::EmbeddingBagMode::Max})
+    EXPECT_TRUE(gradcheck([&](V in) { return F::embedding_bag(idx, in[0], {off, mode}); }, {w}));
+  EXPECT_TRUE(gradcheck([&](V in) { return F::embedding_bag(idx, in[0], {off, nn::EmbeddingBagMode::Sum, in[1]}); },
+                        {w, psw}));
+  const Tensor weight = randn({6, 3});
+  EXPECT_TRUE(throws_with([&] { F::embedding_bag(idx, weight); }, {"[embedding_bag]", "offsets"}));
+  EXPECT_TRUE(throws_with([&] { F::embedding_bag(idx, weight, {from_vector<int64_t>({1, 2})}); }, {"first offset"}));
+  EXPECT_TRUE(throws_with([&] { F::embedding_bag(idx, weight, {from_vector<int64_t>({0, 4, 2})}); }, {"ascending"}));
+  EXPECT_TRUE(throws_with([&] { F::embedding_bag(from_vector<int64_t>({0, 6}), weight, {from_vector<int64_t>({0})}); },
+                          {"out of range"}));
+  EXPECT_TRUE(throws_with([&] { F::embedding_bag(idx, weight, {off, nn::EmbeddingBagMode::Mean, ones({5})}); },
+                          {"per_sample_weights", "Sum"}));
+  EXPECT_TRUE(throws_with([&] { F::embedding_bag(idx, weight, {off, nn::EmbeddingBagMode::Sum, {}, true}); },
+                          {"include_last_offset"}));
+  EXPECT_TRUE(throws_with([&] { nn::EmbeddingBag(4, 2, {.padding_idx = 4}); }, {"[EmbeddingBag]", "padding_idx"}));
 }

@@ -1,6 +1,7 @@
 // Embedding: a lookup table of num_embeddings vectors of embedding_dim, indexed by int64 or
 // int32 tensors of any shape. Weight initialized from N(0, 1) as in PyTorch, with the
-// padding_idx row (if any) zero and excluded from gradient updates.
+// padding_idx row (if any) zero and excluded from gradient updates. EmbeddingBag reduces bags of
+// lookups.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include <strata/core/generator.hpp>
+#include <strata/nn/functional.hpp>
 #include <strata/nn/module.hpp>
 
 namespace strata::nn {
@@ -28,6 +30,31 @@ class STRATA_API Embedding : public Module {
   int64_t num_embeddings, embedding_dim;
   std::optional<int64_t> padding_idx;  // normalized to [0, num_embeddings)
   Tensor weight;                       // (num_embeddings, embedding_dim)
+};
+
+struct EmbeddingBagOptions {
+  EmbeddingBagMode mode = EmbeddingBagMode::Mean;
+  std::optional<int64_t> padding_idx;  // entries of this index are left out of their bag
+  bool include_last_offset = false;    // offsets has B + 1 entries, the last the number of indices
+  Generator* generator = nullptr;
+};
+
+/// Sums, means or maxima of bags of embeddings without materializing the (indices, dim)
+/// lookup in the caller, as torch.nn.EmbeddingBag; its weight is an Embedding's.
+class STRATA_API EmbeddingBag : public Module {
+ public:
+  EmbeddingBag(int64_t num_embeddings, int64_t embedding_dim, EmbeddingBagOptions options = {});
+  /// indices (B, N): each row a bag; or 1-d indices with offsets (B), each bag starting at its
+  /// offset. per_sample_weights (indices' shape) scale the rows (Sum only). -> (B, embedding_dim)
+  Tensor forward(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights = Tensor());
+  /// forward(indices, {}) for 2-d indices.
+  Tensor forward(const Tensor& indices) override;
+  std::string name() const override { return "EmbeddingBag"; }
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t num_embeddings, embedding_dim;
+  EmbeddingBagOptions options;  // padding_idx normalized to [0, num_embeddings)
+  Tensor weight;                // (num_embeddings, embedding_dim)
 };
 
 }  // namespace strata::nn

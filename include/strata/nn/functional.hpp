@@ -35,6 +35,9 @@ struct CrossEntropyParams {
   double total_weight = 0;
 };
 
+/// How EmbeddingBag reduces each bag.
+enum class EmbeddingBagMode : uint8_t { Sum, Mean, Max };
+
 /// Parameters of the dropout kernel: drop probability and the Philox draw.
 struct DropoutParams {
   double p = 0.5;
@@ -58,6 +61,17 @@ STRATA_API Tensor embedding(const Tensor& indices, const Tensor& weight,
 /// Zeroes each element with probability p and scales the rest by 1 / (1 - p), in training
 /// only; p in [0, 1]. The mask is drawn from gen (default_generator() when null).
 STRATA_API Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+struct EmbeddingBagArgs {
+  Tensor offsets;             // 1-d indices: where each bag starts (int64/int32, ascending from 0)
+  EmbeddingBagMode mode = EmbeddingBagMode::Mean;
+  Tensor per_sample_weights;  // of the indices' shape, Sum only
+  bool include_last_offset = false;
+  std::optional<int64_t> padding_idx;
+};
+
+/// The rows of weight picked by each bag of indices, reduced: torch.nn.functional.embedding_bag.
+/// indices (B, N) are B bags of N, or 1-d with args.offsets; an empty bag gives zeros. -> (B, dim)
+STRATA_API Tensor embedding_bag(const Tensor& indices, const Tensor& weight, const EmbeddingBagArgs& args = {});
 /// Channel dropout: whole channels of (N, C, L) or (C, L) (dropout1d) and of (N, C, H, W) or
 /// (C, H, W) (dropout2d) are zeroed with probability p, the rest scaled by 1 / (1 - p).
 STRATA_API Tensor dropout1d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
