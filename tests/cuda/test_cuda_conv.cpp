@@ -532,7 +532,7 @@ TEST(CudaResample, PadInterpolateAndConv1dMatchCpu) {
   }
 }
 
-TEST(CudaChannelLayers, Pool1dInstanceNormDropoutAndPixelShuffleMatchCpu) {
+TEST(CudaChannelLayers, PoolingInstanceNormDropoutAndPixelShuffleMatchCpu) {
   SKIP_WITHOUT_GPU();
   SEED_TRACE();
   std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
@@ -545,6 +545,8 @@ TEST(CudaChannelLayers, Pool1dInstanceNormDropoutAndPixelShuffleMatchCpu) {
          return F::dropout2d(x, 0.3, true, &g);
        }},
       {"pixel_shuffle", [](const Tensor& x) { return F::pixel_shuffle(x, 2); }},
+      {"adaptive_max_pool2d", [](const Tensor& x) { return F::adaptive_max_pool2d(x, {3, 4}); }},
+      {"adaptive_max_pool2d divisible", [](const Tensor& x) { return F::adaptive_max_pool2d(x, {7, 3}); }},
   };
   for (DType dt : {st::kFloat32, st::kFloat64})
     for (const auto& [what, op] : ops) {

@@ -3,6 +3,7 @@
 // statistics, the pixel shuffle's index map, each bag's rows); finite differences; the layers'
 // parameters, buffers and modes; bad input.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "nn/nn_testing.h"
@@ -321,4 +322,37 @@ TEST(EmbeddingBag, GradientsAndBadInput) {
   EXPECT_TRUE(throws_with([&] { F::embedding_bag(idx, weight, {off, nn::EmbeddingBagMode::Sum, {}, true}); },
                           {"include_last_offset"}));
   EXPECT_TRUE(throws_with([&] { nn::EmbeddingBag(4, 2, {.padding_idx = 4}); }, {"[EmbeddingBag]", "padding_idx"}));
+}
+
+// ---- adaptive max pooling ------------------------------------------------------------------
+
+TEST(AdaptiveMaxPool, MatchesTheWindowsDefinition) {
+  Generator g(69);
+  const std::vector<std::array<int64_t, 4>> sizes = {{7, 9, 3, 4}, {8, 6, 4, 3}, {5, 5, 5, 2}, {6, 7, 1, 1}};
+  for (auto [h, w, oh, ow] : sizes) {
+    SCOPED_TRACE(fmt::format("{}x{} -> {}x{}", h, w, oh, ow));
+    const Tensor x = randn({2, 3, h, w}, kFloat64, &g);
+    const std::vector<double> xv = values(x);
+    std::vector<double> want;
+    for (int64_t nc = 0; nc < 6; ++nc)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double best = -INFINITY;
+          for (int64_t y = i * h / oh; y < ((i + 1) * h + oh - 1) / oh; ++y)
+            for (int64_t z = j * w / ow; z < ((j + 1) * w + ow - 1) / ow; ++z)
+              best = std::max(best, xv[static_cast<size_t>((nc * h + y) * w + z)]);
+          want.push_back(best);
+        }
+    const Tensor y = nn::AdaptiveMaxPool2d({oh, ow})(x);
+    EXPECT_EQ(y.shape(), (Shape{2, 3, oh, ow}));
+    EXPECT_TRUE(all_close(y, want, 0, 0));
+    EXPECT_TRUE(all_close(F::adaptive_max_pool2d(x[1], {oh, ow}), values(y[1]), 0, 0));  // unbatched
+    Tensor leaf = x.clone().requires_grad_();
+    EXPECT_TRUE(gradcheck([oh, ow](V in) { return F::adaptive_max_pool2d(in[0], {oh, ow}); }, {leaf}));
+  }
+  const Tensor seq = randn({2, 3, 10}, kFloat64, &g);
+  EXPECT_TRUE(all_close(nn::AdaptiveMaxPool1d(4)(seq), values(F::adaptive_max_pool2d(seq.unsqueeze(2), {1, 4})), 0, 0));
+  EXPECT_TRUE(throws_with([] { nn::AdaptiveMaxPool2d({0, 2}); }, {"[AdaptiveMaxPool2d]", "positive"}));
+  EXPECT_TRUE(throws_with([] { F::adaptive_max_pool2d(randn({2, 3}), {1, 1}); }, {"(N, C, H, W)"}));
+  EXPECT_TRUE(throws_with([] { F::adaptive_max_pool1d(randn({2, 3, 4, 5}), 2); }, {"(N, C, L)"}));
 }

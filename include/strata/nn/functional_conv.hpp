@@ -165,6 +165,13 @@ STRATA_API MaxPoolResult max_pool1d_with_indices(const Tensor& input, int64_t ke
 STRATA_API Tensor avg_pool1d(const Tensor& input, int64_t kernel_size, const AvgPool1dArgs& args = {});
 STRATA_API Tensor adaptive_avg_pool1d(const Tensor& input, int64_t output_size);
 
+/// Maximum over the windows [floor(i * In / Out), ceil((i + 1) * In / Out)) of each dim, of
+/// (N, C, H, W) or (C, H, W) (2d) and (N, C, L) or (C, L) (1d): max_pool2d's kernel when the
+/// sizes divide, else one amax per output row and column (max is separable). The gradient goes
+/// to the maximum (shared evenly among equal maxima on the second path).
+STRATA_API Tensor adaptive_max_pool2d(const Tensor& input, Size2 output_size);
+STRATA_API Tensor adaptive_max_pool1d(const Tensor& input, int64_t output_size);
+
 // ---- batch normalization -----------------------------------------------------------------
 
 struct BatchNormArgs {

@@ -76,4 +76,22 @@ class STRATA_API AdaptiveAvgPool1d : public Module {
   int64_t output_size;
 };
 
+class STRATA_API AdaptiveMaxPool1d : public Module {
+ public:
+  explicit AdaptiveMaxPool1d(int64_t output_size);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "AdaptiveMaxPool1d"; }
+
+  int64_t output_size;
+};
+
+class STRATA_API AdaptiveMaxPool2d : public Module {
+ public:
+  explicit AdaptiveMaxPool2d(Size2 output_size);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "AdaptiveMaxPool2d"; }
+
+  Size2 output_size;
+};
+
 }  // namespace strata::nn
