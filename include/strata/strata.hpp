@@ -22,6 +22,7 @@
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/autograd/graph.hpp>
 
+#include <strata/ops/advanced_index.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/compare.hpp>
 #include <strata/ops/creation.hpp>
@@ -30,6 +31,7 @@
 #include <strata/ops/matmul.hpp>
 #include <strata/ops/reduce.hpp>
 #include <strata/ops/sort.hpp>
+#include <strata/ops/statistics.hpp>
 #include <strata/ops/unary.hpp>
 
 #include <strata/nn/activation.hpp>

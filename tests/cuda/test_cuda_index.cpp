@@ -560,6 +560,79 @@ TEST(CudaIndex, ComposedSelectionsAndRearrangements) {
   expect_same(w.grad(), gw.grad(), "masked_select backward");
 }
 
+// The statistics and advanced-indexing ops (src/ops/statistics.cpp, unique.cpp,
+// advanced_index.cpp, diagonal.cpp) give the CPU's results and gradients on the device.
+TEST(CudaIndex, StatisticsAndAdvancedIndexingMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  for (DType dt : {st::kFloat32, st::kFloat64, st::kInt64, st::kInt32}) {
+    const Tensor raw = ordering_values({6, 9}, dt);
+    const Tensor x = st::where(st::eq(raw, 0), 0, raw);  // -0.0 and 0.0 would be one value of either sign
+    const Tensor gx = gpu(x);
+    const st::MedianResult m = st::median(x, 1), gm = st::median(gx, 1);
+    expect_same(m.values, gm.values, tag("median", dt));
+    expect_same(m.indices, gm.indices, tag("median indices", dt));
+    const st::MedianResult n = st::nanmedian(x.t(), 1, true), gn = st::nanmedian(gx.t(), 1, true);
+    expect_same(n.values, gn.values, tag("nanmedian", dt));
+    expect_same(n.indices, gn.indices, tag("nanmedian indices", dt));
+    expect_same(st::median(x), st::median(gx), tag("median of all", dt));
+    const st::UniqueResult u = st::unique(x, true, true, true), gu = st::unique(gx, true, true, true);
+    expect_same(u.values, gu.values, tag("unique", dt));
+    expect_same(u.inverse, gu.inverse, tag("unique inverse", dt));
+    expect_same(u.counts, gu.counts, tag("unique counts", dt));
+    const Tensor rows = st::clamp(x, -1, 1);  // repeated rows likely
+    const st::UniqueResult ud = st::unique(rows, true, true, true, 1);
+    const st::UniqueResult gud = st::unique(gpu(rows), true, true, true, 1);
+    expect_same(ud.values, gud.values, tag("unique dim", dt));
+    expect_same(ud.inverse, gud.inverse, tag("unique dim inverse", dt));
+    const st::UniqueResult c = st::unique_consecutive(rows, true, true);
+    const st::UniqueResult gc = st::unique_consecutive(gpu(rows), true, true);
+    expect_same(c.values, gc.values, tag("unique_consecutive", dt));
+    expect_same(c.counts, gc.counts, tag("unique_consecutive counts", dt));
+    const Tensor sorted = std::get<0>(st::sort(x.flatten())), probes = ordering_values({4, 5}, dt);
+    expect_same(st::searchsorted(sorted, probes), st::searchsorted(gpu(sorted), gpu(probes)), tag("searchsorted", dt));
+    expect_same(st::bucketize(probes, sorted, true), st::bucketize(gpu(probes), gpu(sorted), true),
+                tag("bucketize", dt));
+    const Tensor i = random_index({4, 2}, 6, st::kInt64), j = random_index({2}, 9, st::kInt32);
+    expect_same(st::index(x, {i, j}), st::index(gx, {gpu(i), gpu(j)}), tag("index", dt));
+    const Tensor mask = random({6, 9}, st::kFloat32, 0, 1) > 0.5;
+    expect_same(st::index(x, {mask}), st::index(gx, {gpu(mask)}), tag("index mask", dt));
+    const Tensor v = random({4, 2}, dt, -3, 3);
+    expect_same(st::index_put(x, {i, j}, v), st::index_put(gx, {gpu(i), gpu(j)}, gpu(v)), tag("index_put", dt));
+    expect_same(st::index_put(x, {i, j}, v, true), st::index_put(gx, {gpu(i), gpu(j)}, gpu(v), true),
+                tag("index_put accumulate", dt), add_tol(dt));
+    expect_same(st::diagonal(x, 2), st::diagonal(gx, 2), tag("diagonal", dt));
+    expect_same(st::diag(x.t(), -1), st::diag(gx.t(), -1), tag("diag", dt));
+    expect_same(st::trace(x), st::trace(gx), tag("trace", dt));
+  }
+  for (DType dt : {st::kFloat32, st::kFloat64}) {
+    const Tensor x = ordering_values({5, 8}, dt), gx = gpu(x);
+    const Tensor q = random({3}, dt, 0, 1);
+    const double rel = dt == st::kFloat32 ? 1e-6 : 1e-12;
+    for (const char* mode : {"linear", "lower", "higher", "midpoint", "nearest"}) {
+      expect_same(st::quantile(x, q, 1, false, mode), st::quantile(gx, gpu(q), 1, false, mode),
+                  tag(std::string("quantile ") + mode, dt), rel);
+      expect_same(st::nanquantile(x, 0.3, std::nullopt, true, mode),
+                  st::nanquantile(gx, 0.3, std::nullopt, true, mode), tag(std::string("nanquantile ") + mode, dt),
+                  rel);
+    }
+  }
+  // gradients through median, quantile, index, index_put and diag on the device
+  Tensor w = random({5, 6}, st::kFloat64, -1, 1), gw = gpu(w), v = random({3}, st::kFloat64), gv = gpu(v);
+  for (Tensor* t : {&w, &gw, &v, &gv}) t->requires_grad_();
+  const Tensor rows = random_index({3}, 5, st::kInt64), cols = random_index({3}, 6, st::kInt64);
+  const Tensor q = st::tensor({0.2, 0.9}).to(st::kFloat64);
+  auto loss = [&](const Tensor& a, const Tensor& b, const Tensor& r, const Tensor& c, const Tensor& qq) {
+    return st::median(a, 1).values.sum() + st::median(a) + st::quantile(a, qq, 0).sum() +
+           st::index(a, {r, c}).square().sum() + st::index_put(a, {r, c}, b).square().sum() +
+           st::index_put(a, {r}, b.unsqueeze(1), true).sum() + st::diag(a, 1).square().sum();
+  };
+  loss(w, v, rows, cols, q).backward();
+  loss(gw, gv, gpu(rows), gpu(cols), gpu(q)).backward();
+  expect_same(w.grad(), gw.grad(), "statistics and indexing backward (x)", 1e-12);
+  expect_same(v.grad(), gv.grad(), "statistics and indexing backward (values)", 1e-12);
+}
+
 TEST(CudaIndex, MoreThan2To31Elements) {
   SKIP_WITHOUT_GPU();
   const int64_t cols = (int64_t(1) << 30) + 7;
