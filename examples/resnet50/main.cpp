@@ -48,7 +48,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--zero-init-residual", o.zero_init_residual, "start each block's last BatchNorm at gamma 0");
   app.add_flag("--channels-last", o.channels_last, "feed the network channels-last (NHWC) batches");
   app.add_flag("--cudnn-benchmark", o.cudnn_benchmark, "let cuDNN pick the fastest algorithms (GPU only)");
-  app.add_flag("--amp", o.amp, "mixed precision training (not available yet)");
+  app.add_flag("--amp", o.amp,
+               "mixed precision: bfloat16 autocast on the CPU, float16 autocast with loss scaling on CUDA");
   app.add_option("--workers", o.workers, "DataLoader worker threads (0: load in the training thread)")
       ->check(example::at_least(0));
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all, at most 1024)");
@@ -103,7 +104,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    STRATA_CHECK(!o.amp, "[resnet50] --amp: mixed precision training is not available yet; run without --amp");
     example::set_threads("resnet50", o.threads);
     st::manual_seed(o.seed);
     if (o.lr == 0) o.lr = o.optimizer == "lamb" ? 5e-3 : 0.1 * static_cast<double>(o.batch) / 256;
@@ -155,8 +155,14 @@ int main(int argc, char** argv) {
 
     auto opt = make_optimizer(model, o);
     st::optim::WarmupDecayLR schedule(*opt, o.warmup, o.steps, o.min_lr, st::optim::WarmupDecayLR::Decay::Cosine);
+    // float16 needs loss scaling; bfloat16 has float32's range and does without
+    st::amp::GradScaler scaler({.enabled = o.amp && device.type == st::DeviceType::CUDA});
     st::io::TrainingState state{.model = &model, .optimizer = opt.get(), .scheduler = st::io::stateful(schedule),
                                 .config = run_config(o, data)};
+    if (scaler.is_enabled()) state.scaler = st::io::stateful(scaler);
+    if (o.amp)
+      std::printf("mixed precision: %s autocast%s\n", device.is_cuda() ? "float16" : "bfloat16",
+                  scaler.is_enabled() ? " with loss scaling" : "");
     int64_t start = 0;
     if (o.resume) {
       const st::io::Checkpoint progress = example::resume(o.checkpoint, state, "resnet50");
@@ -168,7 +174,7 @@ int main(int argc, char** argv) {
       std::printf("nothing to run: the checkpoint is at step %lld of %lld\n", (long long)start, (long long)end);
       return 0;
     }
-    const double ips = train(o, model, *opt, schedule, data, loader, val_loader.get(), device, state, start);
+    const double ips = train(o, model, *opt, schedule, scaler, data, loader, val_loader.get(), device, state, start);
     if (end - start > o.timing_warmup)
       std::printf("mean throughput %.2f images/s (after the first %lld steps)\n", ips, (long long)o.timing_warmup);
     else

@@ -5,10 +5,10 @@
 // continues exactly (--checkpoint, --resume).
 //
 // Note [Exact resume]: a checkpoint holds the model (with BatchNorm's running statistics), the
-// optimizer, the schedule, the default generator and the loader's position (epoch and batches
-// delivered); the images are a function of (seed, index, epoch), so a resumed run sees the
-// batches the uninterrupted one would have and, on the CPU with the same thread count, logs the
-// same losses.
+// optimizer, the grad scaler (--amp on a GPU), the schedule, the default generator and the
+// loader's position (epoch and batches delivered); the images are a function of (seed, index,
+// epoch), so a resumed run sees the batches the uninterrupted one would have and, on the CPU with
+// the same thread count, logs the same losses.
 //
 // Throughput: the first `timing_warmup` steps are left out of the final images/s, as they
 // include one-off costs (allocator growth, worker start-up, first-touch of the weights).
@@ -160,6 +160,7 @@ inline std::map<std::string, std::string> run_config(const Options& o, const Tra
       {"momentum", o.optimizer == "sgd" ? fmt::format("{}", o.momentum) : "-"},
       {"nesterov", o.optimizer == "sgd" && o.nesterov ? "yes" : "no"}};
   config.merge(example::schedule_config(o.steps, o.warmup, o.lr, o.min_lr));
+  if (o.amp) config["amp"] = "yes";  // only then, so checkpoints of full-precision runs keep their keys
   return config;
 }
 
@@ -188,7 +189,7 @@ inline std::unique_ptr<st::optim::Optimizer> make_optimizer(ResNet50& model, con
 // over the steps after the first timing_warmup of this run (over all of them when there are no
 // more).
 inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt, st::optim::LRScheduler& schedule,
-                    TrainData& data, st::data::DataLoader<st::data::Example>& loader,
+                    st::amp::GradScaler& scaler, TrainData& data, st::data::DataLoader<st::data::Example>& loader,
                     st::data::DataLoader<st::data::Example>* val_loader, st::Device device,
                     const st::io::TrainingState& state, int64_t start) {
   const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
@@ -210,12 +211,17 @@ inline double train(const Options& o, ResNet50& model, st::optim::Optimizer& opt
       st::Tensor x = batch.input.to(device, /*non_blocking=*/true);
       if (o.channels_last) x = x.to(st::MemoryFormat::ChannelsLast);
       const double lr = schedule.get_last_lr()[0];
-      st::Tensor logits = model(x);
       const st::Tensor y = batch.target.to(device, /*non_blocking=*/true);
-      st::Tensor loss = F::cross_entropy(logits, y, {.label_smoothing = o.label_smoothing});
+      st::Tensor loss;
+      {
+        // --amp: convolutions and the classifier in 16 bits, the loss in float32; a no-op without it
+        st::amp::AutocastGuard autocast(device.type, device.is_cuda() ? st::kFloat16 : st::kBFloat16, o.amp);
+        loss = F::cross_entropy(model(x), y, {.label_smoothing = o.label_smoothing});
+      }
       opt.zero_grad();
-      loss.backward();
-      opt.step();
+      scaler.scale(loss).backward();  // without loss scaling (disabled scaler): loss.backward()
+      scaler.step(opt);
+      scaler.update();
       schedule.step();
       const double l = loss.item<double>();  // waits for the step to finish
       example::check_loss("resnet50", l, step + 1);

@@ -45,6 +45,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--val-data", o.val_data, "token shard of validation text");
   app.add_option("--checkpoint", o.checkpoint, "checkpoint file, written at each validation and at the end");
   app.add_flag("--resume", o.resume, "continue from --checkpoint (same model settings)");
+  app.add_flag("--amp", o.amp,
+               "mixed precision: bfloat16 autocast on the CPU, float16 autocast with loss scaling on CUDA");
   app.add_option("--weights", o.weights, "final model weights alone, as safetensors");
   app.add_option("--metrics", o.metrics, "CSV file: step, loss, lr, tokens/s, validation loss");
   app.add_option("--sample-tokens", o.sample_tokens, "tokens to generate at the end (0: none)");
@@ -110,7 +112,8 @@ bool gpu_can_train(const Options& o) {
     auto opt = make_optimizer(model, tiny);
     st::Generator g(1);
     st::Tensor x = st::randint(0, tiny.model.vocab, {2, tiny.model.context}, st::TensorOptions(st::kInt64), &g);
-    train_step(model, *opt, x, x, tiny, gpu).item<double>();
+    st::amp::GradScaler scaler({.enabled = o.amp});
+    train_step(model, *opt, scaler, x, x, tiny, gpu).item<double>();
     st::NoGradGuard no_grad;
     model(x.to(gpu)).sum().item<double>();
     for (const auto& [name, t] : model.state_dict()) t.to(st::kCPU);
@@ -162,6 +165,14 @@ int main(int argc, char** argv) {
                                     o.model, {.batch = o.batch, .steps = o.steps, .warmup = o.warmup,
                                               .eval_batches = o.eval_batches, .lr = o.lr, .min_lr = o.min_lr,
                                               .weight_decay = o.weight_decay, .clip = o.clip, .seed = o.seed})};
+    // float16 needs loss scaling; bfloat16 has float32's range and does without
+    st::amp::GradScaler scaler({.enabled = o.amp && device.is_cuda()});
+    if (scaler.is_enabled()) state.scaler = st::io::stateful(scaler);
+    if (o.amp) {
+      state.config["amp"] = "yes";  // only then, so checkpoints of full-precision runs keep their keys
+      std::printf("mixed precision: %s autocast%s\n", device.is_cuda() ? "float16" : "bfloat16",
+                  scaler.is_enabled() ? " with loss scaling" : "");
+    }
     const int64_t start = o.resume ? checkpointing::resume(o.checkpoint, state) : 0;
     const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
     if (start >= end) {
@@ -169,7 +180,7 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    double val_loss = train(o, model, *opt, train_set, val_set, data_gen, state, start, device);
+    double val_loss = train(o, model, *opt, scaler, train_set, val_set, data_gen, state, start, device);
     std::printf("final validation loss %.4f nats/token (unigram baseline %.4f)\n", val_loss, baseline);
     st::io::save_safetensors(o.weights, model.state_dict());
     std::printf("weights: saved to %s\n", o.weights.c_str());

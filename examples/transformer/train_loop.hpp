@@ -45,6 +45,7 @@ struct Options {
   std::string val_data = "data/fortunes-val.bin";
   std::string checkpoint = "transformer.ckpt.safetensors";
   bool resume = false;
+  bool amp = false;
   std::string weights = "model.safetensors";
   std::string metrics = "transformer_metrics.csv";
   int64_t sample_tokens = 300;
@@ -126,21 +127,31 @@ inline std::string sample(gpt::GPT& model, const std::string& prompt, const Opti
   return out;
 }
 
-// One optimizer step on (x, y), moved to `device`; returns the loss.
-inline st::Tensor train_step(gpt::GPT& model, st::optim::Optimizer& opt, const st::Tensor& x, const st::Tensor& y,
-                             const Options& o, st::Device device) {
-  st::Tensor logits = model(x.to(device));
-  st::Tensor loss = F::cross_entropy(logits.flatten(0, 1), y.to(device).flatten());
+// One optimizer step on (x, y), moved to `device`; returns the loss. With --amp the forward runs
+// under autocast (bfloat16 on the CPU, float16 on a GPU, where `scaler` is enabled); otherwise the
+// autocast region is off and the disabled scaler passes everything through.
+inline st::Tensor train_step(gpt::GPT& model, st::optim::Optimizer& opt, st::amp::GradScaler& scaler,
+                             const st::Tensor& x, const st::Tensor& y, const Options& o, st::Device device) {
+  st::Tensor loss;
+  {
+    st::amp::AutocastGuard autocast(device.type, device.is_cuda() ? st::kFloat16 : st::kBFloat16, o.amp);
+    st::Tensor logits = model(x.to(device));
+    loss = F::cross_entropy(logits.flatten(0, 1), y.to(device).flatten());
+  }
   opt.zero_grad();
-  loss.backward();
-  if (o.clip > 0) st::optim::clip_grad_norm_(model.parameters(), o.clip);
-  opt.step();
+  scaler.scale(loss).backward();
+  if (o.clip > 0) {
+    scaler.unscale_(opt);  // clip the true gradients
+    st::optim::clip_grad_norm_(model.parameters(), o.clip);
+  }
+  scaler.step(opt);
+  scaler.update();
   return loss;
 }
 
 // Runs steps [start, end) and returns the last validation loss. `state` holds the model, the
 // optimizer and `g`, the generator of training windows (Note [Exact resume]).
-inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt,
+inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt, st::amp::GradScaler& scaler,
                     const st::data::TokenWindowDataset& train_set, const st::data::TokenWindowDataset& val_set,
                     st::Generator& g, const st::io::TrainingState& state, int64_t start, st::Device device) {
   const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
@@ -157,7 +168,7 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
     double lr = lr_at(o, step);
     for (size_t i = 0; i < opt.num_param_groups(); ++i) opt.set_lr(i, lr);
     auto [x, y] = random_batch(train_set, o.batch, g);
-    const double l = train_step(model, opt, x, y, o, device).item<double>();  // item() waits for the device
+    const double l = train_step(model, opt, scaler, x, y, o, device).item<double>();  // item() waits for the device
     const double step_seconds = seconds(before, std::chrono::steady_clock::now());
     interval_seconds += step_seconds;
     train_seconds += step_seconds;

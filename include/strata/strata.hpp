@@ -71,6 +71,9 @@
 #include <strata/data/image_folder.hpp>
 #include <strata/data/transforms.hpp>
 
+#include <strata/amp/autocast.hpp>
+#include <strata/amp/grad_scaler.hpp>
+
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/adam8bit.hpp>

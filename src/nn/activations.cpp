@@ -6,6 +6,7 @@
 // a 16-bit value overflows at 11.1 in float16). Also PReLU's layer.
 #include <cmath>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/nn/activation.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/ops/binary.hpp>
@@ -56,6 +57,8 @@ Tensor celu(const Tensor& x, double alpha) {
 }
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
+  amp::detail::AutocastScope amp_scope("softplus", {x});
+  if (amp_scope.cast()) return softplus(amp_scope[0], beta, threshold);
   check_floating("softplus", x);
   STRATA_CHECK(beta != 0 && std::isfinite(beta), "[softplus] beta must be finite and nonzero, got {}", beta);
   return in_float(x, [beta, threshold](const Tensor& v) {

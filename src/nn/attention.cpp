@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/nn/attention.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/nn/init.hpp>
@@ -33,6 +34,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool blocking,
                  bool is_causal, double dropout_p, std::optional<double> scale, Generator* gen, std::string_view op,
                  Tensor* weights_out = nullptr) {
+  amp::detail::AutocastScope amp_scope("scaled_dot_product_attention", {q, k, v, mask});
+  if (amp_scope.cast())
+    return attention(amp_scope[0], amp_scope[1], amp_scope[2], amp_scope[3], blocking, is_causal, dropout_p, scale,
+                     gen, op, weights_out);
   STRATA_CHECK(q.defined() && k.defined() && v.defined(), "[{}] query, key or value is undefined", op);
   STRATA_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2,
                "[{}] query, key and value need shape (..., L, E), got {}, {} and {}", op, q.shape(), k.shape(),

@@ -17,6 +17,7 @@
 // record nothing, so a gradient computed with create_graph has no history through conv.
 #include <stdexcept>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/autograd/graph.hpp>
 #include <strata/nn/functional_conv.hpp>
 #include <strata/ops/binary.hpp>
@@ -228,6 +229,8 @@ namespace strata::nn {
 namespace functional {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dArgs& args) {
+  amp::detail::AutocastScope amp_scope("conv2d", {input, weight, bias});
+  if (amp_scope.cast()) return conv2d(amp_scope[0], amp_scope[1], amp_scope[2], args);
   check_operands("conv2d", input, weight, bias);
   check_args("conv2d", args.stride, args.padding, args.dilation, args.groups);
   if (input.dim() == 3) return conv2d(input.unsqueeze(0), weight, bias, args).squeeze(0);
@@ -317,6 +320,8 @@ Conv2dWeightGrads conv2d_weight_grad(const Tensor& input, const Shape& weight_sh
 }
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const ConvTranspose2dArgs& a) {
+  amp::detail::AutocastScope amp_scope("conv_transpose2d", {input, weight, bias});
+  if (amp_scope.cast()) return conv_transpose2d(amp_scope[0], amp_scope[1], amp_scope[2], a);
   check_operands("conv_transpose2d", input, weight, bias);
   check_args("conv_transpose2d", a.stride, a.padding, a.dilation, a.groups);
   if (input.dim() == 3) return conv_transpose2d(input.unsqueeze(0), weight, bias, a).squeeze(0);

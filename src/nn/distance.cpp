@@ -2,6 +2,7 @@
 // composed of differentiable strata ops with torch.nn.functional's formulas and eps handling.
 #include <algorithm>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/reduce.hpp>
@@ -24,6 +25,8 @@ DType check_pair(std::string_view op, const Tensor& x1, const Tensor& x2) {
 }  // namespace
 
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double eps) {
+  amp::detail::AutocastScope amp_scope("cosine_similarity", {x1, x2});
+  if (amp_scope.cast()) return cosine_similarity(amp_scope[0], amp_scope[1], dim, eps);
   constexpr std::string_view op = "cosine_similarity";
   const DType dt = check_pair(op, x1, x2);
   const Shape shape = broadcast_shapes(x1.shape(), x2.shape(), op);

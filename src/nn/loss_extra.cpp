@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numbers>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/reduce.hpp>
@@ -59,6 +60,8 @@ using detail::log1p_exp;
 }  // namespace
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCEOptions& o) {
+  amp::detail::AutocastScope amp_scope("binary_cross_entropy", {input, target});
+  if (amp_scope.cast()) return binary_cross_entropy(amp_scope[0], amp_scope[1], o);
   constexpr std::string_view op = "binary_cross_entropy";
   check_input(op, "input", input, input);
   const Tensor y = as_input_dtype(op, "target", target, input);
@@ -79,6 +82,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCE
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view reduction, double delta) {
+  amp::detail::AutocastScope amp_scope("huber_loss", {input, target});
+  if (amp_scope.cast()) return huber_loss(amp_scope[0], amp_scope[1], reduction, delta);
   constexpr std::string_view op = "huber_loss";
   check_input(op, "input", input, input);
   const Tensor y = as_input_dtype(op, "target", target, input);
@@ -92,6 +97,8 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view re
 }
 
 Tensor soft_margin_loss(const Tensor& input, const Tensor& target, std::string_view reduction) {
+  amp::detail::AutocastScope amp_scope("soft_margin_loss", {input, target});
+  if (amp_scope.cast()) return soft_margin_loss(amp_scope[0], amp_scope[1], reduction);
   constexpr std::string_view op = "soft_margin_loss";
   check_input(op, "input", input, input);
   const Tensor y = as_input_dtype(op, "target", target, input);
@@ -102,6 +109,8 @@ Tensor soft_margin_loss(const Tensor& input, const Tensor& target, std::string_v
 
 Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin,
                            std::string_view reduction) {
+  amp::detail::AutocastScope amp_scope("margin_ranking_loss", {input1, input2, target});
+  if (amp_scope.cast()) return margin_ranking_loss(amp_scope[0], amp_scope[1], amp_scope[2], margin, reduction);
   constexpr std::string_view op = "margin_ranking_loss";
   check_input(op, "input1", input1, input1);
   check_input(op, "input2", input2, input1);
@@ -113,6 +122,8 @@ Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Ten
 }
 
 Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin, std::string_view reduction) {
+  amp::detail::AutocastScope amp_scope("hinge_embedding_loss", {input, target});
+  if (amp_scope.cast()) return hinge_embedding_loss(amp_scope[0], amp_scope[1], margin, reduction);
   constexpr std::string_view op = "hinge_embedding_loss";
   check_input(op, "input", input, input);
   const Tensor y = as_input_dtype(op, "target", target, input);
@@ -125,6 +136,8 @@ Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double ma
 
 Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin,
                              std::string_view reduction) {
+  amp::detail::AutocastScope amp_scope("cosine_embedding_loss", {input1, input2, target});
+  if (amp_scope.cast()) return cosine_embedding_loss(amp_scope[0], amp_scope[1], amp_scope[2], margin, reduction);
   constexpr std::string_view op = "cosine_embedding_loss";
   check_input(op, "input1", input1, input1);
   check_input(op, "input2", input2, input1);
@@ -150,6 +163,8 @@ Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const T
 
 Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
                            const TripletMarginLossOptions& o) {
+  amp::detail::AutocastScope amp_scope("triplet_margin_loss", {anchor, positive, negative});
+  if (amp_scope.cast()) return triplet_margin_loss(amp_scope[0], amp_scope[1], amp_scope[2], o);
   constexpr std::string_view op = "triplet_margin_loss";
   check_input(op, "anchor", anchor, anchor);
   check_input(op, "positive", positive, anchor);
@@ -166,6 +181,8 @@ Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const T
 }
 
 Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, const PoissonNLLLossOptions& o) {
+  amp::detail::AutocastScope amp_scope("poisson_nll_loss", {input, target});
+  if (amp_scope.cast()) return poisson_nll_loss(amp_scope[0], amp_scope[1], o);
   constexpr std::string_view op = "poisson_nll_loss";
   check_input(op, "input", input, input);
   const Tensor y = as_input_dtype(op, "target", target, input);

@@ -4,6 +4,7 @@
 // the autograd engine sums them down to each input's shape.
 #include <cmath>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
@@ -312,6 +313,8 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return out;
 }
 Tensor pow(const Tensor& a, const Tensor& b) {
+  amp::detail::AutocastScope amp_scope("pow", {a, b});
+  if (amp_scope.cast()) return pow(amp_scope[0], amp_scope[1]);
   Tensor out = binary_op(OpId::pow, a, b, Kind::Arith);
   autograd::record("pow", {a, b}, {out}, {a, b, out}, [](const Grads& g, const Saved& s) {
     const Tensor &x = s[0], &e = s[1], &y = s[2];

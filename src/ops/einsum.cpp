@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/ops/matmul.hpp>
 #include <strata/ops/reduce.hpp>
 
@@ -165,6 +166,8 @@ Labeled contract(const Labeled& a, const Labeled& b, const std::vector<int>& kee
 }  // namespace
 
 Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands) {
+  amp::detail::AutocastScope amp_scope("einsum", operands);
+  if (amp_scope.cast()) return einsum(equation, amp_scope.inputs());
   std::string eq;
   for (char c : equation)
     if (c != ' ') eq.push_back(c);

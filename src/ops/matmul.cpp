@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/matmul.hpp>
@@ -188,6 +189,8 @@ autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& 
 }
 
 Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
+  amp::detail::AutocastScope amp_scope(op, {a, b});
+  if (amp_scope.cast()) return matmul_impl(amp_scope[0], amp_scope[1], op);
   Tensor out;
   {
     NoGradGuard no_grad;  // the reshapes and casts inside are not part of the graph

@@ -1,6 +1,7 @@
 // The two-pass and floating-only reductions: var and std (mean first, then squared
 // deviations from it), logsumexp (max first, then the sum of shifted exponentials) and the
 // vector norms.
+#include <strata/amp/autocast.hpp>
 #include <strata/autograd/graph.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
@@ -156,6 +157,8 @@ Tensor std(const Tensor& x, const std::vector<int64_t>& dims, double correction,
 }
 
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  amp::detail::AutocastScope amp_scope("logsumexp", {x});
+  if (amp_scope.cast()) return logsumexp(amp_scope[0], dims, keepdim);
   STRATA_CHECK(x.defined(), "[logsumexp] input tensor is undefined");
   // integers and bool compute in float32, as in PyTorch
   Tensor in = is_floating(x.dtype()) ? x : x.to(kFloat32);
@@ -171,6 +174,8 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
 }
 
 Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool keepdim) {
+  amp::detail::AutocastScope amp_scope("norm", {x});
+  if (amp_scope.cast()) return norm(amp_scope[0], p, dims, keepdim);
   ReduceParams params = float_params(x, dims, keepdim, "norm");
   STRATA_CHECK(!std::isnan(p), "[norm] p must not be NaN");
   const bool infinite = std::isinf(p);

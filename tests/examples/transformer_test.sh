@@ -3,13 +3,16 @@
 # with strata-tokenize:
 #   smoke   a tiny model trains: the loss falls clearly, the final validation loss beats the
 #           unigram baseline the example prints, and the checkpoint and weights files exist;
+#           with --amp (bfloat16 autocast on the CPU) it starts from the same loss to 0.01 and
+#           beats the baseline too;
 #   resume  N steps straight equal N/2 steps, then --resume to N: the same loss at every
 #           step and the same final weights; resuming with another --width fails, naming it.
 #           bad options are refused before anything is written, naming the option: model
 #           shapes, outputs that name an input or each other or lie in a missing folder, non-finite
 #           or out-of-range rates, --threads; a run whose loss turns NaN stops without saving;
 #           strata-tokenize refuses an output that is one of its inputs;
-#   resume  also: resuming with another --steps, --weight-decay, --batch or --seed is refused;
+#   resume  also: resuming with another --steps, --weight-decay, --batch or --seed, or with --amp
+#           from a full-precision run, is refused; an --amp run resumes exactly too;
 #           resuming at the end runs nothing.
 # usage: transformer_test.sh smoke|resume TRANSFORMER STRATA_TOKENIZE WORK_DIR
 set -euo pipefail
@@ -55,6 +58,15 @@ if [[ $mode == smoke ]]; then
   base=$(sed -E 's/.*unigram baseline ([0-9.]+).*/\1/' <<<"$line")
   awk -v v="$val" -v b="$base" 'BEGIN { exit !(v < b - 0.1) }' || fail "validation loss $val not below the baseline $base"
   [[ -s transformer.ckpt.safetensors ]] || fail "no checkpoint written"
+  "$transformer" "${tiny[@]}" --steps 150 --eval-every 50 --log-every 50 --amp --metrics amp.csv --weights amp.st \
+    --checkpoint amp.ckpt | tee amp.txt
+  grep -q 'mixed precision: bfloat16 autocast' amp.txt || fail "the --amp run does not say it autocasts"
+  first=$(losses transformer_metrics.csv | head -1 | cut -d, -f2) amp_first=$(losses amp.csv | head -1 | cut -d, -f2)
+  awk -v a="$first" -v b="$amp_first" 'BEGIN { d = a - b; exit !(d < 0.01 && d > -0.01) }' ||
+    fail "--amp: the first loss $amp_first differs from full precision's $first"
+  amp_val=$(sed -nE 's/^final validation loss ([0-9.]+).*/\1/p' amp.txt)
+  awk -v v="$amp_val" -v b="$base" 'BEGIN { exit !(v < b - 0.1) }' ||
+    fail "--amp: validation loss $amp_val not below $base"
   grep -aq '"h.1.mlp_proj.weight"' model.safetensors || fail "model.safetensors lacks the model's tensor names"
 
   cp transformer_metrics.csv metrics.before && cp val.bin val.before && cp model.safetensors weights.before
@@ -136,6 +148,14 @@ elif [[ $mode == resume ]]; then
   [[ $(losses straight.csv | wc -l) == 60 ]] || fail "expected 60 rows"
   diff <(losses straight.csv) <(losses split.csv) || fail "the resumed run's losses differ"
   cmp straight.safetensors split.safetensors || fail "the resumed run's final weights differ"
+  "$transformer" "${run[@]}" --amp --checkpoint amp_straight.ckpt --metrics amp_straight.csv --weights amp_straight.st
+  "$transformer" "${run[@]}" --amp --checkpoint amp_split.ckpt --metrics amp_split.csv --weights amp_split.st \
+    --stop-after 30
+  "$transformer" "${run[@]}" --amp --checkpoint amp_split.ckpt --metrics amp_split.csv --weights amp_split.st --resume
+  diff <(losses amp_straight.csv) <(losses amp_split.csv) || fail "the resumed --amp run's losses differ"
+  cmp amp_straight.st amp_split.st || fail "the resumed --amp run's final weights differ"
+  expect_refusal "resuming with --amp from a full-precision run" "amp: (absent) -> 'yes'" "${run[@]}" --amp \
+    --checkpoint split.ckpt --metrics other.csv --weights other.safetensors --resume
 
   set +e
   "$transformer" "${run[@]}" --width 48 --checkpoint split.ckpt --metrics other.csv --weights other.safetensors \
