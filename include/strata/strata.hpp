@@ -74,6 +74,8 @@
 #include <strata/amp/autocast.hpp>
 #include <strata/amp/grad_scaler.hpp>
 
+#include <strata/memory/checkpoint.hpp>
+
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/adam8bit.hpp>
