@@ -75,6 +75,7 @@
 #include <strata/amp/grad_scaler.hpp>
 
 #include <strata/memory/checkpoint.hpp>
+#include <strata/memory/compress.hpp>
 
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
