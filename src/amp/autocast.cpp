@@ -97,12 +97,10 @@ AutocastGuard::~AutocastGuard() {
 
 namespace detail {
 
-AutocastScope::AutocastScope(std::string_view op, std::initializer_list<Tensor> inputs) {
-  if (t_enabled_count > 0 && t_inside_op == 0) open(op, inputs.begin(), inputs.end());
-}
+bool AutocastScope::may_cast() { return t_enabled_count > 0 && t_inside_op == 0; }
 
 AutocastScope::AutocastScope(std::string_view op, const std::vector<Tensor>& inputs) {
-  if (t_enabled_count > 0 && t_inside_op == 0) open(op, inputs.data(), inputs.data() + inputs.size());
+  if (may_cast()) open(op, inputs.data(), inputs.data() + inputs.size());
 }
 
 void AutocastScope::open(std::string_view op, const Tensor* begin, const Tensor* end) {

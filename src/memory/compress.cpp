@@ -149,8 +149,7 @@ Int8Blocks quantize_int8(const Tensor& x, int64_t block_size) {
 
 Tensor dequantize_int8(const Int8Blocks& q, const Shape& shape, DType dtype) {
   PlainOpsScope plain;
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  const int64_t n = checked_numel(shape, "dequantize_int8");
   Tensor flat = (q.codes.to(kFloat32) * q.scales).reshape({-1});
   STRATA_CHECK(flat.numel() >= n, "[dequantize_int8] {} codes cannot fill shape {}", flat.numel(), shape);
   return flat.narrow(0, 0, n).reshape(shape).to(dtype);

@@ -57,7 +57,7 @@ Tensor celu(const Tensor& x, double alpha) {
 }
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  amp::detail::AutocastScope amp_scope("softplus", {x});
+  amp::detail::AutocastScope amp_scope("softplus", x);
   if (amp_scope.cast()) return softplus(amp_scope[0], beta, threshold);
   check_floating("softplus", x);
   STRATA_CHECK(beta != 0 && std::isfinite(beta), "[softplus] beta must be finite and nonzero, got {}", beta);

@@ -34,7 +34,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool blocking,
                  bool is_causal, double dropout_p, std::optional<double> scale, Generator* gen, std::string_view op,
                  Tensor* weights_out = nullptr) {
-  amp::detail::AutocastScope amp_scope("scaled_dot_product_attention", {q, k, v, mask});
+  amp::detail::AutocastScope amp_scope("scaled_dot_product_attention", q, k, v, mask);
   if (amp_scope.cast())
     return attention(amp_scope[0], amp_scope[1], amp_scope[2], amp_scope[3], blocking, is_causal, dropout_p, scale,
                      gen, op, weights_out);

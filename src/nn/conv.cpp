@@ -229,7 +229,7 @@ namespace strata::nn {
 namespace functional {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dArgs& args) {
-  amp::detail::AutocastScope amp_scope("conv2d", {input, weight, bias});
+  amp::detail::AutocastScope amp_scope("conv2d", input, weight, bias);
   if (amp_scope.cast()) return conv2d(amp_scope[0], amp_scope[1], amp_scope[2], args);
   check_operands("conv2d", input, weight, bias);
   check_args("conv2d", args.stride, args.padding, args.dilation, args.groups);
@@ -320,7 +320,7 @@ Conv2dWeightGrads conv2d_weight_grad(const Tensor& input, const Shape& weight_sh
 }
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const ConvTranspose2dArgs& a) {
-  amp::detail::AutocastScope amp_scope("conv_transpose2d", {input, weight, bias});
+  amp::detail::AutocastScope amp_scope("conv_transpose2d", input, weight, bias);
   if (amp_scope.cast()) return conv_transpose2d(amp_scope[0], amp_scope[1], amp_scope[2], a);
   check_operands("conv_transpose2d", input, weight, bias);
   check_args("conv_transpose2d", a.stride, a.padding, a.dilation, a.groups);

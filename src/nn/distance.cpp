@@ -8,6 +8,8 @@
 #include <strata/ops/reduce.hpp>
 #include <strata/ops/unary.hpp>
 
+#include "nn/stable_math.h"
+
 namespace strata::nn::functional {
 
 namespace {
@@ -25,7 +27,7 @@ DType check_pair(std::string_view op, const Tensor& x1, const Tensor& x2) {
 }  // namespace
 
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double eps) {
-  amp::detail::AutocastScope amp_scope("cosine_similarity", {x1, x2});
+  amp::detail::AutocastScope amp_scope("cosine_similarity", x1, x2);
   if (amp_scope.cast()) return cosine_similarity(amp_scope[0], amp_scope[1], dim, eps);
   constexpr std::string_view op = "cosine_similarity";
   const DType dt = check_pair(op, x1, x2);
@@ -35,10 +37,7 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double
   // Each vector is divided by its norm before the dot product, as PyTorch does, so large ones
   // cannot overflow and |cos| <= 1. The norm is raised to eps with a gradient that passes to the
   // norm unchanged, as PyTorch's clamp under no_grad.
-  auto clamped_norm = [&](const Tensor& x) {
-    const Tensor n = norm(x, 2, {d}, true);
-    return where(n < eps, n - n.detach() + eps, n);
-  };
+  auto clamped_norm = [&](const Tensor& x) { return detail::clamp_min_keeping_grad(norm(x, 2, {d}, true), eps); };
   return sum((a / clamped_norm(a)) * (b / clamped_norm(b)), {d});
 }
 

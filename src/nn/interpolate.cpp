@@ -124,12 +124,10 @@ Tensor apply_taps(const Tensor& x, int64_t d, const Taps& taps, DType compute) {
   return sum;
 }
 
-std::vector<int64_t> per_dim(const std::vector<int64_t>& v, int64_t spatial) {
-  return v.size() == 1 ? std::vector<int64_t>(static_cast<size_t>(spatial), v[0]) : v;
-}
-
-std::vector<double> per_dim(const std::vector<double>& v, int64_t spatial) {
-  return v.size() == 1 ? std::vector<double>(static_cast<size_t>(spatial), v[0]) : v;
+// One entry for every spatial dim: a single one repeated, else v as given.
+template <class T>
+std::vector<T> per_dim(const std::vector<T>& v, int64_t spatial) {
+  return v.size() == 1 ? std::vector<T>(static_cast<size_t>(spatial), v[0]) : v;
 }
 
 }  // namespace

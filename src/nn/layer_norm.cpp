@@ -173,7 +173,7 @@ namespace functional {
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  amp::detail::AutocastScope amp_scope("layer_norm", {x, weight, bias});
+  amp::detail::AutocastScope amp_scope("layer_norm", x, weight, bias);
   if (amp_scope.cast()) return layer_norm(amp_scope[0], normalized_shape, amp_scope[1], amp_scope[2], eps);
   const int64_t n = check_normalized(x, normalized_shape, weight, bias, "layer_norm");
   STRATA_CHECK(eps >= 0, "[layer_norm] eps must be non-negative, got {}", eps);
@@ -182,7 +182,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 }
 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, std::optional<double> eps) {
-  amp::detail::AutocastScope amp_scope("rms_norm", {x, weight});
+  amp::detail::AutocastScope amp_scope("rms_norm", x, weight);
   if (amp_scope.cast()) return rms_norm(amp_scope[0], normalized_shape, amp_scope[1], eps);
   const int64_t n = check_normalized(x, normalized_shape, weight, Tensor(), "rms_norm");
   const double e = eps ? *eps : machine_epsilon(x.dtype());
@@ -192,7 +192,7 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
-  amp::detail::AutocastScope amp_scope("group_norm", {x, weight, bias});
+  amp::detail::AutocastScope amp_scope("group_norm", x, weight, bias);
   if (amp_scope.cast()) return group_norm(amp_scope[0], num_groups, amp_scope[1], amp_scope[2], eps);
   STRATA_CHECK(x.defined(), "[group_norm] input tensor is undefined");
   STRATA_CHECK(is_floating(x.dtype()), "[group_norm] needs a floating input, got {}", x.dtype());

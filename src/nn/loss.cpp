@@ -283,7 +283,7 @@ void cpu_cross_entropy_fused_backward(const KernelCall& call) {
 }  // namespace
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& o) {
-  amp::detail::AutocastScope amp_scope("cross_entropy", {input, target});
+  amp::detail::AutocastScope amp_scope("cross_entropy", input, target);
   if (amp_scope.cast()) return cross_entropy(amp_scope[0], amp_scope[1], o);
   STRATA_CHECK(input.defined() && target.defined(), "[cross_entropy] input or target is undefined");
   STRATA_CHECK(is_floating(input.dtype()), "[cross_entropy] input must be floating logits, got {}", input.dtype());
@@ -324,7 +324,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
 }
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& o) {
-  amp::detail::AutocastScope amp_scope("nll_loss", {input, target});
+  amp::detail::AutocastScope amp_scope("nll_loss", input, target);
   if (amp_scope.cast()) return nll_loss(amp_scope[0], amp_scope[1], o);
   STRATA_CHECK(input.defined() && target.defined(), "[nll_loss] input or target is undefined");
   STRATA_CHECK(is_floating(input.dtype()), "[nll_loss] input must be floating log-probabilities, got {}",

@@ -28,7 +28,7 @@ void check_pair(const Tensor& input, const Tensor& target, std::string_view op) 
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view reduction) {
-  amp::detail::AutocastScope amp_scope("mse_loss", {input, target});
+  amp::detail::AutocastScope amp_scope("mse_loss", input, target);
   if (amp_scope.cast()) return mse_loss(amp_scope[0], amp_scope[1], reduction);
   check_pair(input, target, "mse_loss");
   const Reduction r = parse_reduction(reduction, "mse_loss");
@@ -36,7 +36,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view redu
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, std::string_view reduction) {
-  amp::detail::AutocastScope amp_scope("l1_loss", {input, target});
+  amp::detail::AutocastScope amp_scope("l1_loss", input, target);
   if (amp_scope.cast()) return l1_loss(amp_scope[0], amp_scope[1], reduction);
   check_pair(input, target, "l1_loss");
   const Reduction r = parse_reduction(reduction, "l1_loss");
@@ -44,7 +44,7 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, std::string_view reduc
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, std::string_view reduction, double beta) {
-  amp::detail::AutocastScope amp_scope("smooth_l1_loss", {input, target});
+  amp::detail::AutocastScope amp_scope("smooth_l1_loss", input, target);
   if (amp_scope.cast()) return smooth_l1_loss(amp_scope[0], amp_scope[1], reduction, beta);
   check_pair(input, target, "smooth_l1_loss");
   STRATA_CHECK(beta >= 0, "[smooth_l1_loss] beta must be non-negative, got {}", beta);
@@ -58,7 +58,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, std::string_vie
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const BCEWithLogitsOptions& o) {
-  amp::detail::AutocastScope amp_scope("binary_cross_entropy_with_logits", {input, target});
+  amp::detail::AutocastScope amp_scope("binary_cross_entropy_with_logits", input, target);
   if (amp_scope.cast()) return binary_cross_entropy_with_logits(amp_scope[0], amp_scope[1], o);
   check_pair(input, target, "binary_cross_entropy_with_logits");
   const Reduction r = parse_reduction(o.reduction, "binary_cross_entropy_with_logits");
@@ -88,7 +88,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, std::string_view reduction, bool log_target) {
-  amp::detail::AutocastScope amp_scope("kl_div", {input, target});
+  amp::detail::AutocastScope amp_scope("kl_div", input, target);
   if (amp_scope.cast()) return kl_div(amp_scope[0], amp_scope[1], reduction, log_target);
   check_pair(input, target, "kl_div");
   const Reduction r = parse_reduction(reduction, "kl_div", true);

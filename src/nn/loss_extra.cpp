@@ -43,6 +43,15 @@ void check_same_shape(std::string_view op, std::string_view a_name, const Tensor
                a.shape(), b_name, b.shape());
 }
 
+// The input, floating, with a target converted to its dtype and of its shape: what the
+// elementwise losses here take.
+Tensor checked_target(std::string_view op, const Tensor& input, const Tensor& target) {
+  check_input(op, "input", input, input);
+  const Tensor y = as_input_dtype(op, "target", target, input);
+  check_same_shape(op, "input", input, "target", target);
+  return y;
+}
+
 // An optional weight, which must broadcast to the input's shape.
 Tensor weighted(std::string_view op, const Tensor& loss, const Tensor& weight, const Tensor& input) {
   if (!weight.defined()) return loss;
@@ -60,12 +69,10 @@ using detail::log1p_exp;
 }  // namespace
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCEOptions& o) {
-  amp::detail::AutocastScope amp_scope("binary_cross_entropy", {input, target});
+  amp::detail::AutocastScope amp_scope("binary_cross_entropy", input, target);
   if (amp_scope.cast()) return binary_cross_entropy(amp_scope[0], amp_scope[1], o);
   constexpr std::string_view op = "binary_cross_entropy";
-  check_input(op, "input", input, input);
-  const Tensor y = as_input_dtype(op, "target", target, input);
-  check_same_shape(op, "input", input, "target", target);
+  const Tensor y = checked_target(op, input, target);
   const Reduction r = parse_reduction(o.reduction, op);
   STRATA_CHECK(all(logical_and(input >= 0, input <= 1)).item<bool>(),
                "[{}] every element of the input must be a probability in [0, 1]", op);
@@ -82,12 +89,10 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCE
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view reduction, double delta) {
-  amp::detail::AutocastScope amp_scope("huber_loss", {input, target});
+  amp::detail::AutocastScope amp_scope("huber_loss", input, target);
   if (amp_scope.cast()) return huber_loss(amp_scope[0], amp_scope[1], reduction, delta);
   constexpr std::string_view op = "huber_loss";
-  check_input(op, "input", input, input);
-  const Tensor y = as_input_dtype(op, "target", target, input);
-  check_same_shape(op, "input", input, "target", target);
+  const Tensor y = checked_target(op, input, target);
   const Reduction r = parse_reduction(reduction, op);
   STRATA_CHECK(delta > 0, "[{}] delta must be positive, got {}", op, delta);
   const Tensor diff = input - y;
@@ -97,19 +102,17 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view re
 }
 
 Tensor soft_margin_loss(const Tensor& input, const Tensor& target, std::string_view reduction) {
-  amp::detail::AutocastScope amp_scope("soft_margin_loss", {input, target});
+  amp::detail::AutocastScope amp_scope("soft_margin_loss", input, target);
   if (amp_scope.cast()) return soft_margin_loss(amp_scope[0], amp_scope[1], reduction);
   constexpr std::string_view op = "soft_margin_loss";
-  check_input(op, "input", input, input);
-  const Tensor y = as_input_dtype(op, "target", target, input);
-  check_same_shape(op, "input", input, "target", target);
+  const Tensor y = checked_target(op, input, target);
   const Reduction r = parse_reduction(reduction, op);
   return reduce_loss(log1p_exp(-y * input), r);
 }
 
 Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin,
                            std::string_view reduction) {
-  amp::detail::AutocastScope amp_scope("margin_ranking_loss", {input1, input2, target});
+  amp::detail::AutocastScope amp_scope("margin_ranking_loss", input1, input2, target);
   if (amp_scope.cast()) return margin_ranking_loss(amp_scope[0], amp_scope[1], amp_scope[2], margin, reduction);
   constexpr std::string_view op = "margin_ranking_loss";
   check_input(op, "input1", input1, input1);
@@ -122,12 +125,10 @@ Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Ten
 }
 
 Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin, std::string_view reduction) {
-  amp::detail::AutocastScope amp_scope("hinge_embedding_loss", {input, target});
+  amp::detail::AutocastScope amp_scope("hinge_embedding_loss", input, target);
   if (amp_scope.cast()) return hinge_embedding_loss(amp_scope[0], amp_scope[1], margin, reduction);
   constexpr std::string_view op = "hinge_embedding_loss";
-  check_input(op, "input", input, input);
-  const Tensor y = as_input_dtype(op, "target", target, input);
-  check_same_shape(op, "input", input, "target", target);
+  const Tensor y = checked_target(op, input, target);
   const Reduction r = parse_reduction(reduction, op);
   // as PyTorch: a label that is neither 1 nor -1 takes both terms
   const Tensor loss = where(y != 1, clamp_min0(margin - input), 0.0) + where(y != -1, input, 0.0);
@@ -136,7 +137,7 @@ Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double ma
 
 Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin,
                              std::string_view reduction) {
-  amp::detail::AutocastScope amp_scope("cosine_embedding_loss", {input1, input2, target});
+  amp::detail::AutocastScope amp_scope("cosine_embedding_loss", input1, input2, target);
   if (amp_scope.cast()) return cosine_embedding_loss(amp_scope[0], amp_scope[1], amp_scope[2], margin, reduction);
   constexpr std::string_view op = "cosine_embedding_loss";
   check_input(op, "input1", input1, input1);
@@ -163,7 +164,7 @@ Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const T
 
 Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
                            const TripletMarginLossOptions& o) {
-  amp::detail::AutocastScope amp_scope("triplet_margin_loss", {anchor, positive, negative});
+  amp::detail::AutocastScope amp_scope("triplet_margin_loss", anchor, positive, negative);
   if (amp_scope.cast()) return triplet_margin_loss(amp_scope[0], amp_scope[1], amp_scope[2], o);
   constexpr std::string_view op = "triplet_margin_loss";
   check_input(op, "anchor", anchor, anchor);
@@ -181,12 +182,10 @@ Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const T
 }
 
 Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, const PoissonNLLLossOptions& o) {
-  amp::detail::AutocastScope amp_scope("poisson_nll_loss", {input, target});
+  amp::detail::AutocastScope amp_scope("poisson_nll_loss", input, target);
   if (amp_scope.cast()) return poisson_nll_loss(amp_scope[0], amp_scope[1], o);
   constexpr std::string_view op = "poisson_nll_loss";
-  check_input(op, "input", input, input);
-  const Tensor y = as_input_dtype(op, "target", target, input);
-  check_same_shape(op, "input", input, "target", target);
+  const Tensor y = checked_target(op, input, target);
   const Reduction r = parse_reduction(o.reduction, op);
   Tensor loss = o.log_input ? exp(input) - y * input : input - y * log(input + o.eps);
   if (o.full) {
@@ -225,9 +224,8 @@ Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor
   }
   const Reduction r = parse_reduction(o.reduction, op);
   STRATA_CHECK(!any(v < 0).item<bool>(), "[{}] var has negative entries", op);
-  // max(var, eps) whose gradient passes to var unchanged, as PyTorch clamps it under no_grad:
-  // a variance below eps still learns
-  const Tensor v_eps = where(v < o.eps, v - v.detach() + o.eps, v);
+  // a variance below eps still learns, as PyTorch clamps it under no_grad
+  const Tensor v_eps = detail::clamp_min_keeping_grad(v, o.eps);
   Tensor loss = 0.5 * (log(v_eps) + square(input - y) / v_eps);
   if (o.full) loss = loss + 0.5 * std::log(2 * std::numbers::pi);
   return reduce_loss(loss, r);
@@ -236,9 +234,7 @@ Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor
 Tensor multilabel_soft_margin_loss(const Tensor& input, const Tensor& target,
                                    const MultiLabelSoftMarginLossOptions& o) {
   constexpr std::string_view op = "multilabel_soft_margin_loss";
-  check_input(op, "input", input, input);
-  const Tensor y = as_input_dtype(op, "target", target, input);
-  check_same_shape(op, "input", input, "target", target);
+  const Tensor y = checked_target(op, input, target);
   STRATA_CHECK(input.dim() >= 1, "[{}] the input must be (N, C) or (C), got a 0-d tensor", op);
   const Reduction r = parse_reduction(o.reduction, op);
   // -(y log sigmoid(x) + (1 - y) log sigmoid(-x)), averaged over the classes of each sample

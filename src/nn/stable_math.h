@@ -1,5 +1,5 @@
-// Compositions of ops that stay finite where the plain formula overflows, shared by the
-// activations and the losses.
+// Compositions of ops shared by the activations, the losses and the distances: ones that stay
+// finite where the plain formula overflows, and a clamp that keeps the gradient.
 #pragma once
 
 #include <optional>
@@ -16,5 +16,9 @@ inline Tensor log1p_exp(const Tensor& x) {
   const Tensor neg = clamp(x, std::nullopt, 0), pos = clamp(x, 0, std::nullopt);
   return where(x < 0, log1p(exp(neg)), pos + log1p(exp(-pos)));
 }
+
+/// max(x, lo) whose gradient passes to x unchanged where it is clamped, as PyTorch's clamp
+/// under no_grad: a norm or variance below lo still learns.
+inline Tensor clamp_min_keeping_grad(const Tensor& x, double lo) { return where(x < lo, x - x.detach() + lo, x); }
 
 }  // namespace strata::nn::detail

@@ -313,7 +313,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return out;
 }
 Tensor pow(const Tensor& a, const Tensor& b) {
-  amp::detail::AutocastScope amp_scope("pow", {a, b});
+  amp::detail::AutocastScope amp_scope("pow", a, b);
   if (amp_scope.cast()) return pow(amp_scope[0], amp_scope[1]);
   Tensor out = binary_op(OpId::pow, a, b, Kind::Arith);
   autograd::record("pow", {a, b}, {out}, {a, b, out}, [](const Grads& g, const Saved& s) {

@@ -121,12 +121,6 @@ Tensor arrange(const Labeled& x, const std::vector<int>& ids, const Shape& sizes
   return x.t.permute(perm).expand(sizes).reshape(folded);
 }
 
-int64_t product(const Shape& s, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to; ++i) p *= s[i];
-  return p;
-}
-
 // a and b contracted over the ids neither `keep` holds; batch ids (in both, kept) lead the result.
 Labeled contract(const Labeled& a, const Labeled& b, const std::vector<int>& keep, std::string_view equation) {
   std::vector<int> batch, left, right, summed;
@@ -148,19 +142,16 @@ Labeled contract(const Labeled& a, const Labeled& b, const std::vector<int>& kee
     return s;
   };
   const Shape bs = sizes(batch), ls = sizes(left), rs = sizes(right), ks = sizes(summed);
-  const int64_t B = product(bs, 0, bs.size()), L = product(ls, 0, ls.size()), R = product(rs, 0, rs.size()),
-                K = product(ks, 0, ks.size());
-  auto join = [](std::vector<int> x, const std::vector<int>& y) {
+  const int64_t B = checked_numel(bs, "einsum"), L = checked_numel(ls, "einsum"), R = checked_numel(rs, "einsum"),
+                K = checked_numel(ks, "einsum");
+  auto join = [](auto x, const auto& y, const auto& z) {  // label ids or sizes, in order
     x.insert(x.end(), y.begin(), y.end());
+    x.insert(x.end(), z.begin(), z.end());
     return x;
   };
-  auto join_shape = [](Shape x, const Shape& y) {
-    x.insert(x.end(), y.begin(), y.end());
-    return x;
-  };
-  const Tensor lhs = arrange(a, join(join(batch, left), summed), join_shape(join_shape(bs, ls), ks), {B, L, K});
-  const Tensor rhs = arrange(b, join(join(batch, summed), right), join_shape(join_shape(bs, ks), rs), {B, K, R});
-  return {bmm(lhs, rhs).reshape(join_shape(join_shape(bs, ls), rs)), join(join(batch, left), right)};
+  const Tensor lhs = arrange(a, join(batch, left, summed), join(bs, ls, ks), {B, L, K});
+  const Tensor rhs = arrange(b, join(batch, summed, right), join(bs, ks, rs), {B, K, R});
+  return {bmm(lhs, rhs).reshape(join(bs, ls, rs)), join(batch, left, right)};
 }
 
 }  // namespace

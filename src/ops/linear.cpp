@@ -138,7 +138,7 @@ void register_linear_kernels(KernelTable& table) {
 }  // namespace detail
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  amp::detail::AutocastScope amp_scope("linear", {x, weight, bias});
+  amp::detail::AutocastScope amp_scope("linear", x, weight, bias);
   if (amp_scope.cast()) return linear(amp_scope[0], amp_scope[1], amp_scope[2]);
   Tensor y = linear_forward(x, weight, bias, false, "linear");
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad();
@@ -151,7 +151,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  amp::detail::AutocastScope amp_scope("linear_gelu", {x, weight, bias});
+  amp::detail::AutocastScope amp_scope("linear_gelu", x, weight, bias);
   if (amp_scope.cast()) return linear_gelu(amp_scope[0], amp_scope[1], amp_scope[2]);
   // the fused op keeps no GELU input, so training goes through the two recorded ops
   if (autograd::any_requires_grad({&x, &weight, &bias})) return gelu(linear(x, weight, bias), "tanh");

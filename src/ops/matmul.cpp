@@ -189,7 +189,7 @@ autograd::Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& 
 }
 
 Tensor matmul_impl(const Tensor& a, const Tensor& b, std::string_view op) {
-  amp::detail::AutocastScope amp_scope(op, {a, b});
+  amp::detail::AutocastScope amp_scope(op, a, b);
   if (amp_scope.cast()) return matmul_impl(amp_scope[0], amp_scope[1], op);
   Tensor out;
   {

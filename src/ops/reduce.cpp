@@ -319,22 +319,22 @@ void register_reduce_kernels(KernelTable& table) {
 }  // namespace detail
 
 Tensor sum(const Tensor& x, std::optional<DType> dtype) {
-  amp::detail::AutocastScope amp_scope("sum", {x});
+  amp::detail::AutocastScope amp_scope("sum", x);
   if (amp_scope.cast()) return fold(OpId::sum, amp_scope[0], {}, false, dtype);
   return fold(OpId::sum, x, {}, false, dtype);
 }
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, std::optional<DType> dtype) {
-  amp::detail::AutocastScope amp_scope("sum", {x});
+  amp::detail::AutocastScope amp_scope("sum", x);
   if (amp_scope.cast()) return sum(amp_scope[0], dims, keepdim, dtype);
   return fold(OpId::sum, x, dims, keepdim, dtype);
 }
 Tensor prod(const Tensor& x, std::optional<DType> dtype) {
-  amp::detail::AutocastScope amp_scope("prod", {x});
+  amp::detail::AutocastScope amp_scope("prod", x);
   if (amp_scope.cast()) return fold(OpId::prod, amp_scope[0], {}, false, dtype);
   return fold(OpId::prod, x, {}, false, dtype);
 }
 Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, std::optional<DType> dtype) {
-  amp::detail::AutocastScope amp_scope("prod", {x});
+  amp::detail::AutocastScope amp_scope("prod", x);
   if (amp_scope.cast()) return prod(amp_scope[0], dims, keepdim, dtype);
   return fold(OpId::prod, x, dims, keepdim, dtype);
 }

@@ -157,7 +157,7 @@ Tensor std(const Tensor& x, const std::vector<int64_t>& dims, double correction,
 }
 
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  amp::detail::AutocastScope amp_scope("logsumexp", {x});
+  amp::detail::AutocastScope amp_scope("logsumexp", x);
   if (amp_scope.cast()) return logsumexp(amp_scope[0], dims, keepdim);
   STRATA_CHECK(x.defined(), "[logsumexp] input tensor is undefined");
   // integers and bool compute in float32, as in PyTorch
@@ -174,7 +174,7 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
 }
 
 Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool keepdim) {
-  amp::detail::AutocastScope amp_scope("norm", {x});
+  amp::detail::AutocastScope amp_scope("norm", x);
   if (amp_scope.cast()) return norm(amp_scope[0], p, dims, keepdim);
   ReduceParams params = float_params(x, dims, keepdim, "norm");
   STRATA_CHECK(!std::isnan(p), "[norm] p must not be NaN");

@@ -118,7 +118,7 @@ Tensor softmax_backward(OpId forward, const Tensor& y, const Tensor& g, int64_t 
 }
 
 Tensor softmax_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype, int64_t causal_rows = 0) {
-  amp::detail::AutocastScope amp_scope(op_name(op), {x});
+  amp::detail::AutocastScope amp_scope(op_name(op), x);
   if (amp_scope.cast()) return softmax_op(op, amp_scope[0], dim, dtype, causal_rows);
   STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", op_name(op));
   DType t = dtype ? *dtype : x.dtype();
@@ -155,7 +155,7 @@ Tensor cumprod_grad_recorded(const Tensor& x, const Tensor& g, int64_t d) {
 }
 
 Tensor scan_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  amp::detail::AutocastScope amp_scope(op_name(op), {x});
+  amp::detail::AutocastScope amp_scope(op_name(op), x);
   if (amp_scope.cast()) return scan_op(op, amp_scope[0], dim, dtype);
   STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", op_name(op));
   // integers and bool accumulate in int64, as in PyTorch

@@ -121,12 +121,16 @@ Tensor quantile_impl(const Tensor& x, const Tensor& q, std::optional<int64_t> di
     if (x.dim() > 0) kept[static_cast<size_t>(d)] = 1;
   }
   const int64_t n = rows.size(-1), nq = q.numel();
-  Tensor below, above, weight;
   Tensor order;
   {
     NoGradGuard no_grad;
     order = argsort(rows, -1, false, true);
-    const Tensor sorted = gather(rows, -1, order);
+  }
+  const Tensor sorted_rows = gather(rows, -1, order);  // recorded: the gradient flows back through it
+  Tensor below, above, weight;
+  {
+    NoGradGuard no_grad;
+    const Tensor sorted = sorted_rows.detach();
     Shape q_shape(static_cast<size_t>(rows.dim()) + 1, 1);  // (nq, 1, ..., 1)
     q_shape[0] = nq;
     const Tensor qs = q.reshape(q_shape);
@@ -147,7 +151,7 @@ Tensor quantile_impl(const Tensor& x, const Tensor& q, std::optional<int64_t> di
   }
   Shape expanded = rows.shape();
   expanded.insert(expanded.begin(), nq);
-  const Tensor sorted = gather(rows, -1, order).unsqueeze(0).expand(expanded);  // (nq, batch..., n)
+  const Tensor sorted = sorted_rows.unsqueeze(0).expand(expanded);  // (nq, batch..., n)
   Tensor out = gather(sorted, -1, below);
   if (mode == Interpolation::Linear || mode == Interpolation::Midpoint)
     out = lerp(out, gather(sorted, -1, above), weight);

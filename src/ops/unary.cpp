@@ -206,13 +206,13 @@ Tensor sign(const Tensor& x) {
                    [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
 }
 Tensor exp(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("exp", {x});
+  amp::detail::AutocastScope amp_scope("exp", x);
   if (amp_scope.cast()) return exp(amp_scope[0]);
   return with_grad("exp", x, unary_op(OpId::exp, x, Kind::Float), false, true,
                    [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y; });
 }
 Tensor log(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("log", {x});
+  amp::detail::AutocastScope amp_scope("log", x);
   if (amp_scope.cast()) return log(amp_scope[0]);
   return with_grad("log", x, unary_op(OpId::log, x, Kind::Float), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g / x; });
@@ -222,7 +222,7 @@ Tensor sqrt(const Tensor& x) {
                    [](const Tensor& g, const Tensor&, const Tensor& y) { return g / (y * 2); });
 }
 Tensor rsqrt(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("rsqrt", {x});
+  amp::detail::AutocastScope amp_scope("rsqrt", x);
   if (amp_scope.cast()) return rsqrt(amp_scope[0]);
   return with_grad("rsqrt", x, unary_op(OpId::rsqrt, x, Kind::Float), false, true,
                    [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * y * y * -0.5; });
@@ -258,13 +258,13 @@ Tensor erf(const Tensor& x) {
                    });
 }
 Tensor log1p(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("log1p", {x});
+  amp::detail::AutocastScope amp_scope("log1p", x);
   if (amp_scope.cast()) return log1p(amp_scope[0]);
   return with_grad("log1p", x, unary_op(OpId::log1p, x, Kind::Float), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x + 1); });
 }
 Tensor expm1(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("expm1", {x});
+  amp::detail::AutocastScope amp_scope("expm1", x);
   if (amp_scope.cast()) return expm1(amp_scope[0]);
   return with_grad("expm1", x, unary_op(OpId::expm1, x, Kind::Float), false, true,
                    [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y + 1); });
@@ -289,19 +289,19 @@ Tensor trunc(const Tensor& x) { return rounding(OpId::trunc, "trunc", x); }
 
 // d/dx from the input or the output, whichever is cheaper; integer inputs give float32.
 Tensor tan(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("tan", {x});
+  amp::detail::AutocastScope amp_scope("tan", x);
   if (amp_scope.cast()) return tan(amp_scope[0]);
   return with_grad("tan", x, unary_op(OpId::tan, x, Kind::Float), false, true,
                    [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * y + 1); });
 }
 Tensor asin(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("asin", {x});
+  amp::detail::AutocastScope amp_scope("asin", x);
   if (amp_scope.cast()) return asin(amp_scope[0]);
   return with_grad("asin", x, unary_op(OpId::asin, x, Kind::Float), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g * rsqrt(1 - x * x); });
 }
 Tensor acos(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("acos", {x});
+  amp::detail::AutocastScope amp_scope("acos", x);
   if (amp_scope.cast()) return acos(amp_scope[0]);
   return with_grad("acos", x, unary_op(OpId::acos, x, Kind::Float), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return -(g * rsqrt(1 - x * x)); });
@@ -311,13 +311,13 @@ Tensor atan(const Tensor& x) {
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * x + 1); });
 }
 Tensor sinh(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("sinh", {x});
+  amp::detail::AutocastScope amp_scope("sinh", x);
   if (amp_scope.cast()) return sinh(amp_scope[0]);
   return with_grad("sinh", x, unary_op(OpId::sinh, x, Kind::Float), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g * cosh(x); });
 }
 Tensor cosh(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("cosh", {x});
+  amp::detail::AutocastScope amp_scope("cosh", x);
   if (amp_scope.cast()) return cosh(amp_scope[0]);
   return with_grad("cosh", x, unary_op(OpId::cosh, x, Kind::Float), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g * sinh(x); });
@@ -335,13 +335,13 @@ Tensor atanh(const Tensor& x) {
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (1 - x * x); });
 }
 Tensor log2(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("log2", {x});
+  amp::detail::AutocastScope amp_scope("log2", x);
   if (amp_scope.cast()) return log2(amp_scope[0]);
   return with_grad("log2", x, unary_op(OpId::log2, x, Kind::Float), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * 0.69314718055994530942); });
 }
 Tensor log10(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("log10", {x});
+  amp::detail::AutocastScope amp_scope("log10", x);
   if (amp_scope.cast()) return log10(amp_scope[0]);
   return with_grad("log10", x, unary_op(OpId::log10, x, Kind::Float), true, false,
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * 2.30258509299404568402); });
@@ -357,7 +357,7 @@ Tensor square(const Tensor& x) {
                    [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x * 2; });
 }
 Tensor reciprocal(const Tensor& x) {
-  amp::detail::AutocastScope amp_scope("reciprocal", {x});
+  amp::detail::AutocastScope amp_scope("reciprocal", x);
   if (amp_scope.cast()) return reciprocal(amp_scope[0]);
   return with_grad("reciprocal", x, unary_op(OpId::reciprocal, x, Kind::Float), false, true,
                    [](const Tensor& g, const Tensor&, const Tensor& y) { return -(g * y * y); });
@@ -396,7 +396,7 @@ Tensor logical_not(const Tensor& x) {
 }
 
 Tensor pow(const Tensor& x, Scalar exponent) {
-  amp::detail::AutocastScope amp_scope("pow", {x});
+  amp::detail::AutocastScope amp_scope("pow", x);
   if (amp_scope.cast()) return pow(amp_scope[0], exponent);
   STRATA_CHECK(x.defined(), "[pow] input tensor is undefined");
   UnaryScalarParams p{exponent.to_double(), 0};

@@ -13,7 +13,8 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
+#include <concepts>
+#include <iterator>
 #include <string_view>
 #include <vector>
 
@@ -74,16 +75,23 @@ STRATA_API bool policy_of(std::string_view op, CastPolicy& policy);
 
 /// What an op's public function opens at its top:
 ///
-///   amp::detail::AutocastScope amp_scope("matmul", {a, b});
+///   amp::detail::AutocastScope amp_scope("matmul", a, b);
 ///   if (amp_scope.cast()) return matmul(amp_scope[0], amp_scope[1]);
 ///
 /// In a region for the inputs' device, it casts the inputs the op's policy names and keeps
 /// autocast off for every op called until it ends, so ops the op is built of (linear over
 /// matmul, attention over softmax) neither cast again nor flip dtypes back; outside a region it
-/// does nothing. Undefined inputs and inputs on another device type stay as they are.
+/// does nothing. Undefined inputs and inputs on another device type stay as they are. The
+/// inputs are copied only in a region: every op call passes through here.
 class STRATA_API AutocastScope {
  public:
-  AutocastScope(std::string_view op, std::initializer_list<Tensor> inputs);
+  template <class... Ts>
+    requires(std::same_as<Ts, Tensor> && ...)
+  AutocastScope(std::string_view op, const Ts&... inputs) {
+    if (!may_cast()) return;
+    const Tensor all[] = {inputs...};
+    open(op, std::begin(all), std::end(all));
+  }
   AutocastScope(std::string_view op, const std::vector<Tensor>& inputs);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
@@ -95,6 +103,8 @@ class STRATA_API AutocastScope {
   const std::vector<Tensor>& inputs() const { return inputs_; }
 
  private:
+  /// Some device type has autocast on and no listed op is running on this thread.
+  static bool may_cast();
   void open(std::string_view op, const Tensor* begin, const Tensor* end);
 
   std::vector<Tensor> inputs_;
