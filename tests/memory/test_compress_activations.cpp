@@ -4,6 +4,7 @@
 // against a float64 reference, nesting, checkpointing, autocast, and bad options.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -157,6 +158,11 @@ TEST(CompressActivations, SavedActivationsTakeLessMemory) {
   int64_t int8_bytes = held_after_forward(&int8_options, int8);
   int64_t kept_bytes = held_after_forward(&keep_options, kept);
   const int64_t activation = 256 * 128 * 4;
+  // the figures docs/status.md quotes, in activations
+  std::printf("held after the forward: plain %.3f, bfloat16 %.3f, int8 %.3f activations; gradient error "
+              "bfloat16 %.2e, int8 %.2e\n",
+              static_cast<double>(plain_bytes) / activation, static_cast<double>(bf16_bytes) / activation,
+              static_cast<double>(int8_bytes) / activation, relative_error(bf16, plain), relative_error(int8, plain));
   EXPECT_GE(plain_bytes, 8 * activation);
   // bfloat16: 8 half-size copies and the float32 output, about 5 activations
   EXPECT_LT(bf16_bytes, 6 * activation);
