@@ -126,4 +126,28 @@ STRATA_HOST_DEVICE uint8_t pack_nibbles(int32_t even, int32_t odd) {
 STRATA_HOST_DEVICE int32_t low_nibble(uint8_t b) { return b & 0xF; }
 STRATA_HOST_DEVICE int32_t high_nibble(uint8_t b) { return b >> 4; }
 
+/// Quantizes one group of `group` (even) values to packed int4 codes (group / 2 bytes) and
+/// returns its scale; *zero_point gets the stored zero code (8 when symmetric).
+STRATA_HOST_DEVICE float quantize_int4_group(const float* src, int64_t group, bool symmetric, uint8_t* dst,
+                                             int32_t* zero_point) {
+  float lo = FLT_MAX, hi = -FLT_MAX;
+  finite_min_max(src, group, 1, &lo, &hi);
+  settle_empty_range(&lo, &hi);
+  const int32_t qmin = symmetric ? -8 : 0, qmax = symmetric ? 7 : 15;
+  const QParams p = choose_qparams(lo, hi, qmin, qmax, symmetric);
+  const int32_t shift = symmetric ? kInt4SymmetricZero : 0;
+  const float inv = 1.0f / p.scale;
+  for (int64_t k = 0; k < group; k += 2)
+    dst[k / 2] = pack_nibbles(quantize_value(src[k], inv, p.zero_point, qmin, qmax) + shift,
+                              quantize_value(src[k + 1], inv, p.zero_point, qmin, qmax) + shift);
+  *zero_point = p.zero_point + shift;
+  return p.scale;
+}
+
+/// Element k of a packed int4 row, dequantized with its group's scale and zero code.
+STRATA_HOST_DEVICE float int4_value(const uint8_t* row, int64_t k, float scale, float zero) {
+  const uint8_t byte = row[k / 2];
+  return (static_cast<float>((k & 1) ? high_nibble(byte) : low_nibble(byte)) - zero) * scale;
+}
+
 }  // namespace strata::qmath

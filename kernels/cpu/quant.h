@@ -106,23 +106,10 @@ inline void quantize_int4_groups(const float* w, int64_t N, int64_t K, int64_t g
   const int64_t groups = K / group;
   parallel_for(0, N * groups, 64, [&](int64_t b, int64_t e) {
     for (int64_t ng = b; ng < e; ++ng) {
-      const int64_t n = ng / groups, g = ng % groups;
-      const float* src = w + n * K + g * group;
-      float lo = FLT_MAX, hi = -FLT_MAX;
-      qmath::finite_min_max(src, group, 1, &lo, &hi);
-      qmath::settle_empty_range(&lo, &hi);
-      const int32_t qmin = symmetric ? -8 : 0, qmax = symmetric ? 7 : 15;
-      const qmath::QParams p = qmath::choose_qparams(lo, hi, qmin, qmax, symmetric);
-      const int32_t shift = symmetric ? qmath::kInt4SymmetricZero : 0;
-      const float inv = 1.0f / p.scale;
-      uint8_t* dst = packed + (n * K + g * group) / 2;
-      for (int64_t k = 0; k < group; k += 2) {
-        const int32_t lo_code = qmath::quantize_value(src[k], inv, p.zero_point, qmin, qmax) + shift;
-        const int32_t hi_code = qmath::quantize_value(src[k + 1], inv, p.zero_point, qmin, qmax) + shift;
-        dst[k / 2] = qmath::pack_nibbles(lo_code, hi_code);
-      }
-      scale[ng] = p.scale;
-      if (zero_point) zero_point[ng] = static_cast<uint8_t>(p.zero_point + shift);
+      const int64_t at = (ng / groups) * K + (ng % groups) * group;
+      int32_t zero = 0;
+      scale[ng] = qmath::quantize_int4_group(w + at, group, symmetric, packed + at / 2, &zero);
+      if (zero_point) zero_point[ng] = static_cast<uint8_t>(zero);
     }
   });
 }
@@ -135,11 +122,7 @@ inline void dequantize_int4_row(const uint8_t* packed, const float* scale, const
   for (int64_t g = 0; g < groups; ++g) {
     const float s = scale[n * groups + g];
     const float z = static_cast<float>(zero_point ? zero_point[n * groups + g] : qmath::kInt4SymmetricZero);
-    for (int64_t k = g * group; k < (g + 1) * group; k += 2) {
-      const uint8_t byte = row[k / 2];
-      out[k] = (static_cast<float>(qmath::low_nibble(byte)) - z) * s;
-      out[k + 1] = (static_cast<float>(qmath::high_nibble(byte)) - z) * s;
-    }
+    for (int64_t k = g * group; k < (g + 1) * group; ++k) out[k] = qmath::int4_value(row, k, s, z);
   }
 }
 
