@@ -6,9 +6,11 @@
 // widening multiply-adds); the epilogue gets each tile's exact sums. int32 holds any sum while
 // K <= kMaxInt8K (|a * b| <= 2^14).
 //
-// int4 (weight only): each block of 8 weight rows is dequantized to float once into a buffer,
-// then every activation row is multiplied against it; activations are float or bfloat16, the
-// sums float.
+// int4 (weight only), float or bfloat16 activations, float sums: below kInt4GemmRows activation
+// rows the codes are multiplied straight from their bytes (the weight is read once, in int4);
+// from there on, tiles of kInt4Tile weight rows are dequantized to float and the float GEMM of
+// kernels/cpu/gemm.h (oneDNN) multiplies them: its register blocking is worth more than the
+// dequantization, which it amortizes over the rows.
 #pragma once
 
 #include <algorithm>
@@ -16,12 +18,14 @@
 #include <vector>
 
 #include "../common/half.h"
+#include "gemm.h"
 #include "parallel.h"
 #include "quant.h"
 
 namespace strata::cpu::quant {
 
 inline constexpr int64_t kMaxInt8K = int64_t{1} << 17;  // 2^17 * 2^14 = 2^31
+inline constexpr int64_t kInt4GemmRows = 16, kInt4Tile = 256;
 
 namespace detail {
 
@@ -96,32 +100,71 @@ void int8_linear(const int8_t* xq, const float* x_scale, const int32_t* x_zero, 
 }
 
 /// y (M, N) = x (M, K) . dequantize(w)^T + bias, w packed int4 (N, K / 2) with group-wise
-/// scales (N, K / group) and zero points (null: symmetric). T is float or BFloat16.
+/// scales (N, K / group) and zero codes (null: symmetric, 8). T is float or BFloat16. For few
+/// rows: codes read straight from their bytes against x split into even and odd elements, summed
+/// in kLanes lanes across the whole row (a group's bytes are a multiple of kLanes), so the loop
+/// vectorizes with one horizontal sum per output.
 template <class T>
 void int4_linear(const T* x, const uint8_t* packed, const float* scale, const uint8_t* zero_point, int64_t group,
                  const T* bias, T* y, int64_t M, int64_t N, int64_t K) {
-  constexpr int64_t NB = 8;
-  const int64_t n_blocks = (N + NB - 1) / NB;
-  parallel_for(0, n_blocks, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(M * K, 1)),
-               [&](int64_t bb, int64_t be) {
-                 std::vector<float> w(static_cast<size_t>(NB * K));
-                 for (int64_t blk = bb; blk < be; ++blk) {
-                   const int64_t n0 = blk * NB, nb = std::min(NB, N - n0);
-                   for (int64_t j = 0; j < nb; ++j)
-                     dequantize_int4_row(packed, scale, zero_point, n0 + j, K, group, w.data() + j * K);
+  constexpr int64_t kLanes = 16;
+  const int64_t groups = K / group, half = K / 2, group_bytes = group / 2;
+  std::vector<float> even(static_cast<size_t>(M * half)), odd(even.size());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < half; ++j) {
+      even[m * half + j] = static_cast<float>(x[m * K + 2 * j]);
+      odd[m * half + j] = static_cast<float>(x[m * K + 2 * j + 1]);
+    }
+  parallel_for(0, N, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(M * K, 1)),
+               [&](int64_t nb, int64_t ne) {
+                 for (int64_t n = nb; n < ne; ++n) {
+                   const uint8_t* row = packed + n * half;
                    for (int64_t m = 0; m < M; ++m) {
-                     const T* xr = x + m * K;
-                     for (int64_t j = 0; j < nb; ++j) {
-                       const float* wr = w.data() + j * K;
-                       float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                       for (int64_t k = 0; k < K; ++k) s += static_cast<float>(xr[k]) * wr[k];
-                       if (bias) s += static_cast<float>(bias[n0 + j]);
-                       y[m * N + n0 + j] = static_cast<T>(s);
+                     const float* xe = &even[m * half];
+                     const float* xo = &odd[m * half];
+                     float lanes[kLanes] = {};
+                     for (int64_t g = 0; g < groups; ++g) {
+                       const float s = scale[n * groups + g];
+                       const float z = zero_point ? static_cast<float>(zero_point[n * groups + g])
+                                                  : static_cast<float>(qmath::kInt4SymmetricZero);
+                       for (int64_t j0 = g * group_bytes; j0 < (g + 1) * group_bytes; j0 += kLanes)
+#pragma omp simd
+                         for (int64_t l = 0; l < kLanes; ++l) {
+                           const int64_t j = j0 + l;
+                           lanes[l] += xe[j] * ((static_cast<float>(row[j] & 0xF) - z) * s) +
+                                       xo[j] * ((static_cast<float>(row[j] >> 4) - z) * s);
+                         }
                      }
+                     float acc = bias ? static_cast<float>(bias[n]) : 0.0f;
+                     for (int64_t l = 0; l < kLanes; ++l) acc += lanes[l];
+                     y[m * N + n] = static_cast<T>(acc);
                    }
                  }
                });
+}
+
+/// int4_linear for float activations through the float GEMM, kInt4Tile weight rows at a time
+/// (the buffer is the only float copy of the weight, one tile of it).
+inline void int4_linear_tiled(const float* x, const uint8_t* packed, const float* scale, const uint8_t* zero_point,
+                              int64_t group, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
+  std::vector<float> w(static_cast<size_t>(std::min(N, kInt4Tile) * K));
+  for (int64_t n0 = 0; n0 < N; n0 += kInt4Tile) {
+    const int64_t nb = std::min(kInt4Tile, N - n0);
+    parallel_for(0, nb, 8, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) dequantize_int4_row(packed, scale, zero_point, n0 + j, K, group, &w[j * K]);
+    });
+    GemmProblem p;
+    p.m = M, p.n = nb, p.k = K;
+    p.a = {x, K, 0, false};
+    p.b = {w.data(), K, 0, true};  // (K, nb) stored as its transpose: the rows just dequantized
+    p.c = {y + n0, N, 0};
+    gemm(p);
+  }
+  if (bias)
+    parallel_for(0, M, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t m = b; m < e; ++m)
+        for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+    });
 }
 
 }  // namespace strata::cpu::quant

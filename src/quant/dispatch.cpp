@@ -3,6 +3,7 @@
 #include "quant/dispatch.h"
 
 #include <strata/core/error.hpp>
+#include <strata/ops/creation.hpp>
 
 #include "kernels/cpu/qgemm.h"
 #include "kernels/cpu/quant.h"
@@ -106,6 +107,14 @@ void run_int4_linear(const Tensor& x, const Tensor& packed, const Tensor& scale,
                      int64_t group, const Tensor& bias, const Tensor& y) {
   if (x.device().is_cuda()) return cuda_quant::int4_linear(x, packed, scale, zero_point, group, bias, y);
   const int64_t M = x.size(0), N = packed.size(0), K = x.size(1);
+  if (M >= cq::kInt4GemmRows) {  // through the float GEMM (kernels/cpu/qgemm.h)
+    const Tensor xf = x.to(kFloat32).contiguous(), bf = bias.defined() ? bias.to(kFloat32).contiguous() : bias;
+    const Tensor yf = y.dtype() == kFloat32 ? y : empty(y.shape(), kFloat32);
+    cq::int4_linear_tiled(ptr<float>(xf), ptr<uint8_t>(packed), ptr<float>(scale), ptr<uint8_t>(zero_point), group,
+                          ptr<float>(bf), ptr<float>(yf), M, N, K);
+    if (!yf.is_same(y)) y.copy_(yf);
+    return;
+  }
   if (x.dtype() == kBFloat16) {
     cq::int4_linear(ptr<BFloat16>(x), ptr<uint8_t>(packed), ptr<float>(scale), ptr<uint8_t>(zero_point), group,
                     ptr<BFloat16>(bias), ptr<BFloat16>(y), M, N, K);
