@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -29,8 +30,13 @@ class Int8LinearForm : public nn::LinearForm {
  private:
   Int8Weight weight_;
   std::optional<StaticInput> input_;
-  Tensor row_sum_;              // sum of each weight row's codes, int32 (out)
-  int64_t row_sum_version_ = -1;  // the codes' version it was computed at (a load rewrites them)
+  /// The sum of each weight row's codes, int32 (out), for the activations' zero points; computed
+  /// again when the codes change (a load_state_dict writes them), under a lock (threads may share
+  /// a model for inference).
+  Tensor row_sums();
+  std::mutex row_sum_mutex_;
+  Tensor row_sum_;
+  int64_t row_sum_version_ = -1;  // the codes' version row_sum_ was computed at
 };
 
 /// int4 weight only. Buffers: weight_int4, weight_scale, weight_zero_point (asymmetric).

@@ -48,7 +48,8 @@ int64_t convert(nn::Module& model) {
     const Observer& wo = w.observer();
     STRATA_CHECK(wo.per_channel() && is_symmetric(wo.options().qscheme) && wo.options().ch_axis == 0 &&
                      wo.options().dtype == kInt8 && w.quant_min() == -128 && w.quant_max() == 127,
-                 "[convert] layer \"{}\": the weight observer must be int8 [-128, 127] per-channel symmetric along dim 0",
+                 "[convert] layer \"{}\": the weight observer must be int8 [-128, 127], per-channel symmetric along "
+                 "dim 0",
                  entry.first);
     STRATA_CHECK(!qat->input_fake_quant().per_channel(),
                  "[convert] layer \"{}\": the input observer must be per tensor", entry.first);

@@ -170,13 +170,19 @@ Int8LinearForm::Int8LinearForm(Int8Weight weight, std::optional<StaticInput> inp
   }
 }
 
-Tensor Int8LinearForm::forward_linear(const nn::Linear& layer, const Tensor& input) {
-  const char* op = "Linear(int8)";
+Tensor Int8LinearForm::row_sums() {
+  std::lock_guard<std::mutex> lock(row_sum_mutex_);
   if (row_sum_version_ != weight_.codes.version() || row_sum_.device() != weight_.codes.device()) {
-    row_sum_ = row_sums(weight_.codes);
+    row_sum_ = quant::row_sums(weight_.codes);
     row_sum_version_ = weight_.codes.version();
   }
-  if (!input_) return int8_dynamic(input, weight_, row_sum_, layer.bias, op);
+  return row_sum_;
+}
+
+Tensor Int8LinearForm::forward_linear(const nn::Linear& layer, const Tensor& input) {
+  const char* op = "Linear(int8)";
+  const Tensor row_sum = row_sums();
+  if (!input_) return int8_dynamic(input, weight_, row_sum, layer.bias, op);
   check_int8_weight(weight_, op);
   NoGradGuard no_grad;
   const int64_t N = weight_.codes.size(0), K = weight_.codes.size(1);
@@ -187,7 +193,7 @@ Tensor Int8LinearForm::forward_linear(const nn::Linear& layer, const Tensor& inp
   Tensor xq = empty(rows.shape(), TensorOptions(kInt8, rows.device()));
   detail::run_quantize(rows, xq, layout_of(rows.shape(), -1), input_->scale.to(kFloat32).contiguous(), zero,
                        input_->range.quant_min - shift, input_->range.quant_max - shift);
-  Tensor y = int8_product(xq, input_->scale.to(kFloat32).contiguous(), zero, false, weight_, row_sum_,
+  Tensor y = int8_product(xq, input_->scale.to(kFloat32).contiguous(), zero, false, weight_, row_sum,
                           bias_of(layer.bias, N, input.device(), kFloat32, op));
   return y.reshape(out_shape(input, N)).to(input.dtype());
 }
