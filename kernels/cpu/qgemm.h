@@ -1,9 +1,9 @@
 // Integer GEMMs of the quantized Linear layers on the CPU.
 //
 // int8: C (M, N) = A (M, K) . B (N, K)^T with int8 operands and int32 sums, B in a Linear
-// weight's (out, in) layout so both operands are read along K. Tiles of 2 rows of A by 4 rows
-// of B keep 8 sums in vector registers (`omp simd` reductions over K, which gcc turns into
-// widening multiply-adds); the epilogue gets each tile's exact sums. int32 holds any sum while
+// weight's (out, in) layout so both operands are read along K. Tiles of 4 rows of A by 4 rows
+// of B keep 16 sums in vector registers (pairwise int16 multiply-adds with AVX-512BW, `omp simd`
+// reductions elsewhere); the epilogue gets each tile's exact sums. int32 holds any sum while
 // K <= kMaxInt8K (|a * b| <= 2^14).
 //
 // int4 (weight only), float or bfloat16 activations, float sums: below kInt4GemmRows activation
@@ -16,6 +16,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
 
 #include "../common/half.h"
 #include "gemm.h"
@@ -36,18 +40,44 @@ inline int32_t dot_s8(const int8_t* a, const int8_t* b, int64_t K) {
   return s;
 }
 
-// sums of rows a0, a1 with rows b0..b3
-inline void tile_2x4(const int8_t* a0, const int8_t* a1, const int8_t* b0, const int8_t* b1, const int8_t* b2,
-                     const int8_t* b3, int64_t K, int32_t* out) {
-  int32_t s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
-#pragma omp simd reduction(+ : s00, s01, s02, s03, s10, s11, s12, s13)
-  for (int64_t k = 0; k < K; ++k) {
-    const int32_t x0 = a0[k], x1 = a1[k];
-    const int32_t w0 = b0[k], w1 = b1[k], w2 = b2[k], w3 = b3[k];
-    s00 += x0 * w0, s01 += x0 * w1, s02 += x0 * w2, s03 += x0 * w3;
-    s10 += x1 * w0, s11 += x1 * w1, s12 += x1 * w2, s13 += x1 * w3;
+// out[i * 4 + j] = sum_k a[i * K + k] * b[j * K + k] for MR rows of A and 4 rows of B. With
+// AVX-512BW, 32 codes at a time are widened to int16 and multiplied in pairs into int32 lanes
+// (vpmaddwd, or VNNI's vpdpwssd, which adds too): exact, as a pair of products is at most 2^15.
+// Elsewhere, and for the last K % 32, the plain loop.
+template <int MR>
+inline void tile(const int8_t* a, const int8_t* b, int64_t K, int32_t* out) {
+  constexpr int NR = 4;
+  int32_t s[MR * NR] = {};
+  int64_t k0 = 0;
+#if defined(__AVX512BW__)
+  {
+    __m512i acc[MR * NR];
+    for (__m512i& v : acc) v = _mm512_setzero_si512();
+    const auto load = [](const int8_t* p) {
+      return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    };
+    for (; k0 + 32 <= K; k0 += 32) {
+      __m512i w[NR];
+      for (int j = 0; j < NR; ++j) w[j] = load(b + j * K + k0);
+      for (int i = 0; i < MR; ++i) {
+        const __m512i x = load(a + i * K + k0);
+        for (int j = 0; j < NR; ++j)
+#if defined(__AVX512VNNI__)
+          acc[i * NR + j] = _mm512_dpwssd_epi32(acc[i * NR + j], x, w[j]);
+#else
+          acc[i * NR + j] = _mm512_add_epi32(acc[i * NR + j], _mm512_madd_epi16(x, w[j]));
+#endif
+      }
+    }
+    alignas(64) int32_t lanes[16];
+    for (int t = 0; t < MR * NR; ++t) {  // a store and a loop: gcc 12 warns on _mm512_reduce_add_epi32
+      _mm512_store_si512(lanes, acc[t]);
+      for (int l = 0; l < 16; ++l) s[t] += lanes[l];
+    }
   }
-  out[0] = s00, out[1] = s01, out[2] = s02, out[3] = s03, out[4] = s10, out[5] = s11, out[6] = s12, out[7] = s13;
+#endif
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) out[i * NR + j] = s[i * NR + j] + dot_s8(a + i * K + k0, b + j * K + k0, K - k0);
 }
 
 }  // namespace detail
@@ -56,30 +86,31 @@ inline void tile_2x4(const int8_t* a0, const int8_t* a1, const int8_t* b0, const
 /// Tiles run in parallel over blocks of B's rows (the weight, read once per block).
 template <class Epilogue>
 void gemm_s8s8s32(const int8_t* a, const int8_t* b, int64_t M, int64_t N, int64_t K, const Epilogue& epilogue) {
-  constexpr int64_t NB = 4;
+  constexpr int64_t NB = 4, kRowBlock = 64;
   const int64_t n_tiles = (N + NB - 1) / NB;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(M * K, 1));
   parallel_for(0, n_tiles, grain, [&](int64_t tb, int64_t te) {
-    int32_t sums[8];
-    for (int64_t t = tb; t < te; ++t) {
-      const int64_t n = t * NB;
-      if (n + NB > N) {  // ragged edge of B
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t j = n; j < N; ++j) epilogue(m, j, detail::dot_s8(a + m * K, b + j * K, K));
-        continue;
-      }
-      const int8_t* bs = b + n * K;
-      int64_t m = 0;
-      for (; m + 2 <= M; m += 2) {
-        detail::tile_2x4(a + m * K, a + (m + 1) * K, bs, bs + K, bs + 2 * K, bs + 3 * K, K, sums);
-        for (int64_t j = 0; j < NB; ++j) {
-          epilogue(m, n + j, sums[j]);
-          epilogue(m + 1, n + j, sums[NB + j]);
+    int32_t sums[16];
+    for (int64_t m0 = 0; m0 < M; m0 += kRowBlock)  // a block of A's rows stays in cache across B's tiles
+      for (int64_t t = tb; t < te; ++t) {
+        const int64_t n = t * NB, m1 = std::min(M, m0 + kRowBlock);
+        if (n + NB > N) {  // ragged edge of B
+          for (int64_t m = m0; m < m1; ++m)
+            for (int64_t j = n; j < N; ++j) epilogue(m, j, detail::dot_s8(a + m * K, b + j * K, K));
+          continue;
+        }
+        const int8_t* bs = b + n * K;
+        int64_t m = m0;
+        for (; m + 4 <= m1; m += 4) {
+          detail::tile<4>(a + m * K, bs, K, sums);
+          for (int64_t i = 0; i < 4; ++i)
+            for (int64_t j = 0; j < NB; ++j) epilogue(m + i, n + j, sums[i * NB + j]);
+        }
+        for (; m < m1; ++m) {
+          detail::tile<1>(a + m * K, bs, K, sums);
+          for (int64_t j = 0; j < NB; ++j) epilogue(m, n + j, sums[j]);
         }
       }
-      for (; m < M; ++m)
-        for (int64_t j = 0; j < NB; ++j) epilogue(m, n + j, detail::dot_s8(a + m * K, bs + j * K, K));
-    }
   });
 }
 
