@@ -1,10 +1,10 @@
 // Integer GEMMs of the quantized Linear layers on the CPU.
 //
-// int8: C (M, N) = A (M, K) . B (N, K)^T with int8 operands and int32 sums, B in a Linear
-// weight's (out, in) layout so both operands are read along K. Tiles of 4 rows of A by 4 rows
-// of B keep 16 sums in vector registers (pairwise int16 multiply-adds with AVX-512BW, `omp simd`
-// reductions elsewhere); the epilogue gets each tile's exact sums. int32 holds any sum while
-// K <= kMaxInt8K (|a * b| <= 2^14).
+// 8-bit: C (M, N) = A (M, K) . B (N, K)^T with int8 or uint8 A (the Linear's activations are
+// uint8, as PyTorch's dynamic quantization, which VNNI multiplies by int8 four at a time), int8
+// B in a Linear weight's (out, in) layout so both operands are read along K, int32 sums. Tiles of
+// 4 rows of A by 4 rows of B keep 16 sums in vector registers; the epilogue gets each tile's
+// exact sums. int32 holds any sum while K <= kMaxInt8K (int8 A) or kMaxUint8K (uint8 A).
 //
 // int4 (weight only), float or bfloat16 activations, float sums: below kInt4GemmRows activation
 // rows the codes are multiplied straight from their bytes (the weight is read once, in int4);
@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512BW__)
@@ -28,24 +29,28 @@
 
 namespace strata::cpu::quant {
 
-inline constexpr int64_t kMaxInt8K = int64_t{1} << 17;  // 2^17 * 2^14 = 2^31
+// the longest K whose sums int32 holds: int8 x int8 (2^17 * 2^14 = 2^31) and uint8 x int8
+// (2^16 * 255 * 128 < 2^31)
+inline constexpr int64_t kMaxInt8K = int64_t{1} << 17, kMaxUint8K = int64_t{1} << 16;
 inline constexpr int64_t kInt4GemmRows = 16, kInt4Tile = 256;
 
 namespace detail {
 
-inline int32_t dot_s8(const int8_t* a, const int8_t* b, int64_t K) {
+template <class TA>
+int32_t dot_8bit(const TA* a, const int8_t* b, int64_t K) {
   int32_t s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t k = 0; k < K; ++k) s += int32_t{a[k]} * int32_t{b[k]};
   return s;
 }
 
-// out[i * 4 + j] = sum_k a[i * K + k] * b[j * K + k] for MR rows of A and 4 rows of B. With
-// AVX-512BW, 32 codes at a time are widened to int16 and multiplied in pairs into int32 lanes
-// (vpmaddwd, or VNNI's vpdpwssd, which adds too): exact, as a pair of products is at most 2^15.
-// Elsewhere, and for the last K % 32, the plain loop.
-template <int MR>
-inline void tile(const int8_t* a, const int8_t* b, int64_t K, int32_t* out) {
+// out[i * 4 + j] = sum_k a[i * K + k] * b[j * K + k] for MR rows of A (int8 or uint8) and 4
+// rows of int8 B. With AVX-512 VNNI and uint8 A, vpdpbusd multiplies 64 codes at a time, adding
+// products in fours into int32 lanes; with AVX-512BW otherwise, 32 codes at a time are widened to
+// int16 and multiplied in pairs (vpmaddwd, or VNNI's vpdpwssd, which adds too). Both are exact:
+// neither saturates, and no partial sum passes 2^17. Elsewhere, and for the tail of K, the plain loop.
+template <int MR, class TA>
+inline void tile(const TA* a, const int8_t* b, int64_t K, int32_t* out) {
   constexpr int NR = 4;
   int32_t s[MR * NR] = {};
   int64_t k0 = 0;
@@ -53,14 +58,30 @@ inline void tile(const int8_t* a, const int8_t* b, int64_t K, int32_t* out) {
   {
     __m512i acc[MR * NR];
     for (__m512i& v : acc) v = _mm512_setzero_si512();
-    const auto load = [](const int8_t* p) {
-      return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#if defined(__AVX512VNNI__)
+    if constexpr (std::is_same_v<TA, uint8_t>) {
+      for (; k0 + 64 <= K; k0 += 64) {
+        __m512i w[NR];
+        for (int j = 0; j < NR; ++j) w[j] = _mm512_loadu_si512(b + j * K + k0);
+        for (int i = 0; i < MR; ++i) {
+          const __m512i x = _mm512_loadu_si512(a + i * K + k0);
+          for (int j = 0; j < NR; ++j) acc[i * NR + j] = _mm512_dpbusd_epi32(acc[i * NR + j], x, w[j]);
+        }
+      }
+    }
+#endif
+    const auto widen = [](const auto* p) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(p)>>, uint8_t>)
+        return _mm512_cvtepu8_epi16(v);
+      else
+        return _mm512_cvtepi8_epi16(v);
     };
     for (; k0 + 32 <= K; k0 += 32) {
       __m512i w[NR];
-      for (int j = 0; j < NR; ++j) w[j] = load(b + j * K + k0);
+      for (int j = 0; j < NR; ++j) w[j] = widen(b + j * K + k0);
       for (int i = 0; i < MR; ++i) {
-        const __m512i x = load(a + i * K + k0);
+        const __m512i x = widen(a + i * K + k0);
         for (int j = 0; j < NR; ++j)
 #if defined(__AVX512VNNI__)
           acc[i * NR + j] = _mm512_dpwssd_epi32(acc[i * NR + j], x, w[j]);
@@ -77,15 +98,16 @@ inline void tile(const int8_t* a, const int8_t* b, int64_t K, int32_t* out) {
   }
 #endif
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) out[i * NR + j] = s[i * NR + j] + dot_s8(a + i * K + k0, b + j * K + k0, K - k0);
+    for (int j = 0; j < NR; ++j)
+      out[i * NR + j] = s[i * NR + j] + dot_8bit(a + i * K + k0, b + j * K + k0, K - k0);
 }
 
 }  // namespace detail
 
-/// Calls epilogue(m, n, sum) once for every output, sum = sum_k a[m, k] * b[n, k] exactly.
-/// Tiles run in parallel over blocks of B's rows (the weight, read once per block).
-template <class Epilogue>
-void gemm_s8s8s32(const int8_t* a, const int8_t* b, int64_t M, int64_t N, int64_t K, const Epilogue& epilogue) {
+/// Calls epilogue(m, n, sum) once for every output, sum = sum_k a[m, k] * b[n, k] exactly; A is
+/// int8 or uint8, B int8. Tiles run in parallel over blocks of B's rows (the weight).
+template <class TA, class Epilogue>
+void gemm_8bit(const TA* a, const int8_t* b, int64_t M, int64_t N, int64_t K, const Epilogue& epilogue) {
   constexpr int64_t NB = 4, kRowBlock = 64;
   const int64_t n_tiles = (N + NB - 1) / NB;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(M * K, 1));
@@ -96,7 +118,7 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int64_t M, int64_t N, int64_
         const int64_t n = t * NB, m1 = std::min(M, m0 + kRowBlock);
         if (n + NB > N) {  // ragged edge of B
           for (int64_t m = m0; m < m1; ++m)
-            for (int64_t j = n; j < N; ++j) epilogue(m, j, detail::dot_s8(a + m * K, b + j * K, K));
+            for (int64_t j = n; j < N; ++j) epilogue(m, j, detail::dot_8bit(a + m * K, b + j * K, K));
           continue;
         }
         const int8_t* bs = b + n * K;
@@ -115,13 +137,13 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int64_t M, int64_t N, int64_
 }
 
 /// y (M, N) = x_scale[m] * w_scale[n] * (sum_k xq[m, k] * wq[n, k] - x_zero[m] * w_row_sum[n]) + bias[n]:
-/// the int8 Linear with affine activations (one scale and zero point per row, or one for all
-/// rows when x_per_row is false) and symmetric per-channel weights; bias may be null.
+/// the int8 Linear with uint8 affine activations (one scale and zero point per row, or one for
+/// all rows when x_per_row is false) and symmetric per-channel int8 weights; bias may be null.
 template <class T>
-void int8_linear(const int8_t* xq, const float* x_scale, const int32_t* x_zero, bool x_per_row, const int8_t* wq,
+void int8_linear(const uint8_t* xq, const float* x_scale, const int32_t* x_zero, bool x_per_row, const int8_t* wq,
                  const float* w_scale, const int32_t* w_row_sum, const T* bias, T* y, int64_t M, int64_t N,
                  int64_t K) {
-  gemm_s8s8s32(xq, wq, M, N, K, [&](int64_t m, int64_t n, int32_t sum) {
+  gemm_8bit(xq, wq, M, N, K, [&](int64_t m, int64_t n, int32_t sum) {
     const int64_t r = x_per_row ? m : 0;
     const int64_t exact = int64_t{sum} - int64_t{x_zero[r]} * w_row_sum[n];
     float v = static_cast<float>(exact) * (x_scale[r] * w_scale[n]);

@@ -71,11 +71,11 @@ inline void channel_min_max(const float* x, ChannelLayout l, float* lo, float* h
   for (int64_t c = 0; c < l.channels; ++c) qmath::settle_empty_range(&lo[c], &hi[c]);
 }
 
-/// Dynamic per-row quantization of activations (M, K) to int8 [-128, 127], affine: each row
+/// Dynamic per-row quantization of activations (M, K) to uint8 [0, 255], affine: each row
 /// gets the qparams of its finite range. A row holding NaN or inf gets a NaN scale, so its
 /// outputs come out NaN rather than silently finite (Note [Non-finite values in quantization]).
 template <class T>
-void quantize_rows_int8(const T* x, int64_t M, int64_t K, int8_t* q, float* scale, int32_t* zero_point) {
+void quantize_rows_uint8(const T* x, int64_t M, int64_t K, uint8_t* q, float* scale, int32_t* zero_point) {
   parallel_for(0, M, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(K, 1)), [&](int64_t b, int64_t e) {
     for (int64_t m = b; m < e; ++m) {
       const T* row = x + m * K;
@@ -87,11 +87,11 @@ void quantize_rows_int8(const T* x, int64_t M, int64_t K, int8_t* q, float* scal
         finite &= v - v == 0.0f;
       }
       qmath::settle_empty_range(&lo, &hi);
-      const qmath::QParams p = qmath::choose_qparams(lo, hi, -128, 127, false);
+      const qmath::QParams p = qmath::choose_qparams(lo, hi, 0, 255, false);
       const float inv = 1.0f / p.scale;
       for (int64_t k = 0; k < K; ++k)
-        q[m * K + k] = static_cast<int8_t>(qmath::quantize_value(static_cast<float>(row[k]), inv, p.zero_point,
-                                                                 -128, 127));
+        q[m * K + k] = static_cast<uint8_t>(qmath::quantize_value(static_cast<float>(row[k]), inv, p.zero_point,
+                                                                  0, 255));
       scale[m] = finite ? p.scale : __builtin_nanf("");
       zero_point[m] = p.zero_point;
     }

@@ -51,7 +51,7 @@ __global__ void fake_quantize_kernel(const float* x, float* out, uint8_t* mask, 
 }
 
 // one block per row: finite min, max and a non-finite flag reduced in shared memory, then codes
-__global__ void quantize_rows_kernel(const float* x, int64_t K, int8_t* q, float* scale, int32_t* zero_point) {
+__global__ void quantize_rows_kernel(const float* x, int64_t K, uint8_t* q, float* scale, int32_t* zero_point) {
   __shared__ float lo_s[kThreads], hi_s[kThreads];
   __shared__ int bad_s[kThreads];
   const float* row = x + int64_t(blockIdx.x) * K;
@@ -78,10 +78,10 @@ __global__ void quantize_rows_kernel(const float* x, int64_t K, int8_t* q, float
   }
   lo = lo_s[0], hi = hi_s[0];
   qmath::settle_empty_range(&lo, &hi);
-  const qmath::QParams p = qmath::choose_qparams(lo, hi, -128, 127, false);
+  const qmath::QParams p = qmath::choose_qparams(lo, hi, 0, 255, false);
   const float inv = 1.0f / p.scale;
   for (int64_t k = threadIdx.x; k < K; k += blockDim.x)
-    q[int64_t(blockIdx.x) * K + k] = static_cast<int8_t>(qmath::quantize_value(row[k], inv, p.zero_point, -128, 127));
+    q[int64_t(blockIdx.x) * K + k] = static_cast<uint8_t>(qmath::quantize_value(row[k], inv, p.zero_point, 0, 255));
   if (threadIdx.x == 0) {
     scale[blockIdx.x] = bad_s[0] ? __int_as_float(0x7fc00000) : p.scale;
     zero_point[blockIdx.x] = p.zero_point;
@@ -144,8 +144,9 @@ cudaError_t launch_gemm(int64_t M, int64_t N, int64_t K, LoadA a, LoadB b, Epilo
   return cudaGetLastError();
 }
 
-struct LoadS8 {
-  const int8_t* p;
+template <class Q>
+struct Load8bit {
+  const Q* p;
   int64_t K;
   __device__ int32_t operator()(int64_t r, int64_t k) const { return p[r * K + k]; }
 };
@@ -231,7 +232,7 @@ cudaError_t fake_quantize(const float* x, float* out, uint8_t* mask, ChannelLayo
   return cudaGetLastError();
 }
 
-cudaError_t quantize_rows_int8(const float* x, int64_t M, int64_t K, int8_t* q, float* scale, int32_t* zero_point,
+cudaError_t quantize_rows_uint8(const float* x, int64_t M, int64_t K, uint8_t* q, float* scale, int32_t* zero_point,
                                cudaStream_t s) {
   if (M == 0) return cudaSuccess;
   quantize_rows_kernel<<<static_cast<unsigned>(M), kThreads, 0, s>>>(x, K, q, scale, zero_point);
@@ -240,13 +241,13 @@ cudaError_t quantize_rows_int8(const float* x, int64_t M, int64_t K, int8_t* q, 
 
 cudaError_t gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* c, int64_t M, int64_t N, int64_t K,
                          cudaStream_t s) {
-  return launch_gemm<int32_t>(M, N, K, LoadS8{a, K}, LoadS8{b, K}, StoreS32{c, N}, s);
+  return launch_gemm<int32_t>(M, N, K, Load8bit<int8_t>{a, K}, Load8bit<int8_t>{b, K}, StoreS32{c, N}, s);
 }
 
-cudaError_t int8_linear(const int8_t* xq, const float* x_scale, const int32_t* x_zero, bool x_per_row,
+cudaError_t int8_linear(const uint8_t* xq, const float* x_scale, const int32_t* x_zero, bool x_per_row,
                         const int8_t* wq, const float* w_scale, const int32_t* w_row_sum, const float* bias, float* y,
                         int64_t M, int64_t N, int64_t K, cudaStream_t s) {
-  return launch_gemm<int32_t>(M, N, K, LoadS8{xq, K}, LoadS8{wq, K},
+  return launch_gemm<int32_t>(M, N, K, Load8bit<uint8_t>{xq, K}, Load8bit<int8_t>{wq, K},
                               Int8LinearEpilogue{x_scale, w_scale, bias, x_zero, w_row_sum, x_per_row, y, N}, s);
 }
 

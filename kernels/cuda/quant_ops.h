@@ -23,13 +23,14 @@ cudaError_t dequantize_affine(const Q* q, float* x, ChannelLayout l, const float
                               cudaStream_t s);
 cudaError_t fake_quantize(const float* x, float* out, uint8_t* mask, ChannelLayout l, const float* scale,
                           const int32_t* zero_point, int32_t qmin, int32_t qmax, cudaStream_t s);
-cudaError_t quantize_rows_int8(const float* x, int64_t M, int64_t K, int8_t* q, float* scale, int32_t* zero_point,
+cudaError_t quantize_rows_uint8(const float* x, int64_t M, int64_t K, uint8_t* q, float* scale, int32_t* zero_point,
                                cudaStream_t s);
 /// c (M, N) = a (M, K) . b (N, K)^T in int32.
 cudaError_t gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* c, int64_t M, int64_t N, int64_t K,
                          cudaStream_t s);
-/// The int8 Linear of kernels/cpu/qgemm.h (int8_linear), float output; bias may be null.
-cudaError_t int8_linear(const int8_t* xq, const float* x_scale, const int32_t* x_zero, bool x_per_row,
+/// The int8 Linear of kernels/cpu/qgemm.h (int8_linear, uint8 activations), float output; bias
+/// may be null.
+cudaError_t int8_linear(const uint8_t* xq, const float* x_scale, const int32_t* x_zero, bool x_per_row,
                         const int8_t* wq, const float* w_scale, const int32_t* w_row_sum, const float* bias, float* y,
                         int64_t M, int64_t N, int64_t K, cudaStream_t s);
 cudaError_t quantize_int4_groups(const float* w, int64_t N, int64_t K, int64_t group, bool symmetric,

@@ -55,9 +55,9 @@ void fake_quantize(const Tensor& x, const Tensor& out, const Tensor& mask, Chann
   });
 }
 
-void quantize_rows_int8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point) {
+void quantize_rows_uint8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point) {
   launch(x, "quantize_dynamic", [&](cudaStream_t s) {
-    return ck::quantize_rows_int8(ptr<float>(x), x.size(0), x.size(1), ptr<int8_t>(q), ptr<float>(scale),
+    return ck::quantize_rows_uint8(ptr<float>(x), x.size(0), x.size(1), ptr<uint8_t>(q), ptr<float>(scale),
                                   ptr<int32_t>(zero_point), s);
   });
 }
@@ -65,7 +65,7 @@ void quantize_rows_int8(const Tensor& x, const Tensor& q, const Tensor& scale, c
 void int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool x_per_row, const Tensor& wq,
                  const Tensor& w_scale, const Tensor& w_row_sum, const Tensor& bias, const Tensor& y) {
   launch(xq, "int8_linear", [&](cudaStream_t s) {
-    return ck::int8_linear(ptr<int8_t>(xq), ptr<float>(x_scale), ptr<int32_t>(x_zero), x_per_row, ptr<int8_t>(wq),
+    return ck::int8_linear(ptr<uint8_t>(xq), ptr<float>(x_scale), ptr<int32_t>(x_zero), x_per_row, ptr<int8_t>(wq),
                            ptr<float>(w_scale), ptr<int32_t>(w_row_sum), ptr<float>(bias), ptr<float>(y),
                            xq.size(0), wq.size(0), xq.size(1), s);
   });

@@ -15,7 +15,7 @@ void quantize(const Tensor& x, const Tensor& q, ChannelLayout l, const Tensor& s
 void dequantize(const Tensor& q, const Tensor& out, ChannelLayout l, const Tensor& scale, const Tensor& zero_point);
 void fake_quantize(const Tensor& x, const Tensor& out, const Tensor& mask, ChannelLayout l, const Tensor& scale,
                    const Tensor& zero_point, int32_t qmin, int32_t qmax);
-void quantize_rows_int8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point);
+void quantize_rows_uint8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point);
 void int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool x_per_row, const Tensor& wq,
                  const Tensor& w_scale, const Tensor& w_row_sum, const Tensor& bias, const Tensor& y);
 void int8_gemm(const Tensor& a, const Tensor& b, const Tensor& c);

@@ -64,9 +64,9 @@ void run_fake_quantize(const Tensor& x, const Tensor& out, const Tensor& mask, C
                     ptr<int32_t>(zero_point), qmin, qmax);
 }
 
-void run_quantize_rows_int8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point) {
-  if (x.device().is_cuda()) return cuda_quant::quantize_rows_int8(x, q, scale, zero_point);
-  cq::quantize_rows_int8(ptr<float>(x), x.size(0), x.size(1), ptr<int8_t>(q), ptr<float>(scale),
+void run_quantize_rows_uint8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point) {
+  if (x.device().is_cuda()) return cuda_quant::quantize_rows_uint8(x, q, scale, zero_point);
+  cq::quantize_rows_uint8(ptr<float>(x), x.size(0), x.size(1), ptr<uint8_t>(q), ptr<float>(scale),
                          ptr<int32_t>(zero_point));
 }
 
@@ -74,7 +74,7 @@ void run_int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_ze
                      const Tensor& w_scale, const Tensor& w_row_sum, const Tensor& bias, const Tensor& y) {
   if (xq.device().is_cuda())
     return cuda_quant::int8_linear(xq, x_scale, x_zero, x_per_row, wq, w_scale, w_row_sum, bias, y);
-  cq::int8_linear(ptr<int8_t>(xq), ptr<float>(x_scale), ptr<int32_t>(x_zero), x_per_row, ptr<int8_t>(wq),
+  cq::int8_linear(ptr<uint8_t>(xq), ptr<float>(x_scale), ptr<int32_t>(x_zero), x_per_row, ptr<int8_t>(wq),
                   ptr<float>(w_scale), ptr<int32_t>(w_row_sum), ptr<float>(bias), ptr<float>(y), xq.size(0),
                   wq.size(0), xq.size(1));
 }
@@ -83,7 +83,7 @@ void run_int8_gemm(const Tensor& a, const Tensor& b, const Tensor& c) {
   if (a.device().is_cuda()) return cuda_quant::int8_gemm(a, b, c);
   int32_t* out = ptr<int32_t>(c);
   const int64_t N = b.size(0);
-  cq::gemm_s8s8s32(ptr<int8_t>(a), ptr<int8_t>(b), a.size(0), N, a.size(1),
+  cq::gemm_8bit(ptr<int8_t>(a), ptr<int8_t>(b), a.size(0), N, a.size(1),
                    [&](int64_t m, int64_t n, int32_t sum) { out[m * N + n] = sum; });
 }
 

@@ -25,9 +25,10 @@ void run_dequantize(const Tensor& q, const Tensor& out, ChannelLayout l, const T
 void run_fake_quantize(const Tensor& x, const Tensor& out, const Tensor& mask, ChannelLayout l, const Tensor& scale,
                        const Tensor& zero_point, int32_t qmin, int32_t qmax);
 
-/// x (M, K) float32 -> q int8 (M, K), scale (M), zero_point (M): dynamic per-row activations.
-void run_quantize_rows_int8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point);
-/// y (M, N) float32 = int8 Linear (kernels/cpu/qgemm.h, int8_linear); bias may be undefined.
+/// x (M, K) float32 -> q uint8 (M, K), scale (M), zero_point (M): dynamic per-row activations.
+void run_quantize_rows_uint8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point);
+/// y (M, N) float32 = int8 Linear of uint8 activations (kernels/cpu/qgemm.h, int8_linear); bias
+/// may be undefined.
 void run_int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool x_per_row, const Tensor& wq,
                      const Tensor& w_scale, const Tensor& w_row_sum, const Tensor& bias, const Tensor& y);
 /// c (M, N) int32 = a (M, K) int8 . b (N, K)^T int8.

@@ -20,7 +20,7 @@ class Int8LinearForm : public nn::LinearForm {
  public:
   struct StaticInput {
     Tensor scale, zero_point;  // (1) float32, (1) int32
-    QRange range;              // the observer's code range (uint8 ranges are run shifted to int8)
+    QRange range;              // the observer's code range (int8 ranges are run shifted to uint8)
   };
   Int8LinearForm(Int8Weight weight, std::optional<StaticInput> input);
   Tensor forward_linear(const nn::Linear& layer, const Tensor& input) override;

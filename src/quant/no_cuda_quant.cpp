@@ -22,7 +22,7 @@ void fake_quantize(const Tensor&, const Tensor&, const Tensor&, ChannelLayout, c
                    int32_t) {
   no_cuda("fake_quantize");
 }
-void quantize_rows_int8(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("quantize_dynamic"); }
+void quantize_rows_uint8(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("quantize_dynamic"); }
 void int8_linear(const Tensor&, const Tensor&, const Tensor&, bool, const Tensor&, const Tensor&, const Tensor&,
                  const Tensor&, const Tensor&) {
   no_cuda("int8_linear");

@@ -49,8 +49,8 @@ void check_int8_weight(const Int8Weight& w, const char* op) {
   STRATA_CHECK(w.codes.defined() && w.codes.dtype() == kInt8 && w.codes.dim() == 2 && w.scale.defined() &&
                    w.scale.shape() == Shape{w.codes.size(0)},
                "[{}] expects int8 codes (out, in) and float32 scales (out)", op);
-  STRATA_CHECK(w.codes.size(1) <= cpu::quant::kMaxInt8K, "[{}] in_features {} exceeds {}, past which int32 sums "
-               "could overflow", op, w.codes.size(1), cpu::quant::kMaxInt8K);
+  STRATA_CHECK(w.codes.size(1) <= cpu::quant::kMaxUint8K, "[{}] in_features {} exceeds {}, past which int32 sums "
+               "could overflow", op, w.codes.size(1), cpu::quant::kMaxUint8K);
 }
 
 Tensor row_sums(const Tensor& codes) {
@@ -73,9 +73,9 @@ Tensor int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& row_sum,
   NoGradGuard no_grad;
   const Tensor rows = input_rows(x, K, w.codes.device(), kFloat32, op);
   const TensorOptions o(kFloat32, x.device());
-  Tensor xq = empty(rows.shape(), o.dtype(kInt8));
+  Tensor xq = empty(rows.shape(), o.dtype(kUInt8));
   Tensor xs = empty({rows.size(0)}, o), xz = empty({rows.size(0)}, o.dtype(kInt32));
-  detail::run_quantize_rows_int8(rows, xq, xs, xz);
+  detail::run_quantize_rows_uint8(rows, xq, xs, xz);
   Tensor y = int8_product(xq, xs, xz, true, w, row_sum, bias_of(bias, N, x.device(), kFloat32, op));
   return y.reshape(out_shape(x, N)).to(x.dtype());
 }
@@ -187,10 +187,10 @@ Tensor Int8LinearForm::forward_linear(const nn::Linear& layer, const Tensor& inp
   NoGradGuard no_grad;
   const int64_t N = weight_.codes.size(0), K = weight_.codes.size(1);
   const Tensor rows = input_rows(input, K, weight_.codes.device(), kFloat32, op);
-  // an unsigned range runs shifted by -128: (q - z) is the same for q - 128 and z - 128
-  const int32_t shift = input_->range.quant_min >= 0 ? 128 : 0;
+  // a signed range runs shifted by +128 into uint8: (q - z) is the same for q + 128 and z + 128
+  const int32_t shift = input_->range.quant_min < 0 ? -128 : 0;
   const Tensor zero = (input_->zero_point - shift).to(kInt32).contiguous();
-  Tensor xq = empty(rows.shape(), TensorOptions(kInt8, rows.device()));
+  Tensor xq = empty(rows.shape(), TensorOptions(kUInt8, rows.device()));
   detail::run_quantize(rows, xq, layout_of(rows.shape(), -1), input_->scale.to(kFloat32).contiguous(), zero,
                        input_->range.quant_min - shift, input_->range.quant_max - shift);
   Tensor y = int8_product(xq, input_->scale.to(kFloat32).contiguous(), zero, false, weight_, row_sum,

@@ -21,8 +21,8 @@ int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& o) {
     STRATA_CHECK(!int4 || layer->in_features % o.group_size == 0,
                  "[{}] group_size {} does not divide in_features {} of layer \"{}\"", op, o.group_size,
                  layer->in_features, name);
-    STRATA_CHECK(int4 || layer->in_features <= (int64_t{1} << 17),
-                 "[{}] layer \"{}\" has in_features {} > 2^17, past which int8 sums could overflow", op, name,
+    STRATA_CHECK(int4 || layer->in_features <= (int64_t{1} << 16),
+                 "[{}] layer \"{}\" has in_features {} > 2^16, past which int8 sums could overflow", op, name,
                  layer->in_features);
   }
   for (const auto& [name, layer] : layers) {

@@ -66,6 +66,30 @@ TEST(QuantLinear, Int8DynamicWithinTheBoundOfItsScales) {
   }
 }
 
+TEST(QuantLinear, Int8IntegerSumsAreExact) {
+  // rows of integers spanning [0, 255] quantize to themselves (scale 1, zero point 0), so the
+  // layer is sw[n] * sum_k x[m, k] * qw[n, k] + b[n] with exact integer sums; a wrong sum would be
+  // off by a whole weight step. Odd K exercise the vector blocks and their tails.
+  st::manual_seed(15);
+  for (int64_t K : {7, 77, 300}) {
+    const int64_t M = 6, N = 9;
+    st::Tensor x = st::randint(0, 256, {M, K}).to(st::kFloat32);
+    x.select(1, 0).fill_(0.0);
+    x.select(1, K - 1).fill_(255.0);
+    const st::Tensor w = st::randn({N, K}), b = st::randn({N});
+    const q::Int8Weight qw = q::quantize_weight_int8(w);
+    const std::vector<double> xv = values(x), cv = values(qw.codes), sv = values(qw.scale), bv = values(b);
+    std::vector<double> want(M * N);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += xv[m * K + k] * cv[n * K + k];
+        want[m * N + n] = sv[n] * sum + bv[n];
+      }
+    EXPECT_TRUE(st::testing::all_close(q::linear_int8_dynamic(x, qw, b), want, 1e-6, 1e-5)) << "K = " << K;
+  }
+}
+
 TEST(QuantLinear, QuantizeDynamicConvertsMemberLayers) {
   st::manual_seed(11);
   Net model, reference;

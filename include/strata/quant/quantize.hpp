@@ -1,6 +1,6 @@
 // Post-training weight quantization of Linear layers, as torch.ao.quantization.quantize_dynamic:
-// int8 weights (per output channel, symmetric) with activations quantized to int8 per row at run
-// time and an int8 x int8 -> int32 GEMM, or int4 weight-only (group-wise along in_features,
+// int8 weights (per output channel, symmetric) with activations quantized to uint8 per row at run
+// time and a uint8 x int8 -> int32 GEMM, or int4 weight-only (group-wise along in_features,
 // two codes a byte) with a GEMM that dequantizes on the fly. See docs/quantization.md.
 //
 //   quant::quantize_dynamic(model);                                       // every nn::Linear, int8
@@ -47,7 +47,7 @@ struct Int8Weight {
 };
 STRATA_API Int8Weight quantize_weight_int8(const Tensor& weight);
 
-/// y = x . dequantize(w)^T + bias with x quantized to int8 per row (affine, its own range), the
+/// y = x . dequantize(w)^T + bias with x quantized to uint8 per row (affine, its own range), the
 /// product in int32 and dequantization and bias in the epilogue. Float output of x's dtype.
 STRATA_API Tensor linear_int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& bias = {});
 
