@@ -178,14 +178,14 @@ void int4_linear(const T* x, const uint8_t* packed, const float* scale, const ui
                      float lanes[kLanes] = {};
                      for (int64_t g = 0; g < groups; ++g) {
                        const float s = scale[n * groups + g];
-                       const float z = zero_point ? static_cast<float>(zero_point[n * groups + g])
-                                                  : static_cast<float>(qmath::kInt4SymmetricZero);
+                       const float zs = s * (zero_point ? static_cast<float>(zero_point[n * groups + g])
+                                                        : static_cast<float>(qmath::kInt4SymmetricZero));
                        for (int64_t j0 = g * group_bytes; j0 < (g + 1) * group_bytes; j0 += kLanes)
 #pragma omp simd
-                         for (int64_t l = 0; l < kLanes; ++l) {
+                         for (int64_t l = 0; l < kLanes; ++l) {  // w = code * s - zero * s: one fused op
                            const int64_t j = j0 + l;
-                           lanes[l] += xe[j] * ((static_cast<float>(row[j] & 0xF) - z) * s) +
-                                       xo[j] * ((static_cast<float>(row[j] >> 4) - z) * s);
+                           lanes[l] += xe[j] * (static_cast<float>(row[j] & 0xF) * s - zs) +
+                                       xo[j] * (static_cast<float>(row[j] >> 4) * s - zs);
                          }
                      }
                      float acc = bias ? static_cast<float>(bias[n]) : 0.0f;

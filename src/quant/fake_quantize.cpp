@@ -49,7 +49,8 @@ Tensor fake_quantize_per_tensor_affine(const Tensor& x, double scale, int64_t ze
                                        int64_t quant_max) {
   const char* op = "fake_quantize_per_tensor_affine";
   check_common(op, x, quant_min, quant_max);
-  STRATA_CHECK(std::isfinite(scale) && scale > 0, "[{}] scale must be finite and positive, got {}", op, scale);
+  STRATA_CHECK(std::isfinite(static_cast<float>(scale)) && static_cast<float>(scale) > 0,
+               "[{}] scale must be positive and finite in float32, got {}", op, scale);
   STRATA_CHECK(zero_point >= quant_min && zero_point <= quant_max, "[{}] zero_point {} is outside [{}, {}]", op,
                zero_point, quant_min, quant_max);
   const TensorOptions o(kFloat32, x.device());

@@ -46,8 +46,8 @@ QuantizedTensor quantize_with(const Tensor& x, Tensor scales, Tensor zero_points
 QuantizedTensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DType dtype) {
   const Tensor xf = float_input(x, "quantize_per_tensor");
   const QRange r = quant_range(dtype);
-  STRATA_CHECK(std::isfinite(scale) && scale > 0, "[quantize_per_tensor] scale must be finite and positive, got {}",
-               scale);
+  STRATA_CHECK(std::isfinite(static_cast<float>(scale)) && static_cast<float>(scale) > 0,
+               "[quantize_per_tensor] scale must be positive and finite in float32, got {}", scale);
   STRATA_CHECK(zero_point >= r.quant_min && zero_point <= r.quant_max,
                "[quantize_per_tensor] zero_point {} is outside [{}, {}] of {}", zero_point, r.quant_min, r.quant_max,
                dtype);

@@ -127,6 +127,7 @@ TEST(QuantPrimitives, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { q::quantize_per_tensor(st::ones({3}, st::kInt32), 0.1, 0, st::kInt8); },
                           {"quantize_per_tensor", "floating"}));
   EXPECT_TRUE(throws_with([&] { q::quantize_per_tensor(x, 0.0, 0, st::kInt8); }, {"scale"}));
+  EXPECT_TRUE(throws_with([&] { q::quantize_per_tensor(x, 1e-50, 0, st::kInt8); }, {"float32"}));
   EXPECT_TRUE(throws_with([&] { q::quantize_per_tensor(x, 0.1, 300, st::kUInt8); }, {"zero_point 300"}));
   EXPECT_TRUE(throws_with([&] { q::quantize_per_tensor(x, 0.1, 0, st::kFloat32); }, {"int8 or uint8"}));
   EXPECT_TRUE(throws_with([&] { q::quantize_per_channel(x, st::ones({4}), st::zeros({3}, st::kInt32), 1, st::kInt8); },
