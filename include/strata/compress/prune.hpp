@@ -103,7 +103,7 @@ struct SparsityEntry {
   double sparsity() const { return numel == 0 ? 0.0 : static_cast<double>(zeros) / static_cast<double>(numel); }
 };
 
-struct SparsityReport {
+struct STRATA_API SparsityReport {
   std::vector<SparsityEntry> entries;
   SparsityEntry total;  // over the entries
   /// One line per entry and one for the total: name, zeros / numel, percent.
