@@ -99,6 +99,10 @@ void custom_from_mask(nn::Module& module, const std::string& name, const Tensor&
   detail::set_mask(module, name, param, keep);
 }
 
+void identity(nn::Module& module, const std::string& name) {
+  custom_from_mask(module, name, ones_like(detail::find_parameter(module, name, "identity")));
+}
+
 void remove(nn::Module& module, const std::string& name) {
   const Tensor param = detail::find_parameter(module, name, "prune.remove");
   Tensor mask = detail::find_mask(module, name);

@@ -202,6 +202,21 @@ TEST(Prune, RemoveMakesItPermanent) {
   EXPECT_EQ(zero_positions(fc.weight).size(), 4u);
 }
 
+TEST(Prune, PrunedCheckpointLoadsIntoAFreshModelAfterIdentity) {
+  Generator g(8);
+  nn::Linear pruned(4, 3, {.generator = &g}), fresh(4, 3, {.generator = &g});
+  compress::l1_unstructured(pruned, "weight", 0.5);
+  const nn::StateDict saved = pruned.state_dict();
+  EXPECT_TRUE(throws_with([&] { fresh.load_state_dict(saved); }, {"weight_mask"}));  // strict: unexpected key
+  compress::identity(fresh, "weight");
+  EXPECT_EQ(zero_positions(fresh.weight).size(), 0u);
+  fresh.load_state_dict(saved);
+  compress::reapply_masks(fresh);
+  EXPECT_EQ(values(fresh.weight), values(pruned.weight));
+  fresh(ones({1, 4})).sum().backward();  // the loaded mask masks the gradient
+  for (int64_t i : zero_positions(pruned.weight)) EXPECT_EQ(values(fresh.weight.grad())[i], 0.0);
+}
+
 TEST(Prune, BadInputRaises) {
   nn::Linear fc(3, 2);
   EXPECT_TRUE(throws_with([&] { compress::ln_structured(fc, "bias", 1, 2, 0); }, {"ln_structured", "at least 2 dims"}));

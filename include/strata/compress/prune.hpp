@@ -73,6 +73,9 @@ STRATA_API void ln_structured(nn::Module& module, const std::string& name, Amoun
                               const Tensor& importance_scores = Tensor());
 /// Applies `mask` (the parameter's shape, 1 keeps and 0 prunes) on top of any mask already there.
 STRATA_API void custom_from_mask(nn::Module& module, const std::string& name, const Tensor& mask);
+/// A mask of ones (prunes nothing), as torch's prune.identity: gives a fresh model the mask
+/// buffers a pruned checkpoint's state dict has, before load_state_dict (then reapply_masks).
+STRATA_API void identity(nn::Module& module, const std::string& name);
 
 /// One parameter of global pruning.
 struct PruneTarget {
