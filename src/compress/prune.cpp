@@ -41,8 +41,8 @@ int64_t Amount::of(int64_t candidates, std::string_view op) const {
 namespace {
 
 int64_t checked_dim(const Tensor& t, int64_t dim, std::string_view op) {
-  STRATA_CHECK(dim >= -t.dim() && dim < t.dim(), "[{}] dim {} does not exist in a tensor of shape {} ({} dims)", op, dim,
-               t.shape(), t.dim());
+  STRATA_CHECK(dim >= -t.dim() && dim < t.dim(), "[{}] dim {} does not exist in a tensor of shape {} ({} dims)", op,
+               dim, t.shape(), t.dim());
   return dim < 0 ? dim + t.dim() : dim;
 }
 

@@ -91,7 +91,9 @@ void check_group(const ChannelGroup& group) {
     const Tensor w = layer_weight(m, "consumer");
     STRATA_CHECK(m != group.producer, "[shrink] the producer cannot also be its own consumer");
     const int64_t in = w.size(1);
-    const bool fits = as_conv(m) ? conv_producer && in == channels : in % channels == 0 && (conv_producer || in == channels);
+    // a Linear after a Conv2d reads the channels pooled (in == channels) or flattened (a multiple)
+    const bool fits =
+        as_conv(m) ? conv_producer && in == channels : in % channels == 0 && (conv_producer || in == channels);
     STRATA_CHECK(fits, "[shrink] mismatched consecutive layers: the producer {} has {} output channels but consumer {} "
                  "({}) takes {} input features", group.producer->name(), channels, i, m->name(), in);
     layers.push_back(m);

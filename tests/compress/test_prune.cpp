@@ -9,6 +9,7 @@
 #include "gradcheck.h"
 
 using namespace strata;
+using strata::testing::all_close;
 using strata::testing::throws_with;
 using strata::testing::values;
 
@@ -58,8 +59,8 @@ TEST(Prune, ChannelNormsAndTaylorMatchLoops) {
       l1[c] += std::fabs(v[i]), l2[c] += v[i] * v[i], linf[c] = std::max(linf[c], std::fabs(v[i]));
     }
     for (double& x : l2) x = std::sqrt(x);
-    EXPECT_TRUE(strata::testing::all_close(compress::channel_importance(w, compress::Importance::L1, dim), l1, 1e-12, 0));
-    EXPECT_TRUE(strata::testing::all_close(compress::channel_importance(w, compress::Importance::L2, dim), l2, 1e-12, 0));
+    EXPECT_TRUE(all_close(compress::channel_importance(w, compress::Importance::L1, dim), l1, 1e-12, 0));
+    EXPECT_TRUE(all_close(compress::channel_importance(w, compress::Importance::L2, dim), l2, 1e-12, 0));
     EXPECT_TRUE(strata::testing::all_close(compress::channel_norms(w, INFINITY, dim), linf, 0, 0));
   }
   // Taylor: sum |w * dL/dw| per output channel, with L = sum(c * w) so dL/dw = c
@@ -69,7 +70,7 @@ TEST(Prune, ChannelNormsAndTaylorMatchLoops) {
   const auto cv = values(c);
   std::vector<double> taylor(4, 0);
   for (size_t i = 0; i < v.size(); ++i) taylor[i / 12] += std::fabs(v[i] * cv[i]);
-  EXPECT_TRUE(strata::testing::all_close(compress::channel_importance(p, compress::Importance::Taylor), taylor, 1e-12, 0));
+  EXPECT_TRUE(all_close(compress::channel_importance(p, compress::Importance::Taylor), taylor, 1e-12, 0));
 }
 
 TEST(Prune, L1UnstructuredZerosTheSmallestAndKeepsAMaskBuffer) {
@@ -215,6 +216,19 @@ TEST(Prune, PrunedCheckpointLoadsIntoAFreshModelAfterIdentity) {
   EXPECT_EQ(values(fresh.weight), values(pruned.weight));
   fresh(ones({1, 4})).sum().backward();  // the loaded mask masks the gradient
   for (int64_t i : zero_positions(pruned.weight)) EXPECT_EQ(values(fresh.weight.grad())[i], 0.0);
+}
+
+TEST(Prune, MasksFollowModuleTo) {
+  Generator g(9);
+  nn::Linear fc(4, 3, {.generator = &g});
+  compress::l1_unstructured(fc, "weight", 6);
+  const std::set<int64_t> pruned = zero_positions(fc.weight);
+  fc.to(kFloat64);  // converts the mask buffer in place: the gradient hook sees the new one
+  EXPECT_EQ(fc.state_dict().at("weight_mask").dtype(), kFloat64);
+  fc(ones({2, 4}, kFloat64)).sum().backward();
+  EXPECT_EQ(fc.weight.grad().dtype(), kFloat64);
+  EXPECT_EQ(zero_positions(fc.weight.grad()), pruned);
+  EXPECT_TRUE(throws_with([&] { fc.remove_buffer("bias_mask"); }, {"no buffer named \"bias_mask\""}));
 }
 
 TEST(Prune, BadInputRaises) {

@@ -12,7 +12,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$example" --steps 150 --hidden 64 --shrink 0.5 --sparsity 0.5 --threads 1 | tee out.txt
 first=$(grep -m1 -E '^distill step' out.txt | sed -E 's/.*loss ([0-9.]+).*/\1/')
 last=$(grep -E '^distill step' out.txt | tail -n 1 | sed -E 's/.*loss ([0-9.]+).*/\1/')
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 4) }' || fail "the distillation loss did not fall ($first -> $last)"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 4) }' ||
+  fail "the distillation loss did not fall ($first -> $last)"
 student=$(sed -nE 's/^student: ([0-9]+) parameters.*/\1/p' out.txt)
 shrunk=$(sed -nE 's/^shrunk: .* ([0-9]+) parameters.*/\1/p' out.txt)
 [[ -n $student && -n $shrunk ]] || fail "no parameter counts printed"
