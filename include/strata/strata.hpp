@@ -78,6 +78,7 @@
 #include <strata/memory/compress.hpp>
 
 #include <strata/compress/distill.hpp>
+#include <strata/compress/heads.hpp>
 #include <strata/compress/prune.hpp>
 #include <strata/compress/shrink.hpp>
 
