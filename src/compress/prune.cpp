@@ -146,6 +146,9 @@ void global_unstructured(const std::vector<PruneTarget>& targets, Amount amount,
   std::vector<uint8_t> keep;
   for (size_t t = 0; t < targets.size(); ++t) {
     STRATA_CHECK(targets[t].module != nullptr, "[global_unstructured] target {} has no module", t);
+    for (size_t u = 0; u < t; ++u)
+      STRATA_CHECK(targets[u].module != targets[t].module || targets[u].name != targets[t].name,
+                   "[global_unstructured] \"{}\" of {} is listed twice", targets[t].name, targets[t].module->name());
     nn::Module& m = *targets[t].module;
     params.push_back(detail::find_parameter(m, targets[t].name, "global_unstructured"));
     const Tensor& s = importance_scores.empty() ? params.back() : importance_scores[t];

@@ -242,5 +242,6 @@ TEST(Prune, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { compress::l1_unstructured(fc, "weight", 1, zeros({3})); }, {"importance scores"}));
   EXPECT_TRUE(throws_with([&] { compress::custom_from_mask(fc, "weight", ones({3, 2})); }, {"custom_from_mask"}));
   EXPECT_TRUE(throws_with([&] { compress::global_unstructured({}, 0.5); }, {"no parameters"}));
+  EXPECT_TRUE(throws_with([&] { compress::global_unstructured({{&fc}, {&fc}}, 0.5); }, {"listed twice"}));
   EXPECT_TRUE(throws_with([&] { compress::channel_norms(fc.weight, -1, 0); }, {"p=-1"}));
 }
