@@ -66,7 +66,8 @@ std::vector<int64_t> prune_heads(nn::MultiheadAttention& attn, Amount amount, Im
   }
   const int64_t k = amount.of(static_cast<int64_t>(alive.size()), "prune_heads");
   STRATA_CHECK(k < static_cast<int64_t>(alive.size()),
-               "[prune_heads] pruning all {} remaining heads would leave the attention nothing to compute", alive.size());
+               "[prune_heads] pruning all {} remaining heads would leave the attention nothing to compute",
+               alive.size());
   const std::vector<int64_t> gone = detail::smallest(scores, alive, k);
   std::vector<int64_t> keep;
   for (int64_t h : alive)
