@@ -77,6 +77,11 @@
 #include <strata/memory/checkpoint.hpp>
 #include <strata/memory/compress.hpp>
 
+#include <strata/compress/distill.hpp>
+#include <strata/compress/heads.hpp>
+#include <strata/compress/prune.hpp>
+#include <strata/compress/shrink.hpp>
+
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/adam8bit.hpp>

@@ -43,6 +43,17 @@ Tensor Module::register_buffer(std::string name, Tensor value, bool persistent) 
   return value;
 }
 
+Tensor Module::remove_buffer(const std::string& name) {
+  for (size_t i = 0; i < buffers_.size(); ++i)
+    if (buffers_[i].first == name) {
+      Tensor value = buffers_[i].second;
+      buffers_.erase(buffers_.begin() + static_cast<std::ptrdiff_t>(i));
+      buffer_persistent_.erase(buffer_persistent_.begin() + static_cast<std::ptrdiff_t>(i));
+      return value;
+    }
+  detail::throw_error("[{}] no buffer named \"{}\"", this->name(), name);
+}
+
 void Module::set_tensor(const std::string& name, const Tensor& value) {
   for (auto* list : {&params_, &buffers_})
     for (auto& [n, t] : *list)

@@ -103,6 +103,12 @@ class STRATA_API Module {
   /// tensors existed).
   static bool shape_loads_into(const Tensor& saved, const Tensor& into);
 
+  /// Adds a buffer (public, as PyTorch's, so tools such as compress's pruning can attach state
+  /// like "weight_mask"); persistent buffers are in the state dict.
+  Tensor register_buffer(std::string name, Tensor value, bool persistent = true);
+  /// Unregisters this module's own buffer `name` and returns it; raises Error when there is none.
+  Tensor remove_buffer(const std::string& name);
+
  protected:
   /// Assignment through a base reference would replace only the Module part (`list[i] =
   /// nn::Linear(...)` would list the new weights while forward kept using the old ones), so only
@@ -114,7 +120,6 @@ class STRATA_API Module {
 
   /// Adds a parameter (a leaf that requires grad) and returns the handle to keep.
   Tensor register_parameter(std::string name, Tensor value, bool requires_grad = true);
-  Tensor register_buffer(std::string name, Tensor value, bool persistent = true);
   /// Registers a child that is a member of this module (see Note [Member children]).
   template <class M> M& register_module(std::string name, M& child) {
     add_member_child(std::move(name), child);
