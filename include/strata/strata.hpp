@@ -77,6 +77,8 @@
 #include <strata/memory/checkpoint.hpp>
 #include <strata/memory/compress.hpp>
 
+#include <strata/profiler/profiler.hpp>
+
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/adam8bit.hpp>
