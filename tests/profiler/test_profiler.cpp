@@ -2,6 +2,8 @@
 // checked on the recorded numbers, FLOPs against the closed-form counts computed here, memory
 // against the known sizes of outputs and temporaries, threads, and one session at a time.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 
@@ -299,4 +301,61 @@ TEST(Profiler, TableSortsAndGroupsByShape) {
   EXPECT_EQ(exp_big, 1);
   EXPECT_NE(shaped.table().find("Input Shapes"), std::string::npos);
   EXPECT_THROW(prof::Profiler().key_averages(true), st::Error);  // needs record_shapes
+}
+
+TEST(Profiler, AKernelThatRaisesIsRecordedAndLeavesNestingIntact) {
+  static const st::OpId failing = [] {
+    st::OpId op = st::ext::register_op("test_failing_kernel", 1);
+    st::ext::register_kernel(op, st::DeviceType::CPU, st::kFloat32, [](const st::KernelCall&) {
+      STRATA_CHECK(false, "[test_failing_kernel] fails on purpose");
+    });
+    return op;
+  }();
+  Tensor x = st::randn({3}), out = st::empty({3});
+  prof::Profiler p;
+  {
+    prof::ProfileScope scope(p);
+    EXPECT_THROW(st::run_kernel(failing, st::kFloat32, st::KernelCall{{&x, 1}, {&out, 1}}), st::Error);
+    st::exp(x);
+  }
+  ASSERT_EQ(p.events().size(), 2u);
+  EXPECT_EQ(p.events()[0].name, "test_failing_kernel");
+  EXPECT_EQ(p.events()[1].name, "exp");
+  EXPECT_EQ(p.events()[1].parent_id, -1);  // not left inside the failed op
+  EXPECT_EQ(p.events()[1].depth, 0);
+}
+
+// Sessions start and stop while other threads run ops and ranges without pause: each trace
+// is well formed (every parent is in the trace on the same thread, children inside it), and
+// nothing crashes when ops straddle a stop or a start.
+TEST(Profiler, SessionsComeAndGoWhileThreadsRunOps) {
+  Tensor x = st::randn({8, 8});
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&] {
+      while (!done.load()) {
+        STRATA_RECORD_FUNCTION("work");
+        run_composite(st::exp(x));
+      }
+    });
+  for (int round = 0; round < 30; ++round) {
+    prof::Profiler p({.record_shapes = round % 2 == 0, .profile_memory = round % 3 == 0});
+    p.start();
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    p.stop();
+    std::map<int64_t, const prof::ProfilerEvent*> by_id;
+    for (const auto& e : p.events()) by_id[e.id] = &e;
+    for (const auto& e : p.events()) {
+      EXPECT_GE(e.self_ns, 0);
+      if (e.parent_id < 0) continue;
+      auto parent = by_id.find(e.parent_id);
+      if (parent == by_id.end()) continue;  // opened before the start: not in this trace
+      EXPECT_EQ(parent->second->thread_id, e.thread_id);
+      EXPECT_LE(parent->second->start_ns, e.start_ns);
+      EXPECT_GE(parent->second->end_ns, e.end_ns);
+    }
+  }
+  done = true;
+  for (auto& th : threads) th.join();
 }
