@@ -49,7 +49,8 @@ void write_event(std::FILE* f, bool& first, const std::string& body) {
 }
 
 std::string metadata(int64_t pid, std::string_view name) {
-  return fmt::format("{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {}, \"tid\": 0, \"args\": {{\"name\": {}}}}}",
+  return fmt::format("{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {}, \"tid\": 0, "
+                     "\"args\": {{\"name\": {}}}}}",
                      pid, quoted(name));
 }
 

@@ -127,7 +127,8 @@ std::string KeyAverages::table(std::string_view sort_by, int row_limit) const {
       {"CPU time avg", [](const EventAverage& r) { return format_time(r.cpu_time_avg_ns()); }},
   };
   if (device) {
-    columns.push_back({"CUDA total", [](const EventAverage& r) { return format_time(double(r.device_time_total_ns)); }});
+    columns.push_back(
+        {"CUDA total", [](const EventAverage& r) { return format_time(double(r.device_time_total_ns)); }});
     columns.push_back({"CUDA time avg", [](const EventAverage& r) {
                          return format_time(r.count ? double(r.device_time_total_ns) / double(r.count) : 0);
                        }});

@@ -359,3 +359,40 @@ TEST(Profiler, SessionsComeAndGoWhileThreadsRunOps) {
   done = true;
   for (auto& th : threads) th.join();
 }
+
+namespace {
+
+// Samples made by ops inside a range, on the DataLoader's worker threads.
+class OpsDataset final : public st::data::Dataset<st::data::Example> {
+ public:
+  int64_t size() const override { return 8; }
+  st::data::Example get(int64_t index) const override {
+    STRATA_RECORD_FUNCTION("get");
+    return {st::exp(st::full({4}, double(index))), st::zeros({1})};
+  }
+};
+
+}  // namespace
+
+TEST(Profiler, DataLoaderWorkersAreRecordedOnTheirThreads) {
+  st::data::DataLoader<st::data::Example> loader(std::make_shared<OpsDataset>(),
+                                                 {.batch_size = 2, .num_workers = 2});
+  prof::Profiler p;
+  {
+    prof::ProfileScope scope(p);
+    STRATA_RECORD_FUNCTION("main");
+    for (const auto& batch : loader) EXPECT_EQ(batch.input.size(0), 2);
+  }
+  const int64_t main_thread = only(p, "main").thread_id;
+  const auto gets = named(p, "get");
+  ASSERT_EQ(gets.size(), 8u);
+  for (const auto* g : gets) {
+    EXPECT_NE(g->thread_id, main_thread);
+    std::vector<std::string> kids;
+    for (const auto* c : children(p, *g)) {
+      kids.push_back(c->name);
+      EXPECT_EQ(c->thread_id, g->thread_id);
+    }
+    EXPECT_EQ(kids, (std::vector<std::string>{"fill", "exp", "fill"}));
+  }
+}

@@ -24,8 +24,9 @@ std::vector<std::vector<std::string>> read_with_python(const st::testing::TempDi
                            "    for e in doc['traceEvents']:\n"
                            "        if e['ph'] != 'X': continue\n"
                            "        a = e['args']\n"
-                           "        f.write('\\t'.join([e['name'], e['cat'], repr(float(e['ts'])), repr(float(e['dur'])),\n"
-                           "                           str(e['tid']), repr(float(a.get('FLOPs', 0))),\n"
+                           "        f.write('\\t'.join([e['name'], e['cat'], repr(float(e['ts'])),\n"
+                           "                           repr(float(e['dur'])), str(e['tid']),\n"
+                           "                           repr(float(a.get('FLOPs', 0))),\n"
                            "                           json.dumps(a.get('Input Dims'))]) + '\\n')\n";
   if (std::system(("python3 " + script + " " + trace + " " + out).c_str()) != 0) return {};
   std::vector<std::vector<std::string>> rows;
