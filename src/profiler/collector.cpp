@@ -198,15 +198,19 @@ class Observer final : public OpObserver {
     if (!b || b->stack.empty()) return;
     const ProfilerEvent& top = b->stack.back().event;
     if (top.kind != EventKind::Op || top.op != op) return;  // its begin was not recorded
-    try {
-      std::optional<cuda::Event> device_end;
-      if (b->stack.back().device_start) {
+    // on_end must not throw (it may run while a failing kernel's error unwinds): what fails is lost
+    std::optional<cuda::Event> device_end;
+    if (b->stack.back().device_start) {
+      try {
         device_end.emplace(true);
         device_end->record(cuda::Stream::current(top.device.index));
+      } catch (...) {
+        device_end.reset();  // the op keeps its host times
       }
-      close(*b, std::move(device_end));
+    }
+    try {
+      close(*b, std::move(device_end));  // pops the frame before anything that can fail
     } catch (...) {
-      // on_end must not throw (it runs while a failing kernel's error unwinds); the event is lost
     }
   }
 };
