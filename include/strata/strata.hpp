@@ -81,6 +81,7 @@
 #include <strata/compress/heads.hpp>
 #include <strata/compress/prune.hpp>
 #include <strata/compress/shrink.hpp>
+#include <strata/profiler/profiler.hpp>
 
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
