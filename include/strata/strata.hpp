@@ -74,6 +74,8 @@
 #include <strata/amp/autocast.hpp>
 #include <strata/amp/grad_scaler.hpp>
 
+#include <strata/dist/process_group.hpp>
+
 #include <strata/memory/checkpoint.hpp>
 #include <strata/memory/compress.hpp>
 
