@@ -74,6 +74,7 @@
 #include <strata/amp/autocast.hpp>
 #include <strata/amp/grad_scaler.hpp>
 
+#include <strata/dist/ddp.hpp>
 #include <strata/dist/process_group.hpp>
 
 #include <strata/memory/checkpoint.hpp>
