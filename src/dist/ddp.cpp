@@ -77,9 +77,10 @@ void DistributedDataParallel::before_forward() {
   }
 }
 
+void DistributedDataParallel::after_forward(const Tensor& output) { reducer_->prepare_for_backward({output}); }
+
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  before_forward();
-  return module_.forward(input);
+  return forward_with([&] { return module_.forward(input); });
 }
 
 DistributedDataParallel& DistributedDataParallel::train(bool on) {

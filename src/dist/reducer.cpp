@@ -14,6 +14,7 @@
 #include "dist/reducer.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include <strata/autograd/autograd.hpp>
 #include <strata/ops/creation.hpp>
@@ -73,29 +74,66 @@ void Reducer::reset() {
   in_backward_ = false;
 }
 
+void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
+  outside_graph_.assign(params_.size(), false);
+  if (!find_unused_) return;
+  std::unordered_set<const autograd::Node*> seen;
+  std::unordered_set<const TensorImpl*> leaves;
+  std::vector<std::shared_ptr<autograd::Node>> stack;
+  for (const Tensor& out : outputs)
+    if (out.defined() && out.requires_grad()) stack.push_back(autograd::gradient_edge(out).node);
+  while (!stack.empty()) {
+    std::shared_ptr<autograd::Node> node = std::move(stack.back());
+    stack.pop_back();
+    if (!node || !seen.insert(node.get()).second) continue;
+    if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(node.get())) leaves.insert(acc->leaf().get());
+    for (const autograd::Edge& e : node->next_edges) stack.push_back(e.node);
+  }
+  for (size_t k = 0; k < params_.size(); ++k) outside_graph_[k] = !leaves.count(params_[k].impl_ptr().get());
+}
+
+void Reducer::begin_backward() {
+  in_backward_ = true;
+  ready_.assign(params_.size(), false);
+  got_gradient_.assign(params_.size(), false);
+  pending_.clear();
+  for (const auto& b : bucket_params_) pending_.push_back(b.size());
+  works_.assign(bucket_params_.size(), nullptr);
+  next_bucket_ = 0;
+  started_during_backward_ = 0;
+  std::weak_ptr<Reducer> weak = weak_from_this();
+  autograd::queue_callback([weak] {
+    if (auto self = weak.lock()) self->finish_backward();
+  });
+  for (size_t k = 0; k < outside_graph_.size() && k < params_.size(); ++k)
+    if (outside_graph_[k]) absorb_missing(k);
+}
+
+void Reducer::absorb_missing(size_t param) {
+  NoGradGuard no_grad;
+  const Tensor& g = params_[param].grad();
+  if (g.defined()) slot_view(param).copy_(g);
+  else slot_view(param).zero_();
+  ready_[param] = true;
+  --pending_[slots_[param].bucket];
+}
+
 void Reducer::on_gradient(size_t param) {
   if (!sync) return;
-  if (!in_backward_) {
-    in_backward_ = true;
-    ready_.assign(params_.size(), false);
-    pending_.clear();
-    for (const auto& b : bucket_params_) pending_.push_back(b.size());
-    works_.assign(bucket_params_.size(), nullptr);
-    next_bucket_ = 0;
-    started_during_backward_ = 0;
-    std::weak_ptr<Reducer> weak = weak_from_this();
-    autograd::queue_callback([weak] {
-      if (auto self = weak.lock()) self->finish_backward();
-    });
-  }
-  STRATA_CHECK(!ready_[param],
+  if (!in_backward_) begin_backward();
+  STRATA_CHECK(!got_gradient_[param],
                "[DistributedDataParallel] parameter {} received its gradient twice in one backward pass; DDP reduces "
                "each gradient once per pass (use no_sync() for the passes that only accumulate)",
+               param);
+  STRATA_CHECK(!ready_[param],
+               "[DistributedDataParallel] parameter {} got a gradient although the forward's graph did not reach it "
+               "(find_unused_parameters): its gradient was counted as zero already",
                param);
   {
     NoGradGuard no_grad;
     slot_view(param).copy_(params_[param].grad());
   }
+  got_gradient_[param] = true;
   ready_[param] = true;
   --pending_[slots_[param].bucket];
   const size_t before = next_bucket_;
@@ -116,13 +154,8 @@ void Reducer::finish_backward() {
   // the gradients that never arrived: what .grad holds (accumulated under no_sync), or zeros
   std::vector<int32_t> used_here(params_.size(), 0);
   for (size_t k = 0; k < params_.size(); ++k) {
-    const Tensor& g = params_[k].grad();
-    used_here[k] = ready_[k] || g.defined();
-    if (ready_[k]) continue;
-    if (g.defined()) slot_view(k).copy_(g);
-    else slot_view(k).zero_();
-    ready_[k] = true;
-    --pending_[slots_[k].bucket];
+    used_here[k] = got_gradient_[k] || params_[k].grad().defined();
+    if (!ready_[k]) absorb_missing(k);
   }
   start_ready_buckets();
   if (find_unused_) {  // after every bucket, so the ranks issue the same collectives in order

@@ -18,6 +18,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void install_hooks();
   /// Forgets a backward pass that raised before its end (waiting for what it started).
   void reset();
+  /// With find_unused_parameters: finds the parameters the graph of `outputs` does not reach,
+  /// so the next backward counts them at its start and their buckets need not wait for its end.
+  void prepare_for_backward(const std::vector<Tensor>& outputs);
 
   bool sync = true;  // false under no_sync()
   const std::vector<std::vector<size_t>>& bucket_params() const { return bucket_params_; }
@@ -29,6 +32,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     int64_t offset;  // in elements, within the bucket's flat buffer
   };
   void on_gradient(size_t param);
+  void begin_backward();
+  void absorb_missing(size_t param);  // a gradient that will not arrive: .grad's value, or zeros
   void start_ready_buckets();
   void finish_backward();
   Tensor slot_view(size_t param) const;
@@ -42,6 +47,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // state of the backward pass in progress
   bool in_backward_ = false;
   std::vector<bool> ready_;
+  std::vector<bool> got_gradient_;    // from its hook, in this pass
+  std::vector<bool> outside_graph_;   // found by prepare_for_backward
   std::vector<size_t> pending_;  // per bucket: gradients not yet in
   std::vector<std::shared_ptr<Work>> works_;
   size_t next_bucket_ = 0;  // buckets start in order, the same on every rank

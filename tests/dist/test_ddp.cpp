@@ -152,6 +152,11 @@ void check_unused(bool find_unused_parameters) {
     F::mse_loss(ddp(mine.x), mine.y).backward();
     reference_loss(*ref, b, n, uses_side).backward();
     expect_same_tensors(grads(*net), grads(*ref), "gradient");
+    // with find_unused_parameters the forward found `never` (and `side` on rank 1): their
+    // buckets, counted at the start of the backward, did not hold the others back
+    const size_t all = ddp.bucket_assignment().size();
+    if (find_unused_parameters) EXPECT_EQ(ddp.buckets_started_during_backward(), all);
+    else EXPECT_LT(ddp.buckets_started_during_backward(), all);
     // `never`, unused everywhere: untouched with find_unused_parameters, zeros without
     for (const Tensor& p : net->never.parameters()) {
       if (find_unused_parameters) {

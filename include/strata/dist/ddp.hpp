@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <strata/dist/process_group.hpp>
@@ -41,9 +42,11 @@ struct DDPOptions {
   double bucket_cap_mb = 25;
   /// Copy rank 0's buffers (BatchNorm's running statistics) to every rank before each forward.
   bool broadcast_buffers = true;
-  /// A parameter that got no gradient on any rank keeps its .grad untouched (one more small
-  /// allreduce per step decides which). Without it such a parameter's .grad becomes zeros. A
-  /// parameter unused on some ranks only is handled either way: those ranks count zeros.
+  /// Each forward walks its output's graph for the parameters it does not reach, which the
+  /// backward then counts at its start, so their buckets need not wait for its end; a parameter
+  /// that got no gradient on any rank keeps its .grad untouched (one more small allreduce per
+  /// step decides which). Without it such a parameter's .grad becomes zeros. A parameter unused
+  /// on some ranks only is handled either way: those ranks count zeros.
   bool find_unused_parameters = false;
 };
 
@@ -59,10 +62,13 @@ class STRATA_API DistributedDataParallel {
   /// Broadcasts the buffers (broadcast_buffers) and runs the module's forward.
   Tensor forward(const Tensor& input);
   Tensor operator()(const Tensor& input) { return forward(input); }
-  /// The same for a forward of any other signature: `fn` calls the module.
-  template <class F> decltype(auto) forward_with(F&& fn) {
+  /// The same for a forward of any other signature: `fn` calls the module and returns its
+  /// output (a Tensor, or anything else: then find_unused_parameters finds nothing early).
+  template <class F> auto forward_with(F&& fn) {
     before_forward();
-    return std::forward<F>(fn)();
+    auto out = std::forward<F>(fn)();
+    if constexpr (std::is_same_v<decltype(out), Tensor>) after_forward(out);
+    return out;
   }
 
   nn::Module& module() { return module_; }
@@ -95,6 +101,7 @@ class STRATA_API DistributedDataParallel {
 
  private:
   void before_forward();
+  void after_forward(const Tensor& output);
 
   nn::Module& module_;
   DDPOptions options_;
