@@ -76,6 +76,7 @@
 
 #include <strata/dist/ddp.hpp>
 #include <strata/dist/process_group.hpp>
+#include <strata/dist/tensor_parallel.hpp>
 
 #include <strata/memory/checkpoint.hpp>
 #include <strata/memory/compress.hpp>
