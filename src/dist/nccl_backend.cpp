@@ -70,8 +70,8 @@ class NcclWork final : public FutureWork {
 class NcclProcessGroup final : public ProcessGroup {
  public:
   explicit NcclProcessGroup(int device) : device_(device) {
-    STRATA_CHECK(device >= 0 && device < cuda::device_count(), "[dist] CUDA device {} does not exist ({} found)", device,
-                 cuda::device_count());
+    STRATA_CHECK(device >= 0 && device < cuda::device_count(), "[dist] CUDA device {} does not exist ({} found)",
+                 device, cuda::device_count());
     detail::ensure_mpi();
     ncclUniqueId id;
     {
