@@ -175,7 +175,9 @@ bool nccl_available() { return true; }
 std::shared_ptr<ProcessGroup> nccl_default_group() {
   const int count = cuda::device_count();
   STRATA_CHECK(count > 0, "[init_process_group] the nccl backend needs a CUDA device, and none was found");
-  return new_nccl_group(mpi_local_rank() % count);
+  const int device = mpi_local_rank() % count;
+  cuda::set_device(device);  // the rank's device becomes current, as torch.cuda.set_device(local_rank)
+  return new_nccl_group(device);
 }
 }  // namespace detail
 

@@ -118,8 +118,8 @@ class STRATA_API ProcessGroup {
 };
 
 /// Creates the default group: "mpi" (rank and size from the MPI launcher) or "nccl" (one CUDA
-/// device per rank, device local_rank % device_count; bootstrapped over MPI). Raises if one
-/// exists already or the backend is not in this build.
+/// device per rank, device local_rank % device_count, made the current device; bootstrapped over
+/// MPI). Raises if one exists already or the backend is not in this build.
 STRATA_API void init_process_group(const std::string& backend);
 /// Drops the default group (MPI itself is finalized when the process exits).
 STRATA_API void destroy_process_group();
