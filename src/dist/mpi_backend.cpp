@@ -43,18 +43,35 @@ int mpi_count(const Tensor& t) {
   return static_cast<int>(t.numel());
 }
 
+// Buffers of point-to-point requests dropped before they completed (guarded by the MPI lock).
+std::vector<Tensor>& orphaned_buffers() {
+  static auto* buffers = new std::vector<Tensor>();  // never freed: MPI may write into them until exit
+  return *buffers;
+}
+
 // A point-to-point request: done once MPI_Test says so. Polls with the lock released in
 // between, so the communication thread's collectives go on meanwhile.
 class RequestWork final : public FutureWork {
  public:
-  RequestWork(MPI_Request request, Tensor keep, std::function<void()> finish)
-      : FutureWork(std::move(finish)), request_(request), keep_(std::move(keep)) {}
+  RequestWork(MPI_Request request, bool is_recv, Tensor keep, std::function<void()> finish)
+      : FutureWork(std::move(finish)), request_(request), is_recv_(is_recv), keep_(std::move(keep)) {}
   ~RequestWork() override {
-    // A request never waited for must still finish before its buffer is freed.
-    try {
-      wait_backend();
-    } catch (...) {
+    // Dropped before it completed: a receive is cancelled (so it cannot take a later message);
+    // a send goes on in MPI's hands, and its buffer is kept for the rest of the process instead
+    // of waiting here, which could hang.
+    std::lock_guard<std::mutex> lock(detail::mpi_mutex());
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized || request_ == MPI_REQUEST_NULL) return;
+    int flag = 0;
+    if (MPI_Test(&request_, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) return;
+    if (is_recv_) {
+      MPI_Cancel(&request_);
+      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+      return;
     }
+    MPI_Request_free(&request_);
+    orphaned_buffers().push_back(std::move(keep_));
   }
 
  protected:
@@ -71,6 +88,7 @@ class RequestWork final : public FutureWork {
 
  private:
   MPI_Request request_;
+  bool is_recv_;
   Tensor keep_;  // the buffer MPI reads or writes until the request completes
 };
 
@@ -154,14 +172,14 @@ class MpiProcessGroup final : public ProcessGroup {
     std::lock_guard<std::mutex> lock(detail::mpi_mutex());
     MPI_Request request;
     detail::mpi_check(MPI_Isend(t.data(), n, mpi_type(t.dtype()), dst, tag, comm_, &request), "MPI_Isend");
-    return std::make_shared<RequestWork>(request, t, std::move(finish));
+    return std::make_shared<RequestWork>(request, false, t, std::move(finish));
   }
   std::shared_ptr<FutureWork> recv_impl(const Tensor& t, int src, int tag, std::function<void()> finish) override {
     const int n = mpi_count(t);
     std::lock_guard<std::mutex> lock(detail::mpi_mutex());
     MPI_Request request;
     detail::mpi_check(MPI_Irecv(t.data(), n, mpi_type(t.dtype()), src, tag, comm_, &request), "MPI_Irecv");
-    return std::make_shared<RequestWork>(request, t, std::move(finish));
+    return std::make_shared<RequestWork>(request, true, t, std::move(finish));
   }
 
  private:

@@ -196,6 +196,26 @@ TEST(Collectives, SendRecvRingWithTags) {
   }
 }
 
+TEST(Collectives, DroppedReceiveIsCancelled) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  Tensor lost = zeros({4}, TensorOptions(kInt64));
+  {
+    auto dropped = dist::irecv(lost, prev, nullptr, 7);
+    EXPECT_FALSE(dropped->is_completed());
+  }  // dropped unmatched: cancelled, not waited for (which would hang)
+  dist::barrier();
+  // a later message with the same tag goes to the receive posted for it
+  Tensor got = zeros({4}, TensorOptions(kInt64));
+  auto s = dist::isend(full({4}, r + 1, TensorOptions(kInt64)), next, nullptr, 7);
+  dist::recv(got, prev, nullptr, 7);
+  s->wait();
+  EXPECT_EQ(values(got), std::vector<double>(4, prev + 1));
+  EXPECT_EQ(values(lost), std::vector<double>(4, 0));
+}
+
 TEST(Collectives, BarrierWaitsForTheLastRank) {
   auto pg = dist_testing::group();
   if (pg->size() < 2) GTEST_SKIP() << "needs 2 ranks";
