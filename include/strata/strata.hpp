@@ -74,6 +74,11 @@
 #include <strata/amp/autocast.hpp>
 #include <strata/amp/grad_scaler.hpp>
 
+#include <strata/dist/ddp.hpp>
+#include <strata/dist/pipeline.hpp>
+#include <strata/dist/process_group.hpp>
+#include <strata/dist/tensor_parallel.hpp>
+
 #include <strata/memory/checkpoint.hpp>
 #include <strata/memory/compress.hpp>
 
