@@ -53,6 +53,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--temperature", o.temperature, "sampling temperature (0: always the most likely token)");
   app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (1 to the vocabulary size)");
   app.add_option("--threads", o.threads, "CPU threads (0: all, at most 1024)");
+  app.add_option("--profile", o.profile,
+                 "profile a few steps after warm-up: write their Chrome trace to this file and print the op table");
 }
 
 // Refuses a model of more than 1e9 parameters (4 GB of fp32 weights, three times that with the
@@ -91,8 +93,10 @@ void validate(const Options& o) {
           "in 0..1000000");
   require(who, "--temperature", o.temperature, finite_at_least(o.temperature, 0), "finite and >= 0 (0: greedy)");
   require(who, "--top-k", o.top_k, o.top_k >= 1, "at least 1");
-  example::check_paths(who, {{"--train-data", o.train_data}, {"--val-data", o.val_data}},
-                       {{"--checkpoint", o.checkpoint}, {"--weights", o.weights}, {"--metrics", o.metrics}});
+  std::vector<example::NamedPath> outputs = {
+      {"--checkpoint", o.checkpoint}, {"--weights", o.weights}, {"--metrics", o.metrics}};
+  if (!o.profile.empty()) outputs.push_back({"--profile", o.profile});
+  example::check_paths(who, {{"--train-data", o.train_data}, {"--val-data", o.val_data}}, outputs);
 }
 
 

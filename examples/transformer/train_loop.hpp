@@ -21,6 +21,7 @@
 #include "checkpointing.hpp"
 #include "corpus.hpp"
 #include "gpt.hpp"
+#include "profiling.hpp"
 
 namespace st = strata;
 namespace F = strata::nn::functional;
@@ -52,6 +53,7 @@ struct Options {
   double temperature = 0.8;
   int64_t top_k = 20;
   int threads = 0;
+  std::string profile;  // Chrome trace of a few profiled steps (profiling.hpp); empty: no profiling
 };
 
 // Linear warmup to lr, then cosine decay to min_lr.
@@ -163,6 +165,7 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
   double running = 0, val_loss = NAN;
   double interval_seconds = 0, train_seconds = 0;  // training alone: validation and checkpoints excluded
   int64_t running_n = 0;
+  profiling::StepProfiler profiler(o.profile, end - start, device);
   for (int64_t step = start; step < end; ++step) {
     auto before = std::chrono::steady_clock::now();
     double lr = lr_at(o, step);
@@ -170,6 +173,7 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
     auto [x, y] = random_batch(train_set, o.batch, g);
     const double l = train_step(model, opt, scaler, x, y, o, device).item<double>();  // item() waits for the device
     const double step_seconds = seconds(before, std::chrono::steady_clock::now());
+    profiler.step();
     interval_seconds += step_seconds;
     train_seconds += step_seconds;
     example::check_loss("transformer", l, step + 1);
@@ -200,6 +204,7 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
       checkpointing::save(o.checkpoint, state, step + 1);
     }
   }
+  profiler.stop();
   if (end > start)
     std::printf("training: %lld steps in %.1f s, %.0f tokens/s (validation and checkpoints excluded)\n",
                 (long long)(end - start), train_seconds,

@@ -74,8 +74,19 @@
 #include <strata/amp/autocast.hpp>
 #include <strata/amp/grad_scaler.hpp>
 
+#include <strata/dist/ddp.hpp>
+#include <strata/dist/pipeline.hpp>
+#include <strata/dist/process_group.hpp>
+#include <strata/dist/tensor_parallel.hpp>
+
 #include <strata/memory/checkpoint.hpp>
 #include <strata/memory/compress.hpp>
+
+#include <strata/compress/distill.hpp>
+#include <strata/compress/heads.hpp>
+#include <strata/compress/prune.hpp>
+#include <strata/compress/shrink.hpp>
+#include <strata/profiler/profiler.hpp>
 
 #include <strata/quant/fake_quantize.hpp>
 #include <strata/quant/observer.hpp>

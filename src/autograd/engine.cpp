@@ -37,6 +37,27 @@ Tensor reduce_to_input(Tensor g, const TensorMeta& m) {
   return g;
 }
 
+// The callbacks queued (queue_callback) during the backward pass running on this thread; a
+// nested backward (autograd::grad inside a hook) has its own.
+thread_local std::vector<std::function<void()>>* t_final_callbacks = nullptr;
+
+class FinalCallbacks {
+ public:
+  FinalCallbacks() : previous_(t_final_callbacks) { t_final_callbacks = &callbacks_; }
+  ~FinalCallbacks() { t_final_callbacks = previous_; }
+  void run() {
+    for (size_t i = 0; i < callbacks_.size(); ++i) {  // by index: a callback may queue another
+      std::function<void()> callback = std::move(callbacks_[i]);
+      callback();
+    }
+    callbacks_.clear();
+  }
+
+ private:
+  std::vector<std::function<void()>> callbacks_;
+  std::vector<std::function<void()>>* previous_;
+};
+
 struct ByLatest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
@@ -103,6 +124,7 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
   if (captures)
     for (const Capture& c : *captures) capture_nodes.insert(c.node);
 
+  FinalCallbacks final_callbacks;
   EnableGradGuard grad_mode(create_graph);
   while (!ready.empty()) {
     Node* n = ready.top();
@@ -160,6 +182,7 @@ std::vector<Tensor> execute(const std::vector<Edge>& roots, std::vector<Tensor> 
       if (--dependencies[e.node.get()] == 0) ready.push(e.node.get());
     }
   }
+  final_callbacks.run();
   return captured;
 }
 
@@ -190,6 +213,12 @@ std::vector<Tensor> root_gradients(const std::vector<Tensor>& outputs, const std
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  STRATA_CHECK(t_final_callbacks != nullptr, "[queue_callback] no backward pass is running on this thread");
+  STRATA_CHECK(callback != nullptr, "[queue_callback] the callback is empty");
+  t_final_callbacks->push_back(std::move(callback));
+}
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
               bool create_graph) {

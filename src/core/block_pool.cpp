@@ -1,5 +1,6 @@
 // The caching allocator's block management; policy in Note [Block pool policy] (block_pool.h).
 #include "core/block_pool.h"
+#include "core/format_bytes.h"
 
 #include <algorithm>
 #include <tuple>
@@ -7,17 +8,6 @@
 #include <strata/core/error.hpp>
 
 namespace strata::detail {
-
-namespace {
-
-std::string format_bytes(int64_t n) {
-  if (n >= (int64_t(1) << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(n) / double(1 << 30));
-  if (n >= (int64_t(1) << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(n) / double(1 << 20));
-  if (n >= (int64_t(1) << 10)) return fmt::format("{:.2f} KiB", static_cast<double>(n) / double(1 << 10));
-  return fmt::format("{} B", n);
-}
-
-}  // namespace
 
 bool BlockPool::BySize::operator()(const Block* a, const Block* b) const {
   return std::tie(a->stream, a->size, a->ptr) < std::tie(b->stream, b->size, b->ptr);

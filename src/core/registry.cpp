@@ -82,6 +82,14 @@ void run_kernel(OpId op, DType dtype, const KernelCall& call) {
   }
   OpObserver* obs = r.observer.load(std::memory_order_acquire);
   if (obs) obs->on_begin(op, call);
+  struct EndNotice {  // on_end also when the kernel raises, so observers' begin/end pairs match
+    OpObserver* obs;
+    OpId op;
+    const KernelCall& call;
+    ~EndNotice() {
+      if (obs) obs->on_end(op, call);
+    }
+  } end_notice{obs, op, call};
   try {
     (*fn)(call);
   } catch (const std::bad_alloc&) {  // a kernel's own scratch space (sort buffers, partial sums)
@@ -90,7 +98,6 @@ void run_kernel(OpId op, DType dtype, const KernelCall& call) {
   } catch (const std::length_error&) {
     detail::throw_error("[{}] the kernel's scratch space is too large ({} on {})", op_name(op), dtype, device);
   }
-  if (obs) obs->on_end(op, call);
 }
 
 void set_op_observer(OpObserver* observer) { table().observer.store(observer, std::memory_order_release); }

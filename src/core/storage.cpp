@@ -2,8 +2,20 @@
 #include <strata/core/storage.hpp>
 
 #include "core/backend.h"
+#include "core/storage_trace.h"
 
 namespace strata {
+
+namespace detail {
+namespace {
+std::atomic<bool> g_trace_storage{false};
+}  // namespace
+StorageTrace& storage_trace() {
+  thread_local StorageTrace trace;
+  return trace;
+}
+void set_storage_trace_enabled(bool enabled) { g_trace_storage.store(enabled, std::memory_order_relaxed); }
+}  // namespace detail
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Allocator* allocator) {
   Allocator& a = allocator ? *allocator : backend::allocator_for(device);
@@ -13,6 +25,13 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Allocat
   s->device_ = device;
   s->allocator_ = &a;
   s->pinned_ = allocator == &pinned_allocator() && pinned_memory_is_page_locked();
+  if (detail::g_trace_storage.load(std::memory_order_relaxed)) {
+    detail::StorageTrace& t = detail::storage_trace();
+    t.allocated_bytes += static_cast<int64_t>(nbytes);
+    t.recent[t.next] = s.get();
+    t.recent_bytes[t.next] = static_cast<int64_t>(nbytes);
+    t.next = (t.next + 1) % detail::StorageTrace::kRecent;
+  }
   return s;
 }
 
@@ -27,6 +46,11 @@ std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device,
 
 Storage::~Storage() {
   if (allocator_) {
+    if (detail::g_trace_storage.load(std::memory_order_relaxed)) {
+      detail::StorageTrace& t = detail::storage_trace();
+      t.freed_bytes += static_cast<int64_t>(nbytes_);
+      t.take_recent(this);  // its address may come back for a new storage
+    }
     allocator_->deallocate(data_, nbytes_);
   } else if (deleter_) {
     deleter_(data_);

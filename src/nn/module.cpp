@@ -43,6 +43,17 @@ Tensor Module::register_buffer(std::string name, Tensor value, bool persistent) 
   return value;
 }
 
+Tensor Module::remove_buffer(const std::string& name) {
+  for (size_t i = 0; i < buffers_.size(); ++i)
+    if (buffers_[i].first == name) {
+      Tensor value = buffers_[i].second;
+      buffers_.erase(buffers_.begin() + static_cast<std::ptrdiff_t>(i));
+      buffer_persistent_.erase(buffer_persistent_.begin() + static_cast<std::ptrdiff_t>(i));
+      return value;
+    }
+  detail::throw_error("[{}] no buffer named \"{}\"", this->name(), name);
+}
+
 void Module::set_tensor(const std::string& name, const Tensor& value) {
   for (auto* list : {&params_, &buffers_})
     for (auto& [n, t] : *list)
@@ -63,12 +74,6 @@ std::unique_ptr<Module> Module::unregister(const std::string& name) {
       params_.erase(params_.begin() + static_cast<std::ptrdiff_t>(i));
       return nullptr;
     }
-  for (size_t i = 0; i < buffers_.size(); ++i)
-    if (buffers_[i].first == name) {
-      buffers_.erase(buffers_.begin() + static_cast<std::ptrdiff_t>(i));
-      buffer_persistent_.erase(buffer_persistent_.begin() + static_cast<std::ptrdiff_t>(i));
-      return nullptr;
-    }
   for (auto it = children_.begin(); it != children_.end(); ++it)
     if (it->name == name) {
       STRATA_CHECK(it->owned != nullptr, "[{}] child \"{}\" is a data member and cannot be removed", this->name(),
@@ -77,7 +82,7 @@ std::unique_ptr<Module> Module::unregister(const std::string& name) {
       children_.erase(it);
       return child;
     }
-  detail::throw_error("[{}] nothing named \"{}\" is registered", this->name(), name);
+  detail::throw_error("[{}] no parameter or child named \"{}\"", this->name(), name);
 }
 
 void Module::add_member_child(std::string name, Module& child) {

@@ -421,3 +421,30 @@ TEST(Engine, ConcurrentBackwardIntoOneLeaf) {
   for (std::thread& t : threads) t.join();
   EXPECT_TRUE(all_close(w.grad(), std::vector<double>(4, kThreads * kPasses), 0, 0));
 }
+
+// queue_callback: callbacks run once the whole graph has run (every leaf's post-accumulate
+// hook has fired, every .grad is final), in the order queued, including one queued by another;
+// each backward pass has its own; outside a backward it raises.
+TEST(Engine, QueuedCallbacksRunAtTheEndOfBackward) {
+  Tensor a = full({3}, 2.0, kFloat64).requires_grad_();
+  Tensor b = full({3}, 5.0, kFloat64).requires_grad_();
+  std::vector<std::string> log;
+  a.register_post_accumulate_grad_hook([&](const Tensor&) {
+    log.push_back("a");
+    autograd::queue_callback([&] {
+      log.push_back("first");
+      EXPECT_TRUE(a.grad().defined() && b.grad().defined());  // both leaves are done
+      autograd::queue_callback([&] { log.push_back("queued by first"); });
+    });
+    autograd::queue_callback([&] { log.push_back("second"); });
+  });
+  b.register_post_accumulate_grad_hook([&](const Tensor&) { log.push_back("b"); });
+  ((a * b).sum() + (b * b).sum()).backward();
+  ASSERT_EQ(log.size(), 5u);
+  EXPECT_EQ(std::vector<std::string>(log.begin() + 2, log.end()),
+            (std::vector<std::string>{"first", "second", "queued by first"}));
+  log.clear();
+  (a * 3.0).sum().backward();  // a second pass queues afresh; nothing is left from the first
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "first", "second", "queued by first"}));
+  EXPECT_TRUE(strata::testing::throws_with([] { autograd::queue_callback([] {}); }, {"no backward pass"}));
+}

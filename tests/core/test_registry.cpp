@@ -141,3 +141,19 @@ TEST(Registry, ObserverSeesEveryKernel) {
   EXPECT_EQ(counter.begun, (std::vector<std::string>{"exp", "add"}));
   EXPECT_EQ(counter.ended, 2);
 }
+
+TEST(Registry, ObserverEndsAKernelThatRaises) {
+  struct Counter : OpObserver {
+    int begun = 0, ended = 0;
+    void on_begin(OpId, const KernelCall&) override { ++begun; }
+    void on_end(OpId, const KernelCall&) override { ++ended; }
+  } counter;
+  const OpId op = ext::register_op("test_observed_failure", 1);
+  ext::register_kernel(op, DeviceType::CPU, kFloat32, [](const KernelCall&) { throw std::bad_alloc(); });
+  Tensor a = ones({4}), out = empty({4});
+  set_op_observer(&counter);
+  EXPECT_THROW(run_kernel(op, kFloat32, KernelCall{{&a, 1}, {&out, 1}}), Error);  // bad_alloc becomes an Error
+  set_op_observer(nullptr);
+  EXPECT_EQ(counter.begun, 1);
+  EXPECT_EQ(counter.ended, 1);
+}

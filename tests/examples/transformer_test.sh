@@ -4,7 +4,8 @@
 #   smoke   a tiny model trains: the loss falls clearly, the final validation loss beats the
 #           unigram baseline the example prints, and the checkpoint and weights files exist;
 #           with --amp (bfloat16 autocast on the CPU) it starts from the same loss to 0.01 and
-#           beats the baseline too;
+#           beats the baseline too; --profile writes a Chrome trace of a few steps, prints the op
+#           table and leaves the losses unchanged;
 #   resume  N steps straight equal N/2 steps, then --resume to N: the same loss at every
 #           step and the same final weights; resuming with another --width fails, naming it.
 #           bad options are refused before anything is written, naming the option: model
@@ -68,6 +69,21 @@ if [[ $mode == smoke ]]; then
   awk -v v="$amp_val" -v b="$base" 'BEGIN { exit !(v < b - 0.1) }' ||
     fail "--amp: validation loss $amp_val not below $base"
   grep -aq '"h.1.mlp_proj.weight"' model.safetensors || fail "model.safetensors lacks the model's tensor names"
+
+  # --profile: a few steps recorded, their trace written and the op table printed; losses unchanged
+  "$transformer" "${tiny[@]}" --steps 12 --metrics plain.csv --weights plain.st --checkpoint plain.ckpt >/dev/null
+  "$transformer" "${tiny[@]}" --steps 12 --metrics prof.csv --weights prof.st --checkpoint prof.ckpt \
+    --profile trace.json | tee prof.txt
+  grep -q 'Self CPU %' prof.txt || fail "--profile printed no op table"
+  [[ "$(losses plain.csv)" == "$(losses prof.csv)" ]] || fail "--profile changed the losses"
+  python3 - trace.json <<'PY' || fail "trace.json is not a Chrome trace of the profiled steps"
+import json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+names = {e["name"] for e in events}
+assert {"ProfilerStep#6", "ProfilerStep#8", "linear", "attention"} <= names, names
+assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
+PY
+  expect_refusal "--profile in a missing folder" 'there is no folder' --profile missing/trace.json
 
   cp transformer_metrics.csv metrics.before && cp val.bin val.before && cp model.safetensors weights.before
   expect_refusal "--width 0" '--width' --width 0

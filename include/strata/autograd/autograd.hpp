@@ -2,6 +2,7 @@
 // autograd::grad() returns the gradients of outputs with respect to chosen inputs.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include <strata/autograd/graph.hpp>
@@ -25,5 +26,12 @@ STRATA_API std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const st
                                     const std::vector<Tensor>& grad_outputs = {},
                                     std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
                                     bool allow_unused = false);
+
+/// Runs `callback` once the backward pass running on this thread has finished walking the
+/// graph, before backward() (or grad()) returns; callbacks run in the order queued, and one may
+/// queue another. For hooks that start work during the backward and must complete it at its end
+/// (DDP's gradient reduction). PyTorch's Variable._execution_engine.queue_callback. Raises
+/// outside a backward pass. A backward that raises drops its queued callbacks.
+STRATA_API void queue_callback(std::function<void()> callback);
 
 }  // namespace strata::autograd

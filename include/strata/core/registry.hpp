@@ -52,8 +52,9 @@ STRATA_API std::string_view op_name(OpId op);
 /// op, device and dtype when none is registered.
 STRATA_API void run_kernel(OpId op, DType dtype, const KernelCall& call);
 
-/// Observes every run_kernel call (the profiler's hook). Installed observers must outlive
-/// their installation; nullptr removes it.
+/// Observes every run_kernel call (the profiler's hook). on_end follows every on_begin, also
+/// when the kernel raises, and must not throw. Installed observers must outlive their
+/// installation; nullptr removes it.
 class OpObserver {
  public:
   virtual ~OpObserver() = default;

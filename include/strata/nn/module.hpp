@@ -103,6 +103,12 @@ class STRATA_API Module {
   /// tensors existed).
   static bool shape_loads_into(const Tensor& saved, const Tensor& into);
 
+  /// Adds a buffer (public, as PyTorch's, so tools such as compress's pruning can attach state
+  /// like "weight_mask"); persistent buffers are in the state dict.
+  Tensor register_buffer(std::string name, Tensor value, bool persistent = true);
+  /// Unregisters this module's own buffer `name` and returns it; raises Error when there is none.
+  Tensor remove_buffer(const std::string& name);
+
  protected:
   /// Assignment through a base reference would replace only the Module part (`list[i] =
   /// nn::Linear(...)` would list the new weights while forward kept using the old ones), so only
@@ -114,7 +120,6 @@ class STRATA_API Module {
 
   /// Adds a parameter (a leaf that requires grad) and returns the handle to keep.
   Tensor register_parameter(std::string name, Tensor value, bool requires_grad = true);
-  Tensor register_buffer(std::string name, Tensor value, bool persistent = true);
   /// Registers a child that is a member of this module (see Note [Member children]).
   template <class M> M& register_module(std::string name, M& child) {
     add_member_child(std::move(name), child);
@@ -129,9 +134,9 @@ class STRATA_API Module {
   /// Replaces a registered parameter's or buffer's value (same name), keeping the handle; a
   /// buffer registered undefined has no value to replace and raises.
   void set_tensor(const std::string& name, const Tensor& value);
-  /// Removes this module's own parameter, buffer or owned child `name` (a layer that changes
-  /// form, as a quantized Linear dropping its float weight) and returns an owned child, else
-  /// null; raises when nothing has that name or the child is a data member.
+  /// Removes this module's own parameter or owned child `name` (a layer that changes form, as a
+  /// quantized Linear dropping its float weight) and returns the child (null for a parameter);
+  /// raises when neither has that name or the child is a data member (remove_buffer for buffers).
   std::unique_ptr<Module> unregister(const std::string& name);
   /// Names of this module's own state_dict entries that a load may lack (their values are kept).
   virtual std::vector<std::string> optional_state_keys() const { return {}; }

@@ -1,0 +1,112 @@
+// DistributedDataParallel: data-parallel training with PyTorch's DDP semantics. Each rank runs
+// the same model on its own part of the batch; the gradients are averaged over the ranks during
+// the backward pass, so every rank's optimizer takes the same step.
+//
+//   dist::init_process_group("mpi");
+//   Net net;
+//   dist::DistributedDataParallel ddp(net);       // rank 0's parameters and buffers everywhere
+//   optim::SGD opt(net.parameters(), {.lr = 0.1});
+//   for (...) {
+//     Tensor loss = nn::functional::cross_entropy(ddp(x_local), y_local);
+//     loss.backward();                              // .grad holds the mean over ranks on return
+//     opt.step();
+//     opt.zero_grad();
+//   }
+//
+// How (Note [DDP buckets] in src/dist/reducer.cpp): parameters are grouped, in reverse order
+// (roughly the order their gradients become ready), into buckets of at most bucket_cap_mb; a
+// post-accumulate-grad hook copies each gradient into its bucket, and a bucket whose gradients
+// are all in starts its allreduce at once, on the communication thread, while the backward
+// goes on. A callback queued on the engine waits for every bucket and writes the averages into
+// .grad before backward() returns.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include <strata/dist/process_group.hpp>
+#include <strata/nn/module.hpp>
+
+namespace strata::dist {
+
+namespace detail {
+class Reducer;
+}
+
+struct DDPOptions {
+  /// The group to train over; the default group when null.
+  std::shared_ptr<ProcessGroup> process_group = nullptr;
+  /// Largest bucket, in MiB (a parameter larger than this gets a bucket of its own).
+  double bucket_cap_mb = 25;
+  /// Copy rank 0's buffers (BatchNorm's running statistics) to every rank before each forward.
+  bool broadcast_buffers = true;
+  /// Each forward walks its output's graph for the parameters it does not reach, which the
+  /// backward then counts at its start, so their buckets need not wait for its end; a parameter
+  /// that got no gradient on any rank keeps its .grad untouched (one more small allreduce per
+  /// step decides which). Without it such a parameter's .grad becomes zeros. A parameter unused
+  /// on some ranks only is handled either way: those ranks count zeros.
+  bool find_unused_parameters = false;
+};
+
+/// Wraps a module (not owned: it must outlive the wrapper) for data-parallel training.
+/// Construction is collective: every rank must construct it, with the same model.
+class STRATA_API DistributedDataParallel {
+ public:
+  explicit DistributedDataParallel(nn::Module& module, DDPOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  /// Broadcasts the buffers (broadcast_buffers) and runs the module's forward.
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  /// The same for a forward of any other signature: `fn` calls the module and returns its
+  /// output (a Tensor, or anything else: then find_unused_parameters finds nothing early).
+  template <class F> auto forward_with(F&& fn) {
+    before_forward();
+    auto out = std::forward<F>(fn)();
+    if constexpr (std::is_same_v<decltype(out), Tensor>) after_forward(out);
+    return out;
+  }
+
+  nn::Module& module() { return module_; }
+  std::vector<Tensor> parameters() const { return module_.parameters(); }
+  std::shared_ptr<ProcessGroup> process_group() const { return group_; }
+  DistributedDataParallel& train(bool on = true);
+  DistributedDataParallel& eval() { return train(false); }
+
+  /// While the guard lives, backward passes only accumulate local gradients (no
+  /// communication); the first backward after it averages the accumulated sum (gradient
+  /// accumulation, torch's `with ddp.no_sync():`).
+  class STRATA_API NoSyncGuard {
+   public:
+    explicit NoSyncGuard(std::shared_ptr<detail::Reducer> reducer);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    std::shared_ptr<detail::Reducer> reducer_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync();
+
+  /// The buckets, as indices into parameters() (those that require grad), in launch order.
+  std::vector<std::vector<size_t>> bucket_assignment() const;
+  /// How many buckets the last synchronized backward started from gradient hooks, before the
+  /// pass ended (the rest started at its end: buckets holding unused parameters).
+  size_t buckets_started_during_backward() const;
+
+ private:
+  void before_forward();
+  void after_forward(const Tensor& output);
+
+  nn::Module& module_;
+  DDPOptions options_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<detail::Reducer> reducer_;
+};
+
+}  // namespace strata::dist

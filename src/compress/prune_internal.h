@@ -1,0 +1,34 @@
+// What the pruning files share: finding a module's parameter and its mask, ranking scores on
+// the host, and installing a mask (Note [Keeping pruned weights zero] in
+// include/strata/compress/prune.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/core/tensor.hpp>
+#include <strata/nn/module.hpp>
+
+namespace strata::compress::detail {
+
+/// The module's own parameter `name`; raises Error naming `op`, the module and the parameters
+/// it has when there is none.
+Tensor find_parameter(nn::Module& module, const std::string& name, std::string_view op);
+/// The module's "<name>_mask" buffer, undefined when the parameter is not pruned.
+Tensor find_mask(nn::Module& module, const std::string& name);
+/// The elements of `t` (any dtype or device) as doubles in C order.
+std::vector<double> host_values(const Tensor& t);
+/// Which entries the current mask keeps (all when the parameter is not pruned).
+std::vector<uint8_t> kept_entries(nn::Module& module, const std::string& name, const Tensor& param);
+/// The `k` entries of `candidates` with the smallest scores; ties go to the lower index.
+std::vector<int64_t> smallest(const std::vector<double>& scores, const std::vector<int64_t>& candidates, int64_t k);
+/// Installs `keep` (1 keeps, 0 prunes; the parameter's numel, C order) as the parameter's
+/// mask, replacing the values of an existing mask buffer or registering one, and zeroes the
+/// pruned entries of the parameter.
+void set_mask(nn::Module& module, const std::string& name, const Tensor& param, const std::vector<uint8_t>& keep);
+/// Raises Error naming `op` unless `scores` is defined with `param`'s shape.
+void check_scores(const Tensor& scores, const Tensor& param, std::string_view op);
+
+}  // namespace strata::compress::detail

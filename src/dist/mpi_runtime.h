@@ -1,0 +1,24 @@
+// MPI's process-wide state shared by the MPI process group and the NCCL bootstrap: one
+// initialization, one lock around every MPI call, and one communication thread that runs the
+// collectives in the order they were issued (see Note [MPI threads] in mpi_runtime.cpp).
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <mutex>
+
+namespace strata::dist::detail {
+
+/// Initializes MPI on first use (unless the program did) and finalizes it at exit.
+void ensure_mpi();
+/// The lock every MPI call is made under.
+std::mutex& mpi_mutex();
+/// Raises strata::Error naming the MPI call `what` and MPI's message when rc is not MPI_SUCCESS.
+void mpi_check(int rc, const char* what);
+/// Runs `task` on the communication thread, after every task submitted before it.
+void mpi_enqueue(std::function<void()> task);
+/// This process's rank among the ranks on its own node.
+int mpi_local_rank();
+
+}  // namespace strata::dist::detail

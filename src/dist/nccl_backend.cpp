@@ -1,0 +1,184 @@
+// The NCCL process group, for CUDA tensors: one communicator per group on one device, its
+// ncclUniqueId made by rank 0 and broadcast over MPI. Each operation runs on the group's own
+// stream after the work already queued on the caller's current stream (an event orders them),
+// so it overlaps later kernels; wait() makes the caller's current stream wait for it, without
+// blocking the host, as PyTorch's NCCL Work does (barrier() blocks the host). Every NCCL call
+// is checked.
+#include <nccl.h>
+
+#include <optional>
+
+#include <strata/core/cuda.hpp>
+#include <strata/ops/creation.hpp>
+
+#include "dist/backends.h"
+#include "dist/mpi_runtime.h"
+
+namespace strata::dist {
+
+namespace {
+
+void nccl_check(ncclResult_t result, const char* what) {
+  STRATA_CHECK(result == ncclSuccess, "[dist] {} failed: {} ({})", what, ncclGetErrorString(result),
+               ncclGetLastError(nullptr));
+}
+
+// bool travels as uint8: its sum and max are an or, its product and min an and
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case kBool: case kUInt8: return ncclUint8;
+    case kInt8: return ncclInt8;
+    case kInt32: return ncclInt32;
+    case kInt64: return ncclInt64;
+    case kFloat16: return ncclFloat16;
+    case kBFloat16: return ncclBfloat16;
+    case kFloat32: return ncclFloat32;
+    case kFloat64: return ncclFloat64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op, DType d) {
+  const bool logical = d == kBool;
+  switch (op) {
+    case ReduceOp::Sum: case ReduceOp::Avg: return logical ? ncclMax : ncclSum;
+    case ReduceOp::Product: return logical ? ncclMin : ncclProd;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+class NcclWork final : public FutureWork {
+ public:
+  NcclWork(cuda::Event done, int device, bool blocking, std::function<void()> finish)
+      : FutureWork(std::move(finish)), done_(std::move(done)), device_(device), blocking_(blocking) {}
+
+ protected:
+  bool backend_done() override { return done_.query(); }
+  void wait_backend() override {
+    if (blocking_) done_.synchronize();
+    else cuda::Stream::current(device_).wait(done_);
+  }
+
+ private:
+  cuda::Event done_;
+  int device_;
+  bool blocking_;
+};
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  explicit NcclProcessGroup(int device) : device_(device) {
+    STRATA_CHECK(device >= 0 && device < cuda::device_count(), "[dist] CUDA device {} does not exist ({} found)",
+                 device, cuda::device_count());
+    detail::ensure_mpi();
+    ncclUniqueId id;
+    {
+      std::lock_guard<std::mutex> lock(detail::mpi_mutex());
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+      MPI_Comm_size(MPI_COMM_WORLD, &size_);
+      if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      detail::mpi_check(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast of the ncclUniqueId");
+    }
+    cuda::DeviceGuard guard(device_);
+    nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    stream_ = cuda::Stream::create(device_);
+  }
+  ~NcclProcessGroup() override {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "nccl"; }
+
+ protected:
+  DeviceType device_type() const override { return DeviceType::CUDA; }
+  int max_tag() const override { return 0; }  // NCCL matches send and recv by order, not tag
+
+  std::shared_ptr<FutureWork> allreduce_impl(const Tensor& t, ReduceOp op, std::function<void()> finish) override {
+    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+      nccl_check(ncclAllReduce(t.data(), t.data(), t.numel(), nccl_type(t.dtype()), nccl_op(op, t.dtype()), comm_, s),
+                 "ncclAllReduce");
+    });
+  }
+  std::shared_ptr<FutureWork> broadcast_impl(const Tensor& t, int root, std::function<void()> finish) override {
+    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+      nccl_check(ncclBroadcast(t.data(), t.data(), t.numel(), nccl_type(t.dtype()), root, comm_, s), "ncclBroadcast");
+    });
+  }
+  std::shared_ptr<FutureWork> allgather_impl(const Tensor& gathered, const Tensor& input,
+                                             std::function<void()> finish) override {
+    return run({gathered, input}, std::move(finish), false, [&](cudaStream_t s) {
+      nccl_check(ncclAllGather(input.data(), gathered.data(), input.numel(), nccl_type(input.dtype()), comm_, s),
+                 "ncclAllGather");
+    });
+  }
+  std::shared_ptr<FutureWork> reduce_scatter_impl(const Tensor& output, const Tensor& stacked, ReduceOp op,
+                                                  std::function<void()> finish) override {
+    return run({output, stacked}, std::move(finish), false, [&](cudaStream_t s) {
+      nccl_check(ncclReduceScatter(stacked.data(), output.data(), output.numel(), nccl_type(output.dtype()),
+                                   nccl_op(op, output.dtype()), comm_, s),
+                 "ncclReduceScatter");
+    });
+  }
+  std::shared_ptr<FutureWork> barrier_impl() override {
+    Tensor one = ones({1}, TensorOptions(kFloat32, Device::cuda(device_)));
+    return run({one}, {}, true, [&](cudaStream_t s) {
+      nccl_check(ncclAllReduce(one.data(), one.data(), 1, ncclFloat32, ncclSum, comm_, s), "ncclAllReduce (barrier)");
+    });
+  }
+  std::shared_ptr<FutureWork> send_impl(const Tensor& t, int dst, int, std::function<void()> finish) override {
+    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+      nccl_check(ncclSend(t.data(), t.numel(), nccl_type(t.dtype()), dst, comm_, s), "ncclSend");
+    });
+  }
+  std::shared_ptr<FutureWork> recv_impl(const Tensor& t, int src, int, std::function<void()> finish) override {
+    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+      nccl_check(ncclRecv(t.data(), t.numel(), nccl_type(t.dtype()), src, comm_, s), "ncclRecv");
+    });
+  }
+
+ private:
+  // Orders `call` on the group's stream after the caller's current stream, and tells the
+  // allocator the tensors are in use there until it finishes.
+  template <class F>
+  std::shared_ptr<FutureWork> run(std::initializer_list<Tensor> tensors, std::function<void()> finish, bool blocking,
+                                  F&& call) {
+    for (const Tensor& t : tensors)
+      STRATA_CHECK(t.device().index == device_, "[dist] this NCCL group is on cuda:{}, a tensor is on {}", device_,
+                   t.device());
+    cuda::DeviceGuard guard(device_);
+    cuda::Event ready;
+    ready.record(cuda::Stream::current(device_));
+    stream_->wait(ready);
+    call(static_cast<cudaStream_t>(stream_->handle()));
+    for (const Tensor& t : tensors) cuda::record_stream(t, *stream_);
+    cuda::Event done;
+    done.record(*stream_);
+    return std::make_shared<NcclWork>(done, device_, blocking, std::move(finish));
+  }
+
+  int device_;
+  int rank_ = 0;
+  int size_ = 1;
+  ncclComm_t comm_ = nullptr;
+  std::optional<cuda::Stream> stream_;  // set once the device is known to exist
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> new_nccl_group(int device) { return std::make_shared<NcclProcessGroup>(device); }
+
+namespace detail {
+bool nccl_available() { return true; }
+std::shared_ptr<ProcessGroup> nccl_default_group() {
+  const int count = cuda::device_count();
+  STRATA_CHECK(count > 0, "[init_process_group] the nccl backend needs a CUDA device, and none was found");
+  const int device = mpi_local_rank() % count;
+  cuda::set_device(device);  // the rank's device becomes current, as torch.cuda.set_device(local_rank)
+  return new_nccl_group(device);
+}
+}  // namespace detail
+
+}  // namespace strata::dist

@@ -1,0 +1,280 @@
+// ProcessGroup's public collectives: argument checks shared by every backend, the contiguous
+// working copies a backend reduces in, and the step that writes results back into the caller's
+// tensors when the Work is waited for. FutureWork, the Work every backend returns.
+//
+// Note [Half reductions]: MPI has no float16 or bfloat16 type, and a sum rounded to half
+// precision at every hop loses more the more ranks there are. A float16 or bfloat16 allreduce
+// or reduce_scatter therefore reduces a float32 copy and rounds once, when it writes back (the
+// result is the correctly rounded float32 reduction). Broadcast, gather and point-to-point
+// traffic move the 2-byte values unchanged.
+#include "dist/backends.h"
+
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/dist/process_group.hpp>
+#include <strata/ops/creation.hpp>
+
+namespace strata::dist {
+
+// ---- FutureWork ------------------------------------------------------------------------------
+
+void FutureWork::mark_done(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    error_ = error;
+  }
+  done_cv_.notify_all();
+}
+
+bool FutureWork::backend_done() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+void FutureWork::wait_backend() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return done_; });
+}
+
+bool FutureWork::is_completed() { return backend_done(); }
+
+void FutureWork::wait() {
+  wait_backend();
+  std::function<void()> finish;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    if (finished_) return;
+    finished_ = true;
+    finish = std::move(finish_);
+  }
+  if (finish) {
+    NoGradGuard no_grad;  // writing results back is no op to record
+    finish();
+  }
+}
+
+// ---- argument checks ---------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kDeviceNames[] = {"cpu", "cuda"};
+
+bool is_half(DType d) { return d == kFloat16 || d == kBFloat16; }
+
+// The tensor a backend works on: `t` itself when it is contiguous in `dtype`, else a
+// contiguous copy in `dtype` (copied from t when `fill`).
+Tensor working_copy(const Tensor& t, DType dtype, bool fill) {
+  if (t.is_contiguous() && t.dtype() == dtype) return t.detach();
+  NoGradGuard no_grad;
+  if (!fill) return empty(t.shape(), t.options().dtype(dtype));
+  return t.detach().contiguous().to(dtype);
+}
+
+// Writes `work` back into `t` unless it is t's own memory, which the backend wrote directly.
+void write_back(const Tensor& t, const Tensor& work) {
+  if (work.storage() == t.storage() && work.data() == t.data()) {
+    t.storage()->bump_version();
+    return;
+  }
+  t.detach().copy_(work.view(t.shape()));
+}
+
+}  // namespace
+
+void ProcessGroup::check_tensor(const char* op, const Tensor& t) const {
+  STRATA_CHECK(t.defined(), "[{}] the tensor is undefined", op);
+  STRATA_CHECK(t.device().type == device_type(), "[{}] the {} backend works on {} tensors, got one on {}", op,
+               backend(), kDeviceNames[static_cast<int>(device_type())], t.device());
+}
+
+void ProcessGroup::check_peer(const char* op, int peer, const char* what) const {
+  STRATA_CHECK(peer >= 0 && peer < size(), "[{}] {} rank {} is out of range for a group of {} ranks", op, what, peer,
+               size());
+}
+
+// ---- collectives -------------------------------------------------------------------------
+
+std::shared_ptr<Work> ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
+  check_tensor("all_reduce", tensor);
+  STRATA_CHECK(op != ReduceOp::Avg || is_floating(tensor.dtype()),
+               "[all_reduce] ReduceOp::Avg needs a floating dtype, got {}", tensor.dtype());
+  const DType wdt = is_half(tensor.dtype()) ? kFloat32 : tensor.dtype();
+  Tensor work = working_copy(tensor, wdt, true);
+  const int n = size();
+  auto finish = [tensor, work, op, n] {
+    if (op == ReduceOp::Avg) work.div_(n);
+    write_back(tensor, work);
+  };
+  return allreduce_impl(work, op == ReduceOp::Avg ? ReduceOp::Sum : op, finish);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root) {
+  check_tensor("broadcast", tensor);
+  check_peer("broadcast", root, "root");
+  Tensor work = working_copy(tensor, tensor.dtype(), true);
+  return broadcast_impl(work, root, [tensor, work] { write_back(tensor, work); });
+}
+
+std::shared_ptr<Work> ProcessGroup::allgather(const std::vector<Tensor>& outputs, const Tensor& input) {
+  check_tensor("all_gather", input);
+  STRATA_CHECK(static_cast<int>(outputs.size()) == size(), "[all_gather] {} output tensors given for {} ranks",
+               outputs.size(), size());
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    check_tensor("all_gather", outputs[r]);
+    STRATA_CHECK(outputs[r].shape() == input.shape() && outputs[r].dtype() == input.dtype() &&
+                     outputs[r].device() == input.device(),
+                 "[all_gather] output {} is {} {} on {}, the input is {} {} on {}", r, outputs[r].shape(),
+                 outputs[r].dtype(), outputs[r].device(), input.shape(), input.dtype(), input.device());
+  }
+  const int64_t n = input.numel();
+  Tensor in = working_copy(input, input.dtype(), true);
+  Tensor gathered = empty({n * size()}, input.options());
+  auto finish = [outputs, gathered, n] {
+    for (size_t r = 0; r < outputs.size(); ++r)
+      write_back(outputs[r], gathered.narrow(0, static_cast<int64_t>(r) * n, n));
+  };
+  return allgather_impl(gathered, in, finish);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                                                   ReduceOp op) {
+  check_tensor("reduce_scatter", output);
+  STRATA_CHECK(static_cast<int>(inputs.size()) == size(), "[reduce_scatter] {} input tensors given for {} ranks",
+               inputs.size(), size());
+  STRATA_CHECK(op != ReduceOp::Avg || is_floating(output.dtype()),
+               "[reduce_scatter] ReduceOp::Avg needs a floating dtype, got {}", output.dtype());
+  for (size_t r = 0; r < inputs.size(); ++r) {
+    check_tensor("reduce_scatter", inputs[r]);
+    STRATA_CHECK(inputs[r].shape() == output.shape() && inputs[r].dtype() == output.dtype() &&
+                     inputs[r].device() == output.device(),
+                 "[reduce_scatter] input {} is {} {} on {}, the output is {} {} on {}", r, inputs[r].shape(),
+                 inputs[r].dtype(), inputs[r].device(), output.shape(), output.dtype(), output.device());
+  }
+  const DType wdt = is_half(output.dtype()) ? kFloat32 : output.dtype();
+  const int64_t n = output.numel();
+  Tensor stacked = empty({n * size()}, output.options().dtype(wdt));
+  {
+    NoGradGuard no_grad;
+    for (size_t r = 0; r < inputs.size(); ++r)
+      stacked.narrow(0, static_cast<int64_t>(r) * n, n).view(output.shape()).copy_(inputs[r].detach());
+  }
+  Tensor work = working_copy(output, wdt, false);
+  const int ranks = size();
+  auto finish = [output, work, op, ranks] {
+    if (op == ReduceOp::Avg) work.div_(ranks);
+    write_back(output, work);
+  };
+  return reduce_scatter_impl(work, stacked, op == ReduceOp::Avg ? ReduceOp::Sum : op, finish);
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier() { return barrier_impl(); }
+
+std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
+  check_tensor("send", tensor);
+  check_peer("send", dst, "destination");
+  STRATA_CHECK(dst != rank(), "[send] rank {} cannot send to itself", dst);
+  STRATA_CHECK(tag >= 0 && tag <= max_tag(), "[send] tag {} is outside [0, {}]", tag, max_tag());
+  return send_impl(working_copy(tensor, tensor.dtype(), true), dst, tag, {});
+}
+
+std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
+  check_tensor("recv", tensor);
+  check_peer("recv", src, "source");
+  STRATA_CHECK(src != rank(), "[recv] rank {} cannot receive from itself", src);
+  STRATA_CHECK(tag >= 0 && tag <= max_tag(), "[recv] tag {} is outside [0, {}]", tag, max_tag());
+  Tensor work = working_copy(tensor, tensor.dtype(), false);
+  return recv_impl(work, src, tag, [tensor, work] { write_back(tensor, work); });
+}
+
+// ---- the default group and torch.distributed's functions ----------------------------------
+
+namespace {
+
+std::mutex g_default_mutex;
+std::shared_ptr<ProcessGroup> g_default;
+
+std::shared_ptr<ProcessGroup> group_or_default(std::shared_ptr<ProcessGroup> group) {
+  return group ? group : default_group();
+}
+
+std::shared_ptr<Work> finish_call(std::shared_ptr<Work> work, bool async_op) {
+  if (async_op) return work;
+  work->wait();
+  return nullptr;
+}
+
+}  // namespace
+
+void init_process_group(const std::string& backend) {
+  STRATA_CHECK(backend == "mpi" || backend == "nccl",
+               "[init_process_group] unknown backend '{}': expected 'mpi' or 'nccl'", backend);
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  STRATA_CHECK(!g_default, "[init_process_group] the default process group exists already ({})",
+               g_default->backend());
+  g_default = backend == "mpi" ? new_mpi_group() : detail::nccl_default_group();
+}
+
+void destroy_process_group() {
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  g_default.reset();
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  return g_default != nullptr;
+}
+
+std::shared_ptr<ProcessGroup> default_group() {
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  STRATA_CHECK(g_default, "[dist] no default process group: call dist::init_process_group first");
+  return g_default;
+}
+
+bool is_available(const std::string& backend) {
+  if (backend == "mpi") return detail::mpi_available();
+  if (backend == "nccl") return detail::nccl_available();
+  return false;
+}
+
+int get_rank() { return default_group()->rank(); }
+int get_world_size() { return default_group()->size(); }
+
+std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, std::shared_ptr<ProcessGroup> group,
+                                 bool async_op) {
+  return finish_call(group_or_default(group)->allreduce(tensor, op), async_op);
+}
+
+std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, std::shared_ptr<ProcessGroup> group, bool async_op) {
+  return finish_call(group_or_default(group)->broadcast(tensor, src), async_op);
+}
+
+std::shared_ptr<Work> all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor,
+                                 std::shared_ptr<ProcessGroup> group, bool async_op) {
+  return finish_call(group_or_default(group)->allgather(tensor_list, tensor), async_op);
+}
+
+std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list, ReduceOp op,
+                                     std::shared_ptr<ProcessGroup> group, bool async_op) {
+  return finish_call(group_or_default(group)->reduce_scatter(output, input_list, op), async_op);
+}
+
+void barrier(std::shared_ptr<ProcessGroup> group) { group_or_default(group)->barrier()->wait(); }
+
+void send(const Tensor& tensor, int dst, std::shared_ptr<ProcessGroup> group, int tag) {
+  group_or_default(group)->send(tensor, dst, tag)->wait();
+}
+
+void recv(const Tensor& tensor, int src, std::shared_ptr<ProcessGroup> group, int tag) {
+  group_or_default(group)->recv(tensor, src, tag)->wait();
+}
+
+std::shared_ptr<Work> isend(const Tensor& tensor, int dst, std::shared_ptr<ProcessGroup> group, int tag) {
+  return group_or_default(group)->send(tensor, dst, tag);
+}
+
+std::shared_ptr<Work> irecv(const Tensor& tensor, int src, std::shared_ptr<ProcessGroup> group, int tag) {
+  return group_or_default(group)->recv(tensor, src, tag);
+}
+
+}  // namespace strata::dist

@@ -1,0 +1,275 @@
+// The MPI process group under mpirun (2 and 4 ranks): every collective in every dtype and in
+// contiguous and strided layouts, against the closed-form result of rank-dependent inputs
+// computed here in float64; async operations; a send/recv ring with tags; local argument
+// errors. Every rank runs every test, so the collectives line up.
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "dist/dist_testing.h"
+
+namespace strata {
+namespace {
+
+using dist::ReduceOp;
+using testing::Layout;
+using testing::values;
+
+const DType kAllDTypes[] = {kBool, kUInt8, kInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
+const Layout kLayouts[] = {Layout::Contiguous, Layout::Transposed, Layout::Sliced};
+const Shape kShape{4, 6};
+
+bool is_signed(DType d) { return d != kUInt8 && d != kBool; }
+
+// Rank r's element i for sums, means, maxima and minima: small integers, negative ones too
+// for signed dtypes, so every reduction is exact in every dtype (bfloat16 included).
+double general_value(int r, int64_t i, DType d) {
+  if (d == kBool) return (r + i) % 3 == 0;
+  double v = static_cast<double>((r * 3 + i) % 7) + 1;
+  return is_signed(d) ? v - 3 : v;
+}
+
+// Rank r's element i for products: +-1 and 2, so products of 4 ranks stay small.
+double product_value(int r, int64_t i, DType d) {
+  if (d == kBool) return (r + i) % 4 != 0;
+  double v = 1 + static_cast<double>((r + i) % 2);
+  return is_signed(d) && (r + i) % 3 == 0 ? -v : v;
+}
+
+double value_for(ReduceOp op, int r, int64_t i, DType d) {
+  return op == ReduceOp::Product ? product_value(r, i, d) : general_value(r, i, d);
+}
+
+// The reduction over ranks 0..n-1 of value_for(op, r, i), in float64.
+double reduced(ReduceOp op, int n, int64_t i, DType d) {
+  double acc = value_for(op, 0, i, d);
+  for (int r = 1; r < n; ++r) {
+    const double v = value_for(op, r, i, d);
+    switch (op) {
+      case ReduceOp::Sum: case ReduceOp::Avg: acc = d == kBool ? (acc || v) : acc + v; break;
+      case ReduceOp::Product: acc = d == kBool ? (acc && v) : acc * v; break;
+      case ReduceOp::Max: acc = std::max(acc, v); break;
+      case ReduceOp::Min: acc = std::min(acc, v); break;
+    }
+  }
+  return op == ReduceOp::Avg ? acc / n : acc;
+}
+
+// A tensor of `shape` whose element i (C order) is f(i), in dtype d, laid out as `layout`.
+template <class F> Tensor make(F f, DType d, Layout layout, const Shape& shape = kShape) {
+  std::vector<double> v(static_cast<size_t>(checked_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = f(static_cast<int64_t>(i));
+  return testing::with_layout(from_vector(v, shape).to(d), layout);
+}
+
+// The expected values as the dtype holds them (one rounding, as the backends promise).
+template <class F> std::vector<double> expect(F f, DType d, const Shape& shape = kShape) {
+  return values(make(f, d, Layout::Contiguous, shape));
+}
+
+const char* op_name(ReduceOp op) {
+  const char* names[] = {"sum", "avg", "product", "max", "min"};
+  return names[static_cast<int>(op)];
+}
+
+TEST(Collectives, RankAndSizeComeFromTheLauncher) {
+  auto pg = dist_testing::group();
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  ASSERT_TRUE(rank && size) << "run under mpirun";
+  EXPECT_EQ(pg->rank(), std::atoi(rank));
+  EXPECT_EQ(pg->size(), std::atoi(size));
+  EXPECT_EQ(dist::get_rank(), pg->rank());
+  EXPECT_EQ(dist::get_world_size(), pg->size());
+  EXPECT_EQ(pg->backend(), "mpi");
+  EXPECT_TRUE(dist::is_available("mpi"));
+}
+
+TEST(Collectives, AllReduceEveryOpDTypeAndLayout) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Product, ReduceOp::Max, ReduceOp::Min})
+    for (DType d : kAllDTypes)
+      for (Layout layout : kLayouts) {
+        if (op == ReduceOp::Avg && !is_floating(d)) continue;
+        SCOPED_TRACE(fmt::format("{} {} {}", op_name(op), d, testing::layout_name(layout)));
+        Tensor t = make([&](int64_t i) { return value_for(op, r, i, d); }, d, layout);
+        const bool strided = !t.is_contiguous();
+        dist::all_reduce(t, op);
+        EXPECT_EQ(t.is_contiguous(), !strided);  // written back into the caller's own view
+        EXPECT_EQ(values(t), expect([&](int64_t i) { return reduced(op, n, i, d); }, d));
+      }
+}
+
+TEST(Collectives, BroadcastFromEveryRoot) {
+  auto pg = dist_testing::group();
+  for (int root = 0; root < pg->size(); ++root)
+    for (DType d : kAllDTypes)
+      for (Layout layout : kLayouts) {
+        SCOPED_TRACE(fmt::format("root {} {} {}", root, d, testing::layout_name(layout)));
+        Tensor t = make([&](int64_t i) { return general_value(pg->rank(), i, d); }, d, layout);
+        dist::broadcast(t, root);
+        EXPECT_EQ(values(t), expect([&](int64_t i) { return general_value(root, i, d); }, d));
+      }
+}
+
+TEST(Collectives, AllGather) {
+  auto pg = dist_testing::group();
+  const int n = pg->size();
+  for (DType d : kAllDTypes)
+    for (Layout layout : kLayouts) {
+      SCOPED_TRACE(fmt::format("{} {}", d, testing::layout_name(layout)));
+      Tensor input = make([&](int64_t i) { return general_value(pg->rank(), i, d); }, d, layout);
+      std::vector<Tensor> outputs;
+      for (int k = 0; k < n; ++k) outputs.push_back(make([](int64_t) { return 0.0; }, d, layout));
+      dist::all_gather(outputs, input);
+      for (int k = 0; k < n; ++k)
+        EXPECT_EQ(values(outputs[k]), expect([&](int64_t i) { return general_value(k, i, d); }, d)) << "from " << k;
+    }
+}
+
+TEST(Collectives, ReduceScatter) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  const int64_t stride = checked_numel(kShape);
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Product, ReduceOp::Max, ReduceOp::Min})
+    for (DType d : kAllDTypes)
+      for (Layout layout : kLayouts) {
+        if (op == ReduceOp::Avg && !is_floating(d)) continue;
+        SCOPED_TRACE(fmt::format("{} {} {}", op_name(op), d, testing::layout_name(layout)));
+        // input k of rank r holds value_for(op, r, k * stride + i): each rank's part differs
+        std::vector<Tensor> inputs;
+        for (int k = 0; k < n; ++k)
+          inputs.push_back(make([&](int64_t i) { return value_for(op, r, k * stride + i, d); }, d, layout));
+        Tensor output = make([](int64_t) { return 0.0; }, d, layout);
+        dist::reduce_scatter(output, inputs, op);
+        EXPECT_EQ(values(output), expect([&](int64_t i) { return reduced(op, n, r * stride + i, d); }, d));
+      }
+}
+
+TEST(Collectives, AsyncOperationsCompleteInOrder) {
+  auto pg = dist_testing::group();
+  const int n = pg->size();
+  std::vector<Tensor> ts;
+  std::vector<std::shared_ptr<dist::Work>> works;
+  for (int k = 0; k < 8; ++k) {
+    ts.push_back(full({1000 + k}, static_cast<double>(pg->rank() + k), TensorOptions(kFloat64)));
+    works.push_back(dist::all_reduce(ts.back(), ReduceOp::Sum, nullptr, /*async_op=*/true));
+    ASSERT_NE(works.back(), nullptr);
+  }
+  Tensor big = ones({1 << 20}, TensorOptions(kFloat32));
+  auto big_work = pg->allreduce(big, ReduceOp::Avg);
+  while (!works.back()->is_completed()) std::this_thread::yield();
+  for (int k = 0; k < 8; ++k) {
+    works[k]->wait();
+    works[k]->wait();  // waiting twice is harmless and divides nothing twice
+    const double expected = n * (n - 1) / 2.0 + n * k;
+    EXPECT_EQ(values(ts[k]), std::vector<double>(1000 + k, expected)) << k;
+  }
+  big_work->wait();
+  EXPECT_EQ(big.min().item<float>(), 1.0f);
+  EXPECT_EQ(big.max().item<float>(), 1.0f);
+}
+
+TEST(Collectives, SendRecvRingWithTags) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (DType d : kAllDTypes) {
+    SCOPED_TRACE(fmt::format("{}", d));
+    // two messages to the next rank, tags 1 and 2; received in the opposite order, into
+    // strided tensors
+    Tensor a = make([&](int64_t i) { return general_value(r, i, d); }, d, Layout::Transposed);
+    Tensor b = make([&](int64_t i) { return general_value(r + 1, i, d); }, d, Layout::Contiguous);
+    Tensor got_a = make([](int64_t) { return 0.0; }, d, Layout::Sliced);
+    Tensor got_b = make([](int64_t) { return 0.0; }, d, Layout::Transposed);
+    auto s1 = dist::isend(a, next, nullptr, 1);
+    auto s2 = dist::isend(b, next, nullptr, 2);
+    auto r2 = dist::irecv(got_b, prev, nullptr, 2);
+    dist::recv(got_a, prev, nullptr, 1);
+    r2->wait();
+    s1->wait();
+    s2->wait();
+    EXPECT_EQ(values(got_a), expect([&](int64_t i) { return general_value(prev, i, d); }, d));
+    EXPECT_EQ(values(got_b), expect([&](int64_t i) { return general_value(prev + 1, i, d); }, d));
+  }
+}
+
+TEST(Collectives, DroppedReceiveIsCancelled) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  Tensor lost = zeros({4}, TensorOptions(kInt64));
+  {
+    auto dropped = dist::irecv(lost, prev, nullptr, 7);
+    EXPECT_FALSE(dropped->is_completed());
+  }  // dropped unmatched: cancelled, not waited for (which would hang)
+  dist::barrier();
+  // a later message with the same tag goes to the receive posted for it
+  Tensor got = zeros({4}, TensorOptions(kInt64));
+  auto s = dist::isend(full({4}, r + 1, TensorOptions(kInt64)), next, nullptr, 7);
+  dist::recv(got, prev, nullptr, 7);
+  s->wait();
+  EXPECT_EQ(values(got), std::vector<double>(4, prev + 1));
+  EXPECT_EQ(values(lost), std::vector<double>(4, 0));
+}
+
+TEST(Collectives, BarrierWaitsForTheLastRank) {
+  auto pg = dist_testing::group();
+  if (pg->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  dist::barrier();
+  const auto start = std::chrono::steady_clock::now();
+  if (pg->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  dist::barrier();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 0.2) << "rank " << pg->rank() << " left the barrier before rank 0 entered it";
+}
+
+TEST(Collectives, LocalMistakesRaiseBeforeAnythingIsSent) {
+  auto pg = dist_testing::group();
+  const int n = pg->size();
+  Tensor f = zeros({3}, TensorOptions(kFloat32));
+  auto raises = [](auto&& call, const char* needle) { EXPECT_TRUE(testing::throws_with(call, {needle})); };
+  raises([&] { dist::all_reduce(zeros({3}, TensorOptions(kInt64)), ReduceOp::Avg); }, "floating dtype");
+  raises([&] { dist::all_reduce(Tensor()); }, "undefined");
+  raises([&] { dist::broadcast(f, n); }, "root rank");
+  raises([&] { dist::broadcast(f, -1); }, "out of range");
+  raises([&] { dist::send(f, n); }, "destination rank");
+  raises([&] { dist::recv(f, -1); }, "source rank");
+  raises([&] { dist::send(f, pg->rank()); }, "itself");
+  raises([&] { dist::send(f, (pg->rank() + 1) % n, nullptr, -1); }, "tag");
+  std::vector<Tensor> wrong_count(static_cast<size_t>(n + 1), f);
+  raises([&] { dist::all_gather(wrong_count, f); }, "output tensors given");
+  std::vector<Tensor> wrong_dtype(static_cast<size_t>(n), zeros({3}, TensorOptions(kFloat64)));
+  raises([&] { dist::all_gather(wrong_dtype, f); }, "float64");
+  std::vector<Tensor> wrong_shape(static_cast<size_t>(n), zeros({4}, TensorOptions(kFloat32)));
+  raises([&] { dist::reduce_scatter(f, wrong_shape); }, "[4]");
+  raises([&] { dist::init_process_group("mpi"); }, "exists already");
+  raises([&] { dist::init_process_group("gloo"); }, "unknown backend");
+  // the group still works afterwards
+  Tensor one = ones({2}, TensorOptions(kInt32));
+  dist::all_reduce(one);
+  EXPECT_EQ(values(one), std::vector<double>(2, n));
+}
+
+TEST(Collectives, NewGroupsHaveTheirOwnCommunicator) {
+  auto pg = dist_testing::group();
+  auto other = dist::new_mpi_group();
+  EXPECT_EQ(other->rank(), pg->rank());
+  EXPECT_EQ(other->size(), pg->size());
+  // interleaved async traffic on the two groups does not mix
+  Tensor a = full({5}, pg->rank() + 1.0, TensorOptions(kFloat64));
+  Tensor b = full({5}, 10.0 * (pg->rank() + 1), TensorOptions(kFloat64));
+  auto wa = pg->allreduce(a, ReduceOp::Max);
+  auto wb = other->allreduce(b, ReduceOp::Sum);
+  wb->wait();
+  wa->wait();
+  const int n = pg->size();
+  EXPECT_EQ(values(a), std::vector<double>(5, n));
+  EXPECT_EQ(values(b), std::vector<double>(5, 10.0 * n * (n + 1) / 2));
+}
+
+}  // namespace
+}  // namespace strata
