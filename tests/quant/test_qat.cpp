@@ -169,6 +169,12 @@ TEST(Qat, RegressionTrainsAndConvertsClose) {
   for (auto& [name, m] : model.named_modules())
     if (auto* fq = dynamic_cast<q::FakeQuantize*>(m)) fq->disable_observer();
   const st::Tensor fake = model(x).detach();
+  // a prepared model's state (weights, observers, qparams, switches) loads into a fresh one
+  st::nn::Sequential twin(st::nn::Linear(in, 16), st::nn::ReLU(), st::nn::Linear(16, out));
+  q::prepare_qat(twin);
+  twin.load_state_dict(model.state_dict());
+  twin.eval();
+  EXPECT_TRUE(all_close(twin(x), values(fake), 0, 0));
   EXPECT_EQ(q::convert(model), 2);
   EXPECT_EQ(model.state_dict().count("0.quantized.weight_int8"), 1u);
   EXPECT_EQ(model.state_dict().count("0.quantized.input_scale"), 1u);
