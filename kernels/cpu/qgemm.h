@@ -6,11 +6,11 @@
 // 4 rows of A by 4 rows of B keep 16 sums in vector registers; the epilogue gets each tile's
 // exact sums. int32 holds any sum while K <= kMaxInt8K (int8 A) or kMaxUint8K (uint8 A).
 //
-// int4 (weight only), float or bfloat16 activations, float sums: below kInt4GemmRows activation
-// rows the codes are multiplied straight from their bytes (the weight is read once, in int4);
-// from there on, tiles of kInt4Tile weight rows are dequantized to float and the float GEMM of
-// kernels/cpu/gemm.h (oneDNN) multiplies them: its register blocking is worth more than the
-// dequantization, which it amortizes over the rows.
+// int4 (weight only): tiles of kInt4Tile weight rows are dequantized to float (a vectorized
+// pass over their bytes) and multiplied by the float GEMM of kernels/cpu/gemm.h (oneDNN), whose
+// register blocking is worth more than the dequantization; on this machine's AMD EPYC that beat
+// multiplying the codes straight from their bytes even for one activation row (107 against
+// 131 us at 1 x 1024 x 1024, bench_quant).
 #pragma once
 
 #include <algorithm>
@@ -22,7 +22,6 @@
 #include <immintrin.h>
 #endif
 
-#include "../common/half.h"
 #include "gemm.h"
 #include "parallel.h"
 #include "quant.h"
@@ -32,7 +31,7 @@ namespace strata::cpu::quant {
 // the longest K whose sums int32 holds: int8 x int8 (2^17 * 2^14 = 2^31) and uint8 x int8
 // (2^16 * 255 * 128 < 2^31)
 inline constexpr int64_t kMaxInt8K = int64_t{1} << 17, kMaxUint8K = int64_t{1} << 16;
-inline constexpr int64_t kInt4GemmRows = 16, kInt4Tile = 256;
+inline constexpr int64_t kInt4Tile = 256;
 
 namespace detail {
 
@@ -153,52 +152,9 @@ void int8_linear(const uint8_t* xq, const float* x_scale, const int32_t* x_zero,
 }
 
 /// y (M, N) = x (M, K) . dequantize(w)^T + bias, w packed int4 (N, K / 2) with group-wise
-/// scales (N, K / group) and zero codes (null: symmetric, 8). T is float or BFloat16. For few
-/// rows: codes read straight from their bytes against x split into even and odd elements, summed
-/// in kLanes lanes across the whole row (a group's bytes are a multiple of kLanes), so the loop
-/// vectorizes with one horizontal sum per output.
-template <class T>
-void int4_linear(const T* x, const uint8_t* packed, const float* scale, const uint8_t* zero_point, int64_t group,
-                 const T* bias, T* y, int64_t M, int64_t N, int64_t K) {
-  constexpr int64_t kLanes = 16;
-  const int64_t groups = K / group, half = K / 2, group_bytes = group / 2;
-  std::vector<float> even(static_cast<size_t>(M * half)), odd(even.size());
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t j = 0; j < half; ++j) {
-      even[m * half + j] = static_cast<float>(x[m * K + 2 * j]);
-      odd[m * half + j] = static_cast<float>(x[m * K + 2 * j + 1]);
-    }
-  parallel_for(0, N, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(M * K, 1)),
-               [&](int64_t nb, int64_t ne) {
-                 for (int64_t n = nb; n < ne; ++n) {
-                   const uint8_t* row = packed + n * half;
-                   for (int64_t m = 0; m < M; ++m) {
-                     const float* xe = &even[m * half];
-                     const float* xo = &odd[m * half];
-                     float lanes[kLanes] = {};
-                     for (int64_t g = 0; g < groups; ++g) {
-                       const float s = scale[n * groups + g];
-                       const float zs = s * (zero_point ? static_cast<float>(zero_point[n * groups + g])
-                                                        : static_cast<float>(qmath::kInt4SymmetricZero));
-                       for (int64_t j0 = g * group_bytes; j0 < (g + 1) * group_bytes; j0 += kLanes)
-#pragma omp simd
-                         for (int64_t l = 0; l < kLanes; ++l) {  // w = code * s - zero * s: one fused op
-                           const int64_t j = j0 + l;
-                           lanes[l] += xe[j] * (static_cast<float>(row[j] & 0xF) * s - zs) +
-                                       xo[j] * (static_cast<float>(row[j] >> 4) * s - zs);
-                         }
-                     }
-                     float acc = bias ? static_cast<float>(bias[n]) : 0.0f;
-                     for (int64_t l = 0; l < kLanes; ++l) acc += lanes[l];
-                     y[m * N + n] = static_cast<T>(acc);
-                   }
-                 }
-               });
-}
-
-/// int4_linear for float activations through the float GEMM, kInt4Tile weight rows at a time
-/// (the buffer is the only float copy of the weight, one tile of it).
-inline void int4_linear_tiled(const float* x, const uint8_t* packed, const float* scale, const uint8_t* zero_point,
+/// scales (N, K / group) and zero codes (null: symmetric, 8), through the float GEMM, kInt4Tile
+/// weight rows at a time (the buffer is the only float copy of the weight, one tile of it).
+inline void int4_linear(const float* x, const uint8_t* packed, const float* scale, const uint8_t* zero_point,
                               int64_t group, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
   std::vector<float> w(static_cast<size_t>(std::min(N, kInt4Tile) * K));
   for (int64_t n0 = 0; n0 < N; n0 += kInt4Tile) {

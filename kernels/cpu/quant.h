@@ -122,10 +122,10 @@ inline void dequantize_int4_row(const uint8_t* packed, const float* scale, const
   for (int64_t g = 0; g < groups; ++g) {
     const float s = scale[n * groups + g];
     const float z = static_cast<float>(zero_point ? zero_point[n * groups + g] : qmath::kInt4SymmetricZero);
-    for (int64_t k = g * group; k < (g + 1) * group; k += 2) {  // a byte at a time: no per-element branch
-      const uint8_t byte = row[k / 2];
-      out[k] = (static_cast<float>(qmath::low_nibble(byte)) - z) * s;
-      out[k + 1] = (static_cast<float>(qmath::high_nibble(byte)) - z) * s;
+    for (int64_t j = g * group / 2; j < (g + 1) * group / 2; ++j) {  // by byte: no per-element branch
+      const uint8_t byte = row[j];
+      out[2 * j] = (static_cast<float>(qmath::low_nibble(byte)) - z) * s;
+      out[2 * j + 1] = (static_cast<float>(qmath::high_nibble(byte)) - z) * s;
     }
   }
 }

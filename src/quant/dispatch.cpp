@@ -106,22 +106,13 @@ void run_dequantize_int4(const Tensor& packed, const Tensor& scale, const Tensor
 void run_int4_linear(const Tensor& x, const Tensor& packed, const Tensor& scale, const Tensor& zero_point,
                      int64_t group, const Tensor& bias, const Tensor& y) {
   if (x.device().is_cuda()) return cuda_quant::int4_linear(x, packed, scale, zero_point, group, bias, y);
+  // float activations for the float GEMM (kernels/cpu/qgemm.h); bfloat16 ones are converted
   const int64_t M = x.size(0), N = packed.size(0), K = x.size(1);
-  if (M >= cq::kInt4GemmRows) {  // through the float GEMM (kernels/cpu/qgemm.h)
-    const Tensor xf = x.to(kFloat32).contiguous(), bf = bias.defined() ? bias.to(kFloat32).contiguous() : bias;
-    const Tensor yf = y.dtype() == kFloat32 ? y : empty(y.shape(), kFloat32);
-    cq::int4_linear_tiled(ptr<float>(xf), ptr<uint8_t>(packed), ptr<float>(scale), ptr<uint8_t>(zero_point), group,
-                          ptr<float>(bf), ptr<float>(yf), M, N, K);
-    if (!yf.is_same(y)) y.copy_(yf);
-    return;
-  }
-  if (x.dtype() == kBFloat16) {
-    cq::int4_linear(ptr<BFloat16>(x), ptr<uint8_t>(packed), ptr<float>(scale), ptr<uint8_t>(zero_point), group,
-                    ptr<BFloat16>(bias), ptr<BFloat16>(y), M, N, K);
-  } else {
-    cq::int4_linear(ptr<float>(x), ptr<uint8_t>(packed), ptr<float>(scale), ptr<uint8_t>(zero_point), group,
-                    ptr<float>(bias), ptr<float>(y), M, N, K);
-  }
+  const Tensor xf = x.to(kFloat32).contiguous(), bf = bias.defined() ? bias.to(kFloat32).contiguous() : bias;
+  const Tensor yf = y.dtype() == kFloat32 ? y : empty(y.shape(), kFloat32);
+  cq::int4_linear(ptr<float>(xf), ptr<uint8_t>(packed), ptr<float>(scale), ptr<uint8_t>(zero_point), group,
+                  ptr<float>(bf), ptr<float>(yf), M, N, K);
+  if (!yf.is_same(y)) y.copy_(yf);
 }
 
 }  // namespace strata::quant::detail
