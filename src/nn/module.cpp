@@ -68,6 +68,23 @@ void Module::set_tensor(const std::string& name, const Tensor& value) {
   detail::throw_error("[{}] no parameter or buffer named \"{}\"", this->name(), name);
 }
 
+std::unique_ptr<Module> Module::unregister(const std::string& name) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].first == name) {
+      params_.erase(params_.begin() + static_cast<std::ptrdiff_t>(i));
+      return nullptr;
+    }
+  for (auto it = children_.begin(); it != children_.end(); ++it)
+    if (it->name == name) {
+      STRATA_CHECK(it->owned != nullptr, "[{}] child \"{}\" is a data member and cannot be removed", this->name(),
+                   name);
+      std::unique_ptr<Module> child = std::move(it->owned);
+      children_.erase(it);
+      return child;
+    }
+  detail::throw_error("[{}] no parameter or child named \"{}\"", this->name(), name);
+}
+
 void Module::add_member_child(std::string name, Module& child) {
   check_new_name(name);
   STRATA_CHECK(&child != this, "[{}] a module cannot be its own child", this->name());

@@ -134,6 +134,10 @@ class STRATA_API Module {
   /// Replaces a registered parameter's or buffer's value (same name), keeping the handle; a
   /// buffer registered undefined has no value to replace and raises.
   void set_tensor(const std::string& name, const Tensor& value);
+  /// Removes this module's own parameter or owned child `name` (a layer that changes form, as a
+  /// quantized Linear dropping its float weight) and returns the child (null for a parameter);
+  /// raises when neither has that name or the child is a data member (remove_buffer for buffers).
+  std::unique_ptr<Module> unregister(const std::string& name);
   /// Names of this module's own state_dict entries that a load may lack (their values are kept).
   virtual std::vector<std::string> optional_state_keys() const { return {}; }
 

@@ -1,0 +1,86 @@
+// Quantized Linear layers beside the float32 one: for each shape (batch M, in K, out N) the
+// median time of a float32 nn::Linear, the same layer after quant::quantize_dynamic to int8
+// (dynamic per-row activations) and to int4 (weight only, group 128), in interleaved rounds so
+// all three see the same machine noise; the table gives each time and its ratio to float32
+// (above 1: faster than float32), and the weight bytes each form keeps.
+//
+//   bench_quant [--rounds R]        STRATA_BENCH_THREADS: threads (default 2)
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/strata.hpp>
+
+#include "machine.h"
+
+namespace {
+
+namespace st = strata;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// seconds per call of layer(x), over enough calls to last about 0.25 s (coarse clocks on some VMs)
+double time_once(st::nn::Linear& layer, const st::Tensor& x) {
+  int calls = 1;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) layer(x);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0.25 || calls > (1 << 20)) return s / calls;
+    calls *= 2;
+  }
+}
+
+int64_t state_bytes(const st::nn::Module& m) {
+  int64_t b = 0;
+  for (const auto& [name, t] : m.state_dict()) b += t.numel() * static_cast<int64_t>(st::itemsize(t.dtype()));
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* env = std::getenv("STRATA_BENCH_THREADS");
+  const int threads = env ? std::atoi(env) : 2;
+  bench::restart_with_bench_env(argv, threads);
+  st::set_num_threads(threads);
+  int rounds = 7;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--rounds") rounds = std::atoi(argv[i + 1]);
+  fmt::print("quantized Linear vs float32 Linear, {} threads, {} rounds, CPU {}\n", threads, rounds,
+             bench::cpu_model());
+  fmt::print("{:>5} {:>5} {:>5} | {:>10} {:>10} {:>10} | {:>9} {:>9} | {:>8} {:>8} {:>8}\n", "M", "K", "N",
+             "f32 us", "int8 us", "int4 us", "int8 x", "int4 x", "f32 KiB", "int8 KiB", "int4 KiB");
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {1, 1024, 1024}, {1, 4096, 4096}, {16, 1024, 1024}, {16, 4096, 4096}, {128, 1024, 1024}, {512, 1024, 4096}};
+  for (auto [M, K, N] : shapes) {
+    st::manual_seed(0);
+    st::nn::Linear f32(K, N), i8(K, N), i4(K, N);
+    i8.load_state_dict(f32.state_dict());
+    i4.load_state_dict(f32.state_dict());
+    st::quant::quantize_dynamic(i8);
+    st::quant::quantize_dynamic(i4, {.dtype = st::quant::WeightDtype::Int4, .group_size = 128});
+    const st::Tensor x = st::randn({M, K});
+    st::NoGradGuard no_grad;
+    for (auto* l : {&f32, &i8, &i4}) (*l)(x);  // warm-up
+    std::vector<double> tf, t8, t4;
+    for (int r = 0; r < rounds; ++r) {
+      tf.push_back(time_once(f32, x));
+      t8.push_back(time_once(i8, x));
+      t4.push_back(time_once(i4, x));
+    }
+    const double f = median(tf), a = median(t8), b = median(t4);
+    fmt::print("{:>5} {:>5} {:>5} | {:>10.1f} {:>10.1f} {:>10.1f} | {:>9.2f} {:>9.2f} | {:>8} {:>8} {:>8}\n", M, K, N,
+               f * 1e6, a * 1e6, b * 1e6, f / a, f / b, state_bytes(f32) / 1024, state_bytes(i8) / 1024,
+               state_bytes(i4) / 1024);
+  }
+}

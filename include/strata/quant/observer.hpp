@@ -1,0 +1,102 @@
+// Observers: modules that watch the tensors passing through them and keep their range, from
+// which calculate_qparams() gives a scale and zero point (torch.ao.quantization.observer).
+//
+//   quant::MinMaxObserver obs({.dtype = kUInt8});
+//   obs(x1); obs(x2);                          // forward returns its input unchanged
+//   auto [scale, zero_point] = obs.calculate_qparams();
+//
+// Ranges are taken over finite values only (Note [Non-finite values in quantization]).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <strata/nn/module.hpp>
+#include <strata/quant/qtensor.hpp>
+
+namespace strata::quant {
+
+struct ObserverOptions {
+  DType dtype = kUInt8;  // kInt8 or kUInt8: the code type the qparams are for
+  QScheme qscheme = QScheme::PerTensorAffine;
+  bool reduce_range = false;
+  std::optional<int32_t> quant_min, quant_max;  // a custom range inside the dtype's
+  double eps = 1.1920928955078125e-07;           // the scale's floor (float32 epsilon)
+  double averaging_constant = 0.01;              // moving-average observers only
+  int64_t ch_axis = 0;                           // per-channel observers only
+};
+
+/// PyTorch's defaults for weight observers: int8, per-channel symmetric along dim 0.
+inline ObserverOptions per_channel_defaults() {
+  ObserverOptions o;
+  o.dtype = kInt8;
+  o.qscheme = QScheme::PerChannelSymmetric;
+  return o;
+}
+
+/// The base of the observers: buffers min_val and max_val (0-d per tensor, (channels) per
+/// channel; per-channel ones start empty and take their size at the first observation, or at
+/// construction when num_channels is given, which a state dict needs to load into them).
+class STRATA_API Observer : public nn::Module {
+ public:
+  /// Records x's range (without gradient) and returns x.
+  Tensor forward(const Tensor& x) override;
+  /// (scale float32, zero_point int32), shaped as min_val.
+  std::pair<Tensor, Tensor> calculate_qparams() const;
+  QRange range() const { return range_; }
+  const ObserverOptions& options() const { return options_; }
+  bool per_channel() const { return is_per_channel(options_.qscheme); }
+  Tensor min_val, max_val;
+
+ protected:
+  Observer(ObserverOptions options, bool per_channel, int64_t num_channels);
+  /// Folds one batch's range (shaped as min_val) into min_val and max_val.
+  virtual void update(const Tensor& batch_min, const Tensor& batch_max) = 0;
+  bool observed() const;
+
+ private:
+  ObserverOptions options_;
+  QRange range_;
+};
+
+/// Running minimum and maximum over everything observed (per tensor).
+class STRATA_API MinMaxObserver : public Observer {
+ public:
+  explicit MinMaxObserver(ObserverOptions options = {});
+  std::string name() const override { return "MinMaxObserver"; }
+
+ protected:
+  MinMaxObserver(ObserverOptions options, bool per_channel, int64_t num_channels)
+      : Observer(std::move(options), per_channel, num_channels) {}
+  void update(const Tensor& batch_min, const Tensor& batch_max) override;
+};
+
+/// min_val += c * (batch_min - min_val), the first batch taken as is (c = averaging_constant).
+class STRATA_API MovingAverageMinMaxObserver : public Observer {
+ public:
+  explicit MovingAverageMinMaxObserver(ObserverOptions options = {});
+  std::string name() const override { return "MovingAverageMinMaxObserver"; }
+
+ protected:
+  MovingAverageMinMaxObserver(ObserverOptions options, bool per_channel, int64_t num_channels)
+      : Observer(std::move(options), per_channel, num_channels) {}
+  void update(const Tensor& batch_min, const Tensor& batch_max) override;
+};
+
+/// MinMaxObserver per index of ch_axis; qscheme must be per channel.
+class STRATA_API PerChannelMinMaxObserver : public MinMaxObserver {
+ public:
+  explicit PerChannelMinMaxObserver(ObserverOptions options = per_channel_defaults(), int64_t num_channels = 0);
+  std::string name() const override { return "PerChannelMinMaxObserver"; }
+};
+
+class STRATA_API MovingAveragePerChannelMinMaxObserver : public MovingAverageMinMaxObserver {
+ public:
+  explicit MovingAveragePerChannelMinMaxObserver(ObserverOptions options = per_channel_defaults(),
+                                                 int64_t num_channels = 0);
+  std::string name() const override { return "MovingAveragePerChannelMinMaxObserver"; }
+};
+
+}  // namespace strata::quant

@@ -1,0 +1,67 @@
+// Post-training weight quantization of Linear layers, as torch.ao.quantization.quantize_dynamic:
+// int8 weights (per output channel, symmetric) with activations quantized to uint8 per row at run
+// time and a uint8 x int8 -> int32 GEMM, or int4 weight-only (group-wise along in_features,
+// two codes a byte) with a GEMM that dequantizes on the fly. See docs/quantization.md.
+//
+//   quant::quantize_dynamic(model);                                       // every nn::Linear, int8
+//   quant::quantize_dynamic(model, {.dtype = quant::WeightDtype::Int4, .group_size = 64});
+//
+// The layers keep their place and names (Note [Linear forms] in nn/linear.hpp); their float
+// weights are dropped and the state dict holds "<layer>.quantized.weight_int8" and
+// "<layer>.quantized.weight_scale" (int4: weight_int4, weight_scale, and weight_zero_point when
+// asymmetric). Quantized layers compute without autograd (inference).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <strata/nn/linear.hpp>
+
+namespace strata::quant {
+
+enum class WeightDtype { Int8, Int4 };
+
+struct QuantizeOptions {
+  WeightDtype dtype = WeightDtype::Int8;
+  int64_t group_size = 128;  // int4: 32, 64 or 128 elements of a row share a scale
+  bool symmetric = true;     // int4: codes in [-8, 7] (no zero points) or [0, 15] with zero points
+  /// Which layers to convert, by dotted name; null converts every nn::Linear.
+  std::function<bool(const std::string& name, const nn::Linear& layer)> filter;
+};
+
+/// Converts the Linear layers of `model` in place and returns how many it converted. Raises
+/// (before converting any) on a layer that is quantized already, or whose in_features the
+/// group size does not divide.
+STRATA_API int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& options = {});
+
+// ---- functional forms --------------------------------------------------------------------------
+
+/// int32 (M, N) = a (M, K) int8 . b (K, N) int8, exact (torch._int_mm); K <= 2^17.
+STRATA_API Tensor int8_mm(const Tensor& a, const Tensor& b);
+
+/// A Linear weight quantized per output channel, symmetric int8 (scale = max|w| / 127.5).
+struct Int8Weight {
+  Tensor codes;  // (out, in) int8
+  Tensor scale;  // (out) float32
+};
+STRATA_API Int8Weight quantize_weight_int8(const Tensor& weight);
+
+/// y = x . dequantize(w)^T + bias with x quantized to uint8 per row (affine, its own range), the
+/// product in int32 and dequantization and bias in the epilogue. Float output of x's dtype.
+STRATA_API Tensor linear_int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& bias = {});
+
+/// A Linear weight in int4, group-wise along in_features.
+struct Int4Weight {
+  Tensor packed;      // (out, in / 2) uint8: element 2j in the low nibble of byte j
+  Tensor scale;       // (out, in / group_size) float32
+  Tensor zero_point;  // (out, in / group_size) uint8 codes of 0, or undefined: symmetric (8)
+  int64_t group_size = 0;
+};
+STRATA_API Int4Weight quantize_weight_int4(const Tensor& weight, int64_t group_size, bool symmetric = true);
+/// The float32 weight the codes stand for.
+STRATA_API Tensor dequantize_weight_int4(const Int4Weight& w);
+/// y = x . dequantize(w)^T + bias, dequantizing in the GEMM; x float32 or bfloat16 (y likewise).
+STRATA_API Tensor linear_int4(const Tensor& x, const Int4Weight& w, const Tensor& bias = {});
+
+}  // namespace strata::quant

@@ -1,0 +1,48 @@
+// The quantization kernels behind one call per operation, routed by device: the CPU loops of
+// kernels/cpu/quant.h and qgemm.h, or the CUDA launchers of cuda_quant.h. Callers have checked
+// shapes and dtypes; every tensor here is contiguous and on one device. Scales are float32 and
+// zero points int32 (int4: uint8), one per channel, row or group.
+#pragma once
+
+#include <strata/core/tensor.hpp>
+
+#include "kernels/common/quant_affine.h"
+
+namespace strata::quant::detail {
+
+using qmath::ChannelLayout;
+
+/// The (outer, channels, inner) view of `shape` for per-channel work along `axis` (-1: per tensor).
+ChannelLayout layout_of(const Shape& shape, int64_t axis);
+
+/// x float32 -> q int8/uint8.
+void run_quantize(const Tensor& x, const Tensor& q, ChannelLayout l, const Tensor& scale, const Tensor& zero_point,
+                  int32_t qmin, int32_t qmax);
+/// q int8/uint8 -> out float32.
+void run_dequantize(const Tensor& q, const Tensor& out, ChannelLayout l, const Tensor& scale,
+                    const Tensor& zero_point);
+/// x float32 -> out float32 and mask uint8 (1 where the straight-through gradient passes).
+void run_fake_quantize(const Tensor& x, const Tensor& out, const Tensor& mask, ChannelLayout l, const Tensor& scale,
+                       const Tensor& zero_point, int32_t qmin, int32_t qmax);
+
+/// x (M, K) float32 -> q uint8 (M, K), scale (M), zero_point (M): dynamic per-row activations.
+void run_quantize_rows_uint8(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& zero_point);
+/// y (M, N) float32 = int8 Linear of uint8 activations (kernels/cpu/qgemm.h, int8_linear); bias
+/// may be undefined.
+void run_int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool x_per_row, const Tensor& wq,
+                     const Tensor& w_scale, const Tensor& w_row_sum, const Tensor& bias, const Tensor& y);
+/// c (M, N) int32 = a (M, K) int8 . b (N, K)^T int8.
+void run_int8_gemm(const Tensor& a, const Tensor& b, const Tensor& c);
+
+/// w (N, K) float32 -> packed (N, K / 2) uint8, scale (N, K / group), zero_point (same, uint8) or
+/// undefined when symmetric.
+void run_quantize_int4(const Tensor& w, int64_t group, bool symmetric, const Tensor& packed, const Tensor& scale,
+                       const Tensor& zero_point);
+/// w (N, K) float32 from the packed form.
+void run_dequantize_int4(const Tensor& packed, const Tensor& scale, const Tensor& zero_point, int64_t group,
+                         const Tensor& w);
+/// y (M, N) = x (M, K) . dequantize(w)^T + bias; x, bias, y float32 or bfloat16 alike.
+void run_int4_linear(const Tensor& x, const Tensor& packed, const Tensor& scale, const Tensor& zero_point,
+                     int64_t group, const Tensor& bias, const Tensor& y);
+
+}  // namespace strata::quant::detail

@@ -1,0 +1,213 @@
+// Quantized Linear products: int8_mm, the int8 and int4 weight forms and their functional
+// forms (include/strata/quant/quantize.hpp, src/quant/forms.h).
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/core/error.hpp>
+#include <strata/ops/binary.hpp>
+#include <strata/ops/creation.hpp>
+#include <strata/ops/reduce.hpp>
+#include <strata/quant/qtensor.hpp>
+#include <strata/quant/quantize.hpp>
+
+#include "kernels/cpu/qgemm.h"
+#include "quant/dispatch.h"
+#include "quant/forms.h"
+
+namespace strata::quant {
+
+namespace {
+
+void check_weight_2d(const Tensor& w, const char* op) {
+  STRATA_CHECK(w.defined(), "[{}] the weight is undefined", op);
+  STRATA_CHECK(is_floating(w.dtype()), "[{}] expects a floating weight, got {}", op, w.dtype());
+  STRATA_CHECK(w.dim() == 2, "[{}] expects a weight of shape (out_features, in_features), got {}", op, w.shape());
+}
+
+// x (*, K) as a contiguous (M, K) matrix of `dtype`, checked against the weight's K and device
+Tensor input_rows(const Tensor& x, int64_t K, const Device& device, DType dtype, const char* op) {
+  STRATA_CHECK(x.defined(), "[{}] the input is undefined", op);
+  STRATA_CHECK(is_floating(x.dtype()), "[{}] expects a floating input, got {}", op, x.dtype());
+  STRATA_CHECK(x.dim() >= 1 && x.size(-1) == K, "[{}] expects an input of shape (*, {}), got {}", op, K, x.shape());
+  STRATA_CHECK(x.device() == device, "[{}] the input is on {} and the weight on {}", op, x.device(), device);
+  return x.detach().reshape({-1, K}).to(dtype).contiguous();
+}
+
+Tensor bias_of(const Tensor& bias, int64_t N, const Device& device, DType dtype, const char* op) {
+  if (!bias.defined()) return bias;
+  STRATA_CHECK(bias.shape() == Shape{N} && bias.device() == device && is_floating(bias.dtype()),
+               "[{}] expects a floating bias of shape ({}) on {}, got {} {} on {}", op, N, device, bias.dtype(),
+               bias.shape(), bias.device());
+  return bias.detach().to(dtype).contiguous();
+}
+
+Shape out_shape(const Tensor& x, int64_t N) {
+  Shape s = x.shape();
+  s.back() = N;
+  return s;
+}
+
+void check_int8_weight(const Int8Weight& w, const char* op) {
+  STRATA_CHECK(w.codes.defined() && w.codes.dtype() == kInt8 && w.codes.dim() == 2 && w.scale.defined() &&
+                   w.scale.shape() == Shape{w.codes.size(0)},
+               "[{}] expects int8 codes (out, in) and float32 scales (out)", op);
+  STRATA_CHECK(w.codes.size(1) <= cpu::quant::kMaxUint8K, "[{}] in_features {} exceeds {}, past which int32 sums "
+               "could overflow", op, w.codes.size(1), cpu::quant::kMaxUint8K);
+}
+
+Tensor row_sums(const Tensor& codes) {
+  NoGradGuard no_grad;
+  return sum(codes.to(kInt32), {1}).to(kInt32).contiguous();
+}
+
+// y (M, N) float32 from int8 activations and weights
+Tensor int8_product(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool per_row, const Int8Weight& w,
+                    const Tensor& w_row_sum, const Tensor& bias) {
+  Tensor y = empty({xq.size(0), w.codes.size(0)}, TensorOptions(kFloat32, xq.device()));
+  detail::run_int8_linear(xq, x_scale, x_zero, per_row, w.codes.contiguous(), w.scale.to(kFloat32).contiguous(),
+                          w_row_sum, bias, y);
+  return y;
+}
+
+Tensor int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& row_sum, const Tensor& bias, const char* op) {
+  check_int8_weight(w, op);
+  const int64_t N = w.codes.size(0), K = w.codes.size(1);
+  NoGradGuard no_grad;
+  const Tensor rows = input_rows(x, K, w.codes.device(), kFloat32, op);
+  const TensorOptions o(kFloat32, x.device());
+  Tensor xq = empty(rows.shape(), o.dtype(kUInt8));
+  Tensor xs = empty({rows.size(0)}, o), xz = empty({rows.size(0)}, o.dtype(kInt32));
+  detail::run_quantize_rows_uint8(rows, xq, xs, xz);
+  Tensor y = int8_product(xq, xs, xz, true, w, row_sum, bias_of(bias, N, x.device(), kFloat32, op));
+  return y.reshape(out_shape(x, N)).to(x.dtype());
+}
+
+void check_int4_weight(const Int4Weight& w, const char* op) {
+  STRATA_CHECK(w.packed.defined() && w.packed.dtype() == kUInt8 && w.packed.dim() == 2 && w.group_size > 0 &&
+                   (2 * w.packed.size(1)) % w.group_size == 0,
+               "[{}] expects packed uint8 codes (out, in / 2) and a group size dividing in", op);
+  const Shape groups{w.packed.size(0), 2 * w.packed.size(1) / w.group_size};
+  STRATA_CHECK(w.scale.defined() && w.scale.shape() == groups &&
+                   (!w.zero_point.defined() || (w.zero_point.shape() == groups && w.zero_point.dtype() == kUInt8)),
+               "[{}] expects scales (and uint8 zero points) of shape {}", op, groups);
+}
+
+}  // namespace
+
+Tensor int8_mm(const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(a.defined() && b.defined() && a.dtype() == kInt8 && b.dtype() == kInt8,
+               "[int8_mm] expects two int8 tensors");
+  STRATA_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "[int8_mm] expects (M, K) and (K, N), got {} "
+               "and {}", a.shape(), b.shape());
+  STRATA_CHECK(a.device() == b.device(), "[int8_mm] operands on {} and {}", a.device(), b.device());
+  STRATA_CHECK(a.size(1) <= cpu::quant::kMaxInt8K, "[int8_mm] K = {} exceeds {}, past which int32 sums could "
+               "overflow", a.size(1), cpu::quant::kMaxInt8K);
+  Tensor c = empty({a.size(0), b.size(1)}, TensorOptions(kInt32, a.device()));
+  detail::run_int8_gemm(a.contiguous(), b.t().contiguous(), c);
+  return c;
+}
+
+Int8Weight quantize_weight_int8(const Tensor& weight) {
+  check_weight_2d(weight, "quantize_weight_int8");
+  auto [lo, hi] = finite_aminmax(weight, 0);
+  auto [scale, zero] = calculate_qparams(lo, hi, quant_range(kInt8), true);
+  QuantizedTensor q = quantize_per_channel(weight, scale, zero, 0, kInt8);
+  return {q.int_repr, q.scales};
+}
+
+Tensor linear_int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& bias) {
+  check_int8_weight(w, "linear_int8_dynamic");
+  return int8_dynamic(x, w, row_sums(w.codes), bias, "linear_int8_dynamic");
+}
+
+Int4Weight quantize_weight_int4(const Tensor& weight, int64_t group_size, bool symmetric) {
+  const char* op = "quantize_weight_int4";
+  check_weight_2d(weight, op);
+  STRATA_CHECK(group_size == 32 || group_size == 64 || group_size == 128, "[{}] group_size must be 32, 64 or 128, "
+               "got {}", op, group_size);
+  const int64_t N = weight.size(0), K = weight.size(1);
+  STRATA_CHECK(K % group_size == 0, "[{}] group_size {} does not divide in_features {}", op, group_size, K);
+  NoGradGuard no_grad;
+  const TensorOptions o(kFloat32, weight.device());
+  Int4Weight w{empty({N, K / 2}, o.dtype(kUInt8)), empty({N, K / group_size}, o), Tensor(), group_size};
+  if (!symmetric) w.zero_point = empty({N, K / group_size}, o.dtype(kUInt8));
+  detail::run_quantize_int4(weight.detach().to(kFloat32).contiguous(), group_size, symmetric, w.packed, w.scale,
+                            w.zero_point);
+  return w;
+}
+
+Tensor dequantize_weight_int4(const Int4Weight& w) {
+  check_int4_weight(w, "dequantize_weight_int4");
+  Tensor out = empty({w.packed.size(0), 2 * w.packed.size(1)}, TensorOptions(kFloat32, w.packed.device()));
+  detail::run_dequantize_int4(w.packed.contiguous(), w.scale.to(kFloat32).contiguous(),
+                              w.zero_point.defined() ? w.zero_point.contiguous() : Tensor(), w.group_size, out);
+  return out;
+}
+
+Tensor linear_int4(const Tensor& x, const Int4Weight& w, const Tensor& bias) {
+  const char* op = "linear_int4";
+  check_int4_weight(w, op);
+  const int64_t N = w.packed.size(0), K = 2 * w.packed.size(1);
+  NoGradGuard no_grad;
+  const DType dt = x.defined() && x.dtype() == kBFloat16 ? kBFloat16 : kFloat32;  // the kernel's two types
+  const Tensor rows = input_rows(x, K, w.packed.device(), dt, op);
+  Tensor y = empty({rows.size(0), N}, TensorOptions(dt, x.device()));
+  detail::run_int4_linear(rows, w.packed.contiguous(), w.scale.to(kFloat32).contiguous(),
+                          w.zero_point.defined() ? w.zero_point.contiguous() : Tensor(), w.group_size,
+                          bias_of(bias, N, x.device(), dt, op), y);
+  return y.reshape(out_shape(x, N)).to(x.dtype());
+}
+
+// ---- the forms ---------------------------------------------------------------------------------
+
+namespace detail {
+
+Int8LinearForm::Int8LinearForm(Int8Weight weight, std::optional<StaticInput> input)
+    : weight_(std::move(weight)), input_(std::move(input)) {
+  weight_.codes = register_buffer("weight_int8", weight_.codes);
+  weight_.scale = register_buffer("weight_scale", weight_.scale);
+  if (input_) {
+    input_->scale = register_buffer("input_scale", input_->scale.reshape({1}).to(kFloat32));
+    input_->zero_point = register_buffer("input_zero_point", input_->zero_point.reshape({1}).to(kInt32));
+  }
+}
+
+Tensor Int8LinearForm::row_sums() {
+  std::lock_guard<std::mutex> lock(row_sum_mutex_);
+  if (row_sum_version_ != weight_.codes.version() || row_sum_.device() != weight_.codes.device()) {
+    row_sum_ = quant::row_sums(weight_.codes);
+    row_sum_version_ = weight_.codes.version();
+  }
+  return row_sum_;
+}
+
+Tensor Int8LinearForm::forward_linear(const nn::Linear& layer, const Tensor& input) {
+  const char* op = "Linear(int8)";
+  const Tensor row_sum = row_sums();
+  if (!input_) return int8_dynamic(input, weight_, row_sum, layer.bias, op);
+  check_int8_weight(weight_, op);
+  NoGradGuard no_grad;
+  const int64_t N = weight_.codes.size(0), K = weight_.codes.size(1);
+  const Tensor rows = input_rows(input, K, weight_.codes.device(), kFloat32, op);
+  // a signed range runs shifted by +128 into uint8: (q - z) is the same for q + 128 and z + 128
+  const int32_t shift = input_->range.quant_min < 0 ? -128 : 0;
+  const Tensor zero = (input_->zero_point - shift).to(kInt32).contiguous();
+  Tensor xq = empty(rows.shape(), TensorOptions(kUInt8, rows.device()));
+  detail::run_quantize(rows, xq, layout_of(rows.shape(), -1), input_->scale.to(kFloat32).contiguous(), zero,
+                       input_->range.quant_min - shift, input_->range.quant_max - shift);
+  Tensor y = int8_product(xq, input_->scale.to(kFloat32).contiguous(), zero, false, weight_, row_sum,
+                          bias_of(layer.bias, N, input.device(), kFloat32, op));
+  return y.reshape(out_shape(input, N)).to(input.dtype());
+}
+
+Int4LinearForm::Int4LinearForm(Int4Weight weight) : weight_(std::move(weight)) {
+  weight_.packed = register_buffer("weight_int4", weight_.packed);
+  weight_.scale = register_buffer("weight_scale", weight_.scale);
+  if (weight_.zero_point.defined()) weight_.zero_point = register_buffer("weight_zero_point", weight_.zero_point);
+}
+
+Tensor Int4LinearForm::forward_linear(const nn::Linear& layer, const Tensor& input) {
+  return linear_int4(input, weight_, layer.bias);
+}
+
+}  // namespace detail
+
+}  // namespace strata::quant

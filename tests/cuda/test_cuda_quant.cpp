@@ -1,0 +1,71 @@
+// CUDA quantization kernels against the CPU's on fresh random inputs with odd sizes: codes,
+// dequantized values, fake quant and its mask equal bit for bit (same float32 math); the int8
+// GEMM exactly; the int8 and int4 Linear layers within float summation-order tolerance.
+#include "cuda/cuda_testing.h"
+#include "testing.h"
+
+namespace st = strata;
+namespace q = strata::quant;
+namespace ct = strata::cuda_testing;
+using st::testing::all_close;
+using st::testing::values;
+
+TEST(CudaQuant, QuantizeDequantizeFakeQuantMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const st::Tensor x = ct::random({5, 37, 3}, st::kFloat32, -4, 4);
+  const st::Tensor xc = x.cuda();
+  for (st::DType dt : {st::kInt8, st::kUInt8}) {
+    const q::QuantizedTensor a = q::quantize_per_tensor(x, 0.037, dt == st::kInt8 ? -3 : 120, dt);
+    const q::QuantizedTensor b = q::quantize_per_tensor(xc, 0.037, dt == st::kInt8 ? -3 : 120, dt);
+    EXPECT_EQ(values(a.int_repr), values(b.int_repr));
+    EXPECT_EQ(values(a.dequantize()), values(b.dequantize()));
+  }
+  auto [lo, hi] = q::finite_aminmax(x, 1);
+  auto [s, z] = q::calculate_qparams(lo, hi, q::quant_range(st::kInt8), false);
+  EXPECT_EQ(values(q::quantize_per_channel(x, s, z, 1, st::kInt8).int_repr),
+            values(q::quantize_per_channel(xc, s.cuda(), z.cuda(), 1, st::kInt8).int_repr));
+  st::Tensor xg = x.clone().requires_grad_(true), xcg = xc.clone().requires_grad_(true);
+  st::Tensor ya = q::fake_quantize_per_channel_affine(xg, s, z, 1, -128, 127);
+  st::Tensor yb = q::fake_quantize_per_channel_affine(xcg, s.cuda(), z.cuda(), 1, -128, 127);
+  EXPECT_EQ(values(ya), values(yb));
+  ya.sum().backward();
+  yb.sum().backward();
+  EXPECT_EQ(values(xg.grad()), values(xcg.grad()));
+}
+
+TEST(CudaQuant, Int8GemmAndLinearMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  for (auto [M, K, N] : {std::tuple{7, 37, 13}, std::tuple{1, 300, 33}, std::tuple{64, 96, 17}}) {
+    const st::Tensor a = st::randint(-128, 128, {M, K}).to(st::kInt8), b = st::randint(-128, 128, {K, N}).to(st::kInt8);
+    EXPECT_EQ(values(q::int8_mm(a, b)), values(q::int8_mm(a.cuda(), b.cuda())));
+    const st::Tensor x = ct::random({M, K}, st::kFloat32, -2, 3), w = ct::random({N, K}, st::kFloat32);
+    const st::Tensor bias = ct::random({N}, st::kFloat32);
+    const q::Int8Weight wc = q::quantize_weight_int8(w);
+    const q::Int8Weight wg = q::quantize_weight_int8(w.cuda());
+    EXPECT_EQ(values(wc.codes), values(wg.codes));
+    EXPECT_TRUE(all_close(q::linear_int8_dynamic(x.cuda(), wg, bias.cuda()),
+                          values(q::linear_int8_dynamic(x, wc, bias)), 1e-5, 1e-5));
+  }
+}
+
+TEST(CudaQuant, Int4MatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const int64_t M = 9, K = 256, N = 21;
+  const st::Tensor w = ct::random({N, K}, st::kFloat32), bias = ct::random({N}, st::kFloat32);
+  for (bool symmetric : {true, false})
+    for (int64_t g : {32, 128}) {
+      const q::Int4Weight a = q::quantize_weight_int4(w, g, symmetric);
+      const q::Int4Weight b = q::quantize_weight_int4(w.cuda(), g, symmetric);
+      EXPECT_EQ(values(a.packed), values(b.packed));
+      EXPECT_EQ(values(q::dequantize_weight_int4(a)), values(q::dequantize_weight_int4(b)));
+      for (st::DType dt : {st::kFloat32, st::kBFloat16}) {
+        const st::Tensor x = ct::random({M, K}, dt);
+        const double tol = dt == st::kFloat32 ? 1e-4 : 2e-2;
+        EXPECT_TRUE(all_close(q::linear_int4(x.cuda(), b, bias.to(dt).cuda()),
+                              values(q::linear_int4(x, a, bias.to(dt))), tol, tol));
+      }
+    }
+}
