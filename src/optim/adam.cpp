@@ -47,6 +47,7 @@ void adam_update(const O& o, bool decoupled, const Tensor& p, const Tensor& grad
 // The items of a CUDA batch, with each parameter's step and states advanced as update does.
 template <class O>
 void adam_update_cuda(const O& o, bool decoupled, const std::vector<ParamUpdate>& batch) {
+  if (!batch.empty()) cuda_update::check_step_not_captured(batch[0].param, decoupled ? "AdamW" : "Adam");
   std::vector<cuda_update::AdamItem> items;
   for (const ParamUpdate& u : batch) {
     ParamState& st = *u.state;

@@ -100,6 +100,12 @@ void sgd(const std::vector<SgdItem>& items, const math::SgdConsts<double>& c) {
   });
 }
 
+void check_step_not_captured(const Tensor& param, const char* optimizer) {
+  cuda::check_not_capturing(cuda_launch::stream_for(param), optimizer, "an optimizer step with bias correction",
+                            "its step count lives on the host, so every replay would repeat the captured step's "
+                            "corrections; capture SGD or RMSprop steps, or step this optimizer outside the graph");
+}
+
 void adam(const std::vector<AdamItem>& items, const math::AdamConsts<double>& c) {
   if (items.empty()) return;
   check_items(items, "Adam", {&AdamItem::g, &AdamItem::m, &AdamItem::v, &AdamItem::vmax});

@@ -51,4 +51,9 @@ struct Adam8bitItem {
 };
 void adam8bit(const std::vector<Adam8bitItem>& items, int64_t block, const math::AdamConsts<double>& c);
 
+/// Raises when `param`'s current stream is capturing a CUDA graph: `optimizer`'s bias
+/// corrections come from a host-side step count that a replay would not advance. Called
+/// before the step count moves. (Nothing to check in a build without CUDA.)
+void check_step_not_captured(const Tensor& param, const char* optimizer);
+
 }  // namespace strata::optim::cuda_update

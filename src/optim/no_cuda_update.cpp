@@ -22,5 +22,6 @@ Tensor lamb(const std::vector<LambItem>&, const math::LambConsts<double>&, doubl
   no_cuda("LAMB");
 }
 void adam8bit(const std::vector<Adam8bitItem>&, int64_t, const math::AdamConsts<double>&) { no_cuda("Adam8bit"); }
+void check_step_not_captured(const Tensor&, const char*) {}
 
 }  // namespace strata::optim::cuda_update

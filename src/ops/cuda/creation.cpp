@@ -15,9 +15,10 @@ namespace {
 namespace ck = cuda_kernels;
 
 template <DTypeSet Set, class Launch>
-void launch_contiguous(Tensor& out, std::string_view op, Launch launch) {
+void launch_contiguous(Tensor& out, std::string_view op, Launch launch, bool random = true) {
   STRATA_CHECK(out.is_contiguous(), "[{}] expected a contiguous output", op);
   cuda::DeviceGuard guard(out.device().index);
+  if (random) cuda_launch::check_random_not_captured(cuda_launch::stream_for(out), std::string(op).c_str());
   dispatch<Set>(out.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda_launch::check_launch(launch(static_cast<T*>(out.data()), cuda_launch::stream_for(out)), op);
@@ -53,7 +54,7 @@ void cuda_arange(const KernelCall& call) {
   const int64_t n = call.outputs[0].numel();
   launch_contiguous<DTypeSet::Numeric>(call.outputs[0], "arange", [&](auto* out, cudaStream_t s) {
     return ck::arange(n, s, out, p.start, p.step, p.is_linspace, p.end);
-  });
+  }, /*random=*/false);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ void cuda_dropout(const KernelCall& call) {
   STRATA_CHECK(x.is_contiguous() && y.is_contiguous() && mask.is_contiguous(),
                "[dropout] expected contiguous input and outputs");
   cuda::DeviceGuard guard(x.device().index);
+  cuda_launch::check_random_not_captured(cuda_launch::stream_for(x), "dropout");
   dispatch<DTypeSet::Floating>(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda_launch::check_launch(ck::dropout(x.numel(), cuda_launch::stream_for(x), static_cast<const T*>(x.data()),

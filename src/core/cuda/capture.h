@@ -1,0 +1,35 @@
+// Graph-capture awareness for the CUDA runtime files and launchers (internal; the public API
+// is <strata/core/cuda_graph.hpp>). A call that would wait for the device, or bake a value
+// into the graph that each replay should renew, checks here first and raises an Error naming
+// itself, instead of letting CUDA invalidate the capture with a generic error.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace strata::cuda {
+
+/// Whether `stream` is capturing a graph now.
+bool stream_capturing(cudaStream_t stream);
+/// Whether the calling thread is capturing a graph (with strata's Graph).
+bool this_thread_capturing();
+/// Whether a strata Graph is capturing on `device`, on any thread.
+bool capture_underway(int device);
+
+/// Raises "[op] <what> cannot be captured in a CUDA graph: <why>" when `stream` is capturing.
+void check_not_capturing(cudaStream_t stream, const char* op, const char* what, const char* why);
+
+/// Makes the calling thread's capture mode relaxed for its lifetime, so a call that CUDA
+/// would refuse during someone's capture (cudaMalloc for a new segment) may run; it must not
+/// touch a capturing stream.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode();
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+};
+
+}  // namespace strata::cuda
