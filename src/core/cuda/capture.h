@@ -4,7 +4,13 @@
 // itself, instead of letting CUDA invalidate the capture with a generic error.
 #pragma once
 
+#include <cstdint>
+
 #include <cuda_runtime_api.h>
+
+namespace strata {
+class Generator;
+}
 
 namespace strata::cuda {
 
@@ -17,6 +23,12 @@ bool capture_underway(int device);
 
 /// Raises "[op] <what> cannot be captured in a CUDA graph: <why>" when `stream` is capturing.
 void check_not_capturing(cudaStream_t stream, const char* op, const char* what, const char* why);
+
+/// For a random kernel about to be captured on `device` by this thread's Graph: a device
+/// pointer to {seed, offset} that the graph refills before each replay with a fresh draw of
+/// `blocks` Philox counters from `gen` (Note [Graph random draws] in graph.cpp). Raises when
+/// the capture is not one this thread began with strata's Graph.
+const uint64_t* graph_philox_state(Generator* gen, uint64_t blocks, int device, const char* op);
 
 /// Makes the calling thread's capture mode relaxed for its lifetime, so a call that CUDA
 /// would refuse during someone's capture (cudaMalloc for a new segment) may run; it must not

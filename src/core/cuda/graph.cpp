@@ -4,6 +4,17 @@
 // Memory: a capture begins routing the allocations of its capture id (the stream's, and of
 // any stream forked from it) to the graph's private pool in the caching allocator; the graph
 // holds that pool until reset (Note [Graph pools] in src/core/block_pool.h).
+//
+// Note [Graph random draws]
+// Random kernels (dropout, uniform, normal, randint) take a Philox seed and offset. Captured
+// by value, every replay would repeat the capture's numbers. So during capture the launcher
+// asks graph_philox_state for a slot: 16 bytes in the graph's pool that the kernel reads
+// {seed, offset} from. The graph remembers each draw (generator, Philox blocks) in capture
+// order, and replay() reserves the same draws from the same generators again, writing each
+// {seed, offset} into its slot on the replay stream before launching the graph. A replay
+// thus draws exactly what the captured ops would draw if run eagerly from the generators'
+// state at replay time, and advances the generators as they would. The generators must
+// outlive the graph (the default generator always does).
 #include <array>
 #include <atomic>
 #include <exception>
@@ -12,18 +23,29 @@
 #include <utility>
 
 #include <strata/core/cuda_graph.hpp>
+#include <strata/core/generator.hpp>
+#include <strata/core/tensor.hpp>
 
 #include "core/cuda/capture.h"
 #include "core/cuda/check.h"
 #include "core/cuda/internal.h"
 #include "core/cuda/stream.h"
+#include "core/tensor_internal.h"
 
 namespace strata::cuda {
 
 namespace {
 
 std::array<std::atomic<int>, kMaxDevices> g_captures{};  // strata captures underway per device
-thread_local bool t_capturing = false;
+
+// A random draw captured in a graph (Note [Graph random draws]).
+struct GraphDraw {
+  Generator* gen;
+  uint64_t blocks;
+  Tensor state;  // {seed, offset} as two int64 on the graph's device
+};
+// The draws of the graph this thread is capturing; nullptr when it captures none.
+thread_local std::vector<GraphDraw>* t_draws = nullptr;
 std::atomic<uint64_t> g_next_pool{1};
 
 cudaStreamCaptureMode to_cuda(CaptureMode mode) {
@@ -59,7 +81,16 @@ bool stream_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-bool this_thread_capturing() { return t_capturing; }
+bool this_thread_capturing() { return t_draws != nullptr; }
+
+const uint64_t* graph_philox_state(Generator* gen, uint64_t blocks, int device, const char* op) {
+  STRATA_CHECK(t_draws, "[{}] a random draw on a stream capturing a CUDA graph that this thread did not begin with "
+               "strata::cuda::Graph: its numbers could not be renewed for each replay", op);
+  STRATA_CHECK(gen, "[{}] a random draw without its generator cannot be captured in a CUDA graph", op);
+  Tensor state = detail::make_tensor({2}, kInt64, Device::cuda(device));  // from the graph's pool
+  t_draws->push_back({gen, blocks, state});
+  return static_cast<const uint64_t*>(state.data());
+}
 
 bool capture_underway(int device) {
   return device >= 0 && device < kMaxDevices && g_captures[device].load(std::memory_order_acquire) > 0;
@@ -92,6 +123,7 @@ struct Graph::Impl {
   cudaGraphExec_t exec = nullptr;
   int64_t nodes = 0;
   cudaEvent_t replayed = nullptr;  // recorded after each replay: reset waits for it
+  std::vector<GraphDraw> draws;    // in capture order
 
   void stop_capturing() noexcept {  // the allocator and the counters forget the capture
     try {
@@ -100,10 +132,11 @@ struct Graph::Impl {
       fmt::print(stderr, "[Graph] ending the capture's allocations failed: {}\n", e.what());
     }
     capturing = false;
-    t_capturing = false;
+    t_draws = nullptr;
     g_captures[device].fetch_sub(1, std::memory_order_acq_rel);
   }
   void release_pool() {
+    draws.clear();  // their slots live in the pool
     if (!pool) return;
     const uint64_t p = std::exchange(pool, 0);
     release_graph_pool(device, p);
@@ -122,7 +155,7 @@ Graph::~Graph() {
 
 void Graph::capture_begin(GraphPool pool, CaptureMode mode) {
   Impl& g = *impl_;
-  STRATA_CHECK(!t_capturing, "[Graph::capture_begin] nested capture: this thread is already capturing a CUDA graph; "
+  STRATA_CHECK(!t_draws, "[Graph::capture_begin] nested capture: this thread is already capturing a CUDA graph; "
                "end that capture first");
   STRATA_CHECK(!g.capturing && !g.exec && !g.pool,
                "[Graph::capture_begin] this graph already holds a capture: reset() it before capturing again");
@@ -149,7 +182,8 @@ void Graph::capture_begin(GraphPool pool, CaptureMode mode) {
   g.capture_id = id;
   g.pool = pool_id;
   g.capturing = true;
-  t_capturing = true;
+  g.draws.clear();
+  t_draws = &g.draws;
   g_captures[device].fetch_add(1, std::memory_order_acq_rel);
 }
 
@@ -190,6 +224,13 @@ void Graph::replay() {
   STRATA_CHECK(g.exec, "[Graph::replay] nothing captured: capture first (capture_begin/capture_end or GraphCapture)");
   DeviceGuard guard(g.device);
   cudaStream_t stream = current_stream(g.device);
+  for (GraphDraw& d : g.draws) {
+    // pageable source: CUDA stages it before returning, so `next` may go out of scope
+    const RandomDraw draw = d.gen->reserve_draw(d.blocks);
+    const uint64_t next[2] = {draw.seed, draw.offset};
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(d.state.data(), next, sizeof(next), cudaMemcpyHostToDevice, stream),
+                      "Graph::replay");
+  }
   STRATA_CUDA_CHECK(cudaGraphLaunch(g.exec, stream), "Graph::replay");
   if (!g.replayed) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&g.replayed, cudaEventDisableTiming), "Graph::replay");
   STRATA_CUDA_CHECK(cudaEventRecord(g.replayed, stream), "Graph::replay");
@@ -232,7 +273,7 @@ int64_t Graph::num_nodes() const { return impl_->nodes; }
 
 GraphCapture::GraphCapture(Graph& graph, GraphPool pool, std::optional<Stream> stream, CaptureMode mode)
     : graph_(graph), uncaught_(std::uncaught_exceptions()) {
-  STRATA_CHECK(!t_capturing, "[GraphCapture] nested capture: this thread is already capturing a CUDA graph");
+  STRATA_CHECK(!t_draws, "[GraphCapture] nested capture: this thread is already capturing a CUDA graph");
   const Stream side = stream ? *stream : capture_stream(-1);
   STRATA_CHECK(!side.is_default(), "[GraphCapture] cannot capture the default stream of cuda:{}", side.device());
   synchronize(side.device());  // nothing queued before the capture may run inside it (as torch.cuda.graph)

@@ -20,13 +20,20 @@ inline void check_launch(cudaError_t err, std::string_view op) {
   STRATA_CHECK(err == cudaSuccess, "[{}] CUDA kernel launch failed: {}", op, cudaGetErrorString(err));
 }
 
-// A Philox draw passes the generator's seed and offset to its kernel by value: captured in a
-// graph, every replay would repeat the captured numbers, so random ops refuse capture.
+// The device-side start of a Philox draw of `blocks` counters from `gen` for a kernel on
+// `t`'s device: nullptr outside capture (the kernel takes seed and offset by value), else the
+// capturing graph's slot, redrawn on each replay (Note [Graph random draws] in graph.cpp).
+inline const uint64_t* philox_state(const Tensor& t, Generator* gen, uint64_t blocks, const char* op) {
+  const int device = t.device().index;
+  if (!cuda::capture_underway(device) || !cuda::stream_capturing(cuda::current_stream(device))) return nullptr;
+  return cuda::graph_philox_state(gen, blocks, device, op);
+}
+
+// Ops whose random draws cannot yet be redrawn per replay refuse capture.
 inline void check_random_not_captured(cudaStream_t stream, const char* op) {
   cuda::check_not_capturing(stream, op, "a random draw",
-                            "its kernel takes the generator's seed and offset by value, so every replay would repeat "
-                            "the same random numbers; keep random ops (dropout, rand, randn, randint, attention "
-                            "dropout) outside the graph");
+                            "its kernels take the generator's seed and offset by value, so every replay would repeat "
+                            "the same random numbers; keep it outside the graph");
 }
 
 }  // namespace strata::cuda_launch
