@@ -159,7 +159,7 @@ void Graph::capture_begin(GraphPool pool, CaptureMode mode) {
                "end that capture first");
   STRATA_CHECK(!g.capturing && !g.exec && !g.pool,
                "[Graph::capture_begin] this graph already holds a capture: reset() it before capturing again");
-  const int device = current_device();
+  const int device = resolve_device(-1, "Graph::capture_begin");
   cudaStream_t stream = current_stream(device);
   STRATA_CHECK(stream != nullptr, "[Graph::capture_begin] cannot capture the default stream of cuda:{}: capture on a "
                "side stream (GraphCapture, or a StreamGuard on Stream::create())", device);
@@ -298,7 +298,7 @@ GraphCapture::~GraphCapture() noexcept(false) {
 void capture_step(Graph& graph, const std::function<void()>& step, int warmup, GraphPool pool) {
   STRATA_CHECK(static_cast<bool>(step), "[capture_step] the step function is empty");
   STRATA_CHECK(warmup >= 0, "[capture_step] warmup must be >= 0, got {}", warmup);
-  const int device = current_device();
+  const int device = resolve_device(-1, "capture_step");
   const Stream side = capture_stream(device);
   synchronize(device);  // the side stream sees everything queued so far
   {
