@@ -45,18 +45,42 @@ void adam_update(const O& o, bool decoupled, const Tensor& p, const Tensor& grad
 }
 
 // The items of a CUDA batch, with each parameter's step and states advanced as update does.
+// Captured in a CUDA graph, the step counts advance at each replay instead, and the bias
+// corrections reach the kernel through a replay slot (Note [Graph replay slots]).
 template <class O>
 void adam_update_cuda(const O& o, bool decoupled, const std::vector<ParamUpdate>& batch) {
-  if (!batch.empty()) cuda_update::check_step_not_captured(batch[0].param, decoupled ? "AdamW" : "Adam");
+  if (batch.empty()) return;
+  const char* name = decoupled ? "AdamW" : "Adam";
+  const bool captured = cuda_update::capturing(batch[0].param);
   std::vector<cuda_update::AdamItem> items;
+  std::vector<ParamState*> states;
   for (const ParamUpdate& u : batch) {
     ParamState& st = *u.state;
-    ++st.step;
-    auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, st.step);
+    if (captured) {
+      cuda_update::check_states_exist(st, {"exp_avg", "exp_avg_sq"}, name);
+      if (o.amsgrad) cuda_update::check_states_exist(st, {"max_exp_avg_sq"}, name);
+    }
+    const int64_t step = captured ? st.step + 1 : ++st.step;
+    auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, step);
     Tensor& m = detail::state_tensor(st, "exp_avg", u.param);
     Tensor& v = detail::state_tensor(st, "exp_avg_sq", u.param);
     Tensor vmax = o.amsgrad ? detail::state_tensor(st, "max_exp_avg_sq", u.param) : Tensor();
     items.push_back({u.param, u.grad, m, v, vmax, c.step_size, c.bc2_sqrt});
+    states.push_back(&st);
+  }
+  if (captured) {
+    const double* corrections = cuda_update::replay_slot(
+        batch[0].param, 2 * items.size(),
+        [o, decoupled, states](double* out) {
+          for (size_t i = 0; i < states.size(); ++i) {
+            const int64_t step = ++states[i]->step;
+            auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, step);
+            out[2 * i] = c.step_size;
+            out[2 * i + 1] = c.bc2_sqrt;
+          }
+        },
+        name);
+    for (size_t i = 0; i < items.size(); ++i) items[i].corrections = corrections + 2 * i;
   }
   // the group's constants; step_size and bc2_sqrt come from each item
   cuda_update::adam(items,

@@ -4,7 +4,9 @@
 // itself, instead of letting CUDA invalidate the capture with a generic error.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include <cuda_runtime_api.h>
 
@@ -29,6 +31,13 @@ void check_not_capturing(cudaStream_t stream, const char* op, const char* what, 
 /// `blocks` Philox counters from `gen` (Note [Graph random draws] in graph.cpp). Raises when
 /// the capture is not one this thread began with strata's Graph.
 const uint64_t* graph_philox_state(Generator* gen, uint64_t blocks, int device, const char* op);
+
+/// During this thread's capture on `device`: `bytes` of device memory in the graph's pool
+/// that replay() rewrites before each launch with what `refill` writes into a host buffer of
+/// that size (Note [Graph replay slots] in graph.cpp); `refill` may also advance host state.
+/// With 0 bytes, returns nullptr and `refill(nullptr)` just runs at each replay. Raises when
+/// the capture is not one this thread began with strata's Graph.
+void* graph_replay_slot(size_t bytes, int device, std::function<void(void*)> refill, const char* op);
 
 /// Makes the calling thread's capture mode relaxed for its lifetime, so a call that CUDA
 /// would refuse during someone's capture (cudaMalloc for a new segment) may run; it must not

@@ -5,18 +5,23 @@
 // any stream forked from it) to the graph's private pool in the caching allocator; the graph
 // holds that pool until reset (Note [Graph pools] in src/core/block_pool.h).
 //
+// Note [Graph replay slots]
+// Some captured kernels need values that change from run to run: random draws (a Philox seed
+// and offset) and optimizer steps (bias corrections from the step count). Passed by value,
+// every replay would repeat the capture's. So during capture the launcher asks for a replay
+// slot: bytes in the graph's pool that the kernel reads the values from, and a host function
+// that computes them. replay() calls the functions in capture order, each writing its slot on
+// the replay stream before the graph is launched; a function may also advance host state
+// (the generator's offset, the optimizer's step count) as the eager call would have.
+//
 // Note [Graph random draws]
-// Random kernels (dropout, uniform, normal, randint) take a Philox seed and offset. Captured
-// by value, every replay would repeat the capture's numbers. So during capture the launcher
-// asks graph_philox_state for a slot: 16 bytes in the graph's pool that the kernel reads
-// {seed, offset} from. The graph remembers each draw (generator, Philox blocks) in capture
-// order, and replay() reserves the same draws from the same generators again, writing each
-// {seed, offset} into its slot on the replay stream before launching the graph. A replay
-// thus draws exactly what the captured ops would draw if run eagerly from the generators'
-// state at replay time, and advances the generators as they would. The generators must
-// outlive the graph (the default generator always does).
+// A random draw's slot holds {seed, offset}; its function reserves the same number of Philox
+// blocks from the same generator as the captured op did. A replay thus draws exactly what the
+// captured ops would draw eagerly from the generators' state at replay time, and advances the
+// generators as they would. The generators must outlive the graph (the default one does).
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -38,14 +43,13 @@ namespace {
 
 std::array<std::atomic<int>, kMaxDevices> g_captures{};  // strata captures underway per device
 
-// A random draw captured in a graph (Note [Graph random draws]).
-struct GraphDraw {
-  Generator* gen;
-  uint64_t blocks;
-  Tensor state;  // {seed, offset} as two int64 on the graph's device
+// A replay slot of a graph (Note [Graph replay slots]).
+struct ReplaySlot {
+  std::function<void(void*)> refill;  // writes the slot's bytes for the next replay
+  Tensor slot;                        // undefined for a slot of zero bytes
 };
-// The draws of the graph this thread is capturing; nullptr when it captures none.
-thread_local std::vector<GraphDraw>* t_draws = nullptr;
+// The slots of the graph this thread is capturing; nullptr when it captures none.
+thread_local std::vector<ReplaySlot>* t_draws = nullptr;
 std::atomic<uint64_t> g_next_pool{1};
 
 cudaStreamCaptureMode to_cuda(CaptureMode mode) {
@@ -83,13 +87,23 @@ bool stream_capturing(cudaStream_t stream) {
 
 bool this_thread_capturing() { return t_draws != nullptr; }
 
+void* graph_replay_slot(size_t bytes, int device, std::function<void(void*)> refill, const char* op) {
+  STRATA_CHECK(t_draws, "[{}] a stream is capturing a CUDA graph that this thread did not begin with "
+               "strata::cuda::Graph: the values this op needs could not be renewed for each replay", op);
+  Tensor slot;
+  if (bytes) slot = detail::make_tensor({static_cast<int64_t>(bytes)}, kUInt8, Device::cuda(device));  // graph pool
+  t_draws->push_back({std::move(refill), slot});
+  return slot.defined() ? slot.data() : nullptr;
+}
+
 const uint64_t* graph_philox_state(Generator* gen, uint64_t blocks, int device, const char* op) {
-  STRATA_CHECK(t_draws, "[{}] a random draw on a stream capturing a CUDA graph that this thread did not begin with "
-               "strata::cuda::Graph: its numbers could not be renewed for each replay", op);
   STRATA_CHECK(gen, "[{}] a random draw without its generator cannot be captured in a CUDA graph", op);
-  Tensor state = detail::make_tensor({2}, kInt64, Device::cuda(device));  // from the graph's pool
-  t_draws->push_back({gen, blocks, state});
-  return static_cast<const uint64_t*>(state.data());
+  auto redraw = [gen, blocks](void* out) {
+    const RandomDraw draw = gen->reserve_draw(blocks);
+    const uint64_t next[2] = {draw.seed, draw.offset};
+    std::memcpy(out, next, sizeof(next));
+  };
+  return static_cast<const uint64_t*>(graph_replay_slot(2 * sizeof(uint64_t), device, redraw, op));
 }
 
 bool capture_underway(int device) {
@@ -123,7 +137,7 @@ struct Graph::Impl {
   cudaGraphExec_t exec = nullptr;
   int64_t nodes = 0;
   cudaEvent_t replayed = nullptr;  // recorded after each replay: reset waits for it
-  std::vector<GraphDraw> draws;    // in capture order
+  std::vector<ReplaySlot> draws;   // in capture order
 
   void stop_capturing() noexcept {  // the allocator and the counters forget the capture
     try {
@@ -224,12 +238,14 @@ void Graph::replay() {
   STRATA_CHECK(g.exec, "[Graph::replay] nothing captured: capture first (capture_begin/capture_end or GraphCapture)");
   DeviceGuard guard(g.device);
   cudaStream_t stream = current_stream(g.device);
-  for (GraphDraw& d : g.draws) {
-    // pageable source: CUDA stages it before returning, so `next` may go out of scope
-    const RandomDraw draw = d.gen->reserve_draw(d.blocks);
-    const uint64_t next[2] = {draw.seed, draw.offset};
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(d.state.data(), next, sizeof(next), cudaMemcpyHostToDevice, stream),
-                      "Graph::replay");
+  std::vector<char> next;
+  for (ReplaySlot& d : g.draws) {
+    next.assign(d.slot.defined() ? d.slot.nbytes() : 0, 0);
+    d.refill(next.data());
+    // pageable source: CUDA stages it before returning, so `next` may be rewritten at once
+    if (!next.empty())
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(d.slot.data(), next.data(), next.size(), cudaMemcpyHostToDevice, stream),
+                        "Graph::replay");
   }
   STRATA_CUDA_CHECK(cudaGraphLaunch(g.exec, stream), "Graph::replay");
   if (!g.replayed) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&g.replayed, cudaEventDisableTiming), "Graph::replay");
