@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(mt::TensorTable<5, AdamE
   const AdamExtra& e = tab.extra[ch.t];
   c.step_size = T(e.dev ? e.dev[0] : e.step_size);
   c.bc2_sqrt = T(e.dev ? e.dev[1] : e.bc2_sqrt);
+  if (e.dev) c.decay = T(e.dev[2]);
 #pragma unroll 4
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
     T pi = p[i], mi = m[i], vi = v[i];

@@ -119,9 +119,9 @@ void check_states_exist(const ParamState& st, std::initializer_list<const char*>
 }
 
 void check_step_not_captured(const Tensor& param, const char* optimizer) {
-  cuda::check_not_capturing(cuda_launch::stream_for(param), optimizer, "an optimizer step with bias correction",
-                            "its step count lives on the host, so every replay would repeat the captured step's "
-                            "corrections; capture SGD or RMSprop steps, or step this optimizer outside the graph");
+  cuda::check_not_capturing(cuda_launch::stream_for(param), optimizer, "this optimizer's step",
+                            "its step count lives on the host and a replay would not advance it; capture SGD, Adam "
+                            "or AdamW steps, or step this optimizer outside the graph");
 }
 
 void adam(const std::vector<AdamItem>& items, const math::AdamConsts<double>& c) {

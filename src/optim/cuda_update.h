@@ -26,7 +26,7 @@ void sgd(const std::vector<SgdItem>& items, const math::SgdConsts<double>& c);
 struct AdamItem {
   Tensor p, g, m, v, vmax;     // vmax undefined for every item unless AMSGrad
   double step_size, bc2_sqrt;  // this item's: lr / (1 - beta1^t), sqrt(1 - beta2^t)
-  const double* corrections = nullptr;  // during graph capture: the two above, on the device
+  const double* corrections = nullptr;  // during graph capture: the two above and the decay, on the device
 };
 void adam(const std::vector<AdamItem>& items, const math::AdamConsts<double>& c);
 
@@ -66,9 +66,9 @@ const double* replay_slot(const Tensor& param, size_t count, std::function<void(
 /// zero-filled again by every replay (a warm-up step before capture makes them).
 void check_states_exist(const ParamState& st, std::initializer_list<const char*> names, const char* op);
 
-/// Raises when `param`'s current stream is capturing a CUDA graph: `optimizer`'s bias
-/// corrections come from a host-side step count that a replay would not advance. Called
-/// before the step count moves. (Nothing to check in a build without CUDA.)
+/// Raises when `param`'s current stream is capturing a CUDA graph, for the optimizers whose
+/// step count a replay does not advance yet (LAMB, Adam8bit, Adagrad, RMSprop). Called before
+/// the step count moves. (Nothing to check in a build without CUDA.)
 void check_step_not_captured(const Tensor& param, const char* optimizer);
 
 }  // namespace strata::optim::cuda_update

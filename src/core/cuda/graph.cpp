@@ -49,7 +49,7 @@ struct ReplaySlot {
   Tensor slot;                        // undefined for a slot of zero bytes
 };
 // The slots of the graph this thread is capturing; nullptr when it captures none.
-thread_local std::vector<ReplaySlot>* t_draws = nullptr;
+thread_local std::vector<ReplaySlot>* t_slots = nullptr;
 std::atomic<uint64_t> g_next_pool{1};
 
 cudaStreamCaptureMode to_cuda(CaptureMode mode) {
@@ -85,14 +85,14 @@ bool stream_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-bool this_thread_capturing() { return t_draws != nullptr; }
+bool this_thread_capturing() { return t_slots != nullptr; }
 
 void* graph_replay_slot(size_t bytes, int device, std::function<void(void*)> refill, const char* op) {
-  STRATA_CHECK(t_draws, "[{}] a stream is capturing a CUDA graph that this thread did not begin with "
+  STRATA_CHECK(t_slots, "[{}] a stream is capturing a CUDA graph that this thread did not begin with "
                "strata::cuda::Graph: the values this op needs could not be renewed for each replay", op);
   Tensor slot;
   if (bytes) slot = detail::make_tensor({static_cast<int64_t>(bytes)}, kUInt8, Device::cuda(device));  // graph pool
-  t_draws->push_back({std::move(refill), slot});
+  t_slots->push_back({std::move(refill), slot});
   return slot.defined() ? slot.data() : nullptr;
 }
 
@@ -117,7 +117,9 @@ void check_not_capturing(cudaStream_t stream, const char* op, const char* what, 
 RelaxedCaptureMode::RelaxedCaptureMode() {
   STRATA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&previous_), "capture mode");
 }
-RelaxedCaptureMode::~RelaxedCaptureMode() { STRATA_CUDA_WARN(cudaThreadExchangeStreamCaptureMode(&previous_), "capture mode"); }
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  STRATA_CUDA_WARN(cudaThreadExchangeStreamCaptureMode(&previous_), "capture mode");
+}
 
 bool is_current_stream_capturing() {
   if (!is_available()) return false;
@@ -137,7 +139,7 @@ struct Graph::Impl {
   cudaGraphExec_t exec = nullptr;
   int64_t nodes = 0;
   cudaEvent_t replayed = nullptr;  // recorded after each replay: reset waits for it
-  std::vector<ReplaySlot> draws;   // in capture order
+  std::vector<ReplaySlot> slots;   // in capture order
 
   void stop_capturing() noexcept {  // the allocator and the counters forget the capture
     try {
@@ -146,11 +148,11 @@ struct Graph::Impl {
       fmt::print(stderr, "[Graph] ending the capture's allocations failed: {}\n", e.what());
     }
     capturing = false;
-    t_draws = nullptr;
+    t_slots = nullptr;
     g_captures[device].fetch_sub(1, std::memory_order_acq_rel);
   }
   void release_pool() {
-    draws.clear();  // their slots live in the pool
+    slots.clear();  // their memory is in the pool
     if (!pool) return;
     const uint64_t p = std::exchange(pool, 0);
     release_graph_pool(device, p);
@@ -169,7 +171,7 @@ Graph::~Graph() {
 
 void Graph::capture_begin(GraphPool pool, CaptureMode mode) {
   Impl& g = *impl_;
-  STRATA_CHECK(!t_draws, "[Graph::capture_begin] nested capture: this thread is already capturing a CUDA graph; "
+  STRATA_CHECK(!t_slots, "[Graph::capture_begin] nested capture: this thread is already capturing a CUDA graph; "
                "end that capture first");
   STRATA_CHECK(!g.capturing && !g.exec && !g.pool,
                "[Graph::capture_begin] this graph already holds a capture: reset() it before capturing again");
@@ -196,8 +198,8 @@ void Graph::capture_begin(GraphPool pool, CaptureMode mode) {
   g.capture_id = id;
   g.pool = pool_id;
   g.capturing = true;
-  g.draws.clear();
-  t_draws = &g.draws;
+  g.slots.clear();
+  t_slots = &g.slots;
   g_captures[device].fetch_add(1, std::memory_order_acq_rel);
 }
 
@@ -239,7 +241,7 @@ void Graph::replay() {
   DeviceGuard guard(g.device);
   cudaStream_t stream = current_stream(g.device);
   std::vector<char> next;
-  for (ReplaySlot& d : g.draws) {
+  for (ReplaySlot& d : g.slots) {
     next.assign(d.slot.defined() ? d.slot.nbytes() : 0, 0);
     d.refill(next.data());
     // pageable source: CUDA stages it before returning, so `next` may be rewritten at once
@@ -289,7 +291,7 @@ int64_t Graph::num_nodes() const { return impl_->nodes; }
 
 GraphCapture::GraphCapture(Graph& graph, GraphPool pool, std::optional<Stream> stream, CaptureMode mode)
     : graph_(graph), uncaught_(std::uncaught_exceptions()) {
-  STRATA_CHECK(!t_draws, "[GraphCapture] nested capture: this thread is already capturing a CUDA graph");
+  STRATA_CHECK(!t_slots, "[GraphCapture] nested capture: this thread is already capturing a CUDA graph");
   const Stream side = stream ? *stream : capture_stream(-1);
   STRATA_CHECK(!side.is_default(), "[GraphCapture] cannot capture the default stream of cuda:{}", side.device());
   synchronize(side.device());  // nothing queued before the capture may run inside it (as torch.cuda.graph)
