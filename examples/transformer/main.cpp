@@ -54,7 +54,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (1 to the vocabulary size)");
   app.add_option("--threads", o.threads, "CPU threads (0: all, at most 1024)");
   app.add_flag("--cuda-graphs", o.cuda_graphs,
-               "replay each training step as one CUDA graph (GPU only; AdamW, no --amp, --clip 0, --dropout 0)");
+               "replay each training step as one CUDA graph (GPU only; AdamW, no --amp, --clip 0)");
   app.add_option("--profile", o.profile,
                  "profile a few steps after warm-up: write their Chrome trace to this file and print the op table");
 }
@@ -132,8 +132,7 @@ bool gpu_can_train(const Options& o) {
 
 // --cuda-graphs replays one captured step: only on a GPU, and only with what a graph can hold
 // (docs/cuda-graphs.md): AdamW (LAMB and Adam8bit keep their step count on the host), no loss
-// scaling or clipping (both read values back to the host), no dropout (the fused attention's
-// dropout is not capturable yet).
+// scaling or clipping (both read values back to the host). Dropout is redrawn per replay.
 void check_cuda_graphs(const Options& o, st::Device device) {
   if (!o.cuda_graphs) return;
   STRATA_CHECK(device.is_cuda(), "[transformer] --cuda-graphs needs a GPU (CUDA graphs replay GPU work), but this run "
@@ -143,8 +142,6 @@ void check_cuda_graphs(const Options& o, st::Device device) {
                "overflow on the host)");
   STRATA_CHECK(o.clip == 0, "[transformer] --cuda-graphs needs --clip 0 (clipping reads the gradient norm back to "
                "the host), got {}", o.clip);
-  STRATA_CHECK(o.model.dropout == 0, "[transformer] --cuda-graphs needs --dropout 0 (attention dropout cannot be "
-               "captured yet), got {}", o.model.dropout);
 }
 
 }  // namespace

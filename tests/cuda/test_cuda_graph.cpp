@@ -87,9 +87,10 @@ struct TinyModel {
 
 // Three eager warm-up steps on batch 0, then batches 1..3: eagerly with one optimizer, and
 // graphed (capture_step's warm-up, then one replay per batch) with its twin. Losses, weights
-// and step counts must agree.
+// and step counts must agree. With `schedule`, the learning rate changes before every step
+// after the warm-up, on both optimizers (set_lr, as a scheduler does).
 template <class Opt, class Options>
-void check_graphed_step(const Options& opts) {
+void check_graphed_step(const Options& opts, bool schedule = false) {
   SEED_TRACE();
   const std::vector<Tensor> init = {cuda_testing::random({8, 16}, kFloat32), cuda_testing::random({16}, kFloat32),
                                     cuda_testing::random({16, 4}, kFloat32), cuda_testing::random({4}, kFloat32)};
@@ -99,7 +100,9 @@ void check_graphed_step(const Options& opts) {
   TinyModel eager(init), graphed(init);
   Opt eager_opt(eager.params, opts), graphed_opt(graphed.params, opts);
   std::vector<double> eager_losses;
+  auto lr_of = [&](int batch) { return schedule ? opts.lr * (1.0 + 0.5 * batch) : opts.lr; };
   for (int i : {0, 0, 0, 1, 2, 3}) {
+    eager_opt.set_lr(0, lr_of(i));
     eager_opt.zero_grad();
     Tensor loss = eager.loss(gpu(batches[static_cast<size_t>(i)].first), gpu(batches[static_cast<size_t>(i)].second));
     loss.backward();
@@ -118,6 +121,7 @@ void check_graphed_step(const Options& opts) {
   for (int i : {1, 2, 3}) {
     x.copy_(gpu(batches[static_cast<size_t>(i)].first));
     target.copy_(gpu(batches[static_cast<size_t>(i)].second));
+    graphed_opt.set_lr(0, lr_of(i));
     graph.replay();
     const double want = eager_losses[static_cast<size_t>(i + 2)];
     EXPECT_NEAR(static_loss.item<double>(), want, 1e-5 * std::abs(want) + 1e-6) << "batch " << i;
@@ -136,6 +140,11 @@ TEST(CudaGraph, WholeTrainingStepWithSgdMatchesEagerSteps) {
 TEST(CudaGraph, WholeTrainingStepWithAdamWMatchesEagerSteps) {
   SKIP_WITHOUT_GPU();  // bias corrections change every step: they reach the graph through replay slots
   check_graphed_step<optim::AdamW>(optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.01});
+}
+
+TEST(CudaGraph, GraphedAdamWFollowsTheLearningRateSchedule) {
+  SKIP_WITHOUT_GPU();  // step size and decay are computed from the group's lr at each replay
+  check_graphed_step<optim::AdamW>(optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.01}, /*schedule=*/true);
 }
 
 TEST(CudaGraph, RandomDrawsAreFreshOnEachReplayAndMatchEagerDraws) {
