@@ -53,6 +53,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--temperature", o.temperature, "sampling temperature (0: always the most likely token)");
   app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (1 to the vocabulary size)");
   app.add_option("--threads", o.threads, "CPU threads (0: all, at most 1024)");
+  app.add_flag("--cuda-graphs", o.cuda_graphs,
+               "replay each training step as one CUDA graph (GPU only; AdamW, no --amp, --clip 0)");
   app.add_option("--profile", o.profile,
                  "profile a few steps after warm-up: write their Chrome trace to this file and print the op table");
 }
@@ -128,6 +130,20 @@ bool gpu_can_train(const Options& o) {
   }
 }
 
+// --cuda-graphs replays one captured step: only on a GPU, and only with what a graph can hold
+// (docs/cuda-graphs.md): AdamW (LAMB and Adam8bit keep their step count on the host), no loss
+// scaling or clipping (both read values back to the host). Dropout is redrawn per replay.
+void check_cuda_graphs(const Options& o, st::Device device) {
+  if (!o.cuda_graphs) return;
+  STRATA_CHECK(device.is_cuda(), "[transformer] --cuda-graphs needs a GPU (CUDA graphs replay GPU work), but this run "
+               "trains on the CPU");
+  STRATA_CHECK(o.optimizer == "adamw", "[transformer] --cuda-graphs needs --optimizer adamw, got {}", o.optimizer);
+  STRATA_CHECK(!o.amp, "[transformer] --cuda-graphs cannot be combined with --amp (loss scaling checks for "
+               "overflow on the host)");
+  STRATA_CHECK(o.clip == 0, "[transformer] --cuda-graphs needs --clip 0 (clipping reads the gradient norm back to "
+               "the host), got {}", o.clip);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,6 +157,7 @@ int main(int argc, char** argv) {
     validate(o);
     example::set_threads("transformer", o.threads);
     st::Device device = o.device == "cuda" || (o.device == "auto" && gpu_can_train(o)) ? st::Device::cuda() : st::kCPU;
+    check_cuda_graphs(o, device);
     st::manual_seed(o.seed);
     for (const auto& path : {o.train_data, o.val_data})
       STRATA_CHECK(std::filesystem::exists(path), "[transformer] no token shard at {} (write one with strata-tokenize)",

@@ -54,6 +54,7 @@ struct Options {
   int64_t top_k = 20;
   int threads = 0;
   std::string profile;  // Chrome trace of a few profiled steps (profiling.hpp); empty: no profiling
+  bool cuda_graphs = false;  // replay each training step as one CUDA graph (GraphedStep)
 };
 
 // Linear warmup to lr, then cosine decay to min_lr.
@@ -151,6 +152,38 @@ inline st::Tensor train_step(gpt::GPT& model, st::optim::Optimizer& opt, st::amp
   return loss;
 }
 
+// --cuda-graphs (docs/cuda-graphs.md): the first kWarmup steps run eagerly on static device
+// tensors (creating the optimizer's moments and the GEMM workspaces), the next is captured
+// into a graph, and every step from there copies its batch into the static tensors and
+// replays the graph. The loss tensor of the capture is rewritten by each replay.
+struct GraphedStep {
+  static constexpr int64_t kWarmup = 3;
+  st::cuda::Graph graph;
+  st::Tensor x, y, loss;  // static inputs, targets and loss
+  int64_t eager_steps = 0;
+
+  st::Tensor run(gpt::GPT& model, st::optim::Optimizer& opt, st::amp::GradScaler& scaler, const st::Tensor& bx,
+                 const st::Tensor& by, const Options& o, st::Device device) {
+    if (!x.defined()) {
+      x = bx.to(device);
+      y = by.to(device);
+    } else {
+      x.copy_(bx);
+      y.copy_(by);
+    }
+    if (eager_steps < kWarmup) {
+      ++eager_steps;
+      return train_step(model, opt, scaler, x, y, o, device);
+    }
+    if (!graph.captured()) {
+      st::cuda::GraphCapture capture(graph);
+      loss = train_step(model, opt, scaler, x, y, o, device);
+    }
+    graph.replay();
+    return loss;
+  }
+};
+
 // Runs steps [start, end) and returns the last validation loss. `state` holds the model, the
 // optimizer and `g`, the generator of training windows (Note [Exact resume]).
 inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt, st::amp::GradScaler& scaler,
@@ -166,12 +199,15 @@ inline double train(const Options& o, gpt::GPT& model, st::optim::Optimizer& opt
   double interval_seconds = 0, train_seconds = 0;  // training alone: validation and checkpoints excluded
   int64_t running_n = 0;
   profiling::StepProfiler profiler(o.profile, end - start, device);
+  GraphedStep graphed;
   for (int64_t step = start; step < end; ++step) {
     auto before = std::chrono::steady_clock::now();
     double lr = lr_at(o, step);
     for (size_t i = 0; i < opt.num_param_groups(); ++i) opt.set_lr(i, lr);
     auto [x, y] = random_batch(train_set, o.batch, g);
-    const double l = train_step(model, opt, scaler, x, y, o, device).item<double>();  // item() waits for the device
+    const double l = (o.cuda_graphs ? graphed.run(model, opt, scaler, x, y, o, device)
+                                    : train_step(model, opt, scaler, x, y, o, device))
+                         .item<double>();  // item() waits for the device
     const double step_seconds = seconds(before, std::chrono::steady_clock::now());
     profiler.step();
     interval_seconds += step_seconds;

@@ -5,6 +5,7 @@
 
 #include <strata/core/allocator.hpp>
 #include <strata/core/cuda.hpp>
+#include <strata/core/cuda_graph.hpp>
 #include <strata/core/device.hpp>
 #include <strata/core/dtype.hpp>
 #include <strata/core/error.hpp>

@@ -24,25 +24,34 @@ cudaError_t generate(int64_t n, cudaStream_t s, T* out, G g) {
   return cudaGetLastError();
 }
 
-struct UniformGen {
+// Where a draw's counters start: the launch's seed and offset, or a graph replay's (`state`).
+struct PhiloxStart {
   uint64_t seed, offset;
+  const uint64_t* state;
+  __device__ uint64_t s() const { return state ? state[0] : seed; }
+  __device__ uint64_t o() const { return state ? state[1] : offset; }
+};
+
+struct UniformGen {
+  PhiloxStart at;
   double a, scale;
   __device__ double operator()(int64_t i) const {
-    return a + scale * static_cast<double>(philox::uniform_at(seed, offset, static_cast<uint64_t>(i)));
+    return a + scale * static_cast<double>(philox::uniform_at(at.s(), at.o(), static_cast<uint64_t>(i)));
   }
 };
 struct NormalGen {
-  uint64_t seed, offset;
+  PhiloxStart at;
   double mean, std;
   __device__ double operator()(int64_t i) const {
-    return mean + std * static_cast<double>(philox::normal_at(seed, offset, static_cast<uint64_t>(i)));
+    return mean + std * static_cast<double>(philox::normal_at(at.s(), at.o(), static_cast<uint64_t>(i)));
   }
 };
 struct RandintGen {
-  uint64_t seed, offset, range;
+  PhiloxStart at;
+  uint64_t range;
   int64_t low;
   __device__ int64_t operator()(int64_t i) const {
-    return static_cast<int64_t>(low + static_cast<int64_t>(philox::bits64_at(seed, offset, i) % range));
+    return static_cast<int64_t>(low + static_cast<int64_t>(philox::bits64_at(at.s(), at.o(), i) % range));
   }
 };
 struct RangeGen {
@@ -55,16 +64,19 @@ struct RangeGen {
 }  // namespace
 
 template <class T>
-cudaError_t uniform(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double low, double high) {
-  return generate(n, s, out, UniformGen{seed, offset, low, high - low});
+cudaError_t uniform(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double low, double high,
+                    const uint64_t* state) {
+  return generate(n, s, out, UniformGen{{seed, offset, state}, low, high - low});
 }
 template <class T>
-cudaError_t normal(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double mean, double std) {
-  return generate(n, s, out, NormalGen{seed, offset, mean, std});
+cudaError_t normal(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double mean, double std,
+                   const uint64_t* state) {
+  return generate(n, s, out, NormalGen{{seed, offset, state}, mean, std});
 }
 template <class T>
-cudaError_t randint(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, int64_t low, int64_t high) {
-  return generate(n, s, out, RandintGen{seed, offset, static_cast<uint64_t>(high - low), low});
+cudaError_t randint(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, int64_t low, int64_t high,
+                    const uint64_t* state) {
+  return generate(n, s, out, RandintGen{{seed, offset, state}, static_cast<uint64_t>(high - low), low});
 }
 template <class T>
 cudaError_t arange(int64_t n, cudaStream_t s, T* out, double start, double step, bool last_exact, double end) {
@@ -72,29 +84,40 @@ cudaError_t arange(int64_t n, cudaStream_t s, T* out, double start, double step,
 }
 
 // Explicit instances for the dtypes the registry names.
-template cudaError_t uniform<Half>(int64_t, cudaStream_t, Half*, uint64_t, uint64_t, double, double);
-template cudaError_t normal<Half>(int64_t, cudaStream_t, Half*, uint64_t, uint64_t, double, double);
-template cudaError_t uniform<BFloat16>(int64_t, cudaStream_t, BFloat16*, uint64_t, uint64_t, double, double);
-template cudaError_t normal<BFloat16>(int64_t, cudaStream_t, BFloat16*, uint64_t, uint64_t, double, double);
-template cudaError_t uniform<float>(int64_t, cudaStream_t, float*, uint64_t, uint64_t, double, double);
-template cudaError_t normal<float>(int64_t, cudaStream_t, float*, uint64_t, uint64_t, double, double);
-template cudaError_t uniform<double>(int64_t, cudaStream_t, double*, uint64_t, uint64_t, double, double);
-template cudaError_t normal<double>(int64_t, cudaStream_t, double*, uint64_t, uint64_t, double, double);
-template cudaError_t randint<Half>(int64_t, cudaStream_t, Half*, uint64_t, uint64_t, int64_t, int64_t);
+template cudaError_t uniform<Half>(int64_t, cudaStream_t, Half*, uint64_t, uint64_t, double, double, const uint64_t*);
+template cudaError_t normal<Half>(int64_t, cudaStream_t, Half*, uint64_t, uint64_t, double, double, const uint64_t*);
+template cudaError_t uniform<BFloat16>(int64_t, cudaStream_t, BFloat16*, uint64_t, uint64_t, double, double,
+                                       const uint64_t*);
+template cudaError_t normal<BFloat16>(int64_t, cudaStream_t, BFloat16*, uint64_t, uint64_t, double, double,
+                                      const uint64_t*);
+template cudaError_t uniform<float>(int64_t, cudaStream_t, float*, uint64_t, uint64_t, double, double, const uint64_t*);
+template cudaError_t normal<float>(int64_t, cudaStream_t, float*, uint64_t, uint64_t, double, double, const uint64_t*);
+template cudaError_t uniform<double>(int64_t, cudaStream_t, double*, uint64_t, uint64_t, double, double,
+                                     const uint64_t*);
+template cudaError_t normal<double>(int64_t, cudaStream_t, double*, uint64_t, uint64_t, double, double,
+                                    const uint64_t*);
+template cudaError_t randint<Half>(int64_t, cudaStream_t, Half*, uint64_t, uint64_t, int64_t, int64_t, const uint64_t*);
 template cudaError_t arange<Half>(int64_t, cudaStream_t, Half*, double, double, bool, double);
-template cudaError_t randint<BFloat16>(int64_t, cudaStream_t, BFloat16*, uint64_t, uint64_t, int64_t, int64_t);
+template cudaError_t randint<BFloat16>(int64_t, cudaStream_t, BFloat16*, uint64_t, uint64_t, int64_t, int64_t,
+                                       const uint64_t*);
 template cudaError_t arange<BFloat16>(int64_t, cudaStream_t, BFloat16*, double, double, bool, double);
-template cudaError_t randint<float>(int64_t, cudaStream_t, float*, uint64_t, uint64_t, int64_t, int64_t);
+template cudaError_t randint<float>(int64_t, cudaStream_t, float*, uint64_t, uint64_t, int64_t, int64_t,
+                                    const uint64_t*);
 template cudaError_t arange<float>(int64_t, cudaStream_t, float*, double, double, bool, double);
-template cudaError_t randint<double>(int64_t, cudaStream_t, double*, uint64_t, uint64_t, int64_t, int64_t);
+template cudaError_t randint<double>(int64_t, cudaStream_t, double*, uint64_t, uint64_t, int64_t, int64_t,
+                                     const uint64_t*);
 template cudaError_t arange<double>(int64_t, cudaStream_t, double*, double, double, bool, double);
-template cudaError_t randint<int64_t>(int64_t, cudaStream_t, int64_t*, uint64_t, uint64_t, int64_t, int64_t);
+template cudaError_t randint<int64_t>(int64_t, cudaStream_t, int64_t*, uint64_t, uint64_t, int64_t, int64_t,
+                                      const uint64_t*);
 template cudaError_t arange<int64_t>(int64_t, cudaStream_t, int64_t*, double, double, bool, double);
-template cudaError_t randint<int32_t>(int64_t, cudaStream_t, int32_t*, uint64_t, uint64_t, int64_t, int64_t);
+template cudaError_t randint<int32_t>(int64_t, cudaStream_t, int32_t*, uint64_t, uint64_t, int64_t, int64_t,
+                                      const uint64_t*);
 template cudaError_t arange<int32_t>(int64_t, cudaStream_t, int32_t*, double, double, bool, double);
-template cudaError_t randint<int8_t>(int64_t, cudaStream_t, int8_t*, uint64_t, uint64_t, int64_t, int64_t);
+template cudaError_t randint<int8_t>(int64_t, cudaStream_t, int8_t*, uint64_t, uint64_t, int64_t, int64_t,
+                                     const uint64_t*);
 template cudaError_t arange<int8_t>(int64_t, cudaStream_t, int8_t*, double, double, bool, double);
-template cudaError_t randint<uint8_t>(int64_t, cudaStream_t, uint8_t*, uint64_t, uint64_t, int64_t, int64_t);
+template cudaError_t randint<uint8_t>(int64_t, cudaStream_t, uint8_t*, uint64_t, uint64_t, int64_t, int64_t,
+                                      const uint64_t*);
 template cudaError_t arange<uint8_t>(int64_t, cudaStream_t, uint8_t*, double, double, bool, double);
 
 }  // namespace strata::cuda_kernels

@@ -12,8 +12,12 @@ namespace {
 
 template <class T>
 __global__ void dropout_kernel(int64_t n, const T* __restrict__ x, T* __restrict__ y, T* __restrict__ mask, float p,
-                               compute_t<T> scale, uint64_t seed, uint64_t offset) {
+                               compute_t<T> scale, uint64_t seed, uint64_t offset, const uint64_t* state) {
   using C = compute_t<T>;
+  if (state) {  // a graph replay's draw
+    seed = state[0];
+    offset = state[1];
+  }
   const int64_t blocks = (n + 3) / 4;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < blocks; blk += step) {
@@ -32,22 +36,22 @@ __global__ void dropout_kernel(int64_t n, const T* __restrict__ x, T* __restrict
 
 template <class T>
 cudaError_t dropout(int64_t n, cudaStream_t s, const T* x, T* y, T* mask, float p, double scale, uint64_t seed,
-                    uint64_t offset) {
+                    uint64_t offset, const uint64_t* state) {
   if (n == 0) return cudaSuccess;
   const int64_t blocks = (n + 3) / 4;
   // the CPU rounds the scale to the compute type once, before the loop
   dropout_kernel<<<grid_for(blocks), kThreads, 0, s>>>(n, x, y, mask, p, static_cast<compute_t<T>>(scale), seed,
-                                                        offset);
+                                                        offset, state);
   return cudaGetLastError();
 }
 
 template cudaError_t dropout<Half>(int64_t, cudaStream_t, const Half*, Half*, Half*, float, double, uint64_t,
-                                   uint64_t);
+                                   uint64_t, const uint64_t*);
 template cudaError_t dropout<BFloat16>(int64_t, cudaStream_t, const BFloat16*, BFloat16*, BFloat16*, float, double,
-                                       uint64_t, uint64_t);
+                                       uint64_t, uint64_t, const uint64_t*);
 template cudaError_t dropout<float>(int64_t, cudaStream_t, const float*, float*, float*, float, double, uint64_t,
-                                    uint64_t);
+                                    uint64_t, const uint64_t*);
 template cudaError_t dropout<double>(int64_t, cudaStream_t, const double*, double*, double*, float, double, uint64_t,
-                                     uint64_t);
+                                     uint64_t, const uint64_t*);
 
 }  // namespace strata::cuda_kernels

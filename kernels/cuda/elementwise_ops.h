@@ -36,13 +36,18 @@ template <class T>
 cudaError_t fill(const StridedLoop<1>& loop, cudaStream_t s, T* out, T value);
 
 // Factories writing a contiguous out[0, n): the same Philox streams and formulas as the CPU
-// kernels of src/ops/creation.cpp (value i depends only on seed, offset and i).
+// kernels of src/ops/creation.cpp (value i depends only on seed, offset and i). A non-null
+// `state` replaces seed and offset by state[0], state[1], read on the device (a CUDA graph
+// refills them before each replay).
 template <class T>
-cudaError_t uniform(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double low, double high);
+cudaError_t uniform(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double low, double high,
+                    const uint64_t* state = nullptr);
 template <class T>
-cudaError_t normal(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double mean, double std);
+cudaError_t normal(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, double mean, double std,
+                   const uint64_t* state = nullptr);
 template <class T>
-cudaError_t randint(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, int64_t low, int64_t high);
+cudaError_t randint(int64_t n, cudaStream_t s, T* out, uint64_t seed, uint64_t offset, int64_t low, int64_t high,
+                    const uint64_t* state = nullptr);
 template <class T>  // start + i * step; with `last_exact`, value n - 1 is `end` (linspace)
 cudaError_t arange(int64_t n, cudaStream_t s, T* out, double start, double step, bool last_exact, double end);
 

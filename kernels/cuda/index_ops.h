@@ -84,9 +84,11 @@ cudaError_t triangular(const StridedLoop<2>& batch, const MatrixDims& m, int64_t
 
 /// As cpu::dropout (kernels/cpu/dropout.h) on contiguous arrays, with the same Philox
 /// stream: element i is kept when uniform_at(seed, offset, i) >= p, and scaled by `scale`.
+/// A non-null `state` replaces seed and offset by state[0], state[1], read on the device (a
+/// CUDA graph refills them before each replay).
 template <class T>
 cudaError_t dropout(int64_t n, cudaStream_t s, const T* x, T* y, T* mask, float p, double scale, uint64_t seed,
-                    uint64_t offset);
+                    uint64_t offset, const uint64_t* state = nullptr);
 
 // ---- sort and topk (kernels/cuda/sort.cu) ----
 

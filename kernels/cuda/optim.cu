@@ -44,8 +44,10 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(mt::TensorTable<5, AdamE
   T* __restrict__ m = mt::list<T>(tab, 2, ch.t);
   T* __restrict__ v = mt::list<T>(tab, 3, ch.t);
   T* __restrict__ vmax = mt::list<T>(tab, 4, ch.t);
-  c.step_size = T(tab.extra[ch.t].step_size);
-  c.bc2_sqrt = T(tab.extra[ch.t].bc2_sqrt);
+  const AdamExtra& e = tab.extra[ch.t];
+  c.step_size = T(e.dev ? e.dev[0] : e.step_size);
+  c.bc2_sqrt = T(e.dev ? e.dev[1] : e.bc2_sqrt);
+  if (e.dev) c.decay = T(e.dev[2]);
 #pragma unroll 4
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
     T pi = p[i], mi = m[i], vi = v[i];
@@ -135,7 +137,7 @@ cudaError_t adam(const AdamTensor<T>* ts, int64_t count, const math::AdamConsts<
       count, kChunk,
       [&](Table& tab, int slot, int64_t i) {
         mt::set_pointers(tab, slot, ts[i].p, ts[i].g, ts[i].m, ts[i].v, ts[i].vmax);
-        tab.extra[slot] = {ts[i].step_size, ts[i].bc2_sqrt};
+        tab.extra[slot] = {ts[i].step_size, ts[i].bc2_sqrt, ts[i].corrections};
         return ts[i].n;
       },
       [&](const Table& tab, unsigned blocks) {

@@ -22,6 +22,7 @@ inline constexpr int64_t kChunk = 16384;
 // Each tensor's Adam step scalars (its step count may differ from the group's other tensors).
 struct AdamExtra {
   double step_size, bc2_sqrt;
+  const double* dev = nullptr;  // when set, {step_size, bc2_sqrt, decay} on the device (a CUDA graph's)
 };
 
 // Group constants, computed in double on the host (as for the CPU), rounded once to T.

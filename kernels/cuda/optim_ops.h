@@ -42,6 +42,7 @@ struct AdamTensor {
   T* vmax;
   int64_t n;
   double step_size, bc2_sqrt;
+  const double* corrections;  // when set, {step_size, bc2_sqrt, decay} read on the device (a CUDA graph's)
 };
 template <class T>
 cudaError_t adam(const AdamTensor<T>* ts, int64_t count, const math::AdamConsts<double>& c, cudaStream_t s);

@@ -42,7 +42,11 @@ BlockPool::~BlockPool() {
   for (auto& [ptr, b] : live_) add_head(b);
   for (Block* b : small_free_) add_head(b);
   for (Block* b : large_free_) add_head(b);
+  for (auto& [id, pool] : private_)
+    for (const FreeSet* set : {&pool.small_free, &pool.large_free})
+      for (Block* b : *set) add_head(b);
   for (const PendingEvent& e : pending_) add_head(e.block);
+  for (Block* b : deferred_) add_head(b);
   for (Block* head : heads) {
     size_t total = 0;
     for (Block* b = head; b; b = b->next) total += b->size;
@@ -55,23 +59,24 @@ BlockPool::~BlockPool() {
   }
 }
 
-void* BlockPool::allocate(size_t nbytes, StreamId stream) {
+void* BlockPool::allocate(size_t nbytes, StreamId stream, CaptureId capture) {
   if (nbytes == 0) return nullptr;
   STRATA_CHECK(nbytes <= (size_t(1) << 62), "[{}] cannot allocate {} bytes on {}", op_, nbytes, device_name_);
   std::lock_guard<std::mutex> lock(mutex_);
-  process_events();
+  const PoolId pool = capture ? pool_of(capture) : 0;
+  if (captures_.empty()) process_events();  // querying events is not allowed during capture
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallSize;
-  Block* b = find_free(size, small, stream);
+  Block* b = find_free(size, small, stream, pool);
   if (b) ++stats_.num_cache_hits;
-  else b = new_segment(size, small, stream);
-  if (!b) {
+  else b = new_segment(size, small, stream, pool);
+  if (!b && captures_.empty()) {
     // Cached memory may be what the device lacks: wait for pending frees, give back every
-    // whole cached segment and try once more.
+    // whole cached segment and try once more (not during capture: cudaFree waits for the device).
     release_cached_blocks();
-    b = find_free(size, small, stream);
+    b = find_free(size, small, stream, pool);
     if (b) ++stats_.num_cache_hits;
-    else b = new_segment(size, small, stream);
+    else b = new_segment(size, small, stream, pool);
   }
   if (!b) raise_oom(nbytes, size, segment_size(size));
   split(b, size);
@@ -85,8 +90,16 @@ void* BlockPool::allocate(size_t nbytes, StreamId stream) {
   return b->ptr;
 }
 
-BlockPool::Block* BlockPool::find_free(size_t size, bool small, StreamId stream) {
-  FreeSet& set = small ? small_free_ : large_free_;
+BlockPool::FreeSet& BlockPool::free_set(bool small, PoolId pool) {
+  if (pool == 0) return small ? small_free_ : large_free_;
+  PrivatePool& p = private_.at(pool);
+  return small ? p.small_free : p.large_free;
+}
+
+BlockPool::FreeSet& BlockPool::free_set(const Block* b) { return free_set(b->small, b->pool); }
+
+BlockPool::Block* BlockPool::find_free(size_t size, bool small, StreamId stream, PoolId pool) {
+  FreeSet& set = free_set(small, pool);
   Block key;
   key.stream = stream;
   key.size = size;
@@ -97,7 +110,7 @@ BlockPool::Block* BlockPool::find_free(size_t size, bool small, StreamId stream)
   return b;
 }
 
-BlockPool::Block* BlockPool::new_segment(size_t size, bool small, StreamId stream) {
+BlockPool::Block* BlockPool::new_segment(size_t size, bool small, StreamId stream, PoolId pool) {
   const size_t seg = segment_size(size);
   void* p = backend_.raw_alloc(seg);
   if (!p) return nullptr;
@@ -106,6 +119,8 @@ BlockPool::Block* BlockPool::new_segment(size_t size, bool small, StreamId strea
   b->size = seg;
   b->stream = stream;
   b->small = small;
+  b->pool = pool;
+  if (pool) private_.at(pool).reserved_bytes += static_cast<int64_t>(seg);
   stats_.reserved_bytes += static_cast<int64_t>(seg);
   ++stats_.num_segments;
   ++stats_.num_raw_allocs;
@@ -120,6 +135,7 @@ void BlockPool::split(Block* b, size_t size) {
   r->size = rest;
   r->stream = b->stream;
   r->small = b->small;
+  r->pool = b->pool;
   r->prev = b;
   r->next = b->next;
   if (b->next) b->next->prev = r;
@@ -140,10 +156,21 @@ void BlockPool::free(void* ptr) {
   stats_.allocated_bytes -= static_cast<int64_t>(b->size);
   stats_.requested_bytes -= static_cast<int64_t>(b->requested);
   ++stats_.num_frees;
+  if (b->pool) b->uses.clear();  // a graph orders its own streams (Note [Graph pools])
   if (b->uses.empty()) {
     free_block(b);
     return;
   }
+  if (!captures_.empty()) {  // no events while a capture is underway: end_capture records them
+    deferred_.push_back(b);
+    ++b->pending_events;  // not merged with freed neighbours while deferred
+    ++stats_.num_pending_frees;
+    return;
+  }
+  free_with_events(b);
+}
+
+void BlockPool::free_with_events(Block* b) {
   // Work queued on the other streams may still read or write the block: reuse waits for it.
   for (StreamId s : b->uses) {
     void* event = backend_.record_event(s);
@@ -233,6 +260,8 @@ bool BlockPool::record_stream(void* ptr, StreamId stream) {
 
 void BlockPool::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  STRATA_CHECK(captures_.empty(), "[{}] empty_cache while a CUDA graph is being captured on {}: releasing memory "
+               "waits for the device, which a capture does not allow", op_, device_name_);
   release_cached_blocks();
 }
 
@@ -243,6 +272,8 @@ PoolStats BlockPool::stats() const {
   for (const FreeSet* set : {&small_free_, &large_free_})
     for (const Block* b : *set)
       if (b->prev || b->next) s.inactive_split_bytes += static_cast<int64_t>(b->size);
+  for (const auto& [id, pool] : private_) s.private_pool_bytes += pool.reserved_bytes;
+  s.num_private_pools = static_cast<int64_t>(private_.size());
   s.fragmentation = s.reserved_bytes ? static_cast<double>(s.inactive_split_bytes) / static_cast<double>(s.reserved_bytes) : 0.0;
   return s;
 }

@@ -21,6 +21,20 @@
 // - When the backend is out of memory, every cached whole segment is released and the
 //   request is retried once; if it still fails, Error says how much was asked and what the
 //   pool holds.
+//
+// Note [Graph pools] (PyTorch's private pools for CUDA graph capture):
+// - A capture routes the allocations of its capture id to a private pool (PoolId, never 0).
+//   Private pools have their own segments and free lists, so an allocation during capture
+//   never reuses memory freed outside it, and memory freed inside a capture is reused only by
+//   later allocations of the same pool: a replay writes every block the capture used.
+// - A pool is held once per capture that used it (its graph holds it until reset); graphs
+//   captured one after another may share a pool. When the last hold goes, the pool's blocks,
+//   free and live, join the ordinary pool: its memory is then cached for anyone.
+// - While any capture is underway nothing may wait for the device or query events: pending
+//   frees are not processed, a freed block used on other streams waits in a deferred list
+//   until the last capture ends, and out-of-memory does not release the cache (cudaFree
+//   waits for the device). Blocks of a private pool ignore record_stream: the graph orders
+//   its own streams.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +50,8 @@
 namespace strata::detail {
 
 using StreamId = uintptr_t;  // a stream handle as an integer (0: the default stream)
+using PoolId = uint64_t;     // a private pool (Note [Graph pools]); 0: the ordinary pool
+using CaptureId = uint64_t;  // a graph capture underway (CUDA's capture id); 0: none
 
 /// What the pool needs from a device. Events are opaque handles made by record_event.
 class PoolBackend {
@@ -72,6 +88,8 @@ struct PoolStats {
   int64_t num_raw_frees = 0;
   int64_t num_ooms = 0;
   int64_t num_pending_frees = 0;
+  int64_t private_pool_bytes = 0;  // reserved bytes held by private pools
+  int64_t num_private_pools = 0;
 };
 
 /// What an Allocator built on a pool reports as its stats().
@@ -104,8 +122,9 @@ class BlockPool {
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
-  /// A block of at least `nbytes` for use on `stream`; nullptr for zero bytes.
-  void* allocate(size_t nbytes, StreamId stream);
+  /// A block of at least `nbytes` for use on `stream`; nullptr for zero bytes. A nonzero
+  /// `capture` takes the block from the private pool that capture allocates to.
+  void* allocate(size_t nbytes, StreamId stream, CaptureId capture = 0);
   void free(void* ptr);
   /// Marks the live block starting at `ptr` as used on `stream` too; false (and nothing
   /// done) when `ptr` is not the start of a live block of this pool.
@@ -114,6 +133,19 @@ class BlockPool {
   void empty_cache();
   PoolStats stats() const;
   void reset_peak();
+
+  // ---- private pools for graph capture (Note [Graph pools]); block_pool_graph.cpp
+  /// Routes the allocations of `capture` to private pool `pool` (made on first use) and holds
+  /// the pool once, for the graph being captured. Raises if `capture` is already underway.
+  void begin_capture(CaptureId capture, PoolId pool);
+  /// Stops routing `capture`; the pool stays held until release_pool. When no capture is
+  /// left underway, the frees deferred during capture get their events.
+  void end_capture(CaptureId capture);
+  /// Drops one hold of `pool`; at the last, its blocks join the ordinary pool.
+  void release_pool(PoolId pool);
+  bool capture_underway() const;
+  /// Reserved bytes of private pool `pool` (0 when it does not exist).
+  int64_t pool_reserved_bytes(PoolId pool) const;
 
   static size_t round_size(size_t nbytes);
   /// Bytes of the segment made for a block of `rounded` bytes.
@@ -125,6 +157,7 @@ class BlockPool {
     size_t size = 0;
     size_t requested = 0;
     StreamId stream = 0;
+    PoolId pool = 0;
     bool small = false;
     bool allocated = false;
     int pending_events = 0;          // events still to complete before the block is free
@@ -140,10 +173,20 @@ class BlockPool {
     Block* block;
   };
   using FreeSet = std::set<Block*, BySize>;
+  struct PrivatePool {
+    FreeSet small_free, large_free;
+    int holds = 0;               // captures that used it (their graphs hold it)
+    int64_t reserved_bytes = 0;
+  };
 
-  FreeSet& free_set(const Block* b) { return b->small ? small_free_ : large_free_; }
-  Block* find_free(size_t size, bool small, StreamId stream);
-  Block* new_segment(size_t size, bool small, StreamId stream);  // nullptr when out of memory
+  FreeSet& free_set(const Block* b);
+  FreeSet& free_set(bool small, PoolId pool);
+  Block* find_free(size_t size, bool small, StreamId stream, PoolId pool);
+  // nullptr when out of memory
+  Block* new_segment(size_t size, bool small, StreamId stream, PoolId pool);
+  PoolId pool_of(CaptureId capture) const;
+  void free_with_events(Block* b);  // holds b back until the streams that used it pass
+  void merge_into_ordinary(PoolId pool);
   void split(Block* b, size_t size);
   void free_block(Block* b);  // merges with free neighbours, then caches
   void process_events();
@@ -158,6 +201,9 @@ class BlockPool {
   FreeSet small_free_, large_free_;
   std::unordered_map<void*, Block*> live_;
   std::vector<PendingEvent> pending_;
+  std::unordered_map<PoolId, PrivatePool> private_;
+  std::unordered_map<CaptureId, PoolId> captures_;
+  std::vector<Block*> deferred_;  // freed during capture, used on other streams
   PoolStats stats_;
 };
 

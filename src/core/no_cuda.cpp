@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include <strata/core/cuda.hpp>
+#include <strata/core/cuda_graph.hpp>
 #include <strata/core/error.hpp>
 
 #include "core/backend.h"
@@ -71,6 +72,27 @@ bool benchmark_mode() { return g_conv_benchmark.load(std::memory_order_relaxed);
 void set_deterministic(bool on) { g_conv_deterministic.store(on, std::memory_order_relaxed); }
 bool deterministic() { return g_conv_deterministic.load(std::memory_order_relaxed); }
 ConvAlgorithmCacheStats conv_algorithm_cache_stats() { return {}; }
+
+// CUDA graphs: nothing is ever capturing; everything else raises.
+GraphPool graph_pool_handle() { no_cuda("graph_pool_handle"); }
+bool is_current_stream_capturing() { return false; }
+struct Graph::Impl {};
+Graph::Graph() : impl_(std::make_unique<Impl>()) {}
+Graph::~Graph() = default;
+void Graph::capture_begin(GraphPool, CaptureMode) { no_cuda("Graph::capture_begin"); }
+void Graph::capture_end() { no_cuda("Graph::capture_end"); }
+void Graph::replay() { no_cuda("Graph::replay"); }
+void Graph::reset() {}
+void Graph::abandon_capture() noexcept {}
+bool Graph::captured() const { return false; }
+GraphPool Graph::pool() const { return {}; }
+int64_t Graph::num_nodes() const { return 0; }
+GraphCapture::GraphCapture(Graph& graph, GraphPool, std::optional<Stream>, CaptureMode)
+    : graph_(graph), uncaught_(0) {
+  no_cuda("GraphCapture");
+}
+GraphCapture::~GraphCapture() noexcept(false) = default;
+void capture_step(Graph&, const std::function<void()>&, int, GraphPool) { no_cuda("capture_step"); }
 }  // namespace cuda
 
 Allocator& pinned_allocator() { return cpu_allocator(); }

@@ -39,7 +39,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
   const int64_t n = x.numel();
   const RandomDraw draw = g.reserve_draw(static_cast<uint64_t>((n + 3) / 4));
-  DropoutParams params{p, draw.seed, draw.offset};
+  DropoutParams params{p, draw.seed, draw.offset, &g};
   Tensor y = detail::make_tensor(x.shape(), x.dtype(), x.device());
   Tensor mask = detail::make_tensor(x.shape(), x.dtype(), x.device());
   if (n > 0) {

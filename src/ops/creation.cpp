@@ -177,6 +177,8 @@ RandomParams reserve_params(Generator& g, int64_t numel, uint64_t per_block, dou
   p.offset = draw.offset;
   p.a = a;
   p.b = b;
+  p.generator = &g;
+  p.blocks = (static_cast<uint64_t>(numel) + per_block - 1) / per_block;
   return p;
 }
 

@@ -46,6 +46,7 @@ void Adagrad::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& 
 
 void Adagrad::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
   const AdagradOptions& o = param_groups()[g].options;
+  if (!batch.empty()) cuda_update::check_step_not_captured(batch[0].param, "Adagrad");
   std::vector<cuda_update::AdagradItem> items;
   for (const ParamUpdate& u : batch) {
     ++u.state->step;
@@ -100,6 +101,7 @@ void RMSprop::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& 
 
 void RMSprop::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
   const RMSpropOptions& o = param_groups()[g].options;
+  if (!batch.empty()) cuda_update::check_step_not_captured(batch[0].param, "RMSprop");
   std::vector<cuda_update::RmspropItem> items;
   for (const ParamUpdate& u : batch) {
     ParamState& st = *u.state;

@@ -45,17 +45,48 @@ void adam_update(const O& o, bool decoupled, const Tensor& p, const Tensor& grad
 }
 
 // The items of a CUDA batch, with each parameter's step and states advanced as update does.
-template <class O>
-void adam_update_cuda(const O& o, bool decoupled, const std::vector<ParamUpdate>& batch) {
+// Captured in a CUDA graph, the step counts advance at each replay instead, and the bias
+// corrections and the decay, computed from the group's options at replay time (so a learning
+// rate schedule applies), reach the kernel through a replay slot (Note [Graph replay slots]).
+// `options()` gives the group's current options.
+template <class Get>
+void adam_update_cuda(Get options, bool decoupled, const std::vector<ParamUpdate>& batch) {
+  if (batch.empty()) return;
+  const auto& o = options();
+  const char* name = decoupled ? "AdamW" : "Adam";
+  const bool captured = cuda_update::capturing(batch[0].param);
   std::vector<cuda_update::AdamItem> items;
+  std::vector<ParamState*> states;
   for (const ParamUpdate& u : batch) {
     ParamState& st = *u.state;
-    ++st.step;
-    auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, st.step);
+    if (captured) {
+      cuda_update::check_states_exist(st, {"exp_avg", "exp_avg_sq"}, name);
+      if (o.amsgrad) cuda_update::check_states_exist(st, {"max_exp_avg_sq"}, name);
+    }
+    const int64_t step = captured ? st.step + 1 : ++st.step;
+    auto c = detail::adam_consts<double>(o.lr, o.betas, o.eps, o.weight_decay, decoupled, o.maximize, step);
     Tensor& m = detail::state_tensor(st, "exp_avg", u.param);
     Tensor& v = detail::state_tensor(st, "exp_avg_sq", u.param);
     Tensor vmax = o.amsgrad ? detail::state_tensor(st, "max_exp_avg_sq", u.param) : Tensor();
     items.push_back({u.param, u.grad, m, v, vmax, c.step_size, c.bc2_sqrt});
+    states.push_back(&st);
+  }
+  if (captured) {
+    const double* corrections = cuda_update::replay_slot(
+        batch[0].param, 3 * items.size(),
+        [options, decoupled, states](double* out) {
+          const auto& now = options();
+          for (size_t i = 0; i < states.size(); ++i) {
+            const int64_t step = ++states[i]->step;
+            auto c = detail::adam_consts<double>(now.lr, now.betas, now.eps, now.weight_decay, decoupled,
+                                                 now.maximize, step);
+            out[3 * i] = c.step_size;
+            out[3 * i + 1] = c.bc2_sqrt;
+            out[3 * i + 2] = c.decay;
+          }
+        },
+        name);
+    for (size_t i = 0; i < items.size(); ++i) items[i].corrections = corrections + 3 * i;
   }
   // the group's constants; step_size and bc2_sqrt come from each item
   cuda_update::adam(items,
@@ -78,7 +109,7 @@ void Adam::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st)
   adam_update(param_groups()[g].options, false, p, grad, st);
 }
 void Adam::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
-  adam_update_cuda(param_groups()[g].options, false, batch);
+  adam_update_cuda([this, g]() -> const AdamOptions& { return param_groups()[g].options; }, false, batch);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
@@ -93,7 +124,7 @@ void AdamW::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st
   adam_update(param_groups()[g].options, true, p, grad, st);
 }
 void AdamW::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
-  adam_update_cuda(param_groups()[g].options, true, batch);
+  adam_update_cuda([this, g]() -> const AdamWOptions& { return param_groups()[g].options; }, true, batch);
 }
 
 }  // namespace strata::optim

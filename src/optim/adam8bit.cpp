@@ -215,6 +215,7 @@ void Adam8bit::update(size_t g, const Tensor& p, const Tensor& grad, ParamState&
 }
 
 void Adam8bit::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
+  if (!batch.empty()) cuda_update::check_step_not_captured(batch[0].param, "Adam8bit");
   const Adam8bitOptions& o = param_groups()[g].options;
   std::vector<cuda_update::AdamItem> plain;  // fp32 moments: AdamW's kernel
   std::vector<cuda_update::Adam8bitItem> quant;

@@ -100,6 +100,30 @@ void sgd(const std::vector<SgdItem>& items, const math::SgdConsts<double>& c) {
   });
 }
 
+bool capturing(const Tensor& param) {
+  const int device = param.device().index;
+  return cuda::capture_underway(device) && cuda::stream_capturing(cuda::current_stream(device));
+}
+
+const double* replay_slot(const Tensor& param, size_t count, std::function<void(double*)> refill, const char* op) {
+  return static_cast<const double*>(cuda::graph_replay_slot(
+      count * sizeof(double), param.device().index,
+      [refill = std::move(refill)](void* out) { refill(static_cast<double*>(out)); }, op));
+}
+
+void check_states_exist(const ParamState& st, std::initializer_list<const char*> names, const char* op) {
+  for (const char* name : names)
+    STRATA_CHECK(st.tensors.count(name), "[{}] the optimizer state '{}' does not exist yet: made inside a CUDA graph "
+                 "capture, every replay would reset it; run a step before capture (a warm-up) so it exists", op,
+                 name);
+}
+
+void check_step_not_captured(const Tensor& param, const char* optimizer) {
+  cuda::check_not_capturing(cuda_launch::stream_for(param), optimizer, "this optimizer's step",
+                            "its step count lives on the host and a replay would not advance it; capture SGD, Adam "
+                            "or AdamW steps, or step this optimizer outside the graph");
+}
+
 void adam(const std::vector<AdamItem>& items, const math::AdamConsts<double>& c) {
   if (items.empty()) return;
   check_items(items, "Adam", {&AdamItem::g, &AdamItem::m, &AdamItem::v, &AdamItem::vmax});
@@ -108,7 +132,7 @@ void adam(const std::vector<AdamItem>& items, const math::AdamConsts<double>& c)
     std::vector<ck::AdamTensor<T>> ts;
     for (const AdamItem& it : items)
       ts.push_back({ptr<T>(it.p), ptr<const T>(it.g), ptr<T>(it.m), ptr<T>(it.v), ptr<T>(it.vmax), it.p.numel(),
-                    it.step_size, it.bc2_sqrt});
+                    it.step_size, it.bc2_sqrt, it.corrections});
     return ck::adam<T>(ts.data(), static_cast<int64_t>(ts.size()), c, s);
   });
 }

@@ -69,6 +69,7 @@ void LAMB::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st)
 }
 
 void LAMB::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
+  if (!batch.empty()) cuda_update::check_step_not_captured(batch[0].param, "LAMB");
   const LAMBOptions& o = param_groups()[g].options;
   std::vector<cuda_update::LambItem> items;
   for (const ParamUpdate& u : batch) {

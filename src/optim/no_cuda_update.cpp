@@ -22,5 +22,9 @@ Tensor lamb(const std::vector<LambItem>&, const math::LambConsts<double>&, doubl
   no_cuda("LAMB");
 }
 void adam8bit(const std::vector<Adam8bitItem>&, int64_t, const math::AdamConsts<double>&) { no_cuda("Adam8bit"); }
+void check_step_not_captured(const Tensor&, const char*) {}
+bool capturing(const Tensor&) { return false; }
+const double* replay_slot(const Tensor&, size_t, std::function<void(double*)>, const char* op) { no_cuda(op); }
+void check_states_exist(const ParamState&, std::initializer_list<const char*>, const char*) {}
 
 }  // namespace strata::optim::cuda_update

@@ -54,8 +54,20 @@ void SGD::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st) 
 void SGD::update_cuda(size_t g, const std::vector<ParamUpdate>& batch) {
   const SGDOptions& o = param_groups()[g].options;
   std::vector<cuda_update::SgdItem> items;
+  // Captured in a CUDA graph, the step counts advance at each replay (Note [Graph replay slots])
+  const bool captured = !batch.empty() && cuda_update::capturing(batch[0].param);
+  if (captured) {
+    std::vector<ParamState*> states;
+    for (const ParamUpdate& u : batch) {
+      if (o.momentum != 0) cuda_update::check_states_exist(*u.state, {"momentum_buffer"}, "SGD");
+      states.push_back(u.state);
+    }
+    cuda_update::replay_slot(batch[0].param, 0, [states](double*) {
+      for (ParamState* st : states) ++st->step;
+    }, "SGD");
+  }
   for (const ParamUpdate& u : batch) {
-    ++u.state->step;
+    if (!captured) ++u.state->step;
     if (o.momentum == 0) {
       items.push_back({u.param, u.grad, Tensor(), false});
       continue;

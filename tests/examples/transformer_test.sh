@@ -114,6 +114,7 @@ PY
   expect_refusal "--stop-after -1" '--stop-after' --stop-after -1
   expect_refusal "--sample-tokens -1" '--sample-tokens' --sample-tokens -1
   expect_refusal "--clip -1" '--clip' --clip -1
+  expect_refusal "--cuda-graphs on the CPU" '--cuda-graphs needs a GPU' --cuda-graphs --device cpu
   expect_refusal "--clip nan" '--clip' --clip nan
   expect_refusal "--dropout 1" '--dropout' --dropout 1
   expect_refusal "--temperature nan" '--temperature' --temperature nan

@@ -144,6 +144,7 @@ struct DeviceMemoryStats {
   int64_t num_raw_frees = 0;         ///< cudaFree calls
   int64_t num_ooms = 0;              ///< allocations that failed even after freeing the cache
   int64_t num_pending_frees = 0;     ///< freed blocks waiting on other streams' events
+  int64_t graph_pool_bytes = 0;      ///< reserved bytes held by CUDA graphs' private pools
 };
 
 STRATA_API DeviceMemoryStats memory_stats(int device = -1);

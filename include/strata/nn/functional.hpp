@@ -43,6 +43,7 @@ struct DropoutParams {
   double p = 0.5;
   uint64_t seed = 0;
   uint64_t offset = 0;
+  Generator* generator = nullptr;  // where the draw came from (a CUDA graph redraws per replay)
 };
 
 }  // namespace strata::nn

@@ -23,6 +23,8 @@ struct RandomParams {
   uint64_t offset = 0;  // first Philox counter of the draw
   double a = 0;         // uniform: low; normal: mean; randint: low
   double b = 1;         // uniform: high; normal: std; randint: high (exclusive)
+  Generator* generator = nullptr;  // where the draw came from, and its length in Philox blocks:
+  uint64_t blocks = 0;             // a CUDA graph redraws them on each replay
 };
 struct RangeParams {
   double start = 0;

@@ -1,6 +1,7 @@
 // The caching CUDA device allocator: a BlockPool (src/core/block_pool.h) per device over
 // plain cudaMalloc/cudaFree (never managed memory), with cudaEvents for record_stream.
-// Blocks are allocated for the current stream of the device (src/core/cuda/stream.h).
+// Blocks are allocated for the current stream of the device (src/core/cuda/stream.h); while
+// that stream captures a graph, from the graph's private pool (Note [Graph pools]).
 #include <cstdio>
 #include <mutex>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <strata/core/tensor.hpp>
 
 #include "core/block_pool.h"
+#include "core/cuda/capture.h"
 #include "core/cuda/check.h"
 #include "core/cuda/internal.h"
 #include "core/cuda/stream.h"
@@ -24,6 +26,8 @@ class CudaPoolBackend final : public detail::PoolBackend {
 
   void* raw_alloc(size_t nbytes) override {
     DeviceGuard guard(device_);
+    // a new segment during someone's capture: cudaMalloc touches no stream, so it is allowed
+    RelaxedCaptureMode relaxed;
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, nbytes);
     if (err == cudaErrorMemoryAllocation) {
@@ -64,7 +68,15 @@ class CudaCachingAllocator final : public Allocator {
       : device_(device), backend_(device), pool_(backend_, fmt::format("cuda:{}", device)) {}
 
   void* allocate(size_t nbytes) override {
-    return pool_.allocate(nbytes, reinterpret_cast<detail::StreamId>(current_stream(device_)));
+    cudaStream_t stream = current_stream(device_);
+    detail::CaptureId capture = 0;
+    if (capture_underway(device_)) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      unsigned long long id = 0;
+      STRATA_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id), "cuda allocator");
+      if (status == cudaStreamCaptureStatusActive) capture = id;
+    }
+    return pool_.allocate(nbytes, reinterpret_cast<detail::StreamId>(stream), capture);
   }
   void deallocate(void* ptr, size_t) override { pool_.free(ptr); }
   MemoryStats stats() const override { return detail::allocator_stats(pool_.stats()); }
@@ -113,7 +125,18 @@ DeviceMemoryStats memory_stats(int device) {
   s.num_raw_frees = p.num_raw_frees;
   s.num_ooms = p.num_ooms;
   s.num_pending_frees = p.num_pending_frees;
+  s.graph_pool_bytes = p.private_pool_bytes;
   return s;
+}
+
+void begin_graph_allocations(int device, uint64_t capture, uint64_t pool) {
+  allocators().at(static_cast<size_t>(device))->pool().begin_capture(capture, pool);
+}
+void end_graph_allocations(int device, uint64_t capture) {
+  allocators().at(static_cast<size_t>(device))->pool().end_capture(capture);
+}
+void release_graph_pool(int device, uint64_t pool) {
+  allocators().at(static_cast<size_t>(device))->pool().release_pool(pool);
 }
 
 void reset_peak_memory_stats(int device) {

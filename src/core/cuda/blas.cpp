@@ -27,6 +27,7 @@
 #include <strata/core/cuda.hpp>
 #include <strata/core/tensor.hpp>
 
+#include "core/cuda/capture.h"
 #include "core/cuda/check.h"
 #include "core/cuda/internal.h"
 #include "core/cuda/stream.h"
@@ -79,6 +80,8 @@ BlasHandles blas_handles(int device, std::string_view op) {
       return mine;
     }
   }
+  STRATA_CHECK(!this_thread_capturing(), "[{}] the thread's first cuBLAS call cannot be captured in a CUDA graph "
+               "(making its handles allocates device memory): run the step once before capture (a warm-up)", op);
   BlasHandles made;
   STRATA_CUBLAS_CHECK(cublasLtCreate(&made.lt), op);
   const cublasStatus_t status = cublasCreate(&made.blas);

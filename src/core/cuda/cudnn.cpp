@@ -4,6 +4,7 @@
 
 #include <strata/core/cuda.hpp>
 
+#include "core/cuda/capture.h"
 #include "core/cuda/cudnn.h"
 #include "core/cuda/internal.h"
 
@@ -34,6 +35,8 @@ cudnnHandle_t cudnn_handle(int device, cudaStream_t stream, const char* op) {
   thread_local ThreadHandles handles;
   cudnnHandle_t& h = handles.handle[device];
   if (!h) {
+    STRATA_CHECK(!stream_capturing(stream), "[{}] the thread's first cuDNN call cannot be captured in a CUDA graph "
+                 "(making its handle allocates device memory): run the step once before capture (a warm-up)", op);
     cudnnHandle_t created = nullptr;
     STRATA_CUDNN_CHECK(cudnnCreate(&created), op);
     h = created;

@@ -1,6 +1,7 @@
 // CUDA device discovery, properties, the current device and DeviceGuard.
 #include <strata/core/cuda.hpp>
 
+#include "core/cuda/capture.h"
 #include "core/cuda/check.h"
 #include "core/cuda/internal.h"
 
@@ -43,7 +44,10 @@ void set_device(int device) {
 }
 
 void synchronize(int device) {
-  DeviceGuard guard(resolve_device(device, "synchronize"));
+  device = resolve_device(device, "synchronize");
+  STRATA_CHECK(!capture_underway(device), "[synchronize] cannot wait for cuda:{} while a CUDA graph is being "
+               "captured on it: synchronize before the capture or after capture_end", device);
+  DeviceGuard guard(device);
   STRATA_CUDA_CHECK(cudaDeviceSynchronize(), "synchronize");
 }
 

@@ -30,3 +30,12 @@ void synchronize_free_event(void* event, const char* op);
 void release_free_event(void* event, const char* op);
 }  // namespace cuda
 }  // namespace strata
+
+namespace strata::cuda {
+/// The graph pools of the caching allocator of `device` (Note [Graph pools] in
+/// src/core/block_pool.h): allocations of capture `capture` go to pool `pool` until
+/// end_graph_allocations; release_graph_pool drops the hold a capture took.
+void begin_graph_allocations(int device, uint64_t capture, uint64_t pool);
+void end_graph_allocations(int device, uint64_t capture);
+void release_graph_pool(int device, uint64_t pool);
+}  // namespace strata::cuda

@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "core/host_cache.h"
+#include "core/cuda/capture.h"
 #include "core/cuda/check.h"
 #include "core/cuda/internal.h"
 #include "core/cuda/stream.h"
@@ -102,6 +103,16 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   check_device(src_device, "copy");
   const int device = src_device.is_cuda() ? src_device.index : dst_device.index;
   const bool cross = src_device.is_cuda() && dst_device.is_cuda() && src_device.index != dst_device.index;
+  const bool touches_host = src_device.is_cpu() || dst_device.is_cpu();
+  bool capturing = false;
+  if (cuda::capture_underway(device)) {
+    capturing = cuda::stream_capturing(cuda::current_stream(device));
+    STRATA_CHECK(!capturing || (!touches_host && !cross),
+                 "[copy] a copy from {} to {} cannot be captured in a CUDA graph: it waits for the device (as "
+                 ".item(), .to(kCPU) and copies of host data do), and a replay would reuse the host buffer of the "
+                 "capture; copy new data into a static device tensor before replay()",
+                 src_device, dst_device);
+  }
   if (cross) {
     cuda::DeviceGuard guard(dst_device.index);
     STRATA_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream(dst_device.index)), "copy");
@@ -109,6 +120,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   cuda::DeviceGuard guard(device);
   cudaStream_t stream = cuda::current_stream(device);
   STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "copy");
+  if (capturing) return;  // a device copy in a graph: the graph's order is all it needs
   if (!non_blocking || cross) {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream), "copy");
     return;

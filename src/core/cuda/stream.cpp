@@ -12,6 +12,7 @@
 
 #include <strata/core/cuda.hpp>
 
+#include "core/cuda/capture.h"
 #include "core/cuda/check.h"
 #include "core/cuda/internal.h"
 #include "core/cuda/stream.h"
@@ -87,6 +88,7 @@ int Stream::priority() const {
 
 bool Stream::query() const {
   DeviceGuard guard(device_);
+  check_not_capturing(raw(*this), "Stream::query", "a query of the capturing stream", "its work is not running");
   cudaError_t err = cudaStreamQuery(raw(*this));
   if (err == cudaErrorNotReady) {
     cudaGetLastError();  // "not ready" is an answer, not an error
@@ -98,6 +100,8 @@ bool Stream::query() const {
 
 void Stream::synchronize() const {
   DeviceGuard guard(device_);
+  check_not_capturing(raw(*this), "Stream::synchronize", "waiting for the capturing stream",
+                      "synchronize before the capture or after capture_end");
   STRATA_CUDA_CHECK(cudaStreamSynchronize(raw(*this)), "Stream::synchronize");
 }
 
@@ -150,6 +154,8 @@ void* Event::handle() const { return impl_->event; }
 
 bool Event::query() const {
   if (!impl_->event) return true;
+  STRATA_CHECK(!this_thread_capturing(), "[Event::query] an event query cannot run while this thread captures a "
+               "CUDA graph: query after capture_end");
   cudaError_t err = cudaEventQuery(impl_->event);
   if (err == cudaErrorNotReady) {
     cudaGetLastError();
@@ -160,6 +166,8 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
+  STRATA_CHECK(!impl_->event || !this_thread_capturing(), "[Event::synchronize] waiting for an event cannot be "
+               "captured in a CUDA graph: wait after capture_end (Stream::wait orders streams inside a capture)");
   if (impl_->event) STRATA_CUDA_CHECK(cudaEventSynchronize(impl_->event), "Event::synchronize");
 }
 

@@ -52,6 +52,7 @@ void cuda_attention(const KernelCall& call) {
   const auto& p = call.param<nn::detail::AttentionParams>();
   const Tensor& q = call.inputs[0];
   cuda::DeviceGuard guard(q.device().index);
+  if (p.dropout > 0) cuda_launch::check_random_not_captured(cuda_launch::stream_for(q), "attention");
   dispatch<DTypeSet::Floating>(q.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, double>) {

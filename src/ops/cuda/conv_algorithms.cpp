@@ -17,6 +17,8 @@
 #include <strata/core/cuda.hpp>
 #include <strata/ops/creation.hpp>
 
+#include "core/cuda/capture.h"
+#include "core/cuda/stream.h"
 #include "ops/cuda/conv_algorithms.h"
 
 namespace strata::cuda_conv {
@@ -220,6 +222,10 @@ std::vector<ConvAlgorithm> conv_algorithms(const ConvSignature& sig, const ConvC
   }
   // searched without the lock (a timed search takes a while); two threads that race on one
   // signature both search, and the first result stays
+  if (sig.benchmark)
+    cuda::check_not_capturing(cuda::current_stream(sig.device), op, "a cuDNN benchmark-mode algorithm search",
+                              "it times the algorithms and waits for the device; run the step once before capture "
+                              "(a warm-up) so the choice is cached");
   g_searches.fetch_add(1, std::memory_order_relaxed);
   std::vector<ConvAlgorithm> found =
       with_workspaces(sig, call, sig.benchmark ? timed_search(sig, call, op) : heuristic(sig, call, op), op);

@@ -27,24 +27,27 @@ void launch_contiguous(Tensor& out, std::string_view op, Launch launch) {
 void cuda_uniform(const KernelCall& call) {
   const auto& p = call.param<RandomParams>();
   const int64_t n = call.outputs[0].numel();
+  const uint64_t* state = cuda_launch::philox_state(call.outputs[0], p.generator, p.blocks, "uniform");
   launch_contiguous<DTypeSet::Floating>(call.outputs[0], "uniform", [&](auto* out, cudaStream_t s) {
-    return ck::uniform(n, s, out, p.seed, p.offset, p.a, p.b);
+    return ck::uniform(n, s, out, p.seed, p.offset, p.a, p.b, state);
   });
 }
 
 void cuda_normal(const KernelCall& call) {
   const auto& p = call.param<RandomParams>();
   const int64_t n = call.outputs[0].numel();
+  const uint64_t* state = cuda_launch::philox_state(call.outputs[0], p.generator, p.blocks, "normal");
   launch_contiguous<DTypeSet::Floating>(call.outputs[0], "normal", [&](auto* out, cudaStream_t s) {
-    return ck::normal(n, s, out, p.seed, p.offset, p.a, p.b);
+    return ck::normal(n, s, out, p.seed, p.offset, p.a, p.b, state);
   });
 }
 
 void cuda_randint(const KernelCall& call) {
   const auto& p = call.param<RandomParams>();
   const int64_t n = call.outputs[0].numel();
+  const uint64_t* state = cuda_launch::philox_state(call.outputs[0], p.generator, p.blocks, "randint");
   launch_contiguous<DTypeSet::Numeric>(call.outputs[0], "randint", [&](auto* out, cudaStream_t s) {
-    return ck::randint(n, s, out, p.seed, p.offset, static_cast<int64_t>(p.a), static_cast<int64_t>(p.b));
+    return ck::randint(n, s, out, p.seed, p.offset, static_cast<int64_t>(p.a), static_cast<int64_t>(p.b), state);
   });
 }
 

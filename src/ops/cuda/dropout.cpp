@@ -23,11 +23,13 @@ void cuda_dropout(const KernelCall& call) {
   STRATA_CHECK(x.is_contiguous() && y.is_contiguous() && mask.is_contiguous(),
                "[dropout] expected contiguous input and outputs");
   cuda::DeviceGuard guard(x.device().index);
+  const uint64_t* state = cuda_launch::philox_state(x, p.generator, static_cast<uint64_t>((x.numel() + 3) / 4),
+                                                    "dropout");
   dispatch<DTypeSet::Floating>(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda_launch::check_launch(ck::dropout(x.numel(), cuda_launch::stream_for(x), static_cast<const T*>(x.data()),
                                           static_cast<T*>(y.data()), static_cast<T*>(mask.data()),
-                                          static_cast<float>(p.p), 1.0 / (1.0 - p.p), p.seed, p.offset),
+                                          static_cast<float>(p.p), 1.0 / (1.0 - p.p), p.seed, p.offset, state),
                               "dropout");
   });
 }
