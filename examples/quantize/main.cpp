@@ -88,7 +88,8 @@ void validate(const Options& o) {
   check_data_dir(o.data_dir);
   if (o.save.empty()) return;
   std::vector<example::NamedPath> inputs;
-  for (const char* file : kIdxFiles) inputs.emplace_back("--data-dir", (std::filesystem::path(o.data_dir) / file).string());
+  for (const char* file : fashion::kIdxFiles)
+    inputs.emplace_back("--data-dir", (std::filesystem::path(o.data_dir) / file).string());
   example::check_paths(who, inputs, {{"--save", o.save}});
 }
 
@@ -145,7 +146,8 @@ int main(int argc, char** argv) {
     const Split train_set = load_split(true, o.data_dir, o.limit_train);
     const Split test_set = load_split(false, o.data_dir, o.limit_test);
     const std::vector<st::Tensor> test_batches = batches(test_set.x, o.eval_batch);
-    const int64_t steps = o.steps > 0 ? o.steps : o.epochs * (train_set.x.size(0) / std::min(o.batch, train_set.x.size(0)));
+    const int64_t n_train = train_set.x.size(0);
+    const int64_t steps = o.steps > 0 ? o.steps : o.epochs * (n_train / std::min(o.batch, n_train));
     std::printf("data: %lld training and %lld test images from %s\n", (long long)train_set.x.size(0),
                 (long long)test_set.x.size(0), o.data_dir.c_str());
 
@@ -192,7 +194,8 @@ int main(int argc, char** argv) {
     const std::vector<double> rates = throughput(models, test_batches, o.rounds);
     for (size_t i = 0; i < rows.size(); ++i) rows[i].samples_per_s = rates[i];
     print_table(rows);
-    std::printf("(test accuracy on %lld images; samples/s: median of %lld passes in batches of %lld, on %d threads)\n",
+    std::printf("(accuracy on %lld test images; samples/s: median of %lld timed passes, batches of %lld, "
+                "%d thread(s))\n",
                 (long long)test_set.x.size(0), (long long)o.rounds, (long long)o.eval_batch, st::get_num_threads());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -14,7 +14,7 @@
 #include <strata/strata.hpp>
 
 #include "../common/run_checks.hpp"
-#include "../fashion_mnist/train_loop.hpp"  // fashion::kMean, fashion::kStd
+#include "../fashion_mnist/train_loop.hpp"  // fashion::kIdxFiles, kMean, kStd
 
 namespace qex {
 
@@ -26,9 +26,6 @@ constexpr int64_t kPixels = 28 * 28, kClasses = 10;
 // The input rows are zero-padded from 784 to 896 features, a multiple of every int4 group
 // size (32, 64, 128): quantize_dynamic needs the group to divide in_features.
 constexpr int64_t kFeatures = 896;
-
-constexpr const char* kIdxFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                                     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
 
 struct Split {
   st::Tensor x;  // (N, kFeatures) float32, normalized, zero beyond kPixels
@@ -47,8 +44,9 @@ inline Split load_split(bool train, const std::string& dir, int64_t limit) {
 // Refuses a data folder that lacks any of Fashion-MNIST's four files, naming those missing.
 inline void check_data_dir(const std::string& dir) {
   std::string missing;
-  for (const char* file : kIdxFiles)
-    if (!std::filesystem::exists(std::filesystem::path(dir) / file)) missing += std::string(missing.empty() ? "" : ", ") + file;
+  for (const char* file : fashion::kIdxFiles)
+    if (!std::filesystem::exists(std::filesystem::path(dir) / file))
+      missing += std::string(missing.empty() ? "" : ", ") + file;
   STRATA_CHECK(missing.empty(),
                "[quantize] Fashion-MNIST is not in {} (--data-dir): no {} (run scripts/setup.sh to install "
                "dataset-fashion-mnist)",

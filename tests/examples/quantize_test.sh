@@ -2,11 +2,11 @@
 # End-to-end check of the quantization example on the real Fashion-MNIST data: a short float
 # training scores well above chance (10%); dynamic int8 stays within 1.5 points of float32
 # (per-channel int8 weights and per-row uint8 activations err by under 1% of each range);
-# int4 with groups of 64 within 4 points (16 levels a group: its error per weight is about 8x
-# int8's, which costs this MLP 0-2 points over seeds, so 4 leaves room without hiding a broken
-# kernel, which falls to chance); the state dicts are about 1/4 (int8) and 1/7 (int4) of
-# float32's bytes; QAT's converted model scores well above chance; the saved int8 model
-# reloads to the same outputs. Bad options fail with a message naming them.
+# int4 with groups of 64 within 3 points (16 levels: its rounding step is up to 17x int8's,
+# yet over seeds 1-6 this run stayed within 0.5 points of float32; 3 leaves room for other
+# machines' float sums while a broken kernel falls far below); the state dicts are about 1/4
+# (int8) and 1/7 (int4) of float32's bytes; QAT's converted model scores well above chance; the
+# saved int8 model reloads to the same outputs. Bad options fail with a message naming them.
 # usage: quantize_test.sh QUANTIZE WORK_DIR
 set -euo pipefail
 example=$1 work=$2
@@ -28,7 +28,7 @@ f32=$(field float32 2) i8=$(field int8-dynamic 2) i4=$(field int4-g64 2) qat=$(f
 check() { awk -v a="$1" -v b="$2" -v c="$3" "BEGIN { exit !($4) }" || fail "$5"; }
 check "$f32" 0 0 'a > 70' "float32 accuracy $f32% is not well above chance"
 check "$i8" "$f32" 0 'a > b - 1.5' "int8 accuracy $i8% is more than 1.5 points below float32's $f32%"
-check "$i4" "$f32" 0 'a > b - 4' "int4 accuracy $i4% is more than 4 points below float32's $f32%"
+check "$i4" "$f32" 0 'a > b - 3' "int4 accuracy $i4% is more than 3 points below float32's $f32%"
 check "$qat" 0 0 'a > 70' "QAT accuracy $qat% is not well above chance"
 r8=$(field int8-dynamic 4) r4=$(field int4-g64 4)
 check "$r8" 0 0 'a > 0.24 && a < 0.27' "int8 bytes are $r8 of float32's, not about 1/4"
