@@ -47,9 +47,6 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--weights", o.weights, "final model weights, as safetensors");
 }
 
-constexpr const char* kIdxFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                                     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
-
 // Refuses bad options before anything is read or written, naming the option.
 void validate(const Options& o) {
   using example::require, example::finite_at_least;

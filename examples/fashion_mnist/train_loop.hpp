@@ -42,6 +42,10 @@ struct Options {
   std::string weights = "fashion_mnist.safetensors";
 };
 
+// Fashion-MNIST's four files, as Debian's dataset-fashion-mnist installs them.
+constexpr const char* kIdxFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+
 // Fashion-MNIST's pixel mean and standard deviation over the training set.
 constexpr float kMean = 0.2860f, kStd = 0.3530f;
 
