@@ -172,8 +172,10 @@ Int8LinearForm::Int8LinearForm(Int8Weight weight, std::optional<StaticInput> inp
 
 Tensor Int8LinearForm::row_sums() {
   std::lock_guard<std::mutex> lock(row_sum_mutex_);
-  if (row_sum_version_ != weight_.codes.version() || row_sum_.device() != weight_.codes.device()) {
+  // the version alone misses new memory (set_data keeps no count across storages)
+  if (row_sum_storage_.lock() != weight_.codes.storage() || row_sum_version_ != weight_.codes.version()) {
     row_sum_ = quant::row_sums(weight_.codes);
+    row_sum_storage_ = weight_.codes.storage();
     row_sum_version_ = weight_.codes.version();
   }
   return row_sum_;

@@ -1,0 +1,66 @@
+// The integer GEMMs at the ends of their ranges: the largest codes at the longest K the checks
+// allow, where a saturating int16 pair sum or an int32 overflow would show; and the weight row
+// sums of the int8 layer following a replaced weight.
+#include <cstdint>
+#include <vector>
+
+#include "testing.h"
+
+namespace st = strata;
+namespace q = strata::quant;
+using st::testing::throws_with;
+using st::testing::values;
+
+TEST(QuantExtremes, Int8MmLongestKOfExtremeCodes) {
+  // int8 x int8 at -128 * -128 every step: the sum is K * 2^14, which int32 holds up to K = 2^17 - 1
+  const int64_t K = (int64_t{1} << 17) - 1;
+  const st::Tensor a = st::full({5, K}, -128.0, st::kInt8);
+  const st::Tensor b = st::full({K, 6}, -128.0, st::kInt8);
+  const std::vector<double> c = values(q::int8_mm(a, b));
+  for (double v : c) ASSERT_EQ(int64_t(v), K * 16384);
+  const st::Tensor a2 = st::full({1, K + 1}, -128.0, st::kInt8), b2 = st::full({K + 1, 1}, -128.0, st::kInt8);
+  EXPECT_TRUE(throws_with([&] { q::int8_mm(a2, b2); }, {"int8_mm", "overflow"}));
+}
+
+TEST(QuantExtremes, Int8LinearExactAtFullCodesAndLongestK) {
+  // a row of 0 and 255 quantizes to itself (scale 1, zero point 0); weight codes 127 and -128 with
+  // scale 1 make the output the integer sum itself. Pairs 255 * 127 + 255 * 127 pass int16, so a
+  // saturating multiply-add (vpmaddubsw) would be caught; K = 2^16 is the longest the layer takes.
+  for (int64_t K : {int64_t{96}, int64_t{1} << 16}) {
+    std::vector<float> x(2 * K), codes(4 * K);
+    for (int64_t k = 0; k < K; ++k) {
+      x[k] = 255.0f;                                        // row 0: all 255
+      x[K + k] = (k % 3 == 0 || k == K - 1) ? 255.f : 0.f;  // row 1: 0 and 255, both present
+      codes[k] = 127.0f;
+      codes[K + k] = -128.0f;
+      codes[2 * K + k] = k % 2 ? 127.0f : -128.0f;
+      codes[3 * K + k] = (k % 5 == 0) ? -128.0f : 127.0f;
+    }
+    const st::Tensor xt = st::from_vector(x, st::Shape{2, K});
+    const q::Int8Weight qw{st::from_vector(codes, st::Shape{4, K}).to(st::kInt8), st::ones({4})};
+    const std::vector<double> y = values(q::linear_int8_dynamic(xt, qw, st::Tensor()));
+    for (int64_t m = 0; m < 2; ++m)
+      for (int64_t n = 0; n < 4; ++n) {
+        int64_t sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += int64_t(x[m * K + k]) * int64_t(codes[n * K + k]);
+        EXPECT_NEAR(y[m * 4 + n], double(sum), 1e-6 * std::abs(double(sum))) << "K " << K << " at " << m << "," << n;
+      }
+  }
+}
+
+TEST(QuantExtremes, Int8LayerRowSumsFollowReplacedCodes) {
+  // the layer caches each weight row's code sum (for the activations' zero points); codes given
+  // new memory (set_data on the buffer, as Module::to does) must not be paired with the old sums
+  st::manual_seed(30);
+  st::nn::Linear layer(40, 6);
+  q::quantize_dynamic(layer);
+  const st::Tensor x = st::randn({3, 40}) + 1.0;  // a non-zero zero point makes the sums matter
+  layer(x);                                        // computes the sums of the first codes
+  const q::Int8Weight other = q::quantize_weight_int8(st::randn({6, 40}));
+  for (auto& [name, t] : layer.named_buffers()) {
+    if (name == "quantized.weight_int8") t.set_data(other.codes);
+    if (name == "quantized.weight_scale") t.set_data(other.scale);
+  }
+  const std::vector<double> want = values(q::linear_int8_dynamic(x, other, layer.bias));
+  EXPECT_TRUE(st::testing::all_close(layer(x), want, 0, 0));
+}
