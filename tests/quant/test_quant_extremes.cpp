@@ -64,3 +64,24 @@ TEST(QuantExtremes, Int8LayerRowSumsFollowReplacedCodes) {
   const std::vector<double> want = values(q::linear_int8_dynamic(x, other, layer.bias));
   EXPECT_TRUE(st::testing::all_close(layer(x), want, 0, 0));
 }
+
+TEST(QuantExtremes, Int4LinearAcrossWeightTiles) {
+  // more weight rows than one dequantized tile (256), an odd count, so later tiles write their
+  // columns at an offset into the output
+  st::manual_seed(31);
+  const int64_t M = 3, N = 301, K = 64;
+  const st::Tensor w = st::randn({N, K}), x = st::randn({M, K}), bias = st::randn({N});
+  const q::Int4Weight p = q::quantize_weight_int4(w, 32, false);
+  const std::vector<double> wd = values(q::dequantize_weight_int4(p)), xv = values(x), bv = values(bias);
+  std::vector<double> want(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = bv[n];
+      for (int64_t k = 0; k < K; ++k) s += xv[m * K + k] * wd[n * K + k];
+      want[m * N + n] = s;
+    }
+  EXPECT_TRUE(st::testing::all_close(q::linear_int4(x, p, bias), want, 1e-5, 1e-4));
+  // a hand-made weight whose group size is odd cannot address its nibbles by byte
+  q::Int4Weight odd{st::zeros({2, 3}, st::kUInt8), st::ones({2, 2}), st::Tensor(), 3};
+  EXPECT_TRUE(throws_with([&] { q::linear_int4(st::randn({1, 6}), odd); }, {"linear_int4", "group"}));
+}
