@@ -1,7 +1,9 @@
 // The integer GEMMs at the ends of their ranges: the largest codes at the longest K the checks
 // allow, where a saturating int16 pair sum or an int32 overflow would show; and the weight row
-// sums of the int8 layer following a replaced weight.
+// sums of the int8 layer following a replaced weight and computed by threads sharing the layer;
+// the int4 Linear across its weight tiles.
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "testing.h"
@@ -84,4 +86,19 @@ TEST(QuantExtremes, Int4LinearAcrossWeightTiles) {
   // a hand-made weight whose group size is odd cannot address its nibbles by byte
   q::Int4Weight odd{st::zeros({2, 3}, st::kUInt8), st::ones({2, 2}), st::Tensor(), 3};
   EXPECT_TRUE(throws_with([&] { q::linear_int4(st::randn({1, 6}), odd); }, {"linear_int4", "group"}));
+}
+
+TEST(QuantExtremes, Int8LayerSharedByThreads) {
+  // inference threads sharing a freshly quantized layer race to compute its row sums first
+  st::manual_seed(32);
+  st::nn::Linear layer(64, 33);
+  q::quantize_dynamic(layer);
+  const st::Tensor x = st::randn({5, 64}) + 0.5;
+  const q::Int8Weight w{layer.form()->named_buffers().at(0).second, layer.form()->named_buffers().at(1).second};
+  const std::vector<double> want = values(q::linear_int8_dynamic(x, w, layer.bias));
+  std::vector<std::vector<double>> got(6);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&, t] { got[t] = values(layer(x)); });
+  for (std::thread& t : threads) t.join();
+  for (const std::vector<double>& g : got) EXPECT_EQ(g, want);
 }
