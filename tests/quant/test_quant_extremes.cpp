@@ -1,7 +1,9 @@
 // The integer GEMMs at the ends of their ranges: the largest codes at the longest K the checks
 // allow, where a saturating int16 pair sum or an int32 overflow would show; and the weight row
 // sums of the int8 layer following a replaced weight and computed by threads sharing the layer;
-// the int4 Linear across its weight tiles.
+// the int4 Linear across its weight tiles; per-channel work on transposed inputs.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -101,4 +103,33 @@ TEST(QuantExtremes, Int8LayerSharedByThreads) {
   for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&, t] { got[t] = values(layer(x)); });
   for (std::thread& t : threads) t.join();
   for (const std::vector<double>& g : got) EXPECT_EQ(g, want);
+}
+
+TEST(QuantExtremes, PerChannelOnTransposedInputs) {
+  // a transposed (non-contiguous) input along a non-zero axis: the codes, the fake quant and the
+  // observer's ranges are those of its contiguous copy, element by element
+  st::manual_seed(33);
+  const st::Tensor base = st::randn({5, 3}) * 3.0;
+  const st::Tensor x = base.t();  // (3, 5), channels along dim 1 are base's rows
+  ASSERT_FALSE(x.is_contiguous());
+  const st::Tensor s = st::tensor({0.5f, 0.25f, 0.125f, 1.0f, 0.75f}), z = st::tensor({0, 3, -5, 10, -1}, st::kInt32);
+  const std::vector<double> xv = values(x.contiguous()), codes = values(q::quantize_per_channel(x, s, z, 1,
+                                                                                                st::kInt8).int_repr);
+  const std::vector<double> fq = values(q::fake_quantize_per_channel_affine(x, s, z, 1, -128, 127));
+  const double sv[] = {0.5, 0.25, 0.125, 1.0, 0.75};
+  const int zv[] = {0, 3, -5, 10, -1};
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const int c = int(i % 5);
+    const double code = std::clamp(double(zv[c] + std::nearbyint(float(xv[i]) * float(1 / sv[c]))), -128.0, 127.0);
+    EXPECT_EQ(codes[i], code) << i;
+    EXPECT_EQ(fq[i], (code - zv[c]) * sv[c]) << i;
+  }
+  q::PerChannelMinMaxObserver obs(q::ObserverOptions{.dtype = st::kInt8, .qscheme = q::QScheme::PerChannelSymmetric,
+                                                     .ch_axis = 1});
+  obs(x);
+  const std::vector<double> lo = values(obs.min_val), hi = values(obs.max_val), bv = values(base);
+  for (int c = 0; c < 5; ++c) {
+    EXPECT_EQ(lo[c], std::min({bv[c * 3], bv[c * 3 + 1], bv[c * 3 + 2]})) << c;
+    EXPECT_EQ(hi[c], std::max({bv[c * 3], bv[c * 3 + 1], bv[c * 3 + 2]})) << c;
+  }
 }
