@@ -28,9 +28,9 @@
 
 namespace strata::cpu::quant {
 
-// the longest K whose sums int32 holds: int8 x int8 (2^17 * 2^14 = 2^31) and uint8 x int8
-// (2^16 * 255 * 128 < 2^31)
-inline constexpr int64_t kMaxInt8K = int64_t{1} << 17, kMaxUint8K = int64_t{1} << 16;
+// the longest K whose sums int32 holds: int8 x int8 ((2^17 - 1) * 2^14 < 2^31, while 2^17 of
+// -128 * -128 make 2^31) and uint8 x int8 (2^16 * 255 * 128 < 2^31)
+inline constexpr int64_t kMaxInt8K = (int64_t{1} << 17) - 1, kMaxUint8K = int64_t{1} << 16;
 inline constexpr int64_t kInt4Tile = 256;
 
 namespace detail {

@@ -120,12 +120,13 @@ template <class Acc, class LoadA, class LoadB, class Epilogue>
 __global__ void tiled_gemm(int64_t M, int64_t N, int64_t K, LoadA load_a, LoadB load_b, Epilogue epilogue) {
   __shared__ Acc a_s[kTile][kDepth + 1], b_s[kTile][kDepth + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;  // (kTile, kTile) threads
-  const int64_t m = int64_t(blockIdx.y) * kTile + ty, n = int64_t(blockIdx.x) * kTile + tx;
+  // rows of A (activation rows, the many) on grid x, whose limit is 2^31 - 1 blocks; B's on y (65535)
+  const int64_t m = int64_t(blockIdx.x) * kTile + ty, n = int64_t(blockIdx.y) * kTile + tx;
   Acc sum = 0;
   for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
     for (int j = tx; j < kDepth; j += kTile) {  // each thread loads kDepth / kTile of each tile
       const int64_t k = k0 + j;
-      const int64_t am = int64_t(blockIdx.y) * kTile + ty, bn = int64_t(blockIdx.x) * kTile + ty;
+      const int64_t am = int64_t(blockIdx.x) * kTile + ty, bn = int64_t(blockIdx.y) * kTile + ty;
       a_s[ty][j] = am < M && k < K ? load_a(am, k) : Acc(0);
       b_s[ty][j] = bn < N && k < K ? load_b(bn, k) : Acc(0);
     }
@@ -139,7 +140,8 @@ __global__ void tiled_gemm(int64_t M, int64_t N, int64_t K, LoadA load_a, LoadB 
 template <class Acc, class LoadA, class LoadB, class Epilogue>
 cudaError_t launch_gemm(int64_t M, int64_t N, int64_t K, LoadA a, LoadB b, Epilogue e, cudaStream_t s) {
   if (M == 0 || N == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>((N + kTile - 1) / kTile), static_cast<unsigned>((M + kTile - 1) / kTile));
+  if ((N + kTile - 1) / kTile > 65535) return cudaErrorInvalidConfiguration;  // the caller raises, naming the op
+  const dim3 grid(static_cast<unsigned>((M + kTile - 1) / kTile), static_cast<unsigned>((N + kTile - 1) / kTile));
   tiled_gemm<Acc><<<grid, dim3(kTile, kTile), 0, s>>>(M, N, K, a, b, e);
   return cudaGetLastError();
 }

@@ -31,12 +31,13 @@ class Int8LinearForm : public nn::LinearForm {
   Int8Weight weight_;
   std::optional<StaticInput> input_;
   /// The sum of each weight row's codes, int32 (out), for the activations' zero points; computed
-  /// again when the codes change (a load_state_dict writes them), under a lock (threads may share
-  /// a model for inference).
+  /// again when the codes change (a load_state_dict writes them; Module::to or set_tensor gives
+  /// them new memory), under a lock (threads may share a model for inference).
   Tensor row_sums();
   std::mutex row_sum_mutex_;
   Tensor row_sum_;
-  int64_t row_sum_version_ = -1;  // the codes' version row_sum_ was computed at
+  std::weak_ptr<Storage> row_sum_storage_;  // the codes' memory and version row_sum_ was computed at
+  int64_t row_sum_version_ = -1;
 };
 
 /// int4 weight only. Buffers: weight_int4, weight_scale, weight_zero_point (asymmetric).

@@ -49,6 +49,8 @@ void check_int8_weight(const Int8Weight& w, const char* op) {
   STRATA_CHECK(w.codes.defined() && w.codes.dtype() == kInt8 && w.codes.dim() == 2 && w.scale.defined() &&
                    w.scale.shape() == Shape{w.codes.size(0)},
                "[{}] expects int8 codes (out, in) and float32 scales (out)", op);
+  STRATA_CHECK(w.scale.device() == w.codes.device(), "[{}] the codes are on {} and the scales on {}", op,
+               w.codes.device(), w.scale.device());
   STRATA_CHECK(w.codes.size(1) <= cpu::quant::kMaxUint8K, "[{}] in_features {} exceeds {}, past which int32 sums "
                "could overflow", op, w.codes.size(1), cpu::quant::kMaxUint8K);
 }
@@ -82,12 +84,16 @@ Tensor int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& row_sum,
 
 void check_int4_weight(const Int4Weight& w, const char* op) {
   STRATA_CHECK(w.packed.defined() && w.packed.dtype() == kUInt8 && w.packed.dim() == 2 && w.group_size > 0 &&
-                   (2 * w.packed.size(1)) % w.group_size == 0,
-               "[{}] expects packed uint8 codes (out, in / 2) and a group size dividing in", op);
+                   w.group_size % 2 == 0 && (2 * w.packed.size(1)) % w.group_size == 0,
+               "[{}] expects packed uint8 codes (out, in / 2) and an even group size dividing in, got group size {}",
+               op, w.group_size);
   const Shape groups{w.packed.size(0), 2 * w.packed.size(1) / w.group_size};
   STRATA_CHECK(w.scale.defined() && w.scale.shape() == groups &&
                    (!w.zero_point.defined() || (w.zero_point.shape() == groups && w.zero_point.dtype() == kUInt8)),
                "[{}] expects scales (and uint8 zero points) of shape {}", op, groups);
+  STRATA_CHECK(w.scale.device() == w.packed.device() &&
+                   (!w.zero_point.defined() || w.zero_point.device() == w.packed.device()),
+               "[{}] the codes, scales and zero points must be on one device", op);
 }
 
 }  // namespace
@@ -172,8 +178,10 @@ Int8LinearForm::Int8LinearForm(Int8Weight weight, std::optional<StaticInput> inp
 
 Tensor Int8LinearForm::row_sums() {
   std::lock_guard<std::mutex> lock(row_sum_mutex_);
-  if (row_sum_version_ != weight_.codes.version() || row_sum_.device() != weight_.codes.device()) {
+  // the version alone misses new memory (set_data keeps no count across storages)
+  if (row_sum_storage_.lock() != weight_.codes.storage() || row_sum_version_ != weight_.codes.version()) {
     row_sum_ = quant::row_sums(weight_.codes);
+    row_sum_storage_ = weight_.codes.storage();
     row_sum_version_ = weight_.codes.version();
   }
   return row_sum_;

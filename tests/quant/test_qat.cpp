@@ -183,3 +183,31 @@ TEST(Qat, RegressionTrainsAndConvertsClose) {
   EXPECT_TRUE(all_close(real, values(fake), 1e-4, 1e-4));
   EXPECT_TRUE(throws_with([&] { q::quantize_dynamic(model); }, {"already"}));
 }
+
+TEST(Qat, ConvertedStateDictLoadsIntoAConvertedModelOnly) {
+  st::manual_seed(22);
+  auto make = [] {
+    auto m = std::make_unique<st::nn::Sequential>(st::nn::Linear(6, 5), st::nn::ReLU(), st::nn::Linear(5, 3));
+    q::prepare_qat(*m);
+    return m;
+  };
+  auto a = make(), b = make();
+  const st::Tensor x = st::randn({7, 6});
+  (*a)(x);  // observe, so a's qparams differ from b's
+  q::convert(*a);
+  q::convert(*b);
+  const st::Tensor want = (*a)(x);
+  ASSERT_FALSE(all_close((*b)(x), values(want), 1e-3, 1e-3));
+  b->load_state_dict(a->state_dict());
+  EXPECT_TRUE(all_close((*b)(x), values(want), 0, 0));  // codes, scales and the input's qparams
+  // a float model, a prepared one and a dynamically quantized one refuse it, naming the keys
+  st::nn::Sequential plain(st::nn::Linear(6, 5), st::nn::ReLU(), st::nn::Linear(5, 3));
+  EXPECT_TRUE(throws_with([&] { plain.load_state_dict(a->state_dict()); }, {"0.weight", "0.quantized"}));
+  EXPECT_TRUE(throws_with([&] { make()->load_state_dict(a->state_dict()); }, {"0.qat", "0.quantized"}));
+  st::nn::Sequential dynamic(st::nn::Linear(6, 5), st::nn::ReLU(), st::nn::Linear(5, 3));
+  q::quantize_dynamic(dynamic);
+  EXPECT_TRUE(throws_with([&] { dynamic.load_state_dict(a->state_dict()); }, {"0.quantized.input_scale"}));
+  // float64 holds every float32 scale: the converted model computes the same after to(kFloat64)
+  a->to(st::kFloat64);
+  EXPECT_TRUE(all_close((*a)(x.to(st::kFloat64)), values(want), 0, 0));
+}
