@@ -215,6 +215,22 @@ TEST(Profiler, MemoryOfOutputsAndTemporaries) {
   EXPECT_NE(avg.table().find("Self Mem"), std::string::npos);
 }
 
+TEST(Profiler, AStorageFreedWhileNotRecordingIsNotChargedToALaterOp) {
+  prof::Profiler p({.profile_memory = true});
+  Tensor x = st::randn({8});
+  std::vector<Tensor> kept, outputs;
+  {
+    prof::ProfileScope scope(p);
+    for (int i = 0; i < 8; ++i) kept.push_back(st::empty({1000}));  // allocated while recording, outside any op
+  }
+  kept.clear();  // freed while not recording: the thread's records of them stay behind
+  {
+    prof::ProfileScope scope(p);
+    for (int i = 0; i < 64; ++i) outputs.push_back(st::exp(x));  // some take the freed storages' addresses
+  }
+  for (const auto* e : named(p, "exp")) EXPECT_EQ(e->allocated_bytes, 8 * 4);
+}
+
 TEST(Profiler, OneSessionAtATime) {
   prof::Profiler first, second;
   first.start();
