@@ -93,8 +93,8 @@ void check_group(const ChannelGroup& group) {
     // a consumer listed twice would have its input channels taken twice, the second time from
     // the already smaller weight
     for (size_t j = 0; j < i; ++j)
-      STRATA_CHECK(group.consumers[j] != m, "[shrink] consumer {} ({}) is listed twice in the group of {}", i, m->name(),
-                   group.producer->name());
+      STRATA_CHECK(group.consumers[j] != m, "[shrink] consumer {} ({}) is listed twice in the group of {}", i,
+                   m->name(), group.producer->name());
     const int64_t in = w.size(1);
     // a Linear after a Conv2d reads the channels pooled (in == channels) or flattened (a multiple)
     const bool fits =
