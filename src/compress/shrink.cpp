@@ -138,7 +138,7 @@ std::vector<std::vector<int64_t>> select_channels(const std::vector<ChannelGroup
     left.push_back(channels);
   }
   std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+                   [](const auto& a, const auto& b) { return detail::score_less(std::get<0>(a), std::get<0>(b)); });
   const int64_t k = amount.of(static_cast<int64_t>(ranked.size()), "select_channels");
   std::vector<std::vector<uint8_t>> removed(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) removed[g].assign(static_cast<size_t>(left[g]), 0);

@@ -199,3 +199,11 @@ TEST(Shrink, ALayerInTwoPlacesIsRefusedBeforeAnythingChanges) {
   EXPECT_EQ(b.weight.shape(), (Shape{4, 8, 3, 3}));
   EXPECT_EQ(bn.running_mean.shape(), (Shape{8}));
 }
+
+TEST(Shrink, NaNScoresAreRemovedLast) {
+  nn::Conv2d a(3, 4, 3), b(4, 2, 3);
+  compress::ChannelSelection selection;
+  selection.scores = {from_vector<double>({NAN, 1, 0.5, 2})};
+  const auto keep = compress::select_channels({{&a, nullptr, {&b}}}, 2, selection);
+  EXPECT_EQ(keep, (std::vector<std::vector<int64_t>>{{0, 3}}));
+}
