@@ -14,6 +14,17 @@ namespace strata::compress {
 
 namespace F = nn::functional;
 
+namespace {
+
+// (1 - alpha) cross_entropy(student, target), reduced as distillation_loss's `reduction` says.
+Tensor hard_term(const Tensor& student_logits, const Tensor& target, const DistillationOptions& options) {
+  F::CrossEntropyOptions ce = options.cross_entropy;
+  ce.reduction = options.reduction == "batchmean" ? "mean" : options.reduction;
+  return F::cross_entropy(student_logits, target, ce) * (1 - options.alpha);
+}
+
+}  // namespace
+
 Tensor distillation_loss(const Tensor& student_logits, const Tensor& teacher_logits, const DistillationOptions& options,
                          const Tensor& target) {
   STRATA_CHECK(student_logits.defined() && teacher_logits.defined(),
@@ -35,13 +46,23 @@ Tensor distillation_loss(const Tensor& student_logits, const Tensor& teacher_log
   const double t = options.temperature;
   const Tensor log_p_student = F::log_softmax(student_logits / t, 1);
   const Tensor log_p_teacher = F::log_softmax(teacher_logits.detach().to(student_logits.dtype()) / t, 1);
-  Tensor kl = r == "none" ? F::kl_div(log_p_student, log_p_teacher, "none", true).sum({1})
-                          : F::kl_div(log_p_student, log_p_teacher, r, true);
-  Tensor loss = kl * (options.alpha * t * t);
-  if (!target.defined()) return loss;
-  F::CrossEntropyOptions ce = options.cross_entropy;
-  ce.reduction = r == "batchmean" ? "mean" : r;
-  return loss + F::cross_entropy(student_logits, target, ce) * (1 - options.alpha);
+  const double soft_weight = options.alpha * t * t;
+  const bool class_indices = target.defined() && !is_floating(target.dtype());
+  if (!class_indices) {
+    Tensor kl = r == "none" ? F::kl_div(log_p_student, log_p_teacher, "none", true).sum({1})
+                            : F::kl_div(log_p_student, log_p_teacher, r, true);
+    if (!target.defined()) return kl * soft_weight;
+    return kl * soft_weight + hard_term(student_logits, target, options);
+  }
+  // Positions whose target is ignore_index (padding) are left out of the soft term too; a
+  // sample counts for the share of its positions that are kept (Note [Distilling ignored targets])
+  const Tensor hard = hard_term(student_logits, target, options);  // checks the target's shape
+  const Tensor kept = ne(target, Scalar(options.cross_entropy.ignore_index)).to(log_p_student.dtype());
+  const Tensor kl = F::kl_div(log_p_student, log_p_teacher, "none", true).sum({1}) * kept;
+  if (r == "none") return kl * soft_weight + hard;
+  if (r == "sum") return kl.sum() * soft_weight + hard;
+  const double positions_per_sample = static_cast<double>(kl.numel()) / static_cast<double>(kl.size(0));
+  return kl.sum() / (kept.sum() / positions_per_sample) * soft_weight + hard;
 }
 
 Tensor feature_distillation_loss(const Tensor& student_feature, const Tensor& teacher_feature, FeatureLoss kind,

@@ -3,6 +3,7 @@
 // include/strata/compress/prune.hpp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,6 +23,9 @@ Tensor find_mask(nn::Module& module, const std::string& name);
 std::vector<double> host_values(const Tensor& t);
 /// Which entries the current mask keeps (all when the parameter is not pruned).
 std::vector<uint8_t> kept_entries(nn::Module& module, const std::string& name, const Tensor& param);
+/// Ranks scores ascending with NaN above every number, as torch.topk does (so a NaN weight is
+/// not pruned first), as the strict weak order std::stable_sort needs.
+inline bool score_less(double x, double y) { return !std::isnan(x) && (std::isnan(y) || x < y); }
 /// The `k` entries of `candidates` with the smallest scores; ties go to the lower index.
 std::vector<int64_t> smallest(const std::vector<double>& scores, const std::vector<int64_t>& candidates, int64_t k);
 /// Installs `keep` (1 keeps, 0 prunes; the parameter's numel, C order) as the parameter's

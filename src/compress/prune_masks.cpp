@@ -59,7 +59,7 @@ std::vector<uint8_t> kept_entries(nn::Module& module, const std::string& name, c
 std::vector<int64_t> smallest(const std::vector<double>& scores, const std::vector<int64_t>& candidates, int64_t k) {
   std::vector<int64_t> order = candidates;
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return scores[static_cast<size_t>(a)] < scores[static_cast<size_t>(b)];
+    return score_less(scores[static_cast<size_t>(a)], scores[static_cast<size_t>(b)]);
   });
   order.resize(static_cast<size_t>(k));
   return order;

@@ -90,6 +90,11 @@ void check_group(const ChannelGroup& group) {
     nn::Module* m = group.consumers[i];
     const Tensor w = layer_weight(m, "consumer");
     STRATA_CHECK(m != group.producer, "[shrink] the producer cannot also be its own consumer");
+    // a consumer listed twice would have its input channels taken twice, the second time from
+    // the already smaller weight
+    for (size_t j = 0; j < i; ++j)
+      STRATA_CHECK(group.consumers[j] != m, "[shrink] consumer {} ({}) is listed twice in the group of {}", i,
+                   m->name(), group.producer->name());
     const int64_t in = w.size(1);
     // a Linear after a Conv2d reads the channels pooled (in == channels) or flattened (a multiple)
     const bool fits =
@@ -109,13 +114,19 @@ std::vector<std::vector<int64_t>> select_channels(const std::vector<ChannelGroup
                selection.min_channels);
   STRATA_CHECK(selection.scores.empty() || selection.scores.size() == groups.size(),
                "[select_channels] {} score tensors for {} groups", selection.scores.size(), groups.size());
-  std::set<nn::Module*> producers;
+  std::set<nn::Module*> producers, norms, consumers;
   std::vector<std::tuple<double, size_t, int64_t>> ranked;  // (score, group, channel)
   std::vector<int64_t> left;                                // channels each group still has
   for (size_t g = 0; g < groups.size(); ++g) {
     check_group(groups[g]);
     STRATA_CHECK(producers.insert(groups[g].producer).second, "[select_channels] {} is the producer of two groups",
                  groups[g].producer->name());
+    // prune_channels shrinks the groups one after another: a norm or consumer in two groups
+    // would be cut twice (or fail halfway, with the earlier groups already shrunk)
+    STRATA_CHECK(groups[g].norm == nullptr || norms.insert(groups[g].norm).second,
+                 "[select_channels] {} is the norm of two groups", groups[g].norm->name());
+    for (nn::Module* m : groups[g].consumers)
+      STRATA_CHECK(consumers.insert(m).second, "[select_channels] {} is a consumer in two groups", m->name());
     const int64_t channels = num_channels(groups[g]);
     const Tensor scores = selection.scores.empty() ? channel_importance(layer_weight(groups[g].producer, "producer"),
                                                                         selection.importance)
@@ -127,7 +138,7 @@ std::vector<std::vector<int64_t>> select_channels(const std::vector<ChannelGroup
     left.push_back(channels);
   }
   std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+                   [](const auto& a, const auto& b) { return detail::score_less(std::get<0>(a), std::get<0>(b)); });
   const int64_t k = amount.of(static_cast<int64_t>(ranked.size()), "select_channels");
   std::vector<std::vector<uint8_t>> removed(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) removed[g].assign(static_cast<size_t>(left[g]), 0);

@@ -28,6 +28,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Allocat
   if (detail::g_trace_storage.load(std::memory_order_relaxed)) {
     detail::StorageTrace& t = detail::storage_trace();
     t.allocated_bytes += static_cast<int64_t>(nbytes);
+    // a storage freed while the trace was off left its entry: this one may have its address
+    t.take_recent(s.get());
     t.recent[t.next] = s.get();
     t.recent_bytes[t.next] = static_cast<int64_t>(nbytes);
     t.next = (t.next + 1) % detail::StorageTrace::kRecent;

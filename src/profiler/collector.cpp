@@ -35,6 +35,8 @@ struct Frame {
   ProfilerEvent event;
   Clock::time_point start;
   int64_t children_ns = 0, children_allocated = 0, children_freed = 0;
+  // of its time and memory, what an enclosing range that closed before it already counted
+  int64_t charged_ns = 0, charged_allocated = 0, charged_freed = 0;
   int64_t allocated_at_start = 0, freed_at_start = 0;  // the thread's storage trace totals
   std::optional<cuda::Event> device_start;
 };
@@ -131,12 +133,26 @@ void open(ThreadBuffer& b, Frame&& f) {
   top.start = Clock::now();
 }
 
-// Pops the top frame into an event and charges its time and memory to its parent.
-void close(ThreadBuffer& b, std::optional<cuda::Event> device_end) {
+// Takes frame `at` (the top, or a range closed before ranges opened inside it) off the stack
+// into an event and charges its time and memory to the frame below it.
+void close(ThreadBuffer& b, std::optional<cuda::Event> device_end, size_t at) {
   const Clock::time_point end = Clock::now();
   if (b.config.emit_nvtx) nvtx_pop();
-  Frame f = std::move(b.stack.back());
-  b.stack.pop_back();
+  Frame f = std::move(b.stack[at]);
+  b.stack.erase(b.stack.begin() + static_cast<std::ptrdiff_t>(at));
+  // a range still open above it has had part of its time counted in f's: the frame below
+  // gets that part through f, so it is not charged again when that range closes
+  if (at < b.stack.size()) {
+    Frame& above = b.stack[at];  // a range: a range cannot close while an op above it runs
+    above.charged_ns = since(above.start, end);
+    if (b.config.profile_memory) {
+      above.charged_allocated = storage_trace().allocated_bytes - above.allocated_at_start;
+      above.charged_freed = storage_trace().freed_bytes - above.freed_at_start;
+    }
+    f.children_ns += above.charged_ns;  // so far, it is f's child
+    f.children_allocated += above.charged_allocated;
+    f.children_freed += above.charged_freed;
+  }
   ProfilerEvent& e = f.event;
   e.start_ns = since(b.origin, f.start);
   e.end_ns = since(b.origin, end);
@@ -148,11 +164,11 @@ void close(ThreadBuffer& b, std::optional<cuda::Event> device_end) {
     e.self_allocated_bytes = e.allocated_bytes - f.children_allocated;
     e.self_freed_bytes = e.freed_bytes - f.children_freed;
   }
-  if (!b.stack.empty()) {
-    Frame& parent = b.stack.back();
-    parent.children_ns += e.duration_ns();
-    parent.children_allocated += e.allocated_bytes;
-    parent.children_freed += e.freed_bytes;
+  if (at > 0) {
+    Frame& parent = b.stack[at - 1];
+    parent.children_ns += e.duration_ns() - f.charged_ns;
+    parent.children_allocated += e.allocated_bytes - f.charged_allocated;
+    parent.children_freed += e.freed_bytes - f.charged_freed;
   }
   std::lock_guard lock(b.mutex);
   if (f.device_start && device_end) b.device_timings.push_back({b.events.size(), *f.device_start, *device_end});
@@ -209,7 +225,7 @@ class Observer final : public OpObserver {
       }
     }
     try {
-      close(*b, std::move(device_end));  // pops the frame before anything that can fail
+      close(*b, std::move(device_end), b->stack.size() - 1);  // pops the frame before anything that can fail
     } catch (...) {
     }
   }
@@ -294,9 +310,15 @@ int64_t open_range(std::string_view name, std::shared_ptr<void>& buffer) {
 
 void close_range(const std::shared_ptr<void>& buffer, int64_t id) {
   auto* b = static_cast<ThreadBuffer*>(buffer.get());
-  // a range closed on another thread, or out of order, is dropped rather than corrupt a stack
-  if (!b || b->thread_id != this_thread_id() || b->stack.empty() || b->stack.back().event.id != id) return;
-  close(*b, std::nullopt);
+  // a range closed on another thread, or no longer open (its collection ended), is dropped
+  if (!b || b->thread_id != this_thread_id()) return;
+  // ranges may close out of order (one opened inside a schedule's step range outlives the step):
+  // the range is closed where it is in the stack, and those opened inside it stay open
+  for (size_t at = b->stack.size(); at-- > 0;) {
+    const ProfilerEvent& e = b->stack[at].event;
+    if (e.id == id) return close(*b, std::nullopt, at);
+    if (e.kind == EventKind::Op) return;  // an op still running: a range inside it closes first
+  }
 }
 
 }  // namespace strata::profiler::detail

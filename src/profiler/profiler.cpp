@@ -160,7 +160,12 @@ RecordFunction::RecordFunction(std::string_view name) {
 }
 
 RecordFunction::~RecordFunction() {
-  if (buffer_) detail::close_range(buffer_, id_);
+  if (!buffer_) return;
+  try {
+    detail::close_range(buffer_, id_);
+  } catch (...) {
+    // a destructor must not throw (it may run while an error unwinds): the range is lost
+  }
 }
 
 bool is_profiling() { return detail::collecting(); }

@@ -197,3 +197,36 @@ TEST(Distillation, BadInputRaises) {
   nn::Linear m(2, 2);
   EXPECT_TRUE(throws_with([&] { compress::Distiller(m, m); }, {"different modules"}));
 }
+
+TEST(Distillation, IgnoredTargetsLeaveTheSoftTermToo) {
+  // the positions whose target is ignore_index add nothing to either term; batchmean divides the
+  // KL by the kept positions over the positions per sample
+  Generator g(7);
+  const Tensor s = randn({4, 5}, kFloat64, &g), te = randn({4, 5}, kFloat64, &g);
+  const Tensor target = from_vector<int64_t>({2, -100, 4, -100});
+  const Tensor s_kept = index_select(s, 0, from_vector<int64_t>({0, 2}));
+  const Tensor te_kept = index_select(te, 0, from_vector<int64_t>({0, 2}));
+  for (const char* r : {"batchmean", "sum"}) {
+    SCOPED_TRACE(r);
+    const Tensor got = compress::distillation_loss(s, te, {.temperature = 2, .alpha = 0.6, .reduction = r}, target);
+    EXPECT_NEAR(got.item<double>(), reference(s_kept, te_kept, {2, 4}, 2, 0.6, r)[0], 1e-12);
+  }
+  const Tensor none = compress::distillation_loss(s, te, {.temperature = 2, .alpha = 0.6, .reduction = "none"}, target);
+  const auto want = reference(s_kept, te_kept, {2, 4}, 2, 0.6, "none");
+  EXPECT_TRUE(all_close(none, std::vector<double>{want[0], 0, want[1], 0}, 1e-12, 1e-12));
+
+  // (N, C, L) with 3 of 8 positions ignored: the kept KL sum divided by 5 / 4
+  const Tensor s3 = randn({2, 3, 4}, kFloat64, &g), te3 = randn({2, 3, 4}, kFloat64, &g);
+  const std::vector<int64_t> labels{0, 1, -100, 2, -100, 0, 1, -100};  // (2, 4), n-major
+  const Tensor got = compress::distillation_loss(s3, te3, {.temperature = 3, .alpha = 1},
+                                                 from_vector<int64_t>(labels, Shape{2, 4}));
+  const auto per = reference(s3.transpose(1, 2).reshape({8, 3}), te3.transpose(1, 2).reshape({8, 3}), {}, 3, 1, "none");
+  double kept_sum = 0;
+  for (size_t i = 0; i < per.size(); ++i)
+    if (labels[i] != -100) kept_sum += per[i];
+  EXPECT_NEAR(got.item<double>(), kept_sum / (5.0 / 4.0), 1e-12);
+  // the gradient of the masked loss
+  EXPECT_TRUE(gradcheck([&](V in) {
+    return compress::distillation_loss(in[0], te, {.temperature = 2, .alpha = 0.5}, target);
+  }, {leaf(randn({4, 5}, kFloat64, &g))}));
+}

@@ -231,6 +231,17 @@ TEST(Prune, MasksFollowModuleTo) {
   EXPECT_TRUE(throws_with([&] { fc.remove_buffer("bias_mask"); }, {"no buffer named \"bias_mask\""}));
 }
 
+TEST(Prune, NaNScoresRankAboveEveryNumber) {
+  // as torch.topk(largest=False) ranks them: the NaN weights are pruned last
+  nn::Linear fc(4, 1);
+  {
+    NoGradGuard no_grad;
+    fc.weight.copy_(from_vector<float>({NAN, 0.5f, NAN, -0.25f}, Shape{1, 4}));
+  }
+  compress::l1_unstructured(fc, "weight", 3);  // the two numbers, then the first NaN (ties: lower index)
+  EXPECT_EQ(values(fc.state_dict().at("weight_mask")), (std::vector<double>{0, 0, 1, 0}));
+}
+
 TEST(Prune, BadInputRaises) {
   nn::Linear fc(3, 2);
   EXPECT_TRUE(throws_with([&] { compress::ln_structured(fc, "bias", 1, 2, 0); }, {"ln_structured", "at least 2 dims"}));

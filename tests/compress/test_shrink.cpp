@@ -182,3 +182,28 @@ TEST(Shrink, BadGroupsRaise) {
   EXPECT_TRUE(throws_with([&] { compress::shrink_channels(ok, {0}); }, {"pruning mask", "remove"}));
   EXPECT_EQ(a.out_channels, 8);  // nothing changed by the refused calls
 }
+
+TEST(Shrink, ALayerInTwoPlacesIsRefusedBeforeAnythingChanges) {
+  Generator g(19);
+  nn::Conv2d a(3, 8, 3, {.generator = &g}), c(3, 8, 3, {.generator = &g}), b(8, 4, 3, {.generator = &g});
+  nn::BatchNorm2d bn(8);
+  // listed twice, the consumer's input channels would be taken twice
+  EXPECT_TRUE(throws_with([&] { compress::shrink_channels({&a, nullptr, {&b, &b}}, {0, 5}); }, {"listed twice"}));
+  // a consumer (or a norm) in two groups: refused by the selection, before the first group shrinks
+  EXPECT_TRUE(throws_with([&] { compress::prune_channels({{&a, nullptr, {&b}}, {&c, nullptr, {&b}}}, 0.25); },
+                          {"consumer in two groups"}));
+  nn::Conv2d b2(8, 4, 3, {.generator = &g});
+  EXPECT_TRUE(throws_with([&] { compress::prune_channels({{&a, &bn, {&b}}, {&c, &bn, {&b2}}}, 0.25); },
+                          {"norm of two groups"}));
+  EXPECT_EQ(a.weight.shape(), (Shape{8, 3, 3, 3}));
+  EXPECT_EQ(b.weight.shape(), (Shape{4, 8, 3, 3}));
+  EXPECT_EQ(bn.running_mean.shape(), (Shape{8}));
+}
+
+TEST(Shrink, NaNScoresAreRemovedLast) {
+  nn::Conv2d a(3, 4, 3), b(4, 2, 3);
+  compress::ChannelSelection selection;
+  selection.scores = {from_vector<double>({NAN, 1, 0.5, 2})};
+  const auto keep = compress::select_channels({{&a, nullptr, {&b}}}, 2, selection);
+  EXPECT_EQ(keep, (std::vector<std::vector<int64_t>>{{0, 3}}));
+}

@@ -131,6 +131,34 @@ TEST(Profiler, FlopsMatchClosedFormCounts) {
   EXPECT_NEAR(lin.gflops_per_second(), lin.flops / (double(lin.cpu_time_total_ns) * 1e-9) / 1e9, 1e-9);
 }
 
+TEST(Profiler, MatmulFlopsForTransposedBatchedBroadcastAndVectorShapes) {
+  const int64_t B = 4, M = 3, K = 5, N = 2;
+  Tensor at = st::randn({K, M}), bt = st::randn({N, K});
+  Tensor ba = st::randn({B, M, K}), b = st::randn({K, N}), bb = st::randn({B, 1, K, N}), v = st::randn({K});
+  Tensor x3 = st::randn({B, M, K}), w = st::randn({N, K});
+  prof::Profiler p({.with_flops = true});
+  {
+    prof::ProfileScope scope(p);
+    { STRATA_RECORD_FUNCTION("transposed"); st::matmul(at.t(), bt.t()); }  // (M, K) @ (K, N) as views
+    { STRATA_RECORD_FUNCTION("broadcast"); st::matmul(ba, b); }            // (B, M, K) @ (K, N)
+    { STRATA_RECORD_FUNCTION("both_batched"); st::matmul(ba, bb); }        // (B, M, K) @ (B, 1, K, N)
+    { STRATA_RECORD_FUNCTION("vector_left"); st::matmul(v, b); }           // (K) @ (K, N)
+    { STRATA_RECORD_FUNCTION("vector_right"); st::matmul(ba, v); }         // (B, M, K) @ (K)
+    { STRATA_RECORD_FUNCTION("linear3d"); st::linear(x3, w, Tensor()); }   // (B, M, K) x (N, K)^T
+  }
+  auto flops_in = [&](std::string_view range) {
+    double f = 0;
+    for (const auto* e : children(p, only(p, range))) f += e->flops;
+    return f;
+  };
+  EXPECT_DOUBLE_EQ(flops_in("transposed"), 2.0 * M * K * N);
+  EXPECT_DOUBLE_EQ(flops_in("broadcast"), 2.0 * B * M * K * N);
+  EXPECT_DOUBLE_EQ(flops_in("both_batched"), 2.0 * B * B * M * K * N);  // batch dims broadcast to (B, B)
+  EXPECT_DOUBLE_EQ(flops_in("vector_left"), 2.0 * K * N);
+  EXPECT_DOUBLE_EQ(flops_in("vector_right"), 2.0 * B * M * K);
+  EXPECT_DOUBLE_EQ(flops_in("linear3d"), 2.0 * B * M * K * N);
+}
+
 TEST(Profiler, AttentionFlops) {
   const int64_t B = 2, H = 3, L = 5, S = 7, E = 8, Ev = 4;
   Tensor q = st::randn({B, H, L, E}), k = st::randn({B, H, S, E}), v = st::randn({B, H, S, Ev});
@@ -143,6 +171,21 @@ TEST(Profiler, AttentionFlops) {
   if (att.empty()) GTEST_SKIP() << "the fused attention kernel does not run on this CPU path";
   // Q K^T: 2 B H L S E, then P V: 2 B H L S Ev
   EXPECT_DOUBLE_EQ(att[0]->flops, 2.0 * B * H * L * S * E + 2.0 * B * H * L * S * Ev);
+}
+
+TEST(Profiler, AttentionBackwardFlopsAreTwiceTheForward) {
+  // four GEMMs of the forward's two sizes (dV, dP, dQ, dK), as torch's flop counter counts them
+  const int64_t B = 2, H = 2, L = 3, S = 6, E = 4, Ev = 5;
+  const auto opts = st::TensorOptions().requires_grad();
+  Tensor q = st::randn({B, H, L, E}, opts), k = st::randn({B, H, S, E}, opts), v = st::randn({B, H, S, Ev}, opts);
+  prof::Profiler p({.with_flops = true});
+  {
+    prof::ProfileScope scope(p);
+    F::scaled_dot_product_attention(q, k, v).sum().backward();
+  }
+  auto back = named(p, "attention_backward");
+  if (back.empty()) GTEST_SKIP() << "the fused attention kernel does not run on this CPU path";
+  EXPECT_DOUBLE_EQ(back[0]->flops, 2.0 * (2.0 * B * H * L * S * E + 2.0 * B * H * L * S * Ev));
 }
 
 TEST(Profiler, MemoryOfOutputsAndTemporaries) {
@@ -170,6 +213,22 @@ TEST(Profiler, MemoryOfOutputsAndTemporaries) {
   const auto avg = p.key_averages();
   EXPECT_EQ(avg.at("exp").allocated_bytes, 2 * bytes);
   EXPECT_NE(avg.table().find("Self Mem"), std::string::npos);
+}
+
+TEST(Profiler, AStorageFreedWhileNotRecordingIsNotChargedToALaterOp) {
+  prof::Profiler p({.profile_memory = true});
+  Tensor x = st::randn({8});
+  std::vector<Tensor> kept, outputs;
+  {
+    prof::ProfileScope scope(p);
+    for (int i = 0; i < 8; ++i) kept.push_back(st::empty({1000}));  // allocated while recording, outside any op
+  }
+  kept.clear();  // freed while not recording: the thread's records of them stay behind
+  {
+    prof::ProfileScope scope(p);
+    for (int i = 0; i < 64; ++i) outputs.push_back(st::exp(x));  // some take the freed storages' addresses
+  }
+  for (const auto* e : named(p, "exp")) EXPECT_EQ(e->allocated_bytes, 8 * 4);
 }
 
 TEST(Profiler, OneSessionAtATime) {

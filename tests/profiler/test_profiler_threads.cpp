@@ -3,6 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "profiler/profiler_testing.h"
@@ -70,6 +72,48 @@ TEST(Profiler, SessionsComeAndGoWhileThreadsRunOps) {
   }
   done = true;
   for (auto& th : threads) th.join();
+}
+
+TEST(Profiler, ThreadsThatExitBeforeStopKeepTheirEvents) {
+  // each thread's buffer outlives the thread: the session holds it until stop() reads it
+  Tensor x = st::randn({16});
+  prof::Profiler p;
+  p.start();
+  for (int i = 0; i < 4; ++i) std::thread([&] {
+      STRATA_RECORD_FUNCTION("short_lived");
+      st::exp(x);
+    }).join();
+  p.stop();
+  const auto ranges = named(p, "short_lived");
+  ASSERT_EQ(ranges.size(), 4u);
+  std::set<int64_t> threads;
+  for (const auto* r : ranges) {
+    threads.insert(r->thread_id);
+    const auto kids = children(p, *r);
+    ASSERT_EQ(kids.size(), 1u);
+    EXPECT_EQ(kids[0]->name, "exp");
+  }
+  EXPECT_EQ(threads.size(), 4u);
+}
+
+TEST(Profiler, ARangeOpenedInOneSessionAndClosedInTheNextIsLeftOut) {
+  Tensor x = st::randn({16});
+  prof::Profiler first, second;
+  std::optional<prof::RecordFunction> range;
+  first.start();
+  range.emplace("old");
+  st::exp(x);
+  first.stop();
+  second.start();
+  st::exp(x);
+  range.reset();  // closes in the first session's buffer, which nobody reads any more
+  st::exp(x);
+  second.stop();
+  ASSERT_EQ(named(second, "exp").size(), 2u);
+  EXPECT_TRUE(named(second, "old").empty());
+  for (const auto* e : named(second, "exp")) EXPECT_EQ(e->depth, 0);
+  EXPECT_EQ(named(first, "exp").size(), 1u);  // the range never closed in the first session
+  EXPECT_TRUE(named(first, "old").empty());
 }
 
 namespace {

@@ -1,8 +1,10 @@
 // The profiler's outputs over time: the Chrome trace, read back by Python's json module (an
 // independent reader), and torch.profiler's schedule driven by step().
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "temp_dir.h"
@@ -139,6 +141,67 @@ TEST(ProfilerSchedule, StepDrivesRecordingAndCallsBackPerCycle) {
   expect_steps(traces[0], 2);
   expect_steps(traces[1], 6);
   EXPECT_EQ(p.events().size(), traces[1].size());  // events() is the last trace
+}
+
+TEST(ProfilerSchedule, ARangeOpenAcrossStepsLeavesEveryStepRangeIntact) {
+  // "epoch" opens inside ProfilerStep#0 and outlives it: each step's range still closes at its
+  // step(), and the ranges closed out of order do not count their common time twice
+  prof::Profiler p({.schedule = prof::schedule(0, 0, 3, 1)});
+  p.start();
+  std::optional<prof::RecordFunction> epoch;
+  epoch.emplace("epoch");
+  for (int step = 0; step < 3; ++step) {
+    st::exp(st::ones({3}));
+    p.step();
+  }
+  epoch.reset();
+  p.stop();
+  std::vector<std::string> steps;
+  int64_t steps_ns = 0, ops_ns = 0;
+  for (const auto& e : p.events()) {
+    if (e.name.rfind("ProfilerStep#", 0) == 0) {
+      steps.push_back(e.name);
+      steps_ns += e.duration_ns();
+    }
+    if (e.name == "exp") {
+      ops_ns += e.duration_ns();
+      EXPECT_GE(e.depth, 1) << "an op outside any step range";
+    }
+    EXPECT_GE(e.self_ns, 0) << e.name;
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"}));
+  EXPECT_GT(ops_ns, 0);
+  EXPECT_GT(steps_ns, 0);
+}
+
+TEST(Profiler, RangesClosedOutOfOrderAreRecordedWithoutDoubleCounting) {
+  prof::Profiler p;
+  {
+    prof::ProfileScope scope(p);
+    std::optional<prof::RecordFunction> outer, inner;
+    outer.emplace("outer");
+    st::exp(st::ones({64}));
+    inner.emplace("inner");
+    st::exp(st::ones({64}));
+    outer.reset();  // before inner
+    st::exp(st::ones({64}));
+    inner.reset();
+  }
+  const auto& ev = p.events();
+  auto find = [&](std::string_view name) {
+    auto it = std::find_if(ev.begin(), ev.end(), [&](const auto& e) { return e.name == name; });
+    EXPECT_NE(it, ev.end()) << name;
+    return *it;
+  };
+  const prof::ProfilerEvent outer = find("outer"), inner = find("inner");
+  EXPECT_EQ(inner.parent_id, outer.id);
+  EXPECT_LT(outer.end_ns, inner.end_ns);
+  // the self times add up to the time covered, once: nothing is counted twice or lost
+  int64_t self_sum = 0;
+  for (const auto& e : ev) self_sum += e.self_ns;
+  EXPECT_EQ(self_sum, inner.end_ns - outer.start_ns);
+  EXPECT_GE(outer.self_ns, 0);
+  EXPECT_GE(inner.self_ns, 0);
 }
 
 TEST(ProfilerSchedule, StopInsideAnActiveCycleCompletesTheTrace) {

@@ -32,6 +32,13 @@ struct DistillationOptions {
 /// cross_entropy takes). Logits are (N, C) or (N, C, d1, ...), classes along dim 1; the teacher
 /// gets no gradient (it is detached). Computed from log_softmax of both, so large logits stay
 /// finite. "batchmean" divides the KL sum by N, as torch's kl_div(reduction="batchmean").
+///
+/// Note [Distilling ignored targets]: positions whose class-index target equals
+/// cross_entropy.ignore_index (padding) are left out of the soft term as well as the hard one:
+/// "none" gives 0 there, "sum" sums the kept positions, and "batchmean" divides the kept KL sum
+/// by the number of samples the kept positions make up (kept positions / positions per sample,
+/// so N when nothing is ignored, and the kept count for (N, C) logits, as flattening the kept
+/// positions and taking kl_div's batchmean would).
 STRATA_API Tensor distillation_loss(const Tensor& student_logits, const Tensor& teacher_logits,
                                     const DistillationOptions& options = {}, const Tensor& target = Tensor());
 
