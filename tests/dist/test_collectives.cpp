@@ -271,5 +271,25 @@ TEST(Collectives, NewGroupsHaveTheirOwnCommunicator) {
   EXPECT_EQ(values(b), std::vector<double>(5, 10.0 * n * (n + 1) / 2));
 }
 
+
+// Creating a group is collective over MPI's world: it must queue behind the collectives already
+// in flight on the communication thread, or a rank whose communication thread holds MPI (inside
+// an allreduce) and a rank whose own thread holds it (inside the group's creation) wait for each
+// other forever. Rank 1 lets its allreduce start first; rank 0 creates the group at once.
+TEST(Collectives, NewGroupWhileAnAllReduceIsInFlight) {
+  auto pg = dist_testing::group();
+  if (pg->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (int round = 0; round < 3; ++round) {
+    Tensor t = full({64}, pg->rank() + 1.0, TensorOptions(kFloat64));
+    auto work = pg->allreduce(t, ReduceOp::Sum);
+    if (pg->rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto other = dist::new_mpi_group();
+    work->wait();
+    const int n = pg->size();
+    EXPECT_EQ(values(t), std::vector<double>(64, n * (n + 1) / 2.0));
+    EXPECT_EQ(other->size(), n);
+  }
+}
+
 }  // namespace
 }  // namespace strata
