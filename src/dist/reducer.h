@@ -46,6 +46,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<Slot> slots_;                         // per parameter
   // state of the backward pass in progress
   bool in_backward_ = false;
+  // Held only by the callback queued for the pass in progress: the engine drops the callback
+  // unrun when the backward raises, so an expired pass_alive_ marks that pass as abandoned.
+  std::weak_ptr<void> pass_alive_;
   std::vector<bool> ready_;
   std::vector<bool> got_gradient_;    // from its hook, in this pass
   std::vector<bool> outside_graph_;   // found by prepare_for_backward

@@ -174,6 +174,36 @@ void check_unused(bool find_unused_parameters) {
 TEST(DDP, ParametersUnusedOnSomeRanksStillReduce) { check_unused(false); }
 TEST(DDP, FindUnusedParametersLeavesGloballyUnusedGradientsAlone) { check_unused(true); }
 
+// A backward that raises after some buckets started (a hook on fc1's weight, whose gradient
+// comes last) leaves the reducer mid-pass; retrying the same graph (retain_graph) must start
+// a fresh pass rather than count the earlier gradients twice or skip the reduction. A second
+// backward through the retained graph then adds the same averaged gradient again.
+TEST(DDP, BackwardRetriedAfterItRaisedMidwayStillReduces) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  auto net = make_net(r), ref = make_net(0);
+  for (const Tensor& p : net->never.parameters()) p.requires_grad_(false);  // buckets start early
+  dist::DistributedDataParallel ddp(*net, {.bucket_cap_mb = 200.0 / (1 << 20)});
+  bool fail = true;
+  net->fc1.weight.register_hook([&fail](const Tensor& g) {
+    STRATA_CHECK(!fail, "[test] the first backward fails");
+    return g;
+  });
+  Batch b = global_batch(3), mine = shard(b, r, n);
+  Tensor loss = F::mse_loss(ddp(mine.x), mine.y);
+  EXPECT_TRUE(testing::throws_with([&] { loss.backward(Tensor(), /*retain_graph=*/true); }, {"first backward"}));
+  EXPECT_GT(ddp.buckets_started_during_backward(), 0u);
+  net->zero_grad();
+  fail = false;
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  reference_loss(*ref, b, n, [](int) { return true; }).backward(Tensor(), /*retain_graph=*/true);
+  expect_same_tensors(grads(*net), grads(*ref), "gradient after the retry");
+  loss.backward();
+  std::vector<Tensor> twice;
+  for (const Tensor& g : grads(*ref)) twice.push_back(g * 2.0);
+  expect_same_tensors(grads(*net), twice, "gradient after a second backward");
+}
+
 TEST(DDP, BroadcastBuffersCopiesRankZeroStatisticsEachForward) {
   auto pg = dist_testing::group();
   const int r = pg->rank(), n = pg->size();
