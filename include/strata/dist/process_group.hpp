@@ -59,8 +59,10 @@ class STRATA_API FutureWork : public Work {
   std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
-  bool finished_ = false;
   std::exception_ptr error_;
+  // held while `finish` runs, so a second waiter returns only once the results are written
+  std::mutex finish_mutex_;
+  bool finished_ = false;
   std::function<void()> finish_;
 };
 
