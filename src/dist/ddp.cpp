@@ -71,6 +71,7 @@ DistributedDataParallel::~DistributedDataParallel() = default;
 
 void DistributedDataParallel::before_forward() {
   reducer_->reset();
+  reducer_->forget_unused();  // found again by after_forward, for a Tensor output only
   if (options_.broadcast_buffers && group_->size() > 1) {
     NoGradGuard no_grad;
     broadcast_from_rank0(*group_, module_.buffers());

@@ -204,6 +204,24 @@ TEST(DDP, BackwardRetriedAfterItRaisedMidwayStillReduces) {
   expect_same_tensors(grads(*net), twice, "gradient after a second backward");
 }
 
+// find_unused_parameters: what one forward found unused must not carry over to a later forward
+// whose output DDP cannot walk (forward_with returning a pair), which does use those parameters.
+TEST(DDP, UnusedParametersAreFoundAgainForEveryForward) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  auto net = make_net(r), ref = make_net(0);
+  dist::DistributedDataParallel ddp(*net, {.find_unused_parameters = true});
+  Batch b = global_batch(4), mine = shard(b, r, n);
+  net->use_side = false;
+  F::mse_loss(ddp(mine.x), mine.y).backward();  // `side` found unused
+  net->zero_grad();
+  net->use_side = true;
+  auto [out, extra] = ddp.forward_with([&] { return std::make_pair((*net)(mine.x), 0); });
+  F::mse_loss(out, mine.y).backward();
+  reference_loss(*ref, b, n, [](int) { return true; }).backward();
+  expect_same_tensors(grads(*net), grads(*ref), "gradient");
+}
+
 TEST(DDP, BroadcastBuffersCopiesRankZeroStatisticsEachForward) {
   auto pg = dist_testing::group();
   const int r = pg->rank(), n = pg->size();
