@@ -248,6 +248,9 @@ TEST(DDP, DifferentModelsRaiseOnEveryRank) {
   nn::Linear& mine = pg->rank() == 0 ? small : large;
   if (pg->size() < 2) GTEST_SKIP() << "needs 2 ranks";
   EXPECT_TRUE(testing::throws_with([&] { dist::DistributedDataParallel ddp(mine); }, {"different models"}));
+  // frozen parameters are broadcast too: they must match as well
+  for (const Tensor& p : mine.parameters()) p.requires_grad_(false);
+  EXPECT_TRUE(testing::throws_with([&] { dist::DistributedDataParallel ddp(mine); }, {"different models"}));
   EXPECT_TRUE(testing::throws_with([&] { dist::DistributedDataParallel ddp(small, {.bucket_cap_mb = 0}); },
                                    {"bucket_cap_mb"}));
 }
