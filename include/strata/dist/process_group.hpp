@@ -32,7 +32,9 @@ namespace strata::dist {
 enum class ReduceOp : uint8_t { Sum, Avg, Product, Max, Min };
 
 /// A handle on an operation in flight. wait() blocks until it has finished and its result is
-/// in the output tensors (and rethrows a failure); is_completed() polls. Waiting twice is fine.
+/// in the output tensors (and rethrows a failure); is_completed() polls whether the communication
+/// is over (the write-back into the caller's tensors happens in wait()). Waiting twice, or from
+/// two threads, is fine.
 class STRATA_API Work {
  public:
   virtual ~Work() = default;
