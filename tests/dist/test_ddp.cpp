@@ -222,6 +222,35 @@ TEST(DDP, UnusedParametersAreFoundAgainForEveryForward) {
   expect_same_tensors(grads(*net), grads(*ref), "gradient");
 }
 
+// A float16 and a bfloat16 model: the buckets hold half-precision gradients, averaged through
+// float32 and rounded once; they match the float64 reference to the dtype's precision.
+TEST(DDP, HalfPrecisionGradientsAverage) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  for (DType d : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(fmt::format("{}", d));
+    auto net = make_net(r), ref = make_net(0);
+    net->to(d);
+    dist::DistributedDataParallel ddp(*net, {.bucket_cap_mb = 200.0 / (1 << 20)});
+    Batch b = global_batch(6), mine = shard(b, r, n);
+    F::mse_loss(ddp(mine.x.to(d)).to(kFloat64), mine.y).backward();
+    // the reference starts from the same rounded parameters
+    {
+      NoGradGuard no_grad;
+      for (size_t k = 0; k < ref->parameters().size(); ++k)
+        ref->parameters()[k].copy_(net->parameters()[k].to(kFloat64));
+    }
+    reference_loss(*ref, b, n, [](int) { return true; }).backward();
+    const double tol = d == kFloat16 ? 1e-2 : 5e-2;
+    auto got = grads(*net), want = grads(*ref);
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_TRUE(got[k].defined()) << k;
+      EXPECT_EQ(got[k].dtype(), d);
+      EXPECT_TRUE(allclose(got[k].to(kFloat64), want[k], tol, tol)) << k;
+    }
+  }
+}
+
 TEST(DDP, BroadcastBuffersCopiesRankZeroStatisticsEachForward) {
   auto pg = dist_testing::group();
   const int r = pg->rank(), n = pg->size();
