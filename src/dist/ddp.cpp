@@ -20,8 +20,10 @@ void broadcast_from_rank0(ProcessGroup& group, const std::vector<Tensor>& tensor
   for (auto& w : works) w->wait();
 }
 
-// Every rank must wrap the same model: compares the parameter count and shapes across ranks
-// (their sizes, weighted by position, summed) and raises on every rank together when they differ.
+// Every rank must wrap the same model: compares the count and shapes of the parameters and
+// buffers (all of them: frozen ones are broadcast too, and a broadcast of mismatched sizes fails
+// or hangs) across ranks (their sizes, weighted by position, summed) and raises on every rank
+// together when they differ.
 void check_same_model(ProcessGroup& group, const std::vector<Tensor>& params) {
   int64_t count = static_cast<int64_t>(params.size()), total = 0, weighted = 0, dims = 0;
   for (size_t k = 0; k < params.size(); ++k) {
@@ -40,8 +42,8 @@ void check_same_model(ProcessGroup& group, const std::vector<Tensor>& params) {
   w1->wait();
   w2->wait();
   STRATA_CHECK(equal(hi, lo),
-               "[DistributedDataParallel] the ranks wrap different models: this rank has {} parameters of {} "
-               "elements in all; every rank must construct the same model",
+               "[DistributedDataParallel] the ranks wrap different models: this rank has {} parameters and "
+               "buffers of {} elements in all; every rank must construct the same model",
                count, total);
 }
 
@@ -52,10 +54,12 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, DDPOptions 
   group_ = options_.process_group ? options_.process_group : default_group();
   STRATA_CHECK(options_.bucket_cap_mb > 0, "[DistributedDataParallel] bucket_cap_mb must be positive, got {}",
                options_.bucket_cap_mb);
-  std::vector<Tensor> params;
+  std::vector<Tensor> state = module_.parameters(), params;
+  for (const Tensor& b : module_.buffers())
+    if (b.defined()) state.push_back(b);
+  check_same_model(*group_, state);
   for (const Tensor& p : module_.parameters())
     if (p.requires_grad()) params.push_back(p);
-  check_same_model(*group_, params);
   {
     NoGradGuard no_grad;
     broadcast_from_rank0(*group_, module_.parameters());
@@ -71,6 +75,7 @@ DistributedDataParallel::~DistributedDataParallel() = default;
 
 void DistributedDataParallel::before_forward() {
   reducer_->reset();
+  reducer_->forget_unused();  // found again by after_forward, for a Tensor output only
   if (options_.broadcast_buffers && group_->size() > 1) {
     NoGradGuard no_grad;
     broadcast_from_rank0(*group_, module_.buffers());

@@ -95,17 +95,17 @@ class RequestWork final : public FutureWork {
 class MpiProcessGroup final : public ProcessGroup {
  public:
   MpiProcessGroup() {
-    detail::ensure_mpi();
-    std::lock_guard<std::mutex> lock(detail::mpi_mutex());
-    detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
-    // errors come back as return codes, raised as strata::Error, instead of aborting the job
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
-    int* tag_ub = nullptr;
-    int found = 0;
-    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found);
-    max_tag_ = found && tag_ub ? *tag_ub : 32767;  // 32767: the least MPI guarantees
+    detail::mpi_run_sync([this] {  // collective over MPI's world: in order with the others
+      detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+      // errors come back as return codes, raised as strata::Error, instead of aborting the job
+      MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(comm_, &rank_);
+      MPI_Comm_size(comm_, &size_);
+      int* tag_ub = nullptr;
+      int found = 0;
+      MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found);
+      max_tag_ = found && tag_ub ? *tag_ub : 32767;  // 32767: the least MPI guarantees
+    });
   }
   ~MpiProcessGroup() override {
     MPI_Comm comm = comm_;

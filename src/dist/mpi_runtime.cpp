@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <future>
 #include <thread>
 
 #include <strata/core/error.hpp>
@@ -122,15 +123,30 @@ void mpi_enqueue(std::function<void()> task) {
   g_comm_thread->enqueue(std::move(task));
 }
 
+void mpi_run_sync(const std::function<void()>& call) {
+  std::promise<void> done;
+  std::future<void> result = done.get_future();
+  mpi_enqueue([&call, &done] {
+    try {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      call();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  result.get();
+}
+
 int mpi_local_rank() {
-  ensure_mpi();
-  std::lock_guard<std::mutex> lock(mpi_mutex());
-  MPI_Comm local;
-  mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
-            "MPI_Comm_split_type");
   int rank = 0;
-  MPI_Comm_rank(local, &rank);
-  MPI_Comm_free(&local);
+  mpi_run_sync([&rank] {
+    MPI_Comm local;
+    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
+              "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &rank);
+    MPI_Comm_free(&local);
+  });
   return rank;
 }
 

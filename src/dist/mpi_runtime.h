@@ -18,6 +18,11 @@ std::mutex& mpi_mutex();
 void mpi_check(int rc, const char* what);
 /// Runs `task` on the communication thread, after every task submitted before it.
 void mpi_enqueue(std::function<void()> task);
+/// Runs `call` on the communication thread under the MPI lock, after every task submitted before
+/// it, and waits for it (rethrowing what it raised). Collectives over MPI_COMM_WORLD (creating a
+/// communicator, the NCCL bootstrap) go through it: made on the caller's thread, they could take
+/// the lock before an allreduce already queued here while another rank's allreduce holds it.
+void mpi_run_sync(const std::function<void()>& call);
 /// This process's rank among the ranks on its own node.
 int mpi_local_rank();
 

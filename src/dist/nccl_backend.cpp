@@ -72,15 +72,13 @@ class NcclProcessGroup final : public ProcessGroup {
   explicit NcclProcessGroup(int device) : device_(device) {
     STRATA_CHECK(device >= 0 && device < cuda::device_count(), "[dist] CUDA device {} does not exist ({} found)",
                  device, cuda::device_count());
-    detail::ensure_mpi();
     ncclUniqueId id;
-    {
-      std::lock_guard<std::mutex> lock(detail::mpi_mutex());
+    detail::mpi_run_sync([&] {  // in order with the MPI collectives already queued
       MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
       MPI_Comm_size(MPI_COMM_WORLD, &size_);
       if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
       detail::mpi_check(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast of the ncclUniqueId");
-    }
+    });
     cuda::DeviceGuard guard(device_);
     nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
     stream_ = cuda::Stream::create(device_);

@@ -40,18 +40,18 @@ bool FutureWork::is_completed() { return backend_done(); }
 
 void FutureWork::wait() {
   wait_backend();
-  std::function<void()> finish;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
-    if (finished_) return;
-    finished_ = true;
-    finish = std::move(finish_);
   }
-  if (finish) {
+  std::lock_guard<std::mutex> finishing(finish_mutex_);
+  if (finished_) return;
+  if (finish_) {
     NoGradGuard no_grad;  // writing results back is no op to record
-    finish();
+    finish_();
   }
+  finished_ = true;
+  finish_ = nullptr;  // releases the working copies
 }
 
 // ---- argument checks ---------------------------------------------------------------------

@@ -102,7 +102,9 @@ void Reducer::begin_backward() {
   next_bucket_ = 0;
   started_during_backward_ = 0;
   std::weak_ptr<Reducer> weak = weak_from_this();
-  autograd::queue_callback([weak] {
+  auto alive = std::make_shared<bool>(true);
+  pass_alive_ = alive;
+  autograd::queue_callback([weak, alive] {
     if (auto self = weak.lock()) self->finish_backward();
   });
   for (size_t k = 0; k < outside_graph_.size() && k < params_.size(); ++k)
@@ -120,6 +122,7 @@ void Reducer::absorb_missing(size_t param) {
 
 void Reducer::on_gradient(size_t param) {
   if (!sync) return;
+  if (in_backward_ && pass_alive_.expired()) reset();  // the last pass raised before its end
   if (!in_backward_) begin_backward();
   STRATA_CHECK(!got_gradient_[param],
                "[DistributedDataParallel] parameter {} received its gradient twice in one backward pass; DDP reduces "

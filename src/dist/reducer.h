@@ -21,6 +21,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   /// With find_unused_parameters: finds the parameters the graph of `outputs` does not reach,
   /// so the next backward counts them at its start and their buckets need not wait for its end.
   void prepare_for_backward(const std::vector<Tensor>& outputs);
+  /// Forgets what the last prepare_for_backward found (a forward whose output it cannot walk).
+  void forget_unused() { outside_graph_.clear(); }
 
   bool sync = true;  // false under no_sync()
   const std::vector<std::vector<size_t>>& bucket_params() const { return bucket_params_; }
@@ -46,6 +48,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<Slot> slots_;                         // per parameter
   // state of the backward pass in progress
   bool in_backward_ = false;
+  // Held only by the callback queued for the pass in progress: the engine drops the callback
+  // unrun when the backward raises, so an expired pass_alive_ marks that pass as abandoned.
+  std::weak_ptr<void> pass_alive_;
   std::vector<bool> ready_;
   std::vector<bool> got_gradient_;    // from its hook, in this pass
   std::vector<bool> outside_graph_;   // found by prepare_for_backward

@@ -171,6 +171,29 @@ TEST(Collectives, AsyncOperationsCompleteInOrder) {
   EXPECT_EQ(big.max().item<float>(), 1.0f);
 }
 
+// Two threads waiting on one Work: neither returns before the result is written back into
+// the caller's strided view (the second waiter must not see the first one's copy half done).
+TEST(Collectives, EveryWaiterSeesTheWrittenBackResult) {
+  auto pg = dist_testing::group();
+  const int n = pg->size();
+  for (int round = 0; round < 4; ++round) {
+    Tensor base = full({2048, 2048}, pg->rank() + 1.0, TensorOptions(kFloat64));
+    Tensor t = base.narrow(1, 0, 1024);  // strided: reduced in a copy, written back on wait
+    auto work = pg->allreduce(t, ReduceOp::Sum);
+    const double* last = base.data_ptr<double>() + 2047 * 2048 + 1023;  // the last element written back
+    double seen[2] = {0, 0};
+    std::thread other([&] {
+      work->wait();
+      seen[1] = *last;
+    });
+    work->wait();
+    seen[0] = *last;
+    other.join();
+    EXPECT_EQ(seen[0], n * (n + 1) / 2.0) << round;
+    EXPECT_EQ(seen[1], n * (n + 1) / 2.0) << round;
+  }
+}
+
 TEST(Collectives, SendRecvRingWithTags) {
   auto pg = dist_testing::group();
   const int r = pg->rank(), n = pg->size();
@@ -269,6 +292,26 @@ TEST(Collectives, NewGroupsHaveTheirOwnCommunicator) {
   const int n = pg->size();
   EXPECT_EQ(values(a), std::vector<double>(5, n));
   EXPECT_EQ(values(b), std::vector<double>(5, 10.0 * n * (n + 1) / 2));
+}
+
+
+// Creating a group is collective over MPI's world: it must queue behind the collectives already
+// in flight on the communication thread, or a rank whose communication thread holds MPI (inside
+// an allreduce) and a rank whose own thread holds it (inside the group's creation) wait for each
+// other forever. Rank 1 lets its allreduce start first; rank 0 creates the group at once.
+TEST(Collectives, NewGroupWhileAnAllReduceIsInFlight) {
+  auto pg = dist_testing::group();
+  if (pg->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (int round = 0; round < 3; ++round) {
+    Tensor t = full({64}, pg->rank() + 1.0, TensorOptions(kFloat64));
+    auto work = pg->allreduce(t, ReduceOp::Sum);
+    if (pg->rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto other = dist::new_mpi_group();
+    work->wait();
+    const int n = pg->size();
+    EXPECT_EQ(values(t), std::vector<double>(64, n * (n + 1) / 2.0));
+    EXPECT_EQ(other->size(), n);
+  }
 }
 
 }  // namespace

@@ -174,6 +174,83 @@ void check_unused(bool find_unused_parameters) {
 TEST(DDP, ParametersUnusedOnSomeRanksStillReduce) { check_unused(false); }
 TEST(DDP, FindUnusedParametersLeavesGloballyUnusedGradientsAlone) { check_unused(true); }
 
+// A backward that raises after some buckets started (a hook on fc1's weight, whose gradient
+// comes last) leaves the reducer mid-pass; retrying the same graph (retain_graph) must start
+// a fresh pass rather than count the earlier gradients twice or skip the reduction. A second
+// backward through the retained graph then adds the same averaged gradient again.
+TEST(DDP, BackwardRetriedAfterItRaisedMidwayStillReduces) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  auto net = make_net(r), ref = make_net(0);
+  for (const Tensor& p : net->never.parameters()) p.requires_grad_(false);  // buckets start early
+  dist::DistributedDataParallel ddp(*net, {.bucket_cap_mb = 200.0 / (1 << 20)});
+  bool fail = true;
+  net->fc1.weight.register_hook([&fail](const Tensor& g) {
+    STRATA_CHECK(!fail, "[test] the first backward fails");
+    return g;
+  });
+  Batch b = global_batch(3), mine = shard(b, r, n);
+  Tensor loss = F::mse_loss(ddp(mine.x), mine.y);
+  EXPECT_TRUE(testing::throws_with([&] { loss.backward(Tensor(), /*retain_graph=*/true); }, {"first backward"}));
+  EXPECT_GT(ddp.buckets_started_during_backward(), 0u);
+  net->zero_grad();
+  fail = false;
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  reference_loss(*ref, b, n, [](int) { return true; }).backward(Tensor(), /*retain_graph=*/true);
+  expect_same_tensors(grads(*net), grads(*ref), "gradient after the retry");
+  loss.backward();
+  std::vector<Tensor> twice;
+  for (const Tensor& g : grads(*ref)) twice.push_back(g * 2.0);
+  expect_same_tensors(grads(*net), twice, "gradient after a second backward");
+}
+
+// find_unused_parameters: what one forward found unused must not carry over to a later forward
+// whose output DDP cannot walk (forward_with returning a pair), which does use those parameters.
+TEST(DDP, UnusedParametersAreFoundAgainForEveryForward) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  auto net = make_net(r), ref = make_net(0);
+  dist::DistributedDataParallel ddp(*net, {.find_unused_parameters = true});
+  Batch b = global_batch(4), mine = shard(b, r, n);
+  net->use_side = false;
+  F::mse_loss(ddp(mine.x), mine.y).backward();  // `side` found unused
+  net->zero_grad();
+  net->use_side = true;
+  auto [out, extra] = ddp.forward_with([&] { return std::make_pair((*net)(mine.x), 0); });
+  F::mse_loss(out, mine.y).backward();
+  reference_loss(*ref, b, n, [](int) { return true; }).backward();
+  expect_same_tensors(grads(*net), grads(*ref), "gradient");
+}
+
+// A float16 and a bfloat16 model: the buckets hold half-precision gradients, averaged through
+// float32 and rounded once; they match the float64 reference to the dtype's precision.
+TEST(DDP, HalfPrecisionGradientsAverage) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  for (DType d : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(fmt::format("{}", d));
+    auto net = make_net(r), ref = make_net(0);
+    net->to(d);
+    dist::DistributedDataParallel ddp(*net, {.bucket_cap_mb = 200.0 / (1 << 20)});
+    Batch b = global_batch(6), mine = shard(b, r, n);
+    F::mse_loss(ddp(mine.x.to(d)).to(kFloat64), mine.y).backward();
+    // the reference starts from the same rounded parameters
+    {
+      NoGradGuard no_grad;
+      for (size_t k = 0; k < ref->parameters().size(); ++k)
+        ref->parameters()[k].copy_(net->parameters()[k].to(kFloat64));
+    }
+    reference_loss(*ref, b, n, [](int) { return true; }).backward();
+    const double tol = d == kFloat16 ? 1e-2 : 5e-2;
+    auto got = grads(*net), want = grads(*ref);
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_TRUE(got[k].defined()) << k;
+      EXPECT_EQ(got[k].dtype(), d);
+      EXPECT_TRUE(allclose(got[k].to(kFloat64), want[k], tol, tol)) << k;
+    }
+  }
+}
+
 TEST(DDP, BroadcastBuffersCopiesRankZeroStatisticsEachForward) {
   auto pg = dist_testing::group();
   const int r = pg->rank(), n = pg->size();
@@ -199,6 +276,9 @@ TEST(DDP, DifferentModelsRaiseOnEveryRank) {
   nn::Linear small(3, 2), large(3, 4);
   nn::Linear& mine = pg->rank() == 0 ? small : large;
   if (pg->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  EXPECT_TRUE(testing::throws_with([&] { dist::DistributedDataParallel ddp(mine); }, {"different models"}));
+  // frozen parameters are broadcast too: they must match as well
+  for (const Tensor& p : mine.parameters()) p.requires_grad_(false);
   EXPECT_TRUE(testing::throws_with([&] { dist::DistributedDataParallel ddp(mine); }, {"different models"}));
   EXPECT_TRUE(testing::throws_with([&] { dist::DistributedDataParallel ddp(small, {.bucket_cap_mb = 0}); },
                                    {"bucket_cap_mb"}));

@@ -32,7 +32,9 @@ namespace strata::dist {
 enum class ReduceOp : uint8_t { Sum, Avg, Product, Max, Min };
 
 /// A handle on an operation in flight. wait() blocks until it has finished and its result is
-/// in the output tensors (and rethrows a failure); is_completed() polls. Waiting twice is fine.
+/// in the output tensors (and rethrows a failure); is_completed() polls whether the communication
+/// is over (the write-back into the caller's tensors happens in wait()). Waiting twice, or from
+/// two threads, is fine.
 class STRATA_API Work {
  public:
   virtual ~Work() = default;
@@ -59,8 +61,10 @@ class STRATA_API FutureWork : public Work {
   std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
-  bool finished_ = false;
   std::exception_ptr error_;
+  // held while `finish` runs, so a second waiter returns only once the results are written
+  std::mutex finish_mutex_;
+  bool finished_ = false;
   std::function<void()> finish_;
 };
 
