@@ -178,7 +178,7 @@ class FusedAttentionGuard {
 
 struct CrossEntropyOptions {
   Tensor weight;                   // (C) per-class weight, or undefined
-  int64_t ignore_index = -100;     // class-index targets equal to this add nothing (negative: none)
+  int64_t ignore_index = -100;     // class-index targets equal to this add nothing (any value)
   std::string reduction = "mean";
   double label_smoothing = 0;      // in [0, 1]
 };
