@@ -163,7 +163,8 @@ class MpiProcessGroup final : public ProcessGroup {
                         "MPI_Reduce_scatter_block");
     });
   }
-  std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op, std::function<void()> finish) override {
+  std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op,
+                                          std::function<void()> finish) override {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
     const bool is_dst = dst == rank_;

@@ -130,7 +130,8 @@ class NcclProcessGroup final : public ProcessGroup {
                  "ncclReduceScatter");
     });
   }
-  std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op, std::function<void()> finish) override {
+  std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op,
+                                          std::function<void()> finish) override {
     return run({t}, std::move(finish), false, [&](cudaStream_t s) {
       nccl_check(ncclReduce(t.data(), t.data(), t.numel(), nccl_type(t.dtype()), nccl_op(op, t.dtype()), dst, comm_, s),
                  "ncclReduce");

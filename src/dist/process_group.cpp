@@ -82,9 +82,10 @@ void ProcessGroup::check_list(const char* op, const char* what, const std::vecto
                size());
   for (size_t r = 0; r < list.size(); ++r) {
     check_tensor(op, list[r]);
-    STRATA_CHECK(list[r].shape() == like.shape() && list[r].dtype() == like.dtype() && list[r].device() == like.device(),
-                 "[{}] {} {} is {} {} on {}, expected {} {} on {}", op, what, r, list[r].shape(), list[r].dtype(),
-                 list[r].device(), like.shape(), like.dtype(), like.device());
+    const Tensor& t = list[r];
+    STRATA_CHECK(t.shape() == like.shape() && t.dtype() == like.dtype() && t.device() == like.device(),
+                 "[{}] {} {} is {} {} on {}, expected {} {} on {}", op, what, r, t.shape(), t.dtype(), t.device(),
+                 like.shape(), like.dtype(), like.device());
   }
 }
 
@@ -142,7 +143,6 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const s
                "[reduce_scatter] ReduceOp::Avg needs a floating dtype, got {}", output.dtype());
   check_list("reduce_scatter", "input", inputs, output);
   const DType wdt = is_half(output.dtype()) ? kFloat32 : output.dtype();
-  const int64_t n = output.numel();
   Tensor stacked = detail::stack_flat(inputs, wdt);
   Tensor work = working_copy(output, wdt, false);
   const int ranks = size();
