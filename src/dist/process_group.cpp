@@ -3,8 +3,8 @@
 // tensors when the Work is waited for. FutureWork, the Work every backend returns.
 //
 // Note [Half reductions]: MPI has no float16 or bfloat16 type, and a sum rounded to half
-// precision at every hop loses more the more ranks there are. A float16 or bfloat16 allreduce
-// or reduce_scatter therefore reduces a float32 copy and rounds once, when it writes back (the
+// precision at every hop loses more the more ranks there are. A float16 or bfloat16 allreduce,
+// reduce or reduce_scatter therefore reduces a float32 copy and rounds once, when it writes back (the
 // result is the correctly rounded float32 reduction). Broadcast, gather and point-to-point
 // traffic move the 2-byte values unchanged.
 #include "dist/backends.h"

@@ -121,7 +121,7 @@ class STRATA_API ProcessGroup {
 
  protected:
   /// The hooks below see contiguous tensors of the backend's device, already checked. A float16
-  /// or bfloat16 reduction reaches allreduce_impl and reduce_scatter_impl as float32 (see
+  /// or bfloat16 reduction reaches allreduce_impl, reduce_impl and reduce_scatter_impl as float32 (see
   /// Note [Half reductions] in src/dist/process_group.cpp); Avg arrives as Sum, divided after.
   virtual std::shared_ptr<FutureWork> allreduce_impl(const Tensor& t, ReduceOp op,
                                                      std::function<void()> finish) = 0;
