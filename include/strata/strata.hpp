@@ -76,6 +76,7 @@
 #include <strata/amp/grad_scaler.hpp>
 
 #include <strata/dist/ddp.hpp>
+#include <strata/dist/device_mesh.hpp>
 #include <strata/dist/pipeline.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/dist/tensor_parallel.hpp>

@@ -94,18 +94,17 @@ class RequestWork final : public FutureWork {
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
+  // A group over MPI's world, with its own communicator.
   MpiProcessGroup() {
     detail::mpi_run_sync([this] {  // collective over MPI's world: in order with the others
       detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
-      // errors come back as return codes, raised as strata::Error, instead of aborting the job
-      MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-      MPI_Comm_rank(comm_, &rank_);
-      MPI_Comm_size(comm_, &size_);
-      int* tag_ub = nullptr;
-      int found = 0;
-      MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found);
-      max_tag_ = found && tag_ub ? *tag_ub : 32767;  // 32767: the least MPI guarantees
+      adopt();
     });
+    for (int r = 0; r < size_; ++r) global_ranks_.push_back(r);
+  }
+  // A group over `comm`, made by the caller (on the communication thread).
+  MpiProcessGroup(MPI_Comm comm, std::vector<int> global_ranks) : comm_(comm), global_ranks_(std::move(global_ranks)) {
+    adopt();
   }
   ~MpiProcessGroup() override {
     MPI_Comm comm = comm_;
@@ -122,6 +121,7 @@ class MpiProcessGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  std::vector<int> global_ranks() const override { return global_ranks_; }
 
  protected:
   DeviceType device_type() const override { return DeviceType::CPU; }
@@ -163,6 +163,58 @@ class MpiProcessGroup final : public ProcessGroup {
                         "MPI_Reduce_scatter_block");
     });
   }
+  std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op,
+                                          std::function<void()> finish) override {
+    const int n = mpi_count(t);
+    MPI_Comm comm = comm_;
+    const bool is_dst = dst == rank_;
+    return run(std::move(finish), [t, n, dst, op, comm, is_dst] {
+      const void* send = is_dst ? MPI_IN_PLACE : t.data();
+      detail::mpi_check(MPI_Reduce(send, is_dst ? t.data() : nullptr, n, mpi_type(t.dtype()), mpi_op(op, t.dtype()),
+                                   dst, comm),
+                        "MPI_Reduce");
+    });
+  }
+  std::shared_ptr<FutureWork> gather_impl(const Tensor& gathered, const Tensor& input, int dst,
+                                          std::function<void()> finish) override {
+    const int n = mpi_count(input);
+    if (gathered.defined()) mpi_count(gathered);
+    MPI_Comm comm = comm_;
+    return run(std::move(finish), [gathered, input, n, dst, comm] {
+      const MPI_Datatype type = mpi_type(input.dtype());
+      void* out = gathered.defined() ? gathered.data() : nullptr;
+      detail::mpi_check(MPI_Gather(input.data(), n, type, out, n, type, dst, comm), "MPI_Gather");
+    });
+  }
+  std::shared_ptr<FutureWork> scatter_impl(const Tensor& output, const Tensor& stacked, int src,
+                                           std::function<void()> finish) override {
+    const int n = mpi_count(output);
+    if (stacked.defined()) mpi_count(stacked);
+    MPI_Comm comm = comm_;
+    return run(std::move(finish), [output, stacked, n, src, comm] {
+      const MPI_Datatype type = mpi_type(output.dtype());
+      const void* in = stacked.defined() ? stacked.data() : nullptr;
+      detail::mpi_check(MPI_Scatter(in, n, type, output.data(), n, type, src, comm), "MPI_Scatter");
+    });
+  }
+  std::shared_ptr<FutureWork> alltoall_impl(const Tensor& output, const Tensor& input,
+                                            std::function<void()> finish) override {
+    const int n = mpi_count(input) / size_;
+    MPI_Comm comm = comm_;
+    return run(std::move(finish), [output, input, n, comm] {
+      const MPI_Datatype type = mpi_type(input.dtype());
+      detail::mpi_check(MPI_Alltoall(input.data(), n, type, output.data(), n, type, comm), "MPI_Alltoall");
+    });
+  }
+  std::shared_ptr<ProcessGroup> split_impl(int color, int key, std::vector<int> global_ranks) override {
+    std::shared_ptr<ProcessGroup> group;
+    detail::mpi_run_sync([&] {  // collective over this group: in order with its collectives
+      MPI_Comm comm = MPI_COMM_NULL;
+      detail::mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &comm), "MPI_Comm_split");
+      if (comm != MPI_COMM_NULL) group = std::make_shared<MpiProcessGroup>(comm, std::move(global_ranks));
+    });
+    return group;
+  }
   std::shared_ptr<FutureWork> barrier_impl() override {
     MPI_Comm comm = comm_;
     return run({}, [comm] { detail::mpi_check(MPI_Barrier(comm), "MPI_Barrier"); });
@@ -199,7 +251,20 @@ class MpiProcessGroup final : public ProcessGroup {
     return work;
   }
 
+  // Reads rank, size and the tag bound of comm_ (under the MPI lock).
+  void adopt() {
+    // errors come back as return codes, raised as strata::Error, instead of aborting the job
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    int* tag_ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found);
+    max_tag_ = found && tag_ub ? *tag_ub : 32767;  // 32767: the least MPI guarantees
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::vector<int> global_ranks_;
   int rank_ = 0;
   int size_ = 1;
   int max_tag_ = 32767;

@@ -82,6 +82,15 @@ class NcclProcessGroup final : public ProcessGroup {
     cuda::DeviceGuard guard(device_);
     nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
     stream_ = cuda::Stream::create(device_);
+    for (int r = 0; r < size_; ++r) global_ranks_.push_back(r);
+  }
+  // A group over `comm`, split from another group's communicator on the same device.
+  NcclProcessGroup(int device, ncclComm_t comm, std::vector<int> global_ranks)
+      : device_(device), comm_(comm), global_ranks_(std::move(global_ranks)) {
+    nccl_check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
+    nccl_check(ncclCommCount(comm_, &size_), "ncclCommCount");
+    cuda::DeviceGuard guard(device_);
+    stream_ = cuda::Stream::create(device_);
   }
   ~NcclProcessGroup() override {
     if (comm_) ncclCommDestroy(comm_);
@@ -89,6 +98,7 @@ class NcclProcessGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
+  std::vector<int> global_ranks() const override { return global_ranks_; }
 
  protected:
   DeviceType device_type() const override { return DeviceType::CUDA; }
@@ -119,6 +129,61 @@ class NcclProcessGroup final : public ProcessGroup {
                                    nccl_op(op, output.dtype()), comm_, s),
                  "ncclReduceScatter");
     });
+  }
+  std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op,
+                                          std::function<void()> finish) override {
+    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+      nccl_check(ncclReduce(t.data(), t.data(), t.numel(), nccl_type(t.dtype()), nccl_op(op, t.dtype()), dst, comm_, s),
+                 "ncclReduce");
+    });
+  }
+  // gather, scatter and all-to-all are grouped point-to-point calls, as PyTorch's NCCL backend
+  // makes them (NCCL has no such collective); a rank's own chunk goes through a send to itself.
+  std::shared_ptr<FutureWork> gather_impl(const Tensor& gathered, const Tensor& input, int dst,
+                                          std::function<void()> finish) override {
+    const Tensor& out = gathered.defined() ? gathered : input;
+    return run({out, input}, std::move(finish), false, [&](cudaStream_t s) {
+      grouped([&] {
+        const size_t n = static_cast<size_t>(input.numel());
+        nccl_check(ncclSend(input.data(), n, nccl_type(input.dtype()), dst, comm_, s), "ncclSend (gather)");
+        if (rank_ != dst) return;
+        for (int r = 0; r < size_; ++r)
+          nccl_check(ncclRecv(chunk(gathered, r, n), n, nccl_type(input.dtype()), r, comm_, s), "ncclRecv (gather)");
+      });
+    });
+  }
+  std::shared_ptr<FutureWork> scatter_impl(const Tensor& output, const Tensor& stacked, int src,
+                                           std::function<void()> finish) override {
+    const Tensor& in = stacked.defined() ? stacked : output;
+    return run({output, in}, std::move(finish), false, [&](cudaStream_t s) {
+      grouped([&] {
+        const size_t n = static_cast<size_t>(output.numel());
+        if (rank_ == src)
+          for (int r = 0; r < size_; ++r)
+            nccl_check(ncclSend(chunk(stacked, r, n), n, nccl_type(output.dtype()), r, comm_, s), "ncclSend (scatter)");
+        nccl_check(ncclRecv(output.data(), n, nccl_type(output.dtype()), src, comm_, s), "ncclRecv (scatter)");
+      });
+    });
+  }
+  std::shared_ptr<FutureWork> alltoall_impl(const Tensor& output, const Tensor& input,
+                                            std::function<void()> finish) override {
+    return run({output, input}, std::move(finish), false, [&](cudaStream_t s) {
+      grouped([&] {
+        const size_t n = static_cast<size_t>(input.numel() / size_);
+        const ncclDataType_t type = nccl_type(input.dtype());
+        for (int r = 0; r < size_; ++r) {
+          nccl_check(ncclSend(chunk(input, r, n), n, type, r, comm_, s), "ncclSend (all_to_all)");
+          nccl_check(ncclRecv(chunk(output, r, n), n, type, r, comm_, s), "ncclRecv (all_to_all)");
+        }
+      });
+    });
+  }
+  std::shared_ptr<ProcessGroup> split_impl(int color, int key, std::vector<int> global_ranks) override {
+    ncclComm_t comm = nullptr;
+    cuda::DeviceGuard guard(device_);
+    nccl_check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &comm, nullptr), "ncclCommSplit");
+    if (!comm) return nullptr;
+    return std::make_shared<NcclProcessGroup>(device_, comm, std::move(global_ranks));
   }
   std::shared_ptr<FutureWork> barrier_impl() override {
     Tensor one = ones({1}, TensorOptions(kFloat32, Device::cuda(device_)));
@@ -157,10 +222,28 @@ class NcclProcessGroup final : public ProcessGroup {
     return std::make_shared<NcclWork>(done, device_, blocking, std::move(finish));
   }
 
+  // Runs `calls` between ncclGroupStart and ncclGroupEnd, so the sends and receives progress together.
+  template <class F>
+  static void grouped(F&& calls) {
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    try {
+      calls();
+    } catch (...) {
+      ncclGroupEnd();
+      throw;
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+  // The address of chunk r (of n elements) of the flat tensor t.
+  static void* chunk(const Tensor& t, int r, size_t n) {
+    return static_cast<char*>(t.data()) + static_cast<size_t>(r) * n * t.itemsize();
+  }
+
   int device_;
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
+  std::vector<int> global_ranks_;
   std::optional<cuda::Stream> stream_;  // set once the device is known to exist
 };
 

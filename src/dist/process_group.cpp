@@ -3,17 +3,24 @@
 // tensors when the Work is waited for. FutureWork, the Work every backend returns.
 //
 // Note [Half reductions]: MPI has no float16 or bfloat16 type, and a sum rounded to half
-// precision at every hop loses more the more ranks there are. A float16 or bfloat16 allreduce
-// or reduce_scatter therefore reduces a float32 copy and rounds once, when it writes back (the
+// precision at every hop loses more the more ranks there are. A float16 or bfloat16 allreduce,
+// reduce or reduce_scatter therefore reduces a float32 copy and rounds once, when it writes back (the
 // result is the correctly rounded float32 reduction). Broadcast, gather and point-to-point
 // traffic move the 2-byte values unchanged.
 #include "dist/backends.h"
+#include "dist/working_copy.h"
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/ops/creation.hpp>
 
 namespace strata::dist {
+
+using detail::is_half;
+using detail::working_copy;
+using detail::write_back;
+using detail::finish_call;
+using detail::group_or_default;
 
 // ---- FutureWork ------------------------------------------------------------------------------
 
@@ -60,32 +67,35 @@ namespace {
 
 constexpr const char* kDeviceNames[] = {"cpu", "cuda"};
 
-bool is_half(DType d) { return d == kFloat16 || d == kBFloat16; }
-
-// The tensor a backend works on: `t` itself when it is contiguous in `dtype`, else a
-// contiguous copy in `dtype` (copied from t when `fill`).
-Tensor working_copy(const Tensor& t, DType dtype, bool fill) {
-  if (t.is_contiguous() && t.dtype() == dtype) return t.detach();
-  NoGradGuard no_grad;
-  if (!fill) return empty(t.shape(), t.options().dtype(dtype));
-  return t.detach().contiguous().to(dtype);
-}
-
-// Writes `work` back into `t` unless it is t's own memory, which the backend wrote directly.
-void write_back(const Tensor& t, const Tensor& work) {
-  if (work.storage() == t.storage() && work.data() == t.data()) {
-    t.storage()->bump_version();
-    return;
-  }
-  t.detach().copy_(work.view(t.shape()));
-}
-
 }  // namespace
 
 void ProcessGroup::check_tensor(const char* op, const Tensor& t) const {
+  check_member(op);
   STRATA_CHECK(t.defined(), "[{}] the tensor is undefined", op);
   STRATA_CHECK(t.device().type == device_type(), "[{}] the {} backend works on {} tensors, got one on {}", op,
                backend(), kDeviceNames[static_cast<int>(device_type())], t.device());
+}
+
+void ProcessGroup::check_list(const char* op, const char* what, const std::vector<Tensor>& list,
+                              const Tensor& like) const {
+  STRATA_CHECK(static_cast<int>(list.size()) == size(), "[{}] {} {} tensors given for {} ranks", op, list.size(), what,
+               size());
+  for (size_t r = 0; r < list.size(); ++r) {
+    check_tensor(op, list[r]);
+    const Tensor& t = list[r];
+    STRATA_CHECK(t.shape() == like.shape() && t.dtype() == like.dtype() && t.device() == like.device(),
+                 "[{}] {} {} is {} {} on {}, expected {} {} on {}", op, what, r, t.shape(), t.dtype(), t.device(),
+                 like.shape(), like.dtype(), like.device());
+  }
+}
+
+void ProcessGroup::check_member(const char* op) const {
+  if (is_member()) return;
+  std::string ranks;
+  for (int r : global_ranks()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  ::strata::detail::throw_error("[{}] this rank is not a member of the group of global ranks [{}]: new_group gave it a "
+                                "handle for the group, which runs no operation here",
+                                op, ranks);
 }
 
 void ProcessGroup::check_peer(const char* op, int peer, const char* what) const {
@@ -118,47 +128,22 @@ std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root) {
 
 std::shared_ptr<Work> ProcessGroup::allgather(const std::vector<Tensor>& outputs, const Tensor& input) {
   check_tensor("all_gather", input);
-  STRATA_CHECK(static_cast<int>(outputs.size()) == size(), "[all_gather] {} output tensors given for {} ranks",
-               outputs.size(), size());
-  for (size_t r = 0; r < outputs.size(); ++r) {
-    check_tensor("all_gather", outputs[r]);
-    STRATA_CHECK(outputs[r].shape() == input.shape() && outputs[r].dtype() == input.dtype() &&
-                     outputs[r].device() == input.device(),
-                 "[all_gather] output {} is {} {} on {}, the input is {} {} on {}", r, outputs[r].shape(),
-                 outputs[r].dtype(), outputs[r].device(), input.shape(), input.dtype(), input.device());
-  }
+  check_list("all_gather", "output", outputs, input);
   const int64_t n = input.numel();
   Tensor in = working_copy(input, input.dtype(), true);
   Tensor gathered = empty({n * size()}, input.options());
-  auto finish = [outputs, gathered, n] {
-    for (size_t r = 0; r < outputs.size(); ++r)
-      write_back(outputs[r], gathered.narrow(0, static_cast<int64_t>(r) * n, n));
-  };
+  auto finish = [outputs, gathered] { detail::write_back_chunks(outputs, gathered); };
   return allgather_impl(gathered, in, finish);
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
                                                    ReduceOp op) {
   check_tensor("reduce_scatter", output);
-  STRATA_CHECK(static_cast<int>(inputs.size()) == size(), "[reduce_scatter] {} input tensors given for {} ranks",
-               inputs.size(), size());
   STRATA_CHECK(op != ReduceOp::Avg || is_floating(output.dtype()),
                "[reduce_scatter] ReduceOp::Avg needs a floating dtype, got {}", output.dtype());
-  for (size_t r = 0; r < inputs.size(); ++r) {
-    check_tensor("reduce_scatter", inputs[r]);
-    STRATA_CHECK(inputs[r].shape() == output.shape() && inputs[r].dtype() == output.dtype() &&
-                     inputs[r].device() == output.device(),
-                 "[reduce_scatter] input {} is {} {} on {}, the output is {} {} on {}", r, inputs[r].shape(),
-                 inputs[r].dtype(), inputs[r].device(), output.shape(), output.dtype(), output.device());
-  }
+  check_list("reduce_scatter", "input", inputs, output);
   const DType wdt = is_half(output.dtype()) ? kFloat32 : output.dtype();
-  const int64_t n = output.numel();
-  Tensor stacked = empty({n * size()}, output.options().dtype(wdt));
-  {
-    NoGradGuard no_grad;
-    for (size_t r = 0; r < inputs.size(); ++r)
-      stacked.narrow(0, static_cast<int64_t>(r) * n, n).view(output.shape()).copy_(inputs[r].detach());
-  }
+  Tensor stacked = detail::stack_flat(inputs, wdt);
   Tensor work = working_copy(output, wdt, false);
   const int ranks = size();
   auto finish = [output, work, op, ranks] {
@@ -168,7 +153,10 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const s
   return reduce_scatter_impl(work, stacked, op == ReduceOp::Avg ? ReduceOp::Sum : op, finish);
 }
 
-std::shared_ptr<Work> ProcessGroup::barrier() { return barrier_impl(); }
+std::shared_ptr<Work> ProcessGroup::barrier() {
+  check_member("barrier");
+  return barrier_impl();
+}
 
 std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
   check_tensor("send", tensor);
@@ -193,16 +181,6 @@ namespace {
 
 std::mutex g_default_mutex;
 std::shared_ptr<ProcessGroup> g_default;
-
-std::shared_ptr<ProcessGroup> group_or_default(std::shared_ptr<ProcessGroup> group) {
-  return group ? group : default_group();
-}
-
-std::shared_ptr<Work> finish_call(std::shared_ptr<Work> work, bool async_op) {
-  if (async_op) return work;
-  work->wait();
-  return nullptr;
-}
 
 }  // namespace
 

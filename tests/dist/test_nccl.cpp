@@ -65,6 +65,51 @@ TEST(Nccl, CollectivesMatchTheMpiGroup) {
   EXPECT_TRUE(testing::throws_with([&] { gpu->allreduce(zeros({2})); }, {"nccl", "cuda"}));
 }
 
+// reduce, gather, scatter and all-to-all (grouped ncclSend/ncclRecv) against the MPI group
+TEST(Nccl, RootedCollectivesAndAllToAllMatchTheMpiGroup) {
+  SKIP_WITHOUT_NCCL();
+  auto cpu = dist_testing::group();
+  auto gpu = nccl_group();
+  const int r = cpu->rank(), n = cpu->size();
+  const Device dev = Device::cuda(r % cuda::device_count());
+  for (DType d : {kInt64, kFloat16, kBFloat16, kFloat32})
+    for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+      SCOPED_TRACE(fmt::format("{} {}", d, testing::layout_name(layout)));
+      auto cpu_in = [&](int k) { return inputs(k, d, Layout::Contiguous, kCPU); };
+      auto gpu_in = [&](int k) { return inputs(k, d, layout, dev); };
+      Tensor a = cpu_in(r), b = gpu_in(r);
+      cpu->reduce(a, n - 1, ReduceOp::Sum)->wait();
+      gpu->reduce(b, n - 1, ReduceOp::Sum)->wait();
+      EXPECT_EQ(values(b), values(a));
+      std::vector<Tensor> ga, gb, sa, sb, ta, tb;
+      for (int k = 0; k < n; ++k) {
+        if (r == 0) {  // the lists belong to the root
+          ga.push_back(cpu_in(0));
+          gb.push_back(gpu_in(0));
+          sa.push_back(cpu_in(k));
+          sb.push_back(gpu_in(k));
+        }
+        ta.push_back(cpu_in(0));
+        tb.push_back(gpu_in(0));
+      }
+      cpu->gather(ga, cpu_in(r), 0)->wait();
+      gpu->gather(gb, gpu_in(r), 0)->wait();
+      for (size_t k = 0; k < ga.size(); ++k) EXPECT_EQ(values(gb[k]), values(ga[k]));
+      Tensor oa = cpu_in(0), ob = gpu_in(0);
+      cpu->scatter(oa, sa, 0)->wait();
+      gpu->scatter(ob, sb, 0)->wait();
+      EXPECT_EQ(values(ob), values(oa));
+      std::vector<Tensor> ia, ib;
+      for (int k = 0; k < n; ++k) {
+        ia.push_back(cpu_in(r + k));
+        ib.push_back(gpu_in(r + k));
+      }
+      cpu->alltoall(ta, ia)->wait();
+      gpu->alltoall(tb, ib)->wait();
+      for (int k = 0; k < n; ++k) EXPECT_EQ(values(tb[k]), values(ta[k]));
+    }
+}
+
 TEST(Nccl, SendRecvRing) {
   SKIP_WITHOUT_NCCL();
   auto gpu = nccl_group();

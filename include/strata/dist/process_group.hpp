@@ -68,6 +68,12 @@ class STRATA_API FutureWork : public Work {
   std::function<void()> finish_;
 };
 
+class ProcessGroup;
+namespace detail {
+/// Calls `parent`'s split_impl; a rank left out gets the refusing handle new_group documents.
+std::shared_ptr<ProcessGroup> split_group(ProcessGroup& parent, int color, int key, std::vector<int> global_ranks);
+}  // namespace detail
+
 /// A group of processes that run collectives together. Every rank must call the same
 /// collectives in the same order with matching shapes and dtypes; what can be checked locally
 /// (device, dtype, shape agreement between a call's own tensors, ranks in range) raises
@@ -79,6 +85,10 @@ class STRATA_API ProcessGroup {
   virtual int size() const = 0;
   /// "mpi" or "nccl".
   virtual std::string backend() const = 0;
+  /// The members' global ranks (their ranks in the default group), in group-rank order.
+  virtual std::vector<int> global_ranks() const = 0;
+  /// False for the handle new_group gives a rank outside the group: every operation raises.
+  virtual bool is_member() const { return true; }
 
   /// Each rank's `tensor` becomes the reduction over all ranks, in place.
   std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
@@ -90,6 +100,19 @@ class STRATA_API ProcessGroup {
   /// tensors of output's shape and dtype.
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
                                        ReduceOp op = ReduceOp::Sum);
+  /// `dst`'s `tensor` becomes the reduction over all ranks; the others' tensors are unchanged.
+  std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op = ReduceOp::Sum);
+  /// On `dst`, outputs[r] becomes rank r's `input` (outputs: size() tensors of input's shape and
+  /// dtype); the other ranks pass no outputs.
+  std::shared_ptr<Work> gather(const std::vector<Tensor>& outputs, const Tensor& input, int dst);
+  /// Each rank's `output` becomes `src`'s inputs[rank()] (inputs: size() tensors of output's
+  /// shape and dtype, on `src` only; the other ranks pass none).
+  std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& inputs, int src);
+  /// outputs[r] becomes rank r's inputs[rank()]; both hold size() tensors of one shape and dtype.
+  std::shared_ptr<Work> alltoall(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs);
+  /// Equal splits of dim 0: `input` is size() chunks along dim 0, chunk r going to rank r;
+  /// `output` (input's shape and dtype) receives rank r's chunk rank() as its chunk r.
+  std::shared_ptr<Work> alltoall_base(const Tensor& output, const Tensor& input);
   /// Completes once every rank has entered it.
   std::shared_ptr<Work> barrier();
   /// Point to point: `tensor` goes to rank `dst`, which receives it with recv(src, same tag).
@@ -98,7 +121,7 @@ class STRATA_API ProcessGroup {
 
  protected:
   /// The hooks below see contiguous tensors of the backend's device, already checked. A float16
-  /// or bfloat16 reduction reaches allreduce_impl and reduce_scatter_impl as float32 (see
+  /// or bfloat16 reduction reaches allreduce_impl, reduce_impl and reduce_scatter_impl as float32 (see
   /// Note [Half reductions] in src/dist/process_group.cpp); Avg arrives as Sum, divided after.
   virtual std::shared_ptr<FutureWork> allreduce_impl(const Tensor& t, ReduceOp op,
                                                      std::function<void()> finish) = 0;
@@ -109,6 +132,22 @@ class STRATA_API ProcessGroup {
   /// `stacked` holds size() * output.numel() elements, the part for rank r at r * output.numel().
   virtual std::shared_ptr<FutureWork> reduce_scatter_impl(const Tensor& output, const Tensor& stacked, ReduceOp op,
                                                           std::function<void()> finish) = 0;
+  /// `t` is reduced into on `dst` only; as allreduce_impl for half dtypes and Avg.
+  virtual std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op,
+                                                  std::function<void()> finish) = 0;
+  /// On `dst`, `gathered` holds size() * input.numel() elements (undefined on the other ranks).
+  virtual std::shared_ptr<FutureWork> gather_impl(const Tensor& gathered, const Tensor& input, int dst,
+                                                  std::function<void()> finish) = 0;
+  /// On `src`, `stacked` holds size() * output.numel() elements (undefined on the other ranks).
+  virtual std::shared_ptr<FutureWork> scatter_impl(const Tensor& output, const Tensor& stacked, int src,
+                                                   std::function<void()> finish) = 0;
+  /// `output` and `input` hold size() equal chunks, chunk r of input going to rank r.
+  virtual std::shared_ptr<FutureWork> alltoall_impl(const Tensor& output, const Tensor& input,
+                                                    std::function<void()> finish) = 0;
+  /// Collective over this group: splits it as MPI_Comm_split does (ranks with one `color` form a
+  /// group, ordered by `key`); a negative color leaves this rank out (the result is null).
+  /// `global_ranks` are the new group's members in their group-rank order.
+  virtual std::shared_ptr<ProcessGroup> split_impl(int color, int key, std::vector<int> global_ranks) = 0;
   virtual std::shared_ptr<FutureWork> barrier_impl() = 0;
   virtual std::shared_ptr<FutureWork> send_impl(const Tensor& t, int dst, int tag, std::function<void()> finish) = 0;
   virtual std::shared_ptr<FutureWork> recv_impl(const Tensor& t, int src, int tag, std::function<void()> finish) = 0;
@@ -117,8 +156,11 @@ class STRATA_API ProcessGroup {
   virtual int max_tag() const = 0;
 
  private:
+  friend std::shared_ptr<ProcessGroup> detail::split_group(ProcessGroup&, int, int, std::vector<int>);
   void check_tensor(const char* op, const Tensor& t) const;
+  void check_list(const char* op, const char* what, const std::vector<Tensor>& list, const Tensor& like) const;
   void check_peer(const char* op, int peer, const char* what) const;
+  void check_member(const char* op) const;
 };
 
 /// Creates the default group: "mpi" (rank and size from the MPI launcher) or "nccl" (one CUDA
@@ -142,6 +184,16 @@ STRATA_API std::shared_ptr<ProcessGroup> new_mpi_group();
 /// build without NCCL.
 STRATA_API std::shared_ptr<ProcessGroup> new_nccl_group(int device);
 
+/// A group of the default group's ranks `ranks` (global ranks, any order; the group ranks
+/// follow their sorted order), with the default group's backend and its own communicator.
+/// Collective over the default group: every rank calls it, members or not, in the same order.
+/// A rank outside `ranks` gets a handle whose rank() is -1 and whose operations raise.
+STRATA_API std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
+/// torch.distributed's rank translation: the global rank of `group`'s rank `group_rank`, and
+/// `global_rank`'s rank in `group` (raises when it is not a member).
+STRATA_API int get_global_rank(const std::shared_ptr<ProcessGroup>& group, int group_rank);
+STRATA_API int get_group_rank(const std::shared_ptr<ProcessGroup>& group, int global_rank);
+
 // torch.distributed's functions. `group` defaults to the default group; with async_op they
 // return the Work to wait on, otherwise they wait and return nullptr.
 STRATA_API std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum,
@@ -153,6 +205,21 @@ STRATA_API std::shared_ptr<Work> all_gather(const std::vector<Tensor>& tensor_li
 STRATA_API std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list,
                                                 ReduceOp op = ReduceOp::Sum,
                                                 std::shared_ptr<ProcessGroup> group = nullptr, bool async_op = false);
+STRATA_API std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op = ReduceOp::Sum,
+                                        std::shared_ptr<ProcessGroup> group = nullptr, bool async_op = false);
+/// `gather_list` on `dst` only (empty elsewhere), as torch.distributed.gather.
+STRATA_API std::shared_ptr<Work> gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, int dst,
+                                        std::shared_ptr<ProcessGroup> group = nullptr, bool async_op = false);
+/// `scatter_list` on `src` only (empty elsewhere), as torch.distributed.scatter.
+STRATA_API std::shared_ptr<Work> scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, int src,
+                                         std::shared_ptr<ProcessGroup> group = nullptr, bool async_op = false);
+STRATA_API std::shared_ptr<Work> all_to_all(const std::vector<Tensor>& output_tensor_list,
+                                            const std::vector<Tensor>& input_tensor_list,
+                                            std::shared_ptr<ProcessGroup> group = nullptr, bool async_op = false);
+/// torch.distributed.all_to_all_single with equal splits of dim 0.
+STRATA_API std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& input,
+                                                   std::shared_ptr<ProcessGroup> group = nullptr,
+                                                   bool async_op = false);
 STRATA_API void barrier(std::shared_ptr<ProcessGroup> group = nullptr);
 STRATA_API void send(const Tensor& tensor, int dst, std::shared_ptr<ProcessGroup> group = nullptr, int tag = 0);
 STRATA_API void recv(const Tensor& tensor, int src, std::shared_ptr<ProcessGroup> group = nullptr, int tag = 0);

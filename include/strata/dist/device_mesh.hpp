@@ -1,0 +1,60 @@
+// A device mesh (torch.distributed.device_mesh): the world's ranks arranged row-major in a 1-,
+// 2- or 3-D grid with named dims, and the process group along each dim, for combining data,
+// tensor and pipeline parallelism.
+//
+//   auto mesh = dist::init_device_mesh("cpu", {2, 2}, {"dp", "tp"});   // mpirun -np 4
+//   dist::ColumnParallelLinear fc1(64, 256, mesh.get_group("tp"));      // ranks {0,1} and {2,3}
+//   dist::DistributedDataParallel ddp(model, {.process_group = mesh.get_group("dp")});
+//
+// Rank r sits at the coordinate of r in the row-major grid (torch's arange(world).view(shape)).
+// Creating a mesh is collective: every rank creates the same one, in the same order as its
+// other collectives.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <strata/dist/process_group.hpp>
+
+namespace strata::dist {
+
+class STRATA_API DeviceMesh {
+ public:
+  /// A mesh over the default group's ranks; `shape` must multiply to its size. `dim_names`,
+  /// if given, names every dim, each name once.
+  explicit DeviceMesh(std::vector<int> shape, std::vector<std::string> dim_names = {});
+
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  const std::vector<int>& shape() const { return shape_; }
+  /// The number of ranks along `dim`, or in the whole mesh.
+  int size(int dim) const;
+  int size() const;
+  const std::vector<std::string>& mesh_dim_names() const { return dim_names_; }
+  /// This rank's coordinate, one index per dim.
+  const std::vector<int>& get_coordinate() const { return coordinate_; }
+  /// This rank's index along `dim` (its rank in that dim's group).
+  int get_local_rank(int dim) const;
+  int get_local_rank(const std::string& dim_name) const;
+  /// The group of the ranks that share this rank's coordinate on every other dim.
+  std::shared_ptr<ProcessGroup> get_group(int dim) const;
+  std::shared_ptr<ProcessGroup> get_group(const std::string& dim_name) const;
+  /// The global rank at `coordinate`.
+  int rank_at(const std::vector<int>& coordinate) const;
+
+ private:
+  int dim_index(const std::string& dim_name) const;
+  void check_dim(int dim) const;
+
+  std::vector<int> shape_;
+  std::vector<std::string> dim_names_;
+  std::vector<int> coordinate_;
+  std::vector<std::shared_ptr<ProcessGroup>> groups_;
+};
+
+/// torch's init_device_mesh: creates the default group first when there is none ("cpu": the
+/// mpi backend, "cuda": nccl), then the mesh.
+STRATA_API DeviceMesh init_device_mesh(const std::string& device_type, std::vector<int> mesh_shape,
+                                       std::vector<std::string> mesh_dim_names = {});
+
+}  // namespace strata::dist

@@ -1,0 +1,122 @@
+// DeviceMesh: coordinates in a row-major grid of the world's ranks, and one group per dim, made
+// by splitting the default group once per dim (every rank is in exactly one group of each dim).
+#include <strata/dist/device_mesh.hpp>
+
+#include <algorithm>
+
+namespace strata::dist {
+
+namespace {
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return "[" + s + "]";
+}
+
+}  // namespace
+
+DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> dim_names)
+    : shape_(std::move(shape)), dim_names_(std::move(dim_names)) {
+  auto world = default_group();
+  STRATA_CHECK(!shape_.empty() && shape_.size() <= 3, "[DeviceMesh] the mesh has 1, 2 or 3 dims, got shape {}",
+               join(shape_));
+  int64_t product = 1;
+  for (int s : shape_) {
+    STRATA_CHECK(s >= 1, "[DeviceMesh] every dim needs at least one rank, got shape {}", join(shape_));
+    product *= s;
+  }
+  STRATA_CHECK(product == world->size(), "[DeviceMesh] shape {} holds {} ranks, the world has {}", join(shape_),
+               product, world->size());
+  STRATA_CHECK(dim_names_.empty() || dim_names_.size() == shape_.size(),
+               "[DeviceMesh] {} dim names given for {} dims", dim_names_.size(), shape_.size());
+  for (size_t d = 0; d < dim_names_.size(); ++d) {
+    STRATA_CHECK(!dim_names_[d].empty(), "[DeviceMesh] dim {} has an empty name", d);
+    STRATA_CHECK(std::count(dim_names_.begin(), dim_names_.end(), dim_names_[d]) == 1,
+                 "[DeviceMesh] the dim name '{}' is given twice", dim_names_[d]);
+  }
+  // row-major coordinate of this rank
+  coordinate_.assign(shape_.size(), 0);
+  for (int d = ndim() - 1, rest = world->rank(); d >= 0; --d) {
+    coordinate_[static_cast<size_t>(d)] = rest % shape_[static_cast<size_t>(d)];
+    rest /= shape_[static_cast<size_t>(d)];
+  }
+  for (int d = 0; d < ndim(); ++d) {
+    // the group along d: the ranks whose coordinate differs from this one's at d only; its color
+    // is the rank at index 0 along d, which every member computes alike
+    std::vector<int> at = coordinate_;
+    std::vector<int> members;
+    for (int i = 0; i < shape_[static_cast<size_t>(d)]; ++i) {
+      at[static_cast<size_t>(d)] = i;
+      members.push_back(rank_at(at));
+    }
+    const int color = members.front();
+    groups_.push_back(detail::split_group(*world, color, world->rank(), std::move(members)));
+  }
+}
+
+int DeviceMesh::rank_at(const std::vector<int>& coordinate) const {
+  STRATA_CHECK(coordinate.size() == shape_.size(), "[DeviceMesh] a coordinate of {} indices for a {}-dim mesh",
+               coordinate.size(), shape_.size());
+  int rank = 0;
+  for (size_t d = 0; d < shape_.size(); ++d) {
+    STRATA_CHECK(coordinate[d] >= 0 && coordinate[d] < shape_[d], "[DeviceMesh] coordinate {} is outside shape {}",
+                 join(coordinate), join(shape_));
+    rank = rank * shape_[d] + coordinate[d];
+  }
+  return rank;
+}
+
+void DeviceMesh::check_dim(int dim) const {
+  STRATA_CHECK(dim >= 0 && dim < ndim(), "[DeviceMesh] dim {} is out of range for a {}-dim mesh", dim, ndim());
+}
+
+int DeviceMesh::dim_index(const std::string& dim_name) const {
+  auto it = std::find(dim_names_.begin(), dim_names_.end(), dim_name);
+  std::string names;
+  for (const auto& n : dim_names_) names += (names.empty() ? "'" : ", '") + n + "'";
+  STRATA_CHECK(it != dim_names_.end(), "[DeviceMesh] no dim named '{}' (the mesh's dims: {})", dim_name,
+               names.empty() ? std::string("unnamed") : names);
+  return static_cast<int>(it - dim_names_.begin());
+}
+
+int DeviceMesh::size(int dim) const {
+  check_dim(dim);
+  return shape_[static_cast<size_t>(dim)];
+}
+
+int DeviceMesh::size() const {
+  int n = 1;
+  for (int s : shape_) n *= s;
+  return n;
+}
+
+int DeviceMesh::get_local_rank(int dim) const {
+  check_dim(dim);
+  return coordinate_[static_cast<size_t>(dim)];
+}
+
+int DeviceMesh::get_local_rank(const std::string& dim_name) const { return get_local_rank(dim_index(dim_name)); }
+
+std::shared_ptr<ProcessGroup> DeviceMesh::get_group(int dim) const {
+  check_dim(dim);
+  return groups_[static_cast<size_t>(dim)];
+}
+
+std::shared_ptr<ProcessGroup> DeviceMesh::get_group(const std::string& dim_name) const {
+  return get_group(dim_index(dim_name));
+}
+
+DeviceMesh init_device_mesh(const std::string& device_type, std::vector<int> mesh_shape,
+                            std::vector<std::string> mesh_dim_names) {
+  STRATA_CHECK(device_type == "cpu" || device_type == "cuda",
+               "[init_device_mesh] unknown device type '{}': expected 'cpu' or 'cuda'", device_type);
+  const std::string backend = device_type == "cpu" ? "mpi" : "nccl";
+  if (!is_initialized()) init_process_group(backend);
+  STRATA_CHECK(default_group()->backend() == backend,
+               "[init_device_mesh] a '{}' mesh needs the {} backend, the default group uses {}", device_type, backend,
+               default_group()->backend());
+  return DeviceMesh(std::move(mesh_shape), std::move(mesh_dim_names));
+}
+
+}  // namespace strata::dist
