@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <strata/core/tensor.hpp>
+#include <strata/nn/hooks.hpp>
 
 namespace strata::nn {
 
@@ -50,7 +51,24 @@ class STRATA_API Module {
 
   /// The one-input forward used by containers; modules with other signatures add overloads.
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  /// forward(input) with the forward hooks around it (nn/hooks.hpp); without any registered, the
+  /// cost is two checks. Call this, not forward(), to run a child.
+  Tensor operator()(const Tensor& input) {
+    if (!hooks_ && !has_global_forward_hooks()) return forward(input);
+    return call_with_hooks(input);
+  }
+  /// Adds a hook run before forward, after those already registered (first, with prepend);
+  /// `fn` is a ForwardPreHook or the same returning void.
+  template <class F> RemovableHandle register_forward_pre_hook(F&& fn, bool prepend = false) {
+    return add_hook(hook_detail::to_hook<ForwardPreHook>(std::forward<F>(fn)), prepend);
+  }
+  /// Adds a hook run after forward; `fn` is a ForwardHook or the same returning void. With
+  /// always_call it runs even when the call raises (see ForwardHook).
+  template <class F> RemovableHandle register_forward_hook(F&& fn, bool prepend = false, bool always_call = false) {
+    return add_hook(hook_detail::to_hook<ForwardHook>(std::forward<F>(fn)), prepend, always_call);
+  }
+  /// Whether this module has forward hooks of its own (global ones aside).
+  bool has_forward_hooks() const { return hooks_ && !hooks_->empty(); }
   /// The class name shown in errors and printing ("Linear").
   virtual std::string name() const { return "Module"; }
 
@@ -147,6 +165,9 @@ class STRATA_API Module {
     std::ptrdiff_t offset = 0;       // member children: address relative to the parent
     std::unique_ptr<Module> owned;   // owned children
   };
+  RemovableHandle add_hook(ForwardPreHook hook, bool prepend);
+  RemovableHandle add_hook(ForwardHook hook, bool prepend, bool always_call);
+  Tensor call_with_hooks(const Tensor& input);
   void add_member_child(std::string name, Module& child);
   void add_owned_child(std::string name, std::unique_ptr<Module> child);
   void check_new_name(const std::string& name) const;
@@ -165,6 +186,9 @@ class STRATA_API Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<bool> buffer_persistent_;
   std::vector<Child> children_;
+  // null until the first hook; dropped again when the last is removed, so that a call checks
+  // one pointer. Moves with the module, and handles hold it weakly.
+  std::shared_ptr<hook_detail::HookRegistry> hooks_;
   bool training_ = true;
 };
 
