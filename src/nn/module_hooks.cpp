@@ -1,8 +1,11 @@
 // Module forward hooks: per-module and global registries, their handles, and the call path
 // operator() takes when any hook is registered.
 #include <algorithm>
+#include <any>
 #include <exception>
 
+#include <strata/autograd/function.hpp>
+#include <strata/autograd/grad_mode.hpp>
 #include <strata/nn/module.hpp>
 
 namespace strata::nn {
@@ -65,6 +68,7 @@ void RemovableHandle::remove() {
   auto has_id = [&](const auto& e) { return e.id == id_; };
   std::erase_if(r->pre, has_id);
   std::erase_if(r->post, has_id);
+  std::erase_if(r->backward, has_id);
   if (r->mutex) hook_detail::recount_global(*r);
   registry_.reset();
 }
@@ -78,6 +82,61 @@ RemovableHandle Module::add_hook(ForwardHook hook, bool prepend, bool always_cal
   if (!hooks_) hooks_ = std::make_shared<hook_detail::HookRegistry>();
   return hook_detail::add_to(hooks_, hooks_->post, std::move(hook), prepend, always_call);
 }
+
+RemovableHandle Module::add_backward_hook(BackwardHook hook, bool prepend) {
+  if (!hooks_) hooks_ = std::make_shared<hook_detail::HookRegistry>();
+  return hook_detail::add_to(hooks_, hooks_->backward, std::move(hook), prepend);
+}
+
+namespace {
+
+// Note [Full backward hooks]: as torch's BackwardHook, one call's input and output pass through
+// identity functions; the output's records grad_output, the input's runs the hooks with
+// grad_input (or the output's does, with no grad_input, when the input needs none).
+struct BackwardHookCall {
+  Module* module = nullptr;
+  std::vector<BackwardHook> hooks;
+  Tensor grad_output;
+  bool input_requires_grad = false;
+
+  Tensor run(Tensor grad_input) const {
+    for (const BackwardHook& h : hooks)
+      if (std::optional<Tensor> r = h(*module, grad_input, grad_output); r && grad_input.defined()) {
+        STRATA_CHECK(r->defined() && r->shape() == grad_input.shape(), "[{}] a backward hook must return a "
+                     "gradient of shape {} for the input, got {}", module->name(), grad_input.shape(),
+                     r->defined() ? fmt::format("{}", r->shape()) : std::string("an undefined tensor"));
+        grad_input = std::move(*r);
+      }
+    return grad_input;
+  }
+};
+
+using CallPtr = std::shared_ptr<BackwardHookCall>;
+
+struct BackwardHookOutput : autograd::Function<BackwardHookOutput> {
+  static Tensor forward(AutogradContext& ctx, const Tensor& output, const CallPtr& call) {
+    ctx.saved_data["call"] = call;
+    return output;
+  }
+  static std::vector<Tensor> backward(AutogradContext& ctx, const std::vector<Tensor>& grads) {
+    const auto call = std::any_cast<CallPtr>(ctx.saved_data.at("call"));
+    call->grad_output = grads[0];
+    if (!call->input_requires_grad) call->run(Tensor());
+    return {grads[0]};
+  }
+};
+
+struct BackwardHookInput : autograd::Function<BackwardHookInput> {
+  static Tensor forward(AutogradContext& ctx, const Tensor& input, const CallPtr& call) {
+    ctx.saved_data["call"] = call;
+    return input;
+  }
+  static std::vector<Tensor> backward(AutogradContext& ctx, const std::vector<Tensor>& grads) {
+    return {std::any_cast<CallPtr>(ctx.saved_data.at("call"))->run(grads[0])};
+  }
+};
+
+}  // namespace
 
 Tensor Module::call_with_hooks(const Tensor& input) {
   if (hooks_ && hooks_->empty()) hooks_.reset();  // back to the one-check path
@@ -93,6 +152,12 @@ Tensor Module::call_with_hooks(const Tensor& input) {
     take(*hook_detail::global_registry());
   }
   if (hooks_) take(*hooks_);
+  CallPtr backward_call;
+  if (hooks_ && !hooks_->backward.empty() && autograd::is_grad_enabled()) {
+    backward_call = std::make_shared<BackwardHookCall>();
+    backward_call->module = this;
+    for (const auto& e : hooks_->backward) backward_call->hooks.push_back(e.hook);
+  }
 
   Tensor x = input, out;
   size_t posts_called = 0;
@@ -102,6 +167,10 @@ Tensor Module::call_with_hooks(const Tensor& input) {
         STRATA_CHECK(r->defined(), "[{}] a forward pre-hook returned an undefined tensor", name());
         x = std::move(*r);
       }
+    if (backward_call && x.requires_grad()) {
+      backward_call->input_requires_grad = true;
+      x = BackwardHookInput::apply(x, backward_call);
+    }
     out = forward(x);
     for (const auto& e : post) {
       ++posts_called;
@@ -119,6 +188,7 @@ Tensor Module::call_with_hooks(const Tensor& input) {
         }
     throw;
   }
+  if (backward_call && out.requires_grad()) out = BackwardHookOutput::apply(out, backward_call);
   return out;
 }
 

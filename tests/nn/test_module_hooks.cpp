@@ -253,3 +253,57 @@ TEST(ModuleHooks, BadHooksRaise) {
   EXPECT_TRUE(throws_with([&] { lin(from_vector<double>({1, 1}, Shape{1, 2})); },
                           {"[Linear]", "forward pre-hook returned an undefined tensor"}));
 }
+
+TEST(ModuleHooks, FullBackwardHookSeesAndReplacesTheInputGradient) {
+  nn::Linear lin = known_linear();
+  Tensor x = from_vector<double>({1, -2, 0.5, 3}, Shape{2, 2}).requires_grad_();
+  const Tensor c = from_vector<double>({1, 2, -1, 0.5}, Shape{2, 2});  // d loss / d y
+  Tensor seen_in, seen_out;
+  std::vector<std::string> order;
+  lin.register_full_backward_hook([&](nn::Module& m, const Tensor& grad_in, const Tensor& grad_out) {
+    order.push_back("first " + m.name());
+    seen_in = grad_in;
+    seen_out = grad_out;
+    return grad_in * 2.0;
+  });
+  nn::RemovableHandle second = lin.register_full_backward_hook([&](nn::Module&, const Tensor& grad_in, const Tensor&) {
+    order.push_back("second");
+    EXPECT_TRUE(all_close(grad_in, values(seen_in * 2.0), 0, 0));  // sees the first's replacement
+  });
+  (lin(x) * c).sum().backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"first Linear", "second"}));
+  EXPECT_TRUE(all_close(seen_out, values(c), 0, 0));
+  // grad_input = c W with W = [[1, 2], [3, -1]]: rows (1 + 6, 2 - 2) and (-1 + 1.5, -2 - 0.5)
+  EXPECT_TRUE(all_close(seen_in, {7, 0, 0.5, -2.5}, 1e-12, 0));
+  EXPECT_TRUE(all_close(x.grad(), {14, 0, 1, -5}, 1e-12, 0));
+  // the weight's gradient is untouched: c^T x
+  EXPECT_TRUE(all_close(lin.weight.grad(), {1 * 1 + -1 * 0.5, 1 * -2 + -1 * 3, 2 * 1 + 0.5 * 0.5, 2 * -2 + 0.5 * 3},
+                        1e-12, 0));
+  second.remove();
+  order.clear();
+  Tensor x2 = x.detach().clone().requires_grad_();
+  (lin(x2) * c).sum().backward();
+  EXPECT_EQ(order, std::vector<std::string>{"first Linear"});
+}
+
+TEST(ModuleHooks, FullBackwardHookWithoutAnInputGradient) {
+  nn::Linear lin = known_linear();
+  const Tensor x = from_vector<double>({1, -2}, Shape{1, 2}), c = from_vector<double>({3, -1}, Shape{1, 2});
+  int calls = 0;
+  nn::RemovableHandle h = lin.register_full_backward_hook([&](nn::Module&, const Tensor& grad_in,
+                                                              const Tensor& grad_out) {
+    ++calls;
+    EXPECT_FALSE(grad_in.defined());
+    EXPECT_TRUE(all_close(grad_out, {3, -1}, 0, 0));
+  });
+  (lin(x) * c).sum().backward();
+  EXPECT_EQ(calls, 1);
+  {
+    NoGradGuard no_grad;
+    lin(x);  // no graph, no backward hook
+  }
+  h.remove();
+  lin.register_full_backward_hook([](nn::Module&, const Tensor&, const Tensor&) { return Tensor(); });
+  Tensor xr = x.clone().requires_grad_();
+  EXPECT_TRUE(throws_with([&] { (lin(xr) * c).sum().backward(); }, {"[Linear]", "backward hook must return"}));
+}

@@ -1,6 +1,7 @@
 // Module hooks, after torch.nn.Module's: a forward pre-hook sees (and may replace) a module's
 // input before its forward, a forward hook sees the input and output (and may replace the
-// output) after it. Hooks run whenever a module is called through operator()(const Tensor&),
+// output) after it, a full backward hook sees the gradients of the input and output (and may
+// replace the input's). Hooks run whenever a module is called through operator()(const Tensor&),
 // which containers use for their children; a hook returns std::nullopt (or nothing: a void
 // callable) to keep the value. Registration returns a RemovableHandle; as torch's, it does not
 // unregister when destroyed, only remove() does.
@@ -35,23 +36,31 @@ using ForwardPreHook = std::function<std::optional<Tensor>(Module&, const Tensor
 /// its result is ignored, and the error goes on (torch's always_call).
 using ForwardHook = std::function<std::optional<Tensor>(Module&, const Tensor& input, const Tensor& output)>;
 
+/// (module, grad_input, grad_output) -> a replacement grad_input (its shape), or std::nullopt to
+/// keep it: the gradients of the loss with respect to the module's input and output, called
+/// once the input's gradient is computed (torch's full backward hook). grad_input is undefined
+/// when the input does not require grad (the hook then runs when grad_output is known).
+using BackwardHook =
+    std::function<std::optional<Tensor>(Module&, const Tensor& grad_input, const Tensor& grad_output)>;
+
 namespace hook_detail {
 
-/// One module's hooks (or the global ones), in calling order. Shared with the handles, which
-/// hold it weakly: a handle outliving its module removes nothing, and a moved module keeps its
-/// hooks and handles.
 template <class Hook> struct HookEntry {
   uint64_t id = 0;
   Hook hook;
   bool always_call = false;
 };
 
+/// One module's hooks (or the global ones), in calling order. Shared with the handles, which
+/// hold it weakly: a handle outliving its module removes nothing, and a moved module keeps its
+/// hooks and handles.
 struct STRATA_API HookRegistry {
   std::vector<HookEntry<ForwardPreHook>> pre;
   std::vector<HookEntry<ForwardHook>> post;
+  std::vector<HookEntry<BackwardHook>> backward;  // a module's only
   uint64_t next_id = 0;
   std::mutex* mutex = nullptr;  // the global registry's; a module's hooks are not locked
-  bool empty() const { return pre.empty() && post.empty(); }
+  bool empty() const { return pre.empty() && post.empty() && backward.empty(); }
 };
 
 /// How many global hooks are registered: the one check a module call makes for them.

@@ -67,7 +67,12 @@ class STRATA_API Module {
   template <class F> RemovableHandle register_forward_hook(F&& fn, bool prepend = false, bool always_call = false) {
     return add_hook(hook_detail::to_hook<ForwardHook>(std::forward<F>(fn)), prepend, always_call);
   }
-  /// Whether this module has forward hooks of its own (global ones aside).
+  /// Adds a hook run in the backward of each call made with grad mode on (see BackwardHook);
+  /// `fn` is a BackwardHook or the same returning void. The module must outlive the backward.
+  template <class F> RemovableHandle register_full_backward_hook(F&& fn, bool prepend = false) {
+    return add_backward_hook(hook_detail::to_hook<BackwardHook>(std::forward<F>(fn)), prepend);
+  }
+  /// Whether this module has hooks of its own (global ones aside).
   bool has_forward_hooks() const { return hooks_ && !hooks_->empty(); }
   /// The class name shown in errors and printing ("Linear").
   virtual std::string name() const { return "Module"; }
@@ -167,6 +172,7 @@ class STRATA_API Module {
   };
   RemovableHandle add_hook(ForwardPreHook hook, bool prepend);
   RemovableHandle add_hook(ForwardHook hook, bool prepend, bool always_call);
+  RemovableHandle add_backward_hook(BackwardHook hook, bool prepend);
   Tensor call_with_hooks(const Tensor& input);
   void add_member_child(std::string name, Module& child);
   void add_owned_child(std::string name, std::unique_ptr<Module> child);
