@@ -21,7 +21,7 @@ BatchNormBase* batch_norm_before_relu(Module& m, const Module* next) {
   const std::type_info& t = typeid(m);
   if (t != typeid(BatchNorm2d) && t != typeid(BatchNorm1d)) return nullptr;
   if (!next || typeid(*next) != typeid(ReLU)) return nullptr;
-  if (m.has_forward_hooks() || next->has_forward_hooks() || has_global_forward_hooks()) return nullptr;
+  if (m.has_hooks() || next->has_hooks() || has_global_forward_hooks()) return nullptr;
   return static_cast<BatchNormBase*>(&m);
 }
 

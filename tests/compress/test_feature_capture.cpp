@@ -85,7 +85,7 @@ TEST(FeatureCapture, KeepsTheLastOutputAndRemovesItsHookWhenDestroyed) {
   nn::Sequential model{nn::Linear(2, 3), nn::ReLU()};
   {
     compress::FeatureCapture capture(model, "0");
-    EXPECT_TRUE(model[0].has_forward_hooks());
+    EXPECT_TRUE(model[0].has_hooks());
     const Tensor x1 = randn({1, 2}), x2 = randn({4, 2});
     model(x1);
     model(x2);
@@ -97,8 +97,8 @@ TEST(FeatureCapture, KeepsTheLastOutputAndRemovesItsHookWhenDestroyed) {
     model(x1);
     EXPECT_EQ(whole.output().shape(), (Shape{1, 3}));
   }
-  EXPECT_FALSE(model[0].has_forward_hooks());
-  EXPECT_FALSE(model.has_forward_hooks());
+  EXPECT_FALSE(model[0].has_hooks());
+  EXPECT_FALSE(model.has_hooks());
   EXPECT_TRUE(throws_with([&] { compress::FeatureCapture bad(model, "2"); },
                           {"[FeatureCapture]", "Sequential has no submodule named \"2\""}));
 }

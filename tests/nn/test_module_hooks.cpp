@@ -96,7 +96,7 @@ TEST(ModuleHooks, RemoveUnregistersAndIsSafeTwiceAndAfterTheModule) {
   lin(x);
   EXPECT_EQ(post, 3);  // destroying a handle leaves its hook (as torch's)
   ho.remove();
-  EXPECT_TRUE(lin.has_forward_hooks());  // the dropped handle's hook is still there
+  EXPECT_TRUE(lin.has_hooks());  // the dropped handle's hook is still there
   {
     nn::Linear gone(2, 2);
     ho = gone.register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) {});
@@ -116,7 +116,7 @@ TEST(ModuleHooks, AHookMayRemoveItselfWhileRunning) {
   lin(x);
   lin(x);
   EXPECT_EQ(calls, 1);
-  EXPECT_FALSE(lin.has_forward_hooks());
+  EXPECT_FALSE(lin.has_hooks());
 }
 
 TEST(ModuleHooks, RunThroughSequentialAndMemberChildren) {
@@ -162,7 +162,7 @@ TEST(ModuleHooks, AMovedModuleKeepsItsHooksAndHandles) {
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(all_close(y, {2 * known_linear_of(1, -2)[0], 2 * known_linear_of(1, -2)[1]}, 1e-12, 0));
   h.remove();  // the handle still reaches the moved module's hooks
-  EXPECT_FALSE(moved.has_forward_hooks());
+  EXPECT_FALSE(moved.has_hooks());
 
   Net net;
   net.fc1.register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) { ++calls; });

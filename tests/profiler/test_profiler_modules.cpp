@@ -52,7 +52,7 @@ TEST(ProfilerModules, RecordModulesNestsEachModulesOpsInItsDottedName) {
     if (e.kind == prof::EventKind::Op) EXPECT_NE(e.parent_id, -1) << e.name;
   // the session's hooks are gone with it
   EXPECT_FALSE(nn::has_global_forward_hooks());
-  EXPECT_FALSE(net.has_forward_hooks());
+  EXPECT_FALSE(net.has_hooks());
 }
 
 TEST(ProfilerModules, WithModulesNamesEveryModuleByItsClass) {

@@ -51,7 +51,7 @@ class STRATA_API Module {
 
   /// The one-input forward used by containers; modules with other signatures add overloads.
   virtual Tensor forward(const Tensor& input);
-  /// forward(input) with the forward hooks around it (nn/hooks.hpp); without any registered, the
+  /// forward(input) with the hooks around it (nn/hooks.hpp); without any registered, the
   /// cost is two checks. Call this, not forward(), to run a child.
   Tensor operator()(const Tensor& input) {
     if (!hooks_ && !has_global_forward_hooks()) return forward(input);
@@ -73,7 +73,7 @@ class STRATA_API Module {
     return add_backward_hook(hook_detail::to_hook<BackwardHook>(std::forward<F>(fn)), prepend);
   }
   /// Whether this module has hooks of its own (global ones aside).
-  bool has_forward_hooks() const { return hooks_ && !hooks_->empty(); }
+  bool has_hooks() const { return hooks_ && !hooks_->empty(); }
   /// The class name shown in errors and printing ("Linear").
   virtual std::string name() const { return "Module"; }
 
