@@ -147,6 +147,17 @@ TEST(ModuleHooks, AHookedBatchNormBeforeReLUStillRunsAndSeesItsOwnOutput) {
   EXPECT_TRUE(all_close(relu(bn_out), values(plain), 1e-6, 1e-6));
   const std::vector<double> bn_values = values(bn_out);
   EXPECT_LT(*std::min_element(bn_values.begin(), bn_values.end()), 0.0);  // its own output, before the ReLU
+
+  // a backward hook on the ReLU also keeps the two apart: it sees the ReLU's own gradients
+  nn::Sequential seq2{nn::BatchNorm2d(3), nn::ReLU()};
+  int calls = 0;
+  seq2[1].register_full_backward_hook([&](nn::Module&, const Tensor& grad_in, const Tensor& grad_out) {
+    ++calls;
+    EXPECT_TRUE(all_close(grad_out, std::vector<double>(96, 1.0), 0, 0));
+    EXPECT_TRUE(all_close(grad_in, values(gt(bn_out, 0.0).to(kFloat32)), 0, 0));  // d relu / d x
+  });
+  seq2(x.clone().requires_grad_()).sum().backward();
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(ModuleHooks, AMovedModuleKeepsItsHooksAndHandles) {
