@@ -46,6 +46,7 @@
 #include <strata/nn/functional.hpp>
 #include <strata/nn/functional_conv.hpp>
 #include <strata/nn/functional_resample.hpp>
+#include <strata/nn/hooks.hpp>
 #include <strata/nn/init.hpp>
 #include <strata/nn/instancenorm.hpp>
 #include <strata/nn/linear.hpp>

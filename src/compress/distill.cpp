@@ -111,11 +111,26 @@ Distiller::Output Distiller::forward(const Tensor& input, const Tensor& target) 
   {
     NoGradGuard no_grad;
     if (teacher_->is_training()) teacher_->eval();  // a caller's model.train() may have reached it
-    out.teacher_logits = teacher_->forward(input);
+    out.teacher_logits = (*teacher_)(input);
   }
-  out.student_logits = student_->forward(input);
+  out.student_logits = (*student_)(input);
   out.loss = distillation_loss(out.student_logits, out.teacher_logits, options, target);
   return out;
+}
+
+FeatureCapture::FeatureCapture(nn::Module& model, const std::string& submodule) : submodule_(submodule) {
+  nn::Module* target = nullptr;
+  for (auto& [name, m] : model.named_modules())
+    if (name == submodule) target = m;
+  STRATA_CHECK(target != nullptr, "[FeatureCapture] {} has no submodule named \"{}\"", model.name(), submodule);
+  handle_ = target->register_forward_hook(
+      [last = last_](nn::Module&, const Tensor&, const Tensor& output) { *last = output; });
+}
+
+const Tensor& FeatureCapture::output() const {
+  STRATA_CHECK(last_->defined(), "[FeatureCapture] \"{}\" has not run since the capture was made or cleared",
+               submodule_);
+  return *last_;
 }
 
 }  // namespace strata::compress

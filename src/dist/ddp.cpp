@@ -85,7 +85,7 @@ void DistributedDataParallel::before_forward() {
 void DistributedDataParallel::after_forward(const Tensor& output) { reducer_->prepare_for_backward({output}); }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  return forward_with([&] { return module_.forward(input); });
+  return forward_with([&] { return module_(input); });
 }
 
 DistributedDataParallel& DistributedDataParallel::train(bool on) {

@@ -70,7 +70,7 @@ Tensor GPipe::train_step(const Tensor& input, const Tensor& target, const LossFn
   for (size_t m = 0; m < xs.size(); ++m) {
     Tensor x = is_first() ? inputs[m] : receive_activation();
     if (!is_first() && is_floating(x.dtype())) x.requires_grad_();
-    Tensor out = stage_.forward(x);
+    Tensor out = stage_(x);
     if (is_last()) {
       Tensor loss = loss_fn(out, targets[m]);
       STRATA_CHECK(loss.numel() == 1, "[GPipe] the loss must have one element, got shape {}", loss.shape());
@@ -111,7 +111,7 @@ Tensor GPipe::forward(const Tensor& input) {
   if (is_first()) inputs = split(input, "input");
   for (int64_t m = 0; m < chunks_; ++m) {
     Tensor x = is_first() ? inputs[static_cast<size_t>(m)] : receive_activation();
-    Tensor out = stage_.forward(x);
+    Tensor out = stage_(x);
     if (is_last()) {
       outputs.push_back(out);
       continue;

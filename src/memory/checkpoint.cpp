@@ -186,7 +186,7 @@ Tensor checkpoint_sequential(const std::vector<nn::Module*>& modules, int64_t se
     std::vector<nn::Module*> part(modules.begin() + begin, modules.begin() + end);
     return [part](const Tensor& x) {
       Tensor h = x;
-      for (nn::Module* m : part) h = m->forward(h);
+      for (nn::Module* m : part) h = (*m)(h);  // hooks run, in the recomputation too (as torch)
       return h;
     };
   };

@@ -14,10 +14,15 @@ Module& ModuleList::operator[](size_t i) const {
 
 namespace {
 
-// BatchNorm1d/2d itself, not a subclass that may have its own forward.
-BatchNormBase* plain_batch_norm(Module& m) {
+// m as a batch norm that may run with the ReLU after it as one pass (forward_relu): BatchNorm1d/2d
+// itself (not a subclass that may have its own forward), followed by a ReLU, and no hook that
+// must see either call.
+BatchNormBase* batch_norm_before_relu(Module& m, const Module* next) {
   const std::type_info& t = typeid(m);
-  return t == typeid(BatchNorm2d) || t == typeid(BatchNorm1d) ? static_cast<BatchNormBase*>(&m) : nullptr;
+  if (t != typeid(BatchNorm2d) && t != typeid(BatchNorm1d)) return nullptr;
+  if (!next || typeid(*next) != typeid(ReLU)) return nullptr;
+  if (m.has_hooks() || next->has_hooks() || has_global_forward_hooks()) return nullptr;
+  return static_cast<BatchNormBase*>(&m);
 }
 
 }  // namespace
@@ -27,14 +32,13 @@ Tensor Sequential::forward(const Tensor& input) {
   const size_t n = size();
   for (size_t i = 0; i < n; ++i) {
     Module& m = (*this)[i];
-    // a batch norm followed by a ReLU runs as one pass (forward_relu): the same values and
-    // gradients, one read and write of the activations fewer
-    if (BatchNormBase* bn = plain_batch_norm(m); bn && i + 1 < n && typeid((*this)[i + 1]) == typeid(ReLU)) {
+    // the same values and gradients, one read and write of the activations fewer
+    if (BatchNormBase* bn = batch_norm_before_relu(m, i + 1 < n ? &(*this)[i + 1] : nullptr)) {
       x = bn->forward_relu(x);
       ++i;
       continue;
     }
-    x = m.forward(x);
+    x = m(x);
   }
   return x;
 }

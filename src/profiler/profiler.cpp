@@ -81,10 +81,12 @@ void Profiler::start() {
   events_.clear();
   action_ = options_.schedule ? (*options_.schedule)(0) : ProfilerAction::Record;
   transition(ProfilerAction::None, action_);
+  install_module_hooks();
 }
 
 void Profiler::stop() {
   if (!running_) return;
+  remove_module_hooks();
   close_step_range();
   const bool save = records(action_);
   if (collecting_) end_collection(save);

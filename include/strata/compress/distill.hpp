@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <strata/core/tensor.hpp>
@@ -62,6 +63,39 @@ class STRATA_API FeatureAdapter : public nn::Module {
 
   nn::Linear proj;
   int64_t channel_dim;
+};
+
+/// The last output of one submodule of a model, kept by a forward hook, so intermediate
+/// features can be distilled without changing the model's forward:
+///
+///   compress::FeatureCapture t_feat(teacher, "layer2"), s_feat(student, "layer2");
+///   Tensor loss = kd.loss(x, y) + beta * feature_distillation_loss(adapter(s_feat.output()), t_feat.output());
+///
+/// The output keeps its graph (a student's feature trains the student); it is held until the
+/// next call of the submodule, clear() or destruction. Destroying the capture removes its hook
+/// (the model may be gone by then).
+class STRATA_API FeatureCapture {
+ public:
+  /// `submodule` is a dotted name from `model` as named_modules() gives it ("" for the model).
+  FeatureCapture(nn::Module& model, const std::string& submodule);
+  ~FeatureCapture() { handle_.remove(); }
+  FeatureCapture(FeatureCapture&&) noexcept = default;
+  FeatureCapture& operator=(FeatureCapture&&) = delete;
+  FeatureCapture(const FeatureCapture&) = delete;
+  FeatureCapture& operator=(const FeatureCapture&) = delete;
+
+  /// The submodule's output from its last call; raises Error when it has not run since the
+  /// capture was made or cleared.
+  const Tensor& output() const;
+  bool has_output() const { return last_->defined(); }
+  /// Drops the kept output (and the graph it holds).
+  void clear() { *last_ = Tensor(); }
+  const std::string& submodule() const { return submodule_; }
+
+ private:
+  std::string submodule_;
+  std::shared_ptr<Tensor> last_ = std::make_shared<Tensor>();  // shared with the hook
+  nn::RemovableHandle handle_;
 };
 
 /// Runs the teacher in eval mode under no_grad and the student as it is (train mode as set),

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <strata/core/tensor.hpp>
+#include <strata/nn/hooks.hpp>
 
 namespace strata::nn {
 
@@ -50,7 +51,29 @@ class STRATA_API Module {
 
   /// The one-input forward used by containers; modules with other signatures add overloads.
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  /// forward(input) with the hooks around it (nn/hooks.hpp); without any registered, the
+  /// cost is two checks. Call this, not forward(), to run a child.
+  Tensor operator()(const Tensor& input) {
+    if (!hooks_ && !has_global_forward_hooks()) return forward(input);
+    return call_with_hooks(input);
+  }
+  /// Adds a hook run before forward, after those already registered (first, with prepend);
+  /// `fn` is a ForwardPreHook or the same returning void.
+  template <class F> RemovableHandle register_forward_pre_hook(F&& fn, bool prepend = false) {
+    return add_hook(hook_detail::to_hook<ForwardPreHook>(std::forward<F>(fn)), prepend);
+  }
+  /// Adds a hook run after forward; `fn` is a ForwardHook or the same returning void. With
+  /// always_call it runs even when the call raises (see ForwardHook).
+  template <class F> RemovableHandle register_forward_hook(F&& fn, bool prepend = false, bool always_call = false) {
+    return add_hook(hook_detail::to_hook<ForwardHook>(std::forward<F>(fn)), prepend, always_call);
+  }
+  /// Adds a hook run in the backward of each call made with grad mode on (see BackwardHook);
+  /// `fn` is a BackwardHook or the same returning void. The module must outlive the backward.
+  template <class F> RemovableHandle register_full_backward_hook(F&& fn, bool prepend = false) {
+    return add_backward_hook(hook_detail::to_hook<BackwardHook>(std::forward<F>(fn)), prepend);
+  }
+  /// Whether this module has hooks of its own (global ones aside).
+  bool has_hooks() const { return hooks_ && !hooks_->empty(); }
   /// The class name shown in errors and printing ("Linear").
   virtual std::string name() const { return "Module"; }
 
@@ -147,6 +170,10 @@ class STRATA_API Module {
     std::ptrdiff_t offset = 0;       // member children: address relative to the parent
     std::unique_ptr<Module> owned;   // owned children
   };
+  RemovableHandle add_hook(ForwardPreHook hook, bool prepend);
+  RemovableHandle add_hook(ForwardHook hook, bool prepend, bool always_call);
+  RemovableHandle add_backward_hook(BackwardHook hook, bool prepend);
+  Tensor call_with_hooks(const Tensor& input);
   void add_member_child(std::string name, Module& child);
   void add_owned_child(std::string name, std::unique_ptr<Module> child);
   void check_new_name(const std::string& name) const;
@@ -165,6 +192,9 @@ class STRATA_API Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<bool> buffer_persistent_;
   std::vector<Child> children_;
+  // null until the first hook; dropped again when the last is removed, so that a call checks
+  // one pointer. Moves with the module, and handles hold it weakly.
+  std::shared_ptr<hook_detail::HookRegistry> hooks_;
   bool training_ = true;
 };
 

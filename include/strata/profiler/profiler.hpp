@@ -31,7 +31,15 @@
 #include <strata/profiler/events.hpp>
 #include <strata/profiler/schedule.hpp>
 
+namespace strata::nn {
+class Module;
+}
+
 namespace strata::profiler {
+
+namespace detail {
+struct ModuleRanges;
+}
 
 enum class ProfilerActivity { CPU, CUDA };
 
@@ -46,6 +54,9 @@ struct ProfilerOptions {
   bool profile_memory = false;  ///< bytes of storage each op allocates and frees
   bool with_flops = false;      ///< FLOP estimates of matmul, linear, conv2d and attention
   bool emit_nvtx = false;       ///< an NVTX range around each op and range (CUDA builds only)
+  /// A range "nn.Module: <name>" around each module call (through operator()), enclosing its
+  /// ops: <name> is the dotted name from a root given to record_modules, else the class name.
+  bool with_modules = false;
   /// Drives recording through step(); without one, everything from start() to stop() is one trace.
   std::optional<Schedule> schedule;
   /// Called with the profiler when a trace is complete: at the end of each active cycle of the
@@ -75,6 +86,11 @@ class STRATA_API Profiler {
   ProfilerAction current_action() const { return action_; }
   int64_t step_num() const { return step_num_; }
   const ProfilerOptions& options() const { return options_; }
+  /// Names `root` and every module below it by their dotted names ("nn.Module: Net" for the
+  /// root, "nn.Module: layers.0" ...) and records their calls, with_modules or not (modules
+  /// outside the tree are then recorded only with with_modules). Modules are known by address:
+  /// call it once the model is where it will run (after any move), and again for another root.
+  void record_modules(nn::Module& root);
 
   /// The events of the last completed trace, ordered by start time.
   const std::vector<ProfilerEvent>& events() const { return events_; }
@@ -98,6 +114,10 @@ class STRATA_API Profiler {
   int64_t step_num_ = 0;
   std::vector<ProfilerEvent> events_;
   std::unique_ptr<RecordFunction> step_range_;  // "ProfilerStep#<n>" while a schedule records
+  // the module names and the global module hooks installed while running (module_ranges.cpp)
+  std::shared_ptr<detail::ModuleRanges> module_ranges_;
+  void install_module_hooks();
+  void remove_module_hooks();
 };
 
 /// Starts `profiler` for its lifetime (torch's `with profile(...) as prof:`).
