@@ -167,3 +167,20 @@ TEST(QuantLinear, Int4LayersMatchTheFunctionalFormAndFilterSelects) {
                           {"group_size 32", "in_features 48"}));
   EXPECT_TRUE(odd.weight.defined());  // nothing converted
 }
+
+TEST(QuantLinear, KernelsRunThroughTheRegistrySoTheProfilerSeesThem) {
+  st::manual_seed(3);
+  st::nn::Linear i8(64, 16), i4(64, 16);
+  q::quantize_dynamic(i8);
+  q::quantize_dynamic(i4, {.dtype = q::WeightDtype::Int4, .group_size = 32});
+  const st::Tensor x = st::randn({4, 64});
+  st::profiler::Profiler session;
+  session.start();
+  i8(x);
+  i4(x);
+  session.stop();
+  std::vector<std::string> names;
+  for (const auto& e : session.events()) names.push_back(e.name);
+  for (const char* op : {"quant_quantize_rows_uint8", "quant_int8_linear", "quant_int4_linear"})
+    EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op;
+}
