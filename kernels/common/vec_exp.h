@@ -68,15 +68,19 @@ STRATA_HOST_DEVICE float vec_tanh(float x) {
 
 // erf: x R(x^2) with R a rational function of degree 5 over 5, fitted for the least relative
 // error on |x| <= 4 (2.5e-8, scripts/fit-erf.py) and evaluated in double: the float result is
-// within 0.92 ulp of erf (every third float checked); +-1 past |x| = 4, where erf rounds to it.
-// One division and no exp: less than half the time of the erfc-through-exp form it replaced.
+// within 0.92 ulp of erf (every third float checked). x is clamped to +-4 first, where erf
+// rounds to +-1 in float (so does 4 R(16)): infinities need no case of their own, and NaN
+// passes the comparison unchanged. One division and no exp.
 // Written so that gcc if-converts it under trapping math: a select with a constant arm before
-// the polynomial (z clamped to 16.0 itself, or x clamped in float) makes gcc fold that arm and
-// compute the rest under a branch, and a loop with a branch does not vectorize.
+// the polynomial (x > 4 ? 4 : x, or x clamped in float) makes gcc fold that arm and compute
+// the rest under a branch, and a loop with a branch does not vectorize; copysign(4, x) is an
+// arm it does not fold. This clamp replaced one of z to 16 followed by clamps of the result to
+// [-1, 1] and two cases for the infinities: the same floats bit for bit, in less time
+// (docs/performance.md, 2026-12-07).
 STRATA_HOST_DEVICE float vec_erf(float xf) {
-  const double x = xf;
-  double z = x * x;                          // exact
-  z = z > 16.0 ? z * 0.0 + 16.0 : z;         // 16, or NaN for infinite x (set below)
+  const double x0 = xf;
+  const double x = std::fabs(x0) > 4.0 ? std::copysign(4.0, x0) : x0;
+  const double z = x * x;  // exact
   double p = 1.98682019587157008e-06;
   p = p * z + 2.84557998469644698e-04;
   p = p * z + 3.88304556363847303e-03;
@@ -89,11 +93,7 @@ STRATA_HOST_DEVICE float vec_erf(float xf) {
   q = q * z + 1.15347171864037895e-01;
   q = q * z + 5.04851379047685178e-01;
   q = q * z + 1.0;
-  float y = static_cast<float>(x * (p / q));  // keeps the sign of -0; NaN stays NaN
-  y = y > 1.0f ? 1.0f : y;
-  y = y < -1.0f ? -1.0f : y;
-  y = xf == INFINITY ? 1.0f : y;
-  return xf == -INFINITY ? -1.0f : y;
+  return static_cast<float>(x * (p / q));  // keeps the sign of -0; NaN stays NaN
 }
 
 // log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2 / 2 + f^3 P(f) for f = m - 1

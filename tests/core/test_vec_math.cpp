@@ -10,6 +10,7 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/common/unary_math.h"
 #include "kernels/common/vec_exp.h"
 #include "kernels/common/vec_trig.h"
 
@@ -70,6 +71,19 @@ TEST(VecMath, ErfWithinOneUlp) {
   const Worst w = worst_ulps(1e-30f, 6.0f, [](float x) { return strata::math::vec_erf(x); },
                              [](double x) { return std::erf(x); });
   EXPECT_LE(w.ulps, 1.0) << "at x = " << w.at;
+}
+
+// The exact GELU the CPU kernel runs, 0.5 x (1 + erf(x / sqrt 2)) in float: within 2 ulp of
+// the float64 formula for positive x. Below 0, 1 + erf cancels as x falls (13 ulp at -2), as
+// in any GELU written through erf.
+TEST(VecMath, ExactGeluWithinTwoUlpsOfPositiveInputs) {
+  Worst w;
+  sweep(1e-30f, 6.0f, [&](float x) {
+    if (x < 0.0f) return;
+    const double e = ulps(strata::math::GeluErf{}(x), 0.5 * double(x) * (1.0 + std::erf(double(x) / std::sqrt(2.0))));
+    if (e > w.ulps) w = {e, x};
+  });
+  EXPECT_LE(w.ulps, 2.0) << "at x = " << w.at;
 }
 
 TEST(VecMath, LogWithinOneUlp) {
