@@ -64,6 +64,16 @@ void expect_same_on_every_rank(dist::ProcessGroup& pg, const Tensor& t) {
   EXPECT_TRUE(equal(root, t));
 }
 
+void expect_same_dict(const optim::StateDict& got, const optim::StateDict& want) {
+  EXPECT_EQ(got.type, want.type);
+  EXPECT_EQ(got.scalars, want.scalars);
+  ASSERT_EQ(got.tensors.size(), want.tensors.size());
+  for (const auto& [key, t] : want.tensors) {
+    ASSERT_TRUE(got.tensors.count(key)) << key;
+    EXPECT_TRUE(equal(got.tensors.at(key), t)) << key;
+  }
+}
+
 TEST(Zero, AdamWWithASchedulerStepsLikeOneProcessBitForBit) {
   auto pg = dist_testing::group();
   auto net = make_net(5), ref = make_net(5);
@@ -81,6 +91,9 @@ TEST(Zero, AdamWWithASchedulerStepsLikeOneProcessBitForBit) {
   // the scheduler's lrs reached the wrapped optimizer at the last step
   if (const auto* local = opt.local_optimizer())
     for (size_t g = 0; g < 2; ++g) EXPECT_EQ(local->param_groups()[g].options.lr, 0.01 * (g + 1) / 5.0);
+  // the consolidated dict carries the scheduled lrs and the initial_lr, as the plain AdamW's
+  opt.consolidate_state_dict(0);
+  if (pg->rank() == 0) expect_same_dict(opt.state_dict(), ref_opt.state_dict());
 }
 
 TEST(Zero, SGDMomentumUnderDDPTrainsLikeOneProcessOnTheWholeBatch) {
@@ -139,16 +152,6 @@ TEST(Zero, StateShardsFollowTheGreedyPartitionAndCoverEveryParameter) {
   EXPECT_LT(mine, total);
 }
 
-void expect_same_dict(const optim::StateDict& got, const optim::StateDict& want) {
-  EXPECT_EQ(got.type, want.type);
-  EXPECT_EQ(got.scalars, want.scalars);
-  ASSERT_EQ(got.tensors.size(), want.tensors.size());
-  for (const auto& [key, t] : want.tensors) {
-    ASSERT_TRUE(got.tensors.count(key)) << key;
-    EXPECT_TRUE(equal(got.tensors.at(key), t)) << key;
-  }
-}
-
 TEST(Zero, ConsolidatedStateIsThePlainOptimizersAndResumesOnAnotherWorldSize) {
   auto pg = dist_testing::group();
   const int r = pg->rank(), n = pg->size();
@@ -196,6 +199,34 @@ TEST(Zero, ConsolidatedStateIsThePlainOptimizersAndResumesOnAnotherWorldSize) {
     if (resumed_opt) expect_bitwise_equal(net->parameters(), resumed->parameters(), "resumed on fewer ranks");
   }
   EXPECT_TRUE(testing::throws_with([&] { opt.state_dict(); }, {"consolidate"}));
+}
+
+// 8-bit states (codes and scales of other shapes than the parameter) and a group added after
+// some steps, which the next step partitions: still one process's run, and its state dict.
+TEST(Zero, Adam8bitWithAGroupAddedLaterStepsLikeOneProcess) {
+  auto pg = dist_testing::group();
+  auto net = make_net(21), ref = make_net(21);
+  const optim::Adam8bitOptions o8{.lr = 0.01, .min_8bit_size = 16, .block_size = 8};
+  auto without_side = [](Net& m) {
+    std::vector<Tensor> ps;
+    for (auto* l : {&m.fc1, &m.fc2, &m.fc3})
+      for (const Tensor& p : l->parameters()) ps.push_back(p);
+    return ps;
+  };
+  dist::ZeroRedundancyOptimizer<optim::Adam8bit> opt(without_side(*net), o8);
+  optim::Adam8bit ref_opt(without_side(*ref), o8);
+  for (int step = 0; step < 4; ++step) {
+    if (step == 2) {
+      opt.add_param_group(net->side.parameters());
+      ref_opt.add_param_group(ref->side.parameters());
+    }
+    train_step(*net, opt, step);
+    train_step(*ref, ref_opt, step);
+    expect_bitwise_equal(net->parameters(), ref->parameters(), "parameter");
+  }
+  EXPECT_EQ(opt.num_param_groups(), 2u);
+  opt.consolidate_state_dict(0);
+  if (pg->rank() == 0) expect_same_dict(opt.state_dict(), ref_opt.state_dict());
 }
 
 TEST(Zero, BadInputRaisesOnEveryRankAndChangesNothing) {
