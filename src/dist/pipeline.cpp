@@ -1,8 +1,8 @@
 // The pipeline schedules over a process group's send and recv. A schedule is only its order of
-// forwards and backwards (actions()); train_step runs any such order. An activation travels with a small int64 header (its rank, dims
-// and dtype) as the next stage cannot know its shape; a gradient travels bare, as its receiver
-// holds the activation it belongs to. Messages between two ranks keep their order (one tag),
-// which NCCL's send/recv need as well as MPI's.
+// forwards and backwards (actions()); train_step runs any such order. An activation travels
+// with a small int64 header (its rank, dims and dtype) as the next stage cannot know its shape;
+// a gradient travels bare, as its receiver holds the activation it belongs to. Messages between
+// two ranks keep their order (one tag), which NCCL's send/recv need as well as MPI's.
 #include <strata/dist/pipeline.hpp>
 
 #include <algorithm>

@@ -45,8 +45,8 @@ ZeroShards::ZeroShards(const ZeroOptions& options)
     : group_(options.process_group ? options.process_group : default_group()),
       bucket_bytes_(static_cast<size_t>(std::max(options.broadcast_bucket_mb, 0.0) * 1024 * 1024)) {
   STRATA_CHECK(group_->is_member(), "[ZeroRedundancyOptimizer] this rank is not a member of the process group");
-  STRATA_CHECK(options.broadcast_bucket_mb > 0, "[ZeroRedundancyOptimizer] broadcast_bucket_mb must be positive, got {}",
-               options.broadcast_bucket_mb);
+  STRATA_CHECK(options.broadcast_bucket_mb > 0,
+               "[ZeroRedundancyOptimizer] broadcast_bucket_mb must be positive, got {}", options.broadcast_bucket_mb);
   numel_per_rank_.assign(static_cast<size_t>(group_->size()), 0);
 }
 
@@ -124,8 +124,9 @@ void ZeroShards::broadcast_params() const {
     for (const auto& ps : params_)
       for (const Tensor& p : ps) {
         if (owner_[index++] != owner) continue;
-        const bool fits = bucket.empty() || (p.dtype() == bucket.front().dtype() &&
-                                             p.device() == bucket.front().device() && bytes + p.nbytes() <= bucket_bytes_);
+        const Tensor& head = bucket.empty() ? p : bucket.front();
+        const bool fits = bucket.empty() || (p.dtype() == head.dtype() && p.device() == head.device() &&
+                                             bytes + p.nbytes() <= bucket_bytes_);
         if (!fits) flush();
         bucket.push_back(p);
         bytes += p.nbytes();
@@ -224,8 +225,9 @@ optim::StateDict ZeroShards::gather_state(const optim::StateDict* local, int to)
 }
 
 optim::StateDict ZeroShards::local_dict(const optim::StateDict& full, const std::string& name) const {
-  STRATA_CHECK(full.type == name, "[ZeroRedundancyOptimizer] load_state_dict: the state dict was saved by '{}', not by {}",
-               full.type, name);
+  STRATA_CHECK(full.type == name,
+               "[ZeroRedundancyOptimizer] load_state_dict: the state dict was saved by '{}', not by {}", full.type,
+               name);
   for (size_t g = 0; g <= params_.size(); ++g) {
     auto it = full.scalars.find(fmt::format("group.{}.num_params", g));
     if (g == params_.size()) {

@@ -130,7 +130,8 @@ TEST(Zero, StateShardsFollowTheGreedyPartitionAndCoverEveryParameter) {
   int64_t mine = 0, state_elements = 0, total = 0;
   for (const auto& group : opt.param_groups()) {
     std::vector<Tensor> sorted = group.params;
-    std::stable_sort(sorted.begin(), sorted.end(), [](const Tensor& a, const Tensor& b) { return a.numel() > b.numel(); });
+    auto larger = [](const Tensor& a, const Tensor& b) { return a.numel() > b.numel(); };
+    std::stable_sort(sorted.begin(), sorted.end(), larger);
     for (const Tensor& p : sorted) {
       const auto least = std::min_element(load.begin(), load.end());
       const int want = static_cast<int>(least - load.begin());

@@ -45,7 +45,7 @@ namespace detail {
 /// parameters of each group in order, as the wrapped optimizer's keys).
 class STRATA_API ZeroShards {
  public:
-  ZeroShards(const ZeroOptions& options);
+  explicit ZeroShards(const ZeroOptions& options);
 
   ProcessGroup& group() const { return *group_; }
   /// Assigns the parameters of the groups not assigned yet (those after num_groups()), each
