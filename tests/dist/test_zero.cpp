@@ -4,6 +4,10 @@
 // differ from the whole batch's by float64 round-off (1e-12). The state is sharded as PyTorch's
 // greedy partition says, and a consolidated state dict is the plain optimizer's, resumable on
 // another world size.
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "dist/dist_testing.h"
 
 namespace strata {
@@ -163,13 +167,24 @@ TEST(Zero, ConsolidatedStateIsThePlainOptimizersAndResumesOnAnotherWorldSize) {
     train_step(*net, opt, step);
     train_step(*ref, ref_opt, step);
   }
-  optim::StateDict full;
+  optim::StateDict whole;
   for (int to = 0; to < n; ++to) {
     opt.consolidate_state_dict(to);
-    if (to == r) full = opt.state_dict();
+    if (to == r) whole = opt.state_dict();
     if (to != r) EXPECT_TRUE(testing::throws_with([&] { opt.state_dict(); }, {"not been consolidated"}));
   }
-  expect_same_dict(full, ref_opt.state_dict());
+  expect_same_dict(whole, ref_opt.state_dict());
+  // a checkpoint written on rank 0 holds the same dict, which every rank reads back
+  Tensor id = full({1}, static_cast<int64_t>(::getpid()), TensorOptions(kInt64));
+  pg->broadcast(id, 0)->wait();
+  const auto path = std::filesystem::temp_directory_path() / fmt::format("strata_zero_{}.ckpt", id.item<int64_t>());
+  opt.consolidate_state_dict(0);
+  if (r == 0) io::save_checkpoint(path.string(), {.model = net.get(), .optimizer = &opt});
+  pg->barrier()->wait();
+  const optim::StateDict full = io::read_checkpoint(path.string()).optimizer;
+  expect_same_dict(full, whole);
+  pg->barrier()->wait();
+  if (r == 0) std::filesystem::remove(path);
 
   // resume on half the ranks (one for 2), and in one plain process, from the dict of this world
   const int half = std::max(1, n / 2);
