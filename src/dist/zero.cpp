@@ -224,25 +224,7 @@ optim::StateDict ZeroShards::gather_state(const optim::StateDict* local, int to)
   return mine;
 }
 
-optim::StateDict ZeroShards::local_dict(const optim::StateDict& full, const std::string& name) const {
-  STRATA_CHECK(full.type == name,
-               "[ZeroRedundancyOptimizer] load_state_dict: the state dict was saved by '{}', not by {}", full.type,
-               name);
-  for (size_t g = 0; g <= params_.size(); ++g) {
-    auto it = full.scalars.find(fmt::format("group.{}.num_params", g));
-    if (g == params_.size()) {
-      STRATA_CHECK(it == full.scalars.end(),
-                   "[ZeroRedundancyOptimizer] load_state_dict: the state dict has more than {} param groups", g);
-      break;
-    }
-    STRATA_CHECK(it != full.scalars.end(),
-                 "[ZeroRedundancyOptimizer] load_state_dict: the state dict has {} param groups, the optimizer {}", g,
-                 params_.size());
-    STRATA_CHECK(it->second == static_cast<double>(params_[g].size()),
-                 "[ZeroRedundancyOptimizer] load_state_dict: param group {} has {} parameters in the state dict but {} "
-                 "here",
-                 g, it->second, params_[g].size());
-  }
+optim::StateDict ZeroShards::local_dict(const optim::StateDict& full) const {
   optim::StateDict out;
   out.type = full.type;
   size_t gi = 0;
@@ -268,9 +250,12 @@ optim::StateDict ZeroShards::local_dict(const optim::StateDict& full, const std:
   return out;
 }
 
-void ZeroShards::add_group_sizes(optim::StateDict& full) const {
-  for (size_t g = 0; g < params_.size(); ++g)
-    full.scalars[fmt::format("group.{}.num_params", g)] = static_cast<double>(params_[g].size());
+optim::StateDict without_states(const optim::StateDict& dict) {
+  optim::StateDict groups;
+  groups.type = dict.type;
+  for (const auto& [key, v] : dict.scalars)
+    if (key.rfind("state.", 0) != 0) groups.scalars[key] = v;
+  return groups;
 }
 
 }  // namespace strata::dist::detail

@@ -254,6 +254,10 @@ StateDict Optimizer::state_dict() const {
   return d;
 }
 
+std::function<void()> Optimizer::restore_point() {
+  return [this, saved = state_dict()] { load_state_dict(saved); };
+}
+
 void Optimizer::load_state_dict(const StateDict& d) {
   NoGradGuard no_grad;
   STRATA_CHECK(d.type == name_, "[{}] load_state_dict: the state dict was saved by '{}', not by {}", name_, d.type,

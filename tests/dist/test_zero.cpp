@@ -68,6 +68,13 @@ void expect_same_on_every_rank(dist::ProcessGroup& pg, const Tensor& t) {
   EXPECT_TRUE(equal(root, t));
 }
 
+// A file name every rank agrees on (rank 0's process id), for a checkpoint rank 0 writes.
+std::string shared_temp_path(dist::ProcessGroup& pg, const char* stem) {
+  Tensor id = full({1}, static_cast<int64_t>(::getpid()), TensorOptions(kInt64));
+  pg.broadcast(id, 0)->wait();
+  return (std::filesystem::temp_directory_path() / fmt::format("{}_{}.ckpt", stem, id.item<int64_t>())).string();
+}
+
 void expect_same_dict(const optim::StateDict& got, const optim::StateDict& want) {
   EXPECT_EQ(got.type, want.type);
   EXPECT_EQ(got.scalars, want.scalars);
@@ -97,6 +104,11 @@ TEST(Zero, AdamWWithASchedulerStepsLikeOneProcessBitForBit) {
     for (size_t g = 0; g < 2; ++g) EXPECT_EQ(local->param_groups()[g].options.lr, 0.01 * (g + 1) / 5.0);
   // the consolidated dict carries the scheduled lrs and the initial_lr, as the plain AdamW's
   opt.consolidate_state_dict(0);
+  if (pg->rank() == 0) expect_same_dict(opt.state_dict(), ref_opt.state_dict());
+  // a scheduler step after consolidating: the dict holds the lrs the next step uses, as the plain
+  // AdamW's does (a checkpoint saved then resumes exactly)
+  sched.step();
+  ref_sched.step();
   if (pg->rank() == 0) expect_same_dict(opt.state_dict(), ref_opt.state_dict());
 }
 
@@ -175,13 +187,11 @@ TEST(Zero, ConsolidatedStateIsThePlainOptimizersAndResumesOnAnotherWorldSize) {
   }
   expect_same_dict(whole, ref_opt.state_dict());
   // a checkpoint written on rank 0 holds the same dict, which every rank reads back
-  Tensor id = full({1}, static_cast<int64_t>(::getpid()), TensorOptions(kInt64));
-  pg->broadcast(id, 0)->wait();
-  const auto path = std::filesystem::temp_directory_path() / fmt::format("strata_zero_{}.ckpt", id.item<int64_t>());
+  const std::string path = shared_temp_path(*pg, "strata_zero");
   opt.consolidate_state_dict(0);
-  if (r == 0) io::save_checkpoint(path.string(), {.model = net.get(), .optimizer = &opt});
+  if (r == 0) io::save_checkpoint(path, {.model = net.get(), .optimizer = &opt});
   pg->barrier()->wait();
-  const optim::StateDict full = io::read_checkpoint(path.string()).optimizer;
+  const optim::StateDict full = io::read_checkpoint(path).optimizer;
   expect_same_dict(full, whole);
   pg->barrier()->wait();
   if (r == 0) std::filesystem::remove(path);
@@ -243,6 +253,89 @@ TEST(Zero, Adam8bitWithAGroupAddedLaterStepsLikeOneProcess) {
   EXPECT_EQ(opt.num_param_groups(), 2u);
   opt.consolidate_state_dict(0);
   if (pg->rank() == 0) expect_same_dict(opt.state_dict(), ref_opt.state_dict());
+}
+
+// io::load_checkpoint on every rank of a checkpoint rank 0 wrote: each rank loads its shard, the
+// run continues bit for bit; a checkpoint the optimizer refuses leaves it as it was.
+TEST(Zero, LoadCheckpointOnEveryRankResumesExactlyAndRollsBackARefusal) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank();
+  auto net = make_net(13), resumed = make_net(14);
+  Zero opt(decay_groups<Zero::Group>(*net));
+  for (int step = 0; step < 3; ++step) train_step(*net, opt, step);
+  const std::string path = shared_temp_path(*pg, "strata_zero_resume");
+  opt.consolidate_state_dict(0);
+  if (r == 0) io::save_checkpoint(path, {.model = net.get(), .optimizer = &opt}, {.step = 3});
+  pg->barrier()->wait();
+
+  Zero resumed_opt(decay_groups<Zero::Group>(*resumed));
+  train_step(*resumed, resumed_opt, 7);  // a state of its own, which the checkpoint replaces
+  io::TrainingState state{.model = resumed.get(), .optimizer = &resumed_opt};
+  EXPECT_EQ(io::load_checkpoint(path, state).step, 3);
+  for (int step = 3; step < 5; ++step) {
+    train_step(*net, opt, step);
+    train_step(*resumed, resumed_opt, step);
+    expect_bitwise_equal(resumed->parameters(), net->parameters(), "resumed from the checkpoint");
+  }
+
+  // one param group where the checkpoint has two: every rank refuses it, nothing changes
+  auto other = make_net(15);
+  Zero other_opt(other->parameters(), {.lr = 0.03});
+  train_step(*other, other_opt, 0);
+  std::vector<Tensor> weights_before;
+  for (const Tensor& p : other->parameters()) weights_before.push_back(p.clone());
+  other_opt.consolidate_state_dict(0);
+  const optim::StateDict before = r == 0 ? other_opt.state_dict() : optim::StateDict{};
+  io::TrainingState other_state{.model = other.get(), .optimizer = &other_opt};
+  EXPECT_TRUE(testing::throws_with([&] { io::load_checkpoint(path, other_state); },
+                                   {"nothing was changed", "param group 0 has 4 parameters"}));
+  other_opt.consolidate_state_dict(0);
+  if (r == 0) expect_same_dict(other_opt.state_dict(), before);
+  for (size_t k = 0; k < weights_before.size(); ++k) EXPECT_TRUE(equal(other->parameters()[k], weights_before[k]));
+  pg->barrier()->wait();
+  if (r == 0) std::filesystem::remove(path);
+}
+
+// SGD whose update raises at the second parameter it updates once `fail` is set: a failure inside
+// the wrapped optimizer's step after some of its parameters moved.
+struct FlakySGD : optim::SGD {
+  using optim::SGD::SGD;
+  bool fail = false;
+  int updates = 0;
+
+ protected:
+  void update(size_t group, const Tensor& param, const Tensor& grad, optim::ParamState& state) override {
+    if (fail && ++updates == 2) throw Error("flaky update");
+    optim::SGD::update(group, param, grad, state);
+  }
+};
+
+TEST(Zero, AFailureInsideTheWrappedStepRaisesEverywhereAndKeepsTheReplicasEqual) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  auto net = make_net(7);
+  dist::ZeroRedundancyOptimizer<FlakySGD> opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+  train_step(*net, opt, 0);
+  opt.consolidate_state_dict(0);
+  // the greedy partition of these 8 parameters gives the last rank of 2 or 4 several of them
+  if (r == n - 1) {
+    EXPECT_GE(opt.local_optimizer()->param_groups()[0].params.size(), 2u);
+    opt.local_optimizer()->fail = true;
+  }
+  std::vector<Tensor> before;
+  for (const Tensor& p : net->parameters()) before.push_back(p.clone());
+  Batch b = batch(1);
+  F::mse_loss((*net)(b.x), b.y).backward();
+  EXPECT_TRUE(testing::throws_with([&] { opt.step(); }, {r == n - 1 ? "flaky update" : "step failed on rank"}));
+  // the shards that stepped (and the failing rank's first parameter) moved on every rank alike
+  bool moved = false;
+  for (size_t k = 0; k < before.size(); ++k) {
+    expect_same_on_every_rank(*pg, net->parameters()[k]);
+    moved = moved || !equal(net->parameters()[k], before[k]);
+  }
+  EXPECT_TRUE(moved);
+  // the state changed, so the dict consolidated before is stale
+  if (r == 0) EXPECT_TRUE(testing::throws_with([&] { opt.state_dict(); }, {"step(s) old"}));
 }
 
 TEST(Zero, BadInputRaisesOnEveryRankAndChangesNothing) {

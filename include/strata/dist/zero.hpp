@@ -18,6 +18,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,10 +72,9 @@ class STRATA_API ZeroShards {
   /// `to`, which returns every rank's "state.*" entries under global indices (empty elsewhere).
   optim::StateDict gather_state(const optim::StateDict* local, int to) const;
   /// The part of a full state dict (every parameter's, as one process's optimizer writes it) for
-  /// this rank's wrapped optimizer. Raises when its groups or parameters are not this one's.
-  optim::StateDict local_dict(const optim::StateDict& full, const std::string& name) const;
-  /// A full state dict's group entries: `scalars` with "group.<g>.num_params" of every group.
-  void add_group_sizes(optim::StateDict& full) const;
+  /// this rank's wrapped optimizer, whose group layout the caller has checked. Raises on an entry
+  /// of no parameter.
+  optim::StateDict local_dict(const optim::StateDict& full) const;
 
  private:
   Device params_device() const;  // where the exchanges' small tensors live: the first parameter's device
@@ -90,6 +90,9 @@ class STRATA_API ZeroShards {
 
 template <class O>
 O options_of(const optim::OptimizerFor<O>*);
+
+/// `dict` without its "state.*" entries: the groups' part of a full state dict.
+STRATA_API optim::StateDict without_states(const optim::StateDict& dict);
 
 }  // namespace detail
 
@@ -115,13 +118,13 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
   /// Steps this rank's parameters with the wrapped optimizer, then broadcasts every rank's.
   Tensor step(const std::function<Tensor()>& closure = {}) override {
     Tensor loss;
-    if (closure) {
-      EnableGradGuard enable;
-      loss = closure();
-    }
     // what every rank can check alone, agreed on before any parameter changes
     std::exception_ptr error;
     try {
+      if (closure) {
+        EnableGradGuard enable;
+        loss = closure();
+      }
       sync_partition();
       this->check_all_options();
       this->check_params();
@@ -136,9 +139,12 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
     } catch (...) {
       error = std::current_exception();
     }
-    shards_.agree(error, "step");  // the shards that stepped keep their update
+    // Even when a rank's step failed midway, every rank receives each owner's parameters as they
+    // are (the shards that stepped keep their update), so the replicas stay one model; the states
+    // changed, so a consolidated dict is stale either way.
     shards_.broadcast_params();
     ++steps_;
+    shards_.agree(error, "step");
     return loss;
   }
 
@@ -152,20 +158,17 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
     sync_options();
     std::optional<optim::StateDict> local;
     if (local_) local = local_->state_dict();
-    optim::StateDict full = shards_.gather_state(local ? &*local : nullptr, to);
+    optim::StateDict states = shards_.gather_state(local ? &*local : nullptr, to);
     consolidated_.reset();
     if (shards_.group().rank() != to) return;
-    full.type = this->name();
-    this->save_options(full.scalars);
-    shards_.add_group_sizes(full);
-    for (size_t g = 0; g < this->num_param_groups(); ++g)
-      if (auto lr0 = this->initial_lr(g)) full.scalars["group." + std::to_string(g) + ".initial_lr"] = *lr0;
-    consolidated_ = std::move(full);
+    consolidated_ = std::move(states);
     consolidated_at_ = steps_;
   }
 
   /// The whole state, in the layout a plain `Opt` over the same groups writes, on the rank that
-  /// consolidate_state_dict() last collected it on, before any further step.
+  /// consolidate_state_dict() last collected it on, before any further step. The groups'
+  /// hyperparameters are their current ones (as PyTorch's), a scheduler step after consolidating
+  /// included.
   optim::StateDict state_dict() const override {
     STRATA_CHECK(consolidated_.has_value(),
                  "[ZeroRedundancyOptimizer] state_dict: the state has not been consolidated on rank {}; call "
@@ -175,7 +178,10 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
                  "[ZeroRedundancyOptimizer] state_dict: the consolidated state is {} step(s) old; call "
                  "consolidate_state_dict(to) again",
                  steps_ - consolidated_at_);
-    return *consolidated_;
+    optim::StateDict full = Base::state_dict();  // the groups' entries: the wrapper keeps no state itself
+    full.scalars.insert(consolidated_->scalars.begin(), consolidated_->scalars.end());
+    full.tensors = consolidated_->tensors;
+    return full;
   }
 
   /// Loads a whole state dict (a plain `Opt`'s or a consolidated one, from any world size), each
@@ -183,32 +189,38 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
   /// rank raises and nothing changes.
   void load_state_dict(const optim::StateDict& full) override {
     sync_partition();
-    std::optional<optim::StateDict> before;
-    bool options_loaded = false;
+    std::function<void()> undo;
     std::exception_ptr error;
     try {
-      optim::StateDict local = shards_.local_dict(full, this->name());
-      this->load_options(full.scalars);
-      options_loaded = true;
-      if (local_) {
-        before = local_->state_dict();
-        local_->load_state_dict(local);
-      }
+      undo = restore_point();
+      // the type, the group layout, the groups' hyperparameters and initial_lr, as a plain Opt
+      // checks and loads them (all or nothing)
+      Base::load_state_dict(detail::without_states(full));
+      optim::StateDict local = shards_.local_dict(full);
+      if (local_) local_->load_state_dict(local);
     } catch (...) {
       error = std::current_exception();
     }
     try {
       shards_.agree(error, "load_state_dict");
     } catch (...) {
-      if (options_loaded) this->restore_options();
-      if (before && !error) local_->load_state_dict(*before);
+      if (undo) undo();
       throw;
     }
-    this->mark_synced();
-    for (size_t g = 0; g < this->num_param_groups(); ++g)
-      if (auto it = full.scalars.find("group." + std::to_string(g) + ".initial_lr"); it != full.scalars.end())
-        this->set_initial_lr(g, it->second);
     consolidated_.reset();
+  }
+
+  /// This rank's part of the state (the groups' hyperparameters and its shard), put back without
+  /// any collective call.
+  std::function<void()> restore_point() override {
+    auto groups = std::make_shared<optim::StateDict>(Base::state_dict());
+    auto shard = std::make_shared<std::optional<optim::StateDict>>();
+    if (local_) *shard = local_->state_dict();
+    return [this, groups, shard] {
+      Base::load_state_dict(*groups);
+      if (local_ && shard->has_value()) local_->load_state_dict(**shard);
+      consolidated_.reset();
+    };
   }
 
   /// The wrapped optimizer over this rank's parameters (its state is this rank's shard); null

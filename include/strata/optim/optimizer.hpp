@@ -101,6 +101,10 @@ class STRATA_API Optimizer {
   /// Restores a state_dict() of an optimizer of the same type with the same group layout and
   /// parameter shapes; on any mismatch raises Error and leaves this optimizer unchanged.
   virtual void load_state_dict(const StateDict& dict);
+  /// A function that puts back the state this optimizer has now, with no collective call: what
+  /// io::load_checkpoint keeps to undo a load. The default holds a state_dict(); a sharded
+  /// optimizer (dist::ZeroRedundancyOptimizer) holds its own rank's part.
+  virtual std::function<void()> restore_point();
 
   /// The optimizer's name ("AdamW"), also the StateDict type.
   const std::string& name() const { return name_; }
