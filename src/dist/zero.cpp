@@ -12,25 +12,14 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/join.hpp>
 
+#include "optim/state_keys.h"
+
 namespace strata::dist::detail {
 
 namespace {
 
-// "state.<i>.<name>" -> (i, name); false for any other key.
-bool split_state_key(const std::string& key, size_t& index, std::string& name) {
-  if (key.rfind("state.", 0) != 0) return false;
-  const size_t dot = key.find('.', 6);
-  if (dot == std::string::npos || dot == 6 || dot + 1 >= key.size() || dot - 6 > 15) return false;
-  index = 0;
-  for (size_t k = 6; k < dot; ++k) {
-    if (key[k] < '0' || key[k] > '9') return false;
-    index = index * 10 + static_cast<size_t>(key[k] - '0');
-  }
-  name = key.substr(dot + 1);
-  return true;
-}
-
-std::string state_key(size_t index, const std::string& name) { return fmt::format("state.{}.{}", index, name); }
+using optim::detail::parse_state_key;
+using optim::detail::state_key;
 
 enum Kind : int64_t { kScalar = 0, kTensor = 1 };
 
@@ -162,7 +151,7 @@ optim::StateDict ZeroShards::gather_state(const optim::StateDict* local, int to)
     size_t li = 0;
     std::string name;
     for (const auto& [key, v] : local->scalars) {
-      if (!split_state_key(key, li, name)) continue;  // the groups' entries are made on `to`
+      if (!parse_state_key(key, li, name)) continue;  // the groups' entries are made on `to`
       const size_t gi = local_to_global_.at(li);
       mine.scalars[state_key(gi, name)] = v;
       int64_t bits = 0;
@@ -172,7 +161,7 @@ optim::StateDict ZeroShards::gather_state(const optim::StateDict* local, int to)
       records.push_back(bits);
     }
     for (const auto& [key, t] : local->tensors) {
-      STRATA_CHECK(split_state_key(key, li, name), "[ZeroRedundancyOptimizer] unexpected state entry '{}'", key);
+      STRATA_CHECK(parse_state_key(key, li, name), "[ZeroRedundancyOptimizer] unexpected state entry '{}'", key);
       const size_t gi = local_to_global_.at(li);
       mine.tensors[state_key(gi, name)] = t;
       records.insert(records.end(), {kTensor, static_cast<int64_t>(gi)});
@@ -230,7 +219,7 @@ optim::StateDict ZeroShards::local_dict(const optim::StateDict& full) const {
   size_t gi = 0;
   std::string entry;
   auto local_key = [&](const std::string& key) -> std::optional<std::string> {
-    STRATA_CHECK(split_state_key(key, gi, entry) && gi < owner_.size(),
+    STRATA_CHECK(parse_state_key(key, gi, entry) && gi < owner_.size(),
                  "[ZeroRedundancyOptimizer] load_state_dict: unexpected entry '{}' in the state dict", key);
     if (local_of_global_[gi] < 0) return std::nullopt;
     return state_key(static_cast<size_t>(local_of_global_[gi]), entry);
