@@ -6,6 +6,7 @@
 #include <strata/dist/pipeline.hpp>
 
 #include <algorithm>
+#include <utility>
 
 #include <strata/autograd/autograd.hpp>
 #include <strata/ops/binary.hpp>
@@ -81,7 +82,8 @@ Tensor PipelineSchedule::train_step(const Tensor& input, const Tensor& target, c
   std::vector<Tensor> detached_losses(n);  // keep no graph
   int64_t in_flight = 0;
   max_in_flight_ = 0;
-  auto run_forward = [&](size_t m) {
+  Tensor held;  // an output whose send waits for the next backward's receive
+  auto run_forward = [&](size_t m, bool send_later) {
     Tensor x = is_first() ? inputs[m] : receive_activation();
     if (!is_first() && is_floating(x.dtype())) x.requires_grad_();
     Tensor out = stage_(x);
@@ -90,6 +92,8 @@ Tensor PipelineSchedule::train_step(const Tensor& input, const Tensor& target, c
       STRATA_CHECK(loss.numel() == 1, "[{}] the loss must have one element, got shape {}", name_, loss.shape());
       losses[m] = loss / static_cast<double>(chunks_);
       detached_losses[m] = losses[m].detach();
+    } else if (send_later) {
+      held = out;
     } else {
       send_activation(out);
     }
@@ -102,7 +106,9 @@ Tensor PipelineSchedule::train_step(const Tensor& input, const Tensor& target, c
       losses[m].backward();
     } else {
       Tensor grad = empty(outs[m].shape(), outs[m].options());
-      group_->recv(grad, rank + 1)->wait();
+      std::shared_ptr<Work> received = group_->recv(grad, rank + 1);
+      if (held.defined()) send_activation(std::exchange(held, Tensor()));
+      received->wait();
       outs[m].backward(grad);
     }
     if (!is_first()) {
@@ -113,9 +119,10 @@ Tensor PipelineSchedule::train_step(const Tensor& input, const Tensor& target, c
     --in_flight;
   };
   for (const Action& a : actions()) {
-    if (a.forward) run_forward(static_cast<size_t>(a.micro_batch));
+    if (a.forward) run_forward(static_cast<size_t>(a.micro_batch), a.send_after_next_receive);
     else run_backward(static_cast<size_t>(a.micro_batch));
   }
+  if (held.defined()) send_activation(held);  // a schedule that ends on such a forward (none does)
   wait_sends();
   Tensor total = zeros({1}, TensorOptions(kFloat64, device_));
   if (is_last()) {
@@ -157,14 +164,19 @@ Schedule1F1B::Schedule1F1B(nn::Module& stage, PipelineOptions options)
 
 // Megatron-LM's forward_backward_pipelining_without_interleaving: rank k's warm-up fills the
 // pipeline below it (stages - k - 1 forwards), so its first backward arrives just as its next
-// forward is done; each later forward then waits on one backward.
+// forward is done; each later forward then waits on one backward. In that steady state rank k
+// would send an activation to k + 1 and then receive a gradient from it while k + 1 sends that
+// gradient and then receives the activation: with sends that wait for their receive (NCCL's
+// may for large messages, all on the group's one stream) both would wait forever. So, as Megatron's
+// send_forward_recv_backward and torch's batched p2p do, the activation goes out once the
+// gradient's receive is posted; k + 1 sends that gradient before it needs this activation.
 std::vector<PipelineSchedule::Action> Schedule1F1B::actions() const {
   const int64_t warmup = std::min<int64_t>(group_->size() - group_->rank() - 1, chunks_);
   std::vector<Action> order;
   int64_t next_forward = 0, next_backward = 0;
   while (next_forward < warmup) order.push_back({true, next_forward++});
   while (next_forward < chunks_) {
-    order.push_back({true, next_forward++});
+    order.push_back({true, next_forward++, /*send_after_next_receive=*/true});
     order.push_back({false, next_backward++});
   }
   while (next_backward < chunks_) order.push_back({false, next_backward++});

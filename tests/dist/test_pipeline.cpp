@@ -123,6 +123,87 @@ TEST(Schedule1F1B, TrainsLikeTheWholeChainAndGPipeWithBoundedActivations) {
   }
 }
 
+// A schedule with its order of actions in reach.
+template <class Schedule>
+struct Exposed : Schedule {
+  using Schedule::Schedule;
+  using Schedule::actions;
+};
+
+// Every rank's sends and receives in train_step's order (the actions from each rank's own
+// schedule), replayed with the strictest backend: a send waits for its receive and a receive for
+// its send, one at a time (as NCCL's, all on one stream, may for large messages). Each message
+// meets the one it should, and no rank waits forever.
+template <class Schedule>
+void messages_meet_with_blocking_sends(int64_t chunks) {
+  auto pg = dist_testing::group();
+  const int n = pg->size();
+  nn::Linear stage(2, 2);
+  Exposed<Schedule> pipe(stage, {.chunks = chunks});
+  std::vector<int64_t> mine;  // (forward, micro-batch, send after the next receive) per action
+  for (const auto& a : pipe.actions())
+    mine.insert(mine.end(), {int64_t{a.forward}, a.micro_batch, int64_t{a.send_after_next_receive}});
+  EXPECT_EQ(static_cast<int64_t>(mine.size()), 6 * chunks);
+  mine.resize(static_cast<size_t>(6 * chunks));
+  std::vector<Tensor> all;
+  for (int k = 0; k < n; ++k) all.push_back(empty({6 * chunks}, TensorOptions(kInt64)));
+  pg->allgather(all, from_vector(mine))->wait();
+
+  struct Message {
+    bool send;
+    int peer;
+    bool activation;
+    int64_t micro_batch;
+  };
+  std::vector<std::vector<Message>> messages(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    const int64_t* a = all[static_cast<size_t>(k)].data_ptr<int64_t>();
+    std::vector<Message>& out = messages[static_cast<size_t>(k)];
+    std::optional<Message> held;
+    for (int64_t i = 0; i < 2 * chunks; ++i) {
+      const bool forward = a[3 * i] != 0, later = a[3 * i + 2] != 0;
+      const int64_t m = a[3 * i + 1];
+      if (forward) {
+        if (k > 0) out.push_back({false, k - 1, true, m});
+        const Message send{true, k + 1, true, m};
+        if (k < n - 1 && later) held = send;
+        else if (k < n - 1) out.push_back(send);
+      } else {
+        if (k < n - 1) out.push_back({false, k + 1, false, m});
+        if (held) out.push_back(*std::exchange(held, std::nullopt));
+        if (k > 0) out.push_back({true, k - 1, false, m});
+      }
+    }
+  }
+  std::vector<size_t> at(static_cast<size_t>(n), 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int k = 0; k < n; ++k) {
+      const auto& mk = messages[static_cast<size_t>(k)];
+      if (at[k] == mk.size() || !mk[at[k]].send) continue;
+      const Message& s = mk[at[k]];
+      const auto& mp = messages[static_cast<size_t>(s.peer)];
+      size_t& ap = at[static_cast<size_t>(s.peer)];
+      if (ap == mp.size() || mp[ap].send || mp[ap].peer != k) continue;
+      EXPECT_TRUE(mp[ap].activation == s.activation && mp[ap].micro_batch == s.micro_batch)
+          << "rank " << s.peer << " receives another message than rank " << k << " sends";
+      ++at[k];
+      ++ap;
+      moved = true;
+    }
+  }
+  for (int k = 0; k < n; ++k)
+    EXPECT_EQ(at[k], messages[static_cast<size_t>(k)].size()) << "rank " << k << " waits forever";
+}
+
+TEST(Schedule1F1B, MessagesMeetWithSendsThatWaitForTheirReceive) {
+  for (int64_t chunks : {1, 2, 3, 4, 8, 9}) {
+    SCOPED_TRACE(fmt::format("{} micro-batches", chunks));
+    messages_meet_with_blocking_sends<dist::Schedule1F1B>(chunks);
+    messages_meet_with_blocking_sends<dist::GPipe>(chunks);
+  }
+}
+
 TEST(GPipe, BadBatchesRaise) {
   auto pg = dist_testing::group();
   nn::Linear stage(2, 2);

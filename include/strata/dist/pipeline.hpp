@@ -63,6 +63,9 @@ class STRATA_API PipelineSchedule {
   struct Action {
     bool forward;
     int64_t micro_batch;
+    /// A forward only: its output goes to the next stage once the following backward has posted
+    /// the receive of its gradient, not at once (1F1B's steady state, see Schedule1F1B::actions).
+    bool send_after_next_receive = false;
   };
   PipelineSchedule(nn::Module& stage, PipelineOptions options, const char* name);
   /// This rank's forwards and backwards, in order: every micro-batch once each, its forward
