@@ -255,6 +255,28 @@ TEST(Zero, Adam8bitWithAGroupAddedLaterStepsLikeOneProcess) {
   if (pg->rank() == 0) expect_same_dict(opt.state_dict(), ref_opt.state_dict());
 }
 
+// GradScaler drives it through the virtual step(): a step with inf gradients (the same on every
+// rank) is skipped everywhere, the others are one process's AdamW's, bit for bit.
+TEST(Zero, UnderGradScalerSkipsAnInfStepAndOtherwiseStepsLikeOneProcess) {
+  auto net = make_net(17), ref = make_net(17);
+  Zero opt(net->parameters(), {.lr = 0.01});
+  optim::AdamW ref_opt(ref->parameters(), {.lr = 0.01});
+  amp::GradScaler scaler({.init_scale = 64}), ref_scaler({.init_scale = 64});
+  for (int step = 0; step < 3; ++step) {
+    Batch b = batch(step);
+    if (step == 1) b.y = full({8, 5}, std::numeric_limits<double>::infinity(), TensorOptions(kFloat64));
+    for (auto [m, o, s] : {std::tuple<Net*, optim::Optimizer*, amp::GradScaler*>{net.get(), &opt, &scaler},
+                           {ref.get(), &ref_opt, &ref_scaler}}) {
+      s->scale(F::mse_loss((*m)(b.x), b.y)).backward();
+      EXPECT_EQ(s->step(*o), step != 1);
+      s->update();
+      o->zero_grad();
+    }
+    expect_bitwise_equal(net->parameters(), ref->parameters(), "parameter");
+  }
+  EXPECT_EQ(scaler.get_scale(), 32);
+}
+
 // io::load_checkpoint on every rank of a checkpoint rank 0 wrote: each rank loads its shard, the
 // run continues bit for bit; a checkpoint the optimizer refuses leaves it as it was.
 TEST(Zero, LoadCheckpointOnEveryRankResumesExactlyAndRollsBackARefusal) {
