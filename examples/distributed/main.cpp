@@ -6,7 +6,8 @@
 // model; a DistributedSampler gives each rank its share of every epoch's shuffled order; DDP
 // averages the gradients, so the ranks stay identical. Rank 0 prints each epoch's mean loss
 // over the ranks and the accuracy on the whole dataset; at the end every rank checks that its
-// parameters equal everyone else's.
+// parameters equal everyone else's. With --zero the optimizer state is sharded over the ranks
+// (ZeroRedundancyOptimizer): the same steps, bit for bit, with each rank keeping a part.
 #include <cmath>
 #include <cstdio>
 
@@ -23,6 +24,7 @@ struct Options {
   int64_t epochs = 20, batch = 32, points = 600;
   double lr = 0.1, bucket_mb = 25;
   std::string backend = "mpi";
+  bool zero = false;
 };
 
 // `points` points of 3 spirals: inputs (points, 2), labels (points) in {0, 1, 2}
@@ -59,7 +61,10 @@ int train(const Options& o) {
   Mlp net;
   net.to(device);
   dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = o.bucket_mb});
-  optim::SGD opt(net.parameters(), {.lr = o.lr, .momentum = 0.9});
+  const optim::SGDOptions sgd{.lr = o.lr, .momentum = 0.9};
+  std::unique_ptr<optim::Optimizer> opt;
+  if (o.zero) opt = std::make_unique<dist::ZeroRedundancyOptimizer<optim::SGD>>(net.parameters(), sgd);
+  else opt = std::make_unique<optim::SGD>(net.parameters(), sgd);
   data::DistributedSampler sampler(o.points, rank, world, {.seed = 7});
   if (rank == 0) std::printf("%d ranks, %lld points each epoch\n", world, static_cast<long long>(o.points));
   for (int64_t epoch = 0; epoch < o.epochs; ++epoch) {
@@ -71,8 +76,8 @@ int train(const Options& o) {
       Tensor idx = from_vector(rows).to(device);
       Tensor loss = F::cross_entropy(ddp(x.index_select(0, idx)), y.index_select(0, idx));
       loss.backward();
-      opt.step();
-      opt.zero_grad();
+      opt->step();
+      opt->zero_grad();
       loss_sum += loss.item<double>();
       ++steps;
     }
@@ -106,6 +111,7 @@ int main(int argc, char** argv) {
   app.add_option("--points", o.points, "dataset size")->check(CLI::Range(int64_t{3}, int64_t{1} << 24));
   app.add_option("--lr", o.lr, "SGD learning rate (momentum 0.9)")->check(CLI::PositiveNumber);
   app.add_option("--bucket-mb", o.bucket_mb, "DDP bucket cap in MiB")->check(CLI::PositiveNumber);
+  app.add_flag("--zero", o.zero, "shard the optimizer state over the ranks (ZeRO-1)");
   app.add_option("--backend", o.backend, "mpi (CPU) or nccl (CUDA)")->check(CLI::IsMember({"mpi", "nccl"}));
   CLI11_PARSE(app, argc, argv);
   try {

@@ -81,6 +81,7 @@
 #include <strata/dist/pipeline.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/dist/tensor_parallel.hpp>
+#include <strata/dist/zero.hpp>
 
 #include <strata/memory/checkpoint.hpp>
 #include <strata/memory/compress.hpp>

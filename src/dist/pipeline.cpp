@@ -1,9 +1,12 @@
-// GPipe's schedule over a process group's send and recv: all micro-batches forward, then all
-// backward in reverse order. An activation travels with a small int64 header (its rank, dims
-// and dtype) as the next stage cannot know its shape; a gradient travels bare, as its receiver
-// holds the activation it belongs to. Messages between two ranks keep their order (one tag),
-// which NCCL's send/recv need as well as MPI's.
+// The pipeline schedules over a process group's send and recv. A schedule is only its order of
+// forwards and backwards (actions()); train_step runs any such order. An activation travels
+// with a small int64 header (its rank, dims and dtype) as the next stage cannot know its shape;
+// a gradient travels bare, as its receiver holds the activation it belongs to. Messages between
+// two ranks keep their order (one tag), which NCCL's send/recv need as well as MPI's.
 #include <strata/dist/pipeline.hpp>
+
+#include <algorithm>
+#include <utility>
 
 #include <strata/autograd/autograd.hpp>
 #include <strata/ops/binary.hpp>
@@ -23,21 +26,21 @@ Device stage_device(nn::Module& stage) {
 
 }  // namespace
 
-GPipe::GPipe(nn::Module& stage, GPipeOptions options)
-    : stage_(stage), chunks_(options.chunks),
-      group_(options.process_group ? options.process_group : default_group()), device_(stage_device(stage)) {
-  STRATA_CHECK(chunks_ > 0, "[GPipe] chunks must be positive, got {}", chunks_);
+PipelineSchedule::PipelineSchedule(nn::Module& stage, PipelineOptions options, const char* name)
+    : group_(options.process_group ? options.process_group : default_group()), chunks_(options.chunks), stage_(stage),
+      name_(name), device_(stage_device(stage)) {
+  STRATA_CHECK(chunks_ > 0, "[{}] chunks must be positive, got {}", name_, chunks_);
 }
 
-std::vector<Tensor> GPipe::split(const Tensor& t, const char* what) const {
-  STRATA_CHECK(t.defined() && t.dim() > 0, "[GPipe] the {} must be a tensor with a batch dim on rank {}", what,
+std::vector<Tensor> PipelineSchedule::split(const Tensor& t, const char* what) const {
+  STRATA_CHECK(t.defined() && t.dim() > 0, "[{}] the {} must be a tensor with a batch dim on rank {}", name_, what,
                group_->rank());
-  STRATA_CHECK(t.size(0) % chunks_ == 0, "[GPipe] the {} batch of {} does not split into {} micro-batches", what,
+  STRATA_CHECK(t.size(0) % chunks_ == 0, "[{}] the {} batch of {} does not split into {} micro-batches", name_, what,
                t.size(0), chunks_);
   return t.split(t.size(0) / chunks_, 0);
 }
 
-Tensor GPipe::receive_activation() {
+Tensor PipelineSchedule::receive_activation() {
   Tensor header = zeros({kMaxDims + 2}, TensorOptions(kInt64, device_));
   group_->recv(header, group_->rank() - 1)->wait();
   Tensor h = header.cpu();
@@ -48,8 +51,9 @@ Tensor GPipe::receive_activation() {
   return t;
 }
 
-void GPipe::send_activation(const Tensor& out) {
-  STRATA_CHECK(out.dim() <= kMaxDims, "[GPipe] a stage's output has {} dims; at most {} travel", out.dim(), kMaxDims);
+void PipelineSchedule::send_activation(const Tensor& out) {
+  STRATA_CHECK(out.dim() <= kMaxDims, "[{}] a stage's output has {} dims; at most {} travel", name_, out.dim(),
+               kMaxDims);
   std::vector<int64_t> header(kMaxDims + 2, 0);
   header[0] = out.dim();
   header[1] = static_cast<int64_t>(out.dtype());
@@ -58,54 +62,78 @@ void GPipe::send_activation(const Tensor& out) {
   sends_.push_back(group_->send(out.detach().contiguous(), group_->rank() + 1));
 }
 
-Tensor GPipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn) {
+void PipelineSchedule::wait_sends() {
+  for (auto& w : sends_) w->wait();
+  sends_.clear();
+}
+
+Tensor PipelineSchedule::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn) {
   const int rank = group_->rank();
   std::vector<Tensor> inputs, targets;
   if (is_first()) inputs = split(input, "input");
   if (is_last()) {
     targets = split(target, "target");
-    STRATA_CHECK(loss_fn != nullptr, "[GPipe] the last stage needs a loss function");
+    STRATA_CHECK(loss_fn != nullptr, "[{}] the last stage needs a loss function", name_);
   }
-  std::vector<Tensor> xs(static_cast<size_t>(chunks_)), outs(xs.size()), losses(xs.size());
-  for (size_t m = 0; m < xs.size(); ++m) {
+  // a micro-batch's stage input and output (and through them its graph) live from its forward
+  // to its backward
+  const size_t n = static_cast<size_t>(chunks_);
+  std::vector<Tensor> xs(n), outs(n), losses(n);
+  std::vector<Tensor> detached_losses(n);  // keep no graph
+  int64_t in_flight = 0;
+  max_in_flight_ = 0;
+  Tensor held;  // an output whose send waits for the next backward's receive
+  auto run_forward = [&](size_t m, bool send_later) {
     Tensor x = is_first() ? inputs[m] : receive_activation();
     if (!is_first() && is_floating(x.dtype())) x.requires_grad_();
     Tensor out = stage_(x);
     if (is_last()) {
       Tensor loss = loss_fn(out, targets[m]);
-      STRATA_CHECK(loss.numel() == 1, "[GPipe] the loss must have one element, got shape {}", loss.shape());
+      STRATA_CHECK(loss.numel() == 1, "[{}] the loss must have one element, got shape {}", name_, loss.shape());
       losses[m] = loss / static_cast<double>(chunks_);
+      detached_losses[m] = losses[m].detach();
+    } else if (send_later) {
+      held = out;
     } else {
       send_activation(out);
     }
     xs[m] = x;
     outs[m] = out;
-  }
-  for (size_t m = xs.size(); m-- > 0;) {
+    max_in_flight_ = std::max(max_in_flight_, ++in_flight);
+  };
+  auto run_backward = [&](size_t m) {
     if (is_last()) {
       losses[m].backward();
     } else {
       Tensor grad = empty(outs[m].shape(), outs[m].options());
-      group_->recv(grad, rank + 1)->wait();
+      std::shared_ptr<Work> received = group_->recv(grad, rank + 1);
+      if (held.defined()) send_activation(std::exchange(held, Tensor()));
+      received->wait();
       outs[m].backward(grad);
     }
     if (!is_first()) {
       Tensor g = xs[m].requires_grad() && xs[m].grad().defined() ? xs[m].grad() : zeros_like(xs[m]);
       sends_.push_back(group_->send(g.contiguous(), rank - 1));
     }
+    xs[m] = outs[m] = losses[m] = Tensor();
+    --in_flight;
+  };
+  for (const Action& a : actions()) {
+    if (a.forward) run_forward(static_cast<size_t>(a.micro_batch), a.send_after_next_receive);
+    else run_backward(static_cast<size_t>(a.micro_batch));
   }
-  for (auto& w : sends_) w->wait();
-  sends_.clear();
+  if (held.defined()) send_activation(held);  // a schedule that ends on such a forward (none does)
+  wait_sends();
   Tensor total = zeros({1}, TensorOptions(kFloat64, device_));
   if (is_last()) {
-    NoGradGuard no_grad;
-    for (const Tensor& l : losses) total.add_(l.detach().to(kFloat64).view({1}));
+    NoGradGuard no_grad;  // summed in micro-batch order, whatever the schedule
+    for (const Tensor& l : detached_losses) total.add_(l.to(kFloat64).view({1}));
   }
   group_->broadcast(total, group_->size() - 1)->wait();
   return total.view({});
 }
 
-Tensor GPipe::forward(const Tensor& input) {
+Tensor PipelineSchedule::forward(const Tensor& input) {
   NoGradGuard no_grad;
   std::vector<Tensor> inputs, outputs;
   if (is_first()) inputs = split(input, "input");
@@ -118,9 +146,41 @@ Tensor GPipe::forward(const Tensor& input) {
     }
     send_activation(out);
   }
-  for (auto& w : sends_) w->wait();
-  sends_.clear();
+  wait_sends();
   return is_last() ? cat(outputs, 0) : Tensor();
+}
+
+GPipe::GPipe(nn::Module& stage, PipelineOptions options) : PipelineSchedule(stage, std::move(options), "GPipe") {}
+
+std::vector<PipelineSchedule::Action> GPipe::actions() const {
+  std::vector<Action> order;
+  for (int64_t m = 0; m < chunks_; ++m) order.push_back({true, m});
+  for (int64_t m = chunks_; m-- > 0;) order.push_back({false, m});
+  return order;
+}
+
+Schedule1F1B::Schedule1F1B(nn::Module& stage, PipelineOptions options)
+    : PipelineSchedule(stage, std::move(options), "Schedule1F1B") {}
+
+// Megatron-LM's forward_backward_pipelining_without_interleaving: rank k's warm-up fills the
+// pipeline below it (stages - k - 1 forwards), so its first backward arrives just as its next
+// forward is done; each later forward then waits on one backward. In that steady state rank k
+// would send an activation to k + 1 and then receive a gradient from it while k + 1 sends that
+// gradient and then receives the activation: with sends that wait for their receive (NCCL's
+// may for large messages, all on the group's one stream) both would wait forever. So, as Megatron's
+// send_forward_recv_backward and torch's batched p2p do, the activation goes out once the
+// gradient's receive is posted; k + 1 sends that gradient before it needs this activation.
+std::vector<PipelineSchedule::Action> Schedule1F1B::actions() const {
+  const int64_t warmup = std::min<int64_t>(group_->size() - group_->rank() - 1, chunks_);
+  std::vector<Action> order;
+  int64_t next_forward = 0, next_backward = 0;
+  while (next_forward < warmup) order.push_back({true, next_forward++});
+  while (next_forward < chunks_) {
+    order.push_back({true, next_forward++, /*send_after_next_receive=*/true});
+    order.push_back({false, next_backward++});
+  }
+  while (next_backward < chunks_) order.push_back({false, next_backward++});
+  return order;
 }
 
 }  // namespace strata::dist

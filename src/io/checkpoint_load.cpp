@@ -89,8 +89,8 @@ Checkpoint load_checkpoint(const std::string& path, TrainingState& s) {
 
   // Apply. The model, fully checked above, goes last; the other parts can still refuse their
   // state dict (a different param group layout, say), so each is restored from its snapshot.
-  std::optional<optim::StateDict> optim_before;
-  if (s.optimizer) optim_before = s.optimizer->state_dict();
+  std::function<void()> restore_optimizer;
+  if (s.optimizer) restore_optimizer = s.optimizer->restore_point();
   int stage = 0;  // the part being loaded: 1 scheduler, 2 scaler, 3 optimizer, 4 model
   try {
     stage = 1;
@@ -113,7 +113,7 @@ Checkpoint load_checkpoint(const std::string& path, TrainingState& s) {
         unrestored.push_back(fmt::format("the {} could not be restored ({})", part, r.what()));
       }
     };
-    restore(stage >= 3 && s.optimizer, "optimizer", [&] { s.optimizer->load_state_dict(*optim_before); });
+    restore(stage >= 3 && s.optimizer, "optimizer", restore_optimizer);
     restore(stage >= 2 && s.scaler, "grad scaler", [&] { s.scaler.load(*scaler_before); });
     restore(stage >= 1 && s.scheduler, "scheduler", [&] { s.scheduler.load(*sched_before); });
     // The model's own checks passed above, so only a failing copy (a device error) stops it

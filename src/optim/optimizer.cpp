@@ -20,6 +20,7 @@
 #include <strata/autograd/grad_mode.hpp>
 
 #include "core/tensor_internal.h"
+#include "optim/state_keys.h"
 #include "optim/update_util.h"
 
 namespace strata::optim {
@@ -42,22 +43,10 @@ std::optional<ParamState> retyped(const std::vector<StateSpec>& specs, const Par
   return out;
 }
 
-std::string state_key(size_t index, const std::string& name) { return fmt::format("state.{}.{}", index, name); }
-std::string group_scalar(size_t g, const char* field) { return fmt::format("group.{}.{}", g, field); }
+using detail::parse_state_key;
+using detail::state_key;
 
-// "state.<i>.<name>" -> (i, name); false for any other form.
-bool parse_state_key(const std::string& key, size_t& index, std::string& name) {
-  if (key.rfind("state.", 0) != 0) return false;
-  size_t dot = key.find('.', 6);
-  if (dot == std::string::npos || dot == 6 || dot + 1 >= key.size()) return false;
-  index = 0;
-  for (size_t i = 6; i < dot; ++i) {
-    if (key[i] < '0' || key[i] > '9' || index > (size_t(1) << 40)) return false;
-    index = index * 10 + size_t(key[i] - '0');
-  }
-  name = key.substr(dot + 1);
-  return true;
-}
+std::string group_scalar(size_t g, const char* field) { return fmt::format("group.{}.{}", g, field); }
 
 }  // namespace
 
@@ -252,6 +241,10 @@ StateDict Optimizer::state_dict() const {
     }
   }
   return d;
+}
+
+std::function<void()> Optimizer::restore_point() {
+  return [this, saved = state_dict()] { load_state_dict(saved); };
 }
 
 void Optimizer::load_state_dict(const StateDict& d) {

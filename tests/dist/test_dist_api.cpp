@@ -15,6 +15,9 @@ TEST(DistApi, NothingWorksBeforeInitProcessGroup) {
   nn::Linear layer(2, 2);
   EXPECT_TRUE(throws_with([&] { dist::DistributedDataParallel ddp(layer); }, {"no default process group"}));
   EXPECT_TRUE(throws_with([&] { dist::GPipe pipe(layer); }, {"no default process group"}));
+  EXPECT_TRUE(throws_with([&] { dist::Schedule1F1B pipe(layer); }, {"no default process group"}));
+  EXPECT_TRUE(throws_with([&] { dist::ZeroRedundancyOptimizer<optim::SGD> opt(layer.parameters()); },
+                          {"no default process group"}));
   EXPECT_TRUE(throws_with([] { dist::ColumnParallelLinear(2, 2); }, {"no default process group"}));
   EXPECT_TRUE(throws_with([] { dist::init_process_group("gloo"); }, {"unknown backend 'gloo'"}));
   EXPECT_FALSE(dist::is_available("gloo"));

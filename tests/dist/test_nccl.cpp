@@ -1,7 +1,8 @@
 // The NCCL process group (label cuda; skipped without a GPU or a build without NCCL), under
 // mpirun with one rank per GPU: each collective on CUDA tensors, in several dtypes and
 // layouts, gives what the MPI group (tested against closed forms in test_collectives.cpp) gives
-// on the same values on the CPU; DDP on a CUDA model keeps training like its CPU twin.
+// on the same values on the CPU; DDP on a CUDA model keeps training like its CPU twin, and so
+// does ZeroRedundancyOptimizer (its broadcasts, error agreement and state exchange on NCCL).
 #include "dist/dist_testing.h"
 
 namespace strata {
@@ -141,6 +142,40 @@ TEST(Nccl, DdpOnCudaMatchesItsCpuTwin) {
   gpu_ddp(x.to(dev)).square().sum().backward();
   EXPECT_TRUE(allclose(gpu_net.weight.grad().cpu(), cpu_net.weight.grad(), 1e-12, 1e-12));
   EXPECT_TRUE(allclose(gpu_net.bias.grad().cpu(), cpu_net.bias.grad(), 1e-12, 1e-12));
+}
+
+TEST(Nccl, ZeroOnCudaMatchesItsCpuTwin) {
+  SKIP_WITHOUT_NCCL();
+  const int r = dist_testing::group()->rank();
+  const Device dev = Device::cuda(r % cuda::device_count());
+  manual_seed(11);  // the same model on every rank
+  nn::Sequential cpu_net(nn::Linear(6, 5), nn::Tanh(), nn::Linear(5, 3));
+  cpu_net.to(kFloat64);
+  nn::Sequential gpu_net(nn::Linear(6, 5), nn::Tanh(), nn::Linear(5, 3));
+  gpu_net.to(kFloat64);
+  gpu_net.load_state_dict(cpu_net.state_dict());
+  gpu_net.to(dev);
+  using Zero = dist::ZeroRedundancyOptimizer<optim::AdamW>;
+  Zero cpu_opt(cpu_net.parameters(), {.lr = 0.01});
+  Zero gpu_opt(gpu_net.parameters(), {.lr = 0.01}, {.process_group = nccl_group(), .broadcast_bucket_mb = 1e-4});
+  Tensor x = inputs(0, kFloat64, Layout::Contiguous, kCPU);  // the same batch on every rank
+  for (int step = 0; step < 3; ++step) {
+    cpu_net(x).square().sum().backward();
+    gpu_net(x.to(dev)).square().sum().backward();
+    cpu_opt.step();
+    gpu_opt.step();
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+  }
+  auto got = gpu_net.parameters(), want = cpu_net.parameters();
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(allclose(got[k].cpu(), want[k], 1e-12, 1e-12)) << k;
+  cpu_opt.consolidate_state_dict(0);
+  gpu_opt.consolidate_state_dict(0);
+  if (r != 0) return;
+  const optim::StateDict g = gpu_opt.state_dict(), c = cpu_opt.state_dict();
+  EXPECT_EQ(g.scalars, c.scalars);
+  ASSERT_EQ(g.tensors.size(), c.tensors.size());
+  for (const auto& [key, t] : c.tensors) EXPECT_TRUE(allclose(g.tensors.at(key).cpu(), t, 1e-12, 1e-12)) << key;
 }
 
 }  // namespace

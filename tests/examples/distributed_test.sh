@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of the data-parallel example under mpirun with 2 ranks: the loss must fall
 # clearly, the accuracy on the three spirals must be well above chance (33%), and both ranks
-# must end with identical parameters; a bad option is refused before MPI starts.
+# must end with identical parameters; with --zero (sharded optimizer state) every epoch's line is
+# the same as without; a bad option is refused before MPI starts.
 # usage: distributed_test.sh MPIEXEC DISTRIBUTED_TRAIN WORK_DIR
 set -euo pipefail
 mpiexec=$1 example=$2 work=$3
@@ -20,6 +21,10 @@ acc=$(sed -nE 's/^epoch 30 loss ([0-9.]+) accuracy ([0-9.]+)%.*/\2/p' out.txt)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.5 * a) }' || fail "the loss did not fall clearly ($first -> $last)"
 awk -v a="$acc" 'BEGIN { exit !(a > 80) }' || fail "accuracy $acc% is not well above chance"
 [[ $(grep -c 'parameters identical on all 2 ranks' out.txt) == 2 ]] || fail "the ranks' parameters differ"
+
+"$mpiexec" --oversubscribe -np 2 "$example" --epochs 30 --batch 30 --bucket-mb 0.01 --zero > zero.txt
+diff <(grep '^epoch' out.txt) <(grep '^epoch' zero.txt) || fail "--zero trained differently"
+[[ $(grep -c 'parameters identical on all 2 ranks' zero.txt) == 2 ]] || fail "the ranks' parameters differ (--zero)"
 
 set +e
 "$example" --epochs 0 2>err.txt

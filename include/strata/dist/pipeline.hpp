@@ -1,10 +1,16 @@
-// Pipeline parallelism with GPipe's schedule: the model is cut into stages, one per rank of the
-// group in rank order; a batch is split into micro-batches that flow forward through the stages
-// (activations sent with send/recv), then backward in reverse order (gradients of the
-// activations sent back), so the stages work on different micro-batches at once. The stages'
-// gradients accumulate as for the whole batch; the optimizer step stays with the caller.
+// Pipeline parallelism: the model is cut into stages, one per rank of the group in rank order; a
+// batch is split into micro-batches that flow forward through the stages (activations sent with
+// send/recv) and backward in reverse (gradients of the activations sent back), so the stages work
+// on different micro-batches at once. The stages' gradients accumulate as for the whole batch; the
+// optimizer step stays with the caller. Two schedules, with one contract:
+//  - GPipe: every micro-batch forward, then every one backward: each rank holds the activations
+//    of all `chunks` micro-batches at the peak.
+//  - Schedule1F1B (PipeDream-Flush, Megatron-LM's non-interleaved schedule): rank k runs
+//    stages - k - 1 warm-up forwards, then alternates one forward and one backward, then the
+//    remaining backwards, so it holds at most stages - k micro-batches' activations, whatever
+//    `chunks` is; the idle time (bubble) is GPipe's.
 //
-//   dist::GPipe pipe(my_stage, {.chunks = 8});                // my_stage: this rank's layers
+//   dist::Schedule1F1B pipe(my_stage, {.chunks = 8});         // my_stage: this rank's layers
 //   Tensor loss = pipe.train_step(x, y, [](const Tensor& out, const Tensor& t) {
 //     return nn::functional::cross_entropy(out, t);
 //   });                                                        // the same loss on every rank
@@ -13,24 +19,26 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <strata/dist/process_group.hpp>
 #include <strata/nn/module.hpp>
 
 namespace strata::dist {
 
-struct GPipeOptions {
+struct PipelineOptions {
   /// Micro-batches per step; the batch (dim 0) must split into this many equal parts.
   int64_t chunks = 4;
   std::shared_ptr<ProcessGroup> process_group = nullptr;  // the default group when null
 };
+using GPipeOptions = PipelineOptions;
 
-class STRATA_API GPipe {
+/// What the schedules share: the stage, the micro-batches, the activations' and gradients' travel,
+/// and the step that runs a schedule's order of forwards and backwards.
+class STRATA_API PipelineSchedule {
  public:
   using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
-  /// `stage`: this rank's part of the model (not owned). Rank 0 takes the input, the last rank's
-  /// output goes to the loss.
-  explicit GPipe(nn::Module& stage, GPipeOptions options = {});
+  virtual ~PipelineSchedule() = default;
 
   /// One step's forward and backward over the micro-batches. `input` is read on rank 0 only,
   /// `target` and `loss_fn` on the last rank only (other ranks may pass undefined tensors). The
@@ -44,17 +52,61 @@ class STRATA_API GPipe {
 
   bool is_first() const { return group_->rank() == 0; }
   bool is_last() const { return group_->rank() == group_->size() - 1; }
+  int64_t chunks() const { return chunks_; }
+  /// The most micro-batches whose activations (stage input, output and autograd graph) this rank
+  /// held at once during the last train_step: `chunks` under GPipe, at most stages - rank under
+  /// 1F1B. A micro-batch's are released as soon as its backward has run.
+  int64_t max_in_flight() const { return max_in_flight_; }
+
+ protected:
+  /// One unit of a rank's work: micro-batch `micro_batch`'s forward or backward.
+  struct Action {
+    bool forward;
+    int64_t micro_batch;
+    /// A forward only: its output goes to the next stage once the following backward has posted
+    /// the receive of its gradient, not at once (1F1B's steady state, see Schedule1F1B::actions).
+    bool send_after_next_receive = false;
+  };
+  PipelineSchedule(nn::Module& stage, PipelineOptions options, const char* name);
+  /// This rank's forwards and backwards, in order: every micro-batch once each, its forward
+  /// first, in an order that lets the ranks' blocking receives meet.
+  virtual std::vector<Action> actions() const = 0;
+
+  std::shared_ptr<ProcessGroup> group_;
+  int64_t chunks_;
 
  private:
   Tensor receive_activation();
   void send_activation(const Tensor& out);
   std::vector<Tensor> split(const Tensor& t, const char* what) const;
+  void wait_sends();
 
   nn::Module& stage_;
-  int64_t chunks_;
-  std::shared_ptr<ProcessGroup> group_;
+  const char* name_;
   Device device_;
   std::vector<std::shared_ptr<Work>> sends_;  // in flight until the step ends
+  int64_t max_in_flight_ = 0;
+};
+
+/// GPipe's schedule: all forwards, then all backwards in reverse order.
+class STRATA_API GPipe : public PipelineSchedule {
+ public:
+  /// `stage`: this rank's part of the model (not owned). Rank 0 takes the input, the last rank's
+  /// output goes to the loss.
+  explicit GPipe(nn::Module& stage, PipelineOptions options = {});
+
+ protected:
+  std::vector<Action> actions() const override;
+};
+
+/// The 1F1B schedule (torch.distributed.pipelining's Schedule1F1B): warm-up forwards, one forward
+/// and one backward in turn, cool-down backwards; micro-batches go backward in forward order.
+class STRATA_API Schedule1F1B : public PipelineSchedule {
+ public:
+  explicit Schedule1F1B(nn::Module& stage, PipelineOptions options = {});
+
+ protected:
+  std::vector<Action> actions() const override;
 };
 
 }  // namespace strata::dist

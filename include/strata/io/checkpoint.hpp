@@ -77,8 +77,10 @@ STRATA_API void save_checkpoint(const std::string& path, const TrainingState& st
 /// its strict load_state_dict would refuse), the optimizer's and scheduler's types, the parts
 /// and generator names present. On any Error nothing in `state` has changed (the optimizer,
 /// scheduler and scaler are rolled back from snapshots if one of them refuses its state dict;
-/// the optimizer's snapshot is a copy of its state, held while loading), except when copying
-/// the model's tensors itself fails (a device error), which may leave the model partly loaded.
+/// the optimizer's snapshot is its restore_point(), a copy of its state held while loading), except
+/// when copying the model's tensors itself fails (a device error), which may leave the model
+/// partly loaded. A dist::ZeroRedundancyOptimizer loads on every rank of its group, each keeping
+/// its shard: every rank calls load_checkpoint with the same file.
 STRATA_API Checkpoint load_checkpoint(const std::string& path, TrainingState& state);
 
 /// A checkpoint file's contents, checksums verified, without live objects (to inspect one, or

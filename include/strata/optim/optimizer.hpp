@@ -90,15 +90,21 @@ class STRATA_API Optimizer {
   /// Updates every parameter whose grad is defined, with gradient recording off. When given,
   /// `closure` runs first, with gradient recording on, and its result is returned (it
   /// typically zeroes the grads, computes the loss and calls backward).
-  Tensor step(const std::function<Tensor()>& closure = {});
+  /// (step, state_dict and load_state_dict are virtual for wrappers such as
+  /// dist::ZeroRedundancyOptimizer, which schedulers, GradScaler and checkpoints then drive.)
+  virtual Tensor step(const std::function<Tensor()>& closure = {});
   /// Clears every parameter's grad: undefined when set_to_none, else zero-filled.
   void zero_grad(bool set_to_none = true);
 
   /// A copy of the state (state tensors are cloned), so further steps do not change it.
-  StateDict state_dict() const;
+  virtual StateDict state_dict() const;
   /// Restores a state_dict() of an optimizer of the same type with the same group layout and
   /// parameter shapes; on any mismatch raises Error and leaves this optimizer unchanged.
-  void load_state_dict(const StateDict& dict);
+  virtual void load_state_dict(const StateDict& dict);
+  /// A function that puts back the state this optimizer has now, with no collective call: what
+  /// io::load_checkpoint keeps to undo a load. The default holds a state_dict(); a sharded
+  /// optimizer (dist::ZeroRedundancyOptimizer) holds its own rank's part.
+  virtual std::function<void()> restore_point();
 
   /// The optimizer's name ("AdamW"), also the StateDict type.
   const std::string& name() const { return name_; }
