@@ -56,6 +56,7 @@
 #include <strata/nn/pooling.hpp>
 #include <strata/nn/recurrent.hpp>
 #include <strata/nn/resample.hpp>
+#include <strata/nn/rnn_utils.hpp>
 #include <strata/nn/transformer.hpp>
 
 #include <strata/io/atomic_file.hpp>
