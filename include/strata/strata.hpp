@@ -45,6 +45,7 @@
 #include <strata/nn/embedding.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/nn/functional_conv.hpp>
+#include <strata/nn/functional_conv3d.hpp>
 #include <strata/nn/functional_resample.hpp>
 #include <strata/nn/hooks.hpp>
 #include <strata/nn/init.hpp>
