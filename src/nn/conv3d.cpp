@@ -148,12 +148,13 @@ Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor&
   for (int64_t t = 0; t < kd; ++t)
     for (int64_t i = 0; i < depth; ++i) rows.push_back(i * s.d + t * dl.d);
   const int64_t full_depth = (depth - 1) * s.d + dl.d * (kd - 1) + 1 + op.d;
-  Tensor y = index_add(zeros({n, full_depth, o, oh, ow}, input.options()), 1, from_vector(rows).to(input.device()),
+  // by_tap's dtype, not the input's: under autocast conv_transpose2d computes in lower precision
+  Tensor y = index_add(zeros({n, full_depth, o, oh, ow}, by_tap.options()), 1, from_vector(rows).to(input.device()),
                        by_tap)
                  .narrow(1, p.d, od)
                  .permute({0, 2, 1, 3, 4})
                  .contiguous();
-  return bias.defined() ? y + bias.view({1, o, 1, 1, 1}) : y;
+  return bias.defined() ? y + bias.to(y.dtype()).view({1, o, 1, 1, 1}) : y;
 }
 
 }  // namespace functional

@@ -220,6 +220,20 @@ TEST(Conv3d, LayersHaveTorchShapesAndPaddingModes) {
   EXPECT_TRUE(all_close(reflect(v), want, 1e-12, 1e-12));
 }
 
+TEST(Conv3d, AutocastRunsInLowerPrecision) {
+  // as torch.autocast: conv3d and conv_transpose3d compute in bfloat16 inside the region
+  Generator g(75);
+  const Tensor x = randn({1, 2, 4, 5, 3}, kFloat32, &g), w = randn({2, 2, 2, 2, 2}, kFloat32, &g);
+  const Tensor b = randn({2}, kFloat32, &g);
+  const Tensor want = F::conv3d(x, w, b), want_t = F::conv_transpose3d(x, w, b, {.stride = 2});
+  amp::Autocast region(kBFloat16);
+  const Tensor y = F::conv3d(x, w, b), yt = F::conv_transpose3d(x, w, b, {.stride = 2});
+  EXPECT_EQ(y.dtype(), kBFloat16);
+  EXPECT_EQ(yt.dtype(), kBFloat16);
+  EXPECT_TRUE(all_close(y, values(want), 0.05, 0.1));
+  EXPECT_TRUE(all_close(yt, values(want_t), 0.05, 0.1));
+}
+
 TEST(Conv3d, BadShapesRaise) {
   const Tensor x = randn({2, 4, 5, 5, 5}), w = randn({6, 2, 3, 3, 3});
   EXPECT_TRUE(throws_with([&] { F::conv3d(randn({4, 5, 5}), w); }, {"[conv3d]", "5-d (N, C, D, H, W)", "[4, 5, 5]"}));
