@@ -174,7 +174,8 @@ RNNBase::LayersOutput RNNBase::run_layers(const Tensor& x, const std::vector<int
       Tensor h, c;
       if (direction == 0) {
         // the shorter sequences (the last rows) stop as the batch shrinks: keep their final states
-        h = h0, c = c0;
+        h = h0;
+        c = c0;
         std::vector<Tensor> done_h, done_c;
         for (int64_t t = 0; t < steps; ++t) {
           const int64_t n = batch_sizes[static_cast<size_t>(t)], running = h.size(0);
