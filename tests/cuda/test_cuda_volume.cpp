@@ -65,5 +65,7 @@ TEST(CudaVolume, ConvAndPoolMatchCpu) {
     check("avg_pool3d", dt, {x}, [&](const std::vector<Tensor>& t) { return F::avg_pool3d(t[0], 3, aa); });
     check("adaptive_avg_pool3d", dt, {x},
           [&](const std::vector<Tensor>& t) { return F::adaptive_avg_pool3d(t[0], {3, 4, 2}); });
+    check("adaptive_max_pool3d", dt, {x},
+          [&](const std::vector<Tensor>& t) { return F::adaptive_max_pool3d(t[0], {3, 4, 2}); });
   }
 }

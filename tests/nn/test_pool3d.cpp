@@ -1,5 +1,5 @@
-// max_pool3d (with indices), avg_pool3d and adaptive_avg_pool3d against direct float64 loops of
-// PyTorch's definitions written here (odd sizes; stride, padding, dilation, ceil_mode,
+// max_pool3d (with indices), avg_pool3d, adaptive_avg_pool3d and adaptive_max_pool3d against
+// direct float64 loops of PyTorch's definitions written here (odd sizes; stride, padding, dilation, ceil_mode,
 // count_include_pad and divisor_override; unbatched; float64, float32 and float16),
 // finite-difference gradients in float64, max pooling's gradient landing on the argmax, the
 // layers, and bad arguments.
@@ -207,6 +207,32 @@ TEST(AdaptiveAvgPool3d, MatchesLoopReference) {
   EXPECT_EQ(F::adaptive_avg_pool3d(x[1], {2, 2, 2}).shape(), (Shape{3, 2, 2, 2}));
 }
 
+TEST(AdaptiveMaxPool3d, MatchesLoopReference) {
+  Generator g(87);
+  const Tensor x = randn({2, 3, 7, 5, 6}, kFloat64, &g);
+  const std::vector<double> xv = values(x);
+  auto start = [](int64_t o, int64_t n, int64_t m) { return o * n / m; };
+  auto end = [](int64_t o, int64_t n, int64_t m) { return ((o + 1) * n + m - 1) / m; };
+  for (Size3 out : {Size3(1), Size3(3, 2, 4), Size3(7, 5, 3), Size3(4, 5, 1)}) {
+    std::vector<double> want;
+    for (int64_t pl = 0; pl < 6; ++pl)
+      for (int64_t o0 = 0; o0 < out.d; ++o0)
+        for (int64_t o1 = 0; o1 < out.h; ++o1)
+          for (int64_t o2 = 0; o2 < out.w; ++o2) {
+            double best = -std::numeric_limits<double>::infinity();
+            for (int64_t p0 = start(o0, 7, out.d); p0 < end(o0, 7, out.d); ++p0)
+              for (int64_t p1 = start(o1, 5, out.h); p1 < end(o1, 5, out.h); ++p1)
+                for (int64_t p2 = start(o2, 6, out.w); p2 < end(o2, 6, out.w); ++p2)
+                  best = std::max(best, xv[pl * 210 + (p0 * 5 + p1) * 6 + p2]);
+            want.push_back(best);
+          }
+    EXPECT_TRUE(all_close(F::adaptive_max_pool3d(x, out), want, 0, 0)) << fmt::format("{}", out);
+    EXPECT_TRUE(all_close(nn::AdaptiveMaxPool3d(out)(x[1]), std::vector<double>(want.begin() + want.size() / 2,
+                                                                                 want.end()),
+                          0, 0));
+  }
+}
+
 TEST(Pool3d, FiniteDifferenceGradients) {
   Generator g(84);
   // distinct values keep max pooling differentiable at the test points
@@ -214,6 +240,7 @@ TEST(Pool3d, FiniteDifferenceGradients) {
   std::vector<Tensor> x = {leaf(distinct)};
   const F::MaxPool3dArgs ma{Size3{2, 1, 2}, 1, {1, 2, 1}, true};
   EXPECT_TRUE(gradcheck([&](V t) { return F::max_pool3d(t[0], {3, 2, 2}, ma); }, x));
+  EXPECT_TRUE(gradcheck([&](V t) { return F::adaptive_max_pool3d(t[0], {2, 3, 2}); }, x));
   std::vector<Tensor> y = {leaf(randn({2, 2, 5, 4, 5}, kFloat64, &g), strata::testing::Layout::Transposed)};
   const F::AvgPool3dArgs aa{{{2, 1, 2}}, {1, 1, 0}, true, false, std::nullopt};
   EXPECT_TRUE(gradcheck([&](V t) { return F::avg_pool3d(t[0], {3, 2, 2}, aa); }, y));
@@ -256,4 +283,6 @@ TEST(Pool3d, LayersAndBadArgumentsRaise) {
   EXPECT_TRUE(throws_with([&] { F::adaptive_avg_pool3d(randn({2, 0, 4, 5, 6}), 1); }, {"non-empty"}));
   EXPECT_TRUE(throws_with([] { nn::MaxPool3d({0, 1, 1}); }, {"[MaxPool3d]", "kernel_size must be positive"}));
   EXPECT_TRUE(throws_with([] { nn::AdaptiveAvgPool3d(0); }, {"[AdaptiveAvgPool3d]"}));
+  EXPECT_TRUE(throws_with([&] { F::adaptive_max_pool3d(randn({5, 6, 7}), 1); }, {"[adaptive_max_pool3d]", "(N, C, D"}));
+  EXPECT_TRUE(throws_with([&] { F::adaptive_max_pool3d(x, {2, 2, 0}); }, {"[adaptive_max_pool3d]", "(2, 2, 0)"}));
 }

@@ -1,5 +1,5 @@
 // nn::functional for volumes: 3-d convolution (and its transpose) and 3-d max, average and
-// adaptive average pooling, with torch.nn.functional's semantics. Inputs are (N, C, D, H, W), or
+// adaptive average and max pooling, with torch.nn.functional's semantics. Inputs are (N, C, D, H, W), or
 // unbatched (C, D, H, W).
 //
 //   namespace F = strata::nn::functional;
@@ -94,5 +94,8 @@ STRATA_API Tensor avg_pool3d(const Tensor& input, Size3 kernel_size, const AvgPo
 
 /// Average over the windows [floor(i * In / Out), ceil((i + 1) * In / Out)) of each dim.
 STRATA_API Tensor adaptive_avg_pool3d(const Tensor& input, Size3 output_size);
+/// Maximum over the same windows: adaptive_max_pool2d of each depth slice, then the maximum
+/// over each depth window (the gradient shared evenly among equal maxima; no indices).
+STRATA_API Tensor adaptive_max_pool3d(const Tensor& input, Size3 output_size);
 
 }  // namespace strata::nn::functional

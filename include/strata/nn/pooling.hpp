@@ -1,7 +1,7 @@
-// Pooling layers: MaxPool1d/2d/3d, AvgPool1d/2d/3d and AdaptiveAvgPool1d/2d/3d, with torch.nn's
-// arguments and defaults (stride = kernel_size). They hold no parameters; each forwards to the
-// nn::functional op of its name. Inputs are (N, C, H, W) or (C, H, W), NCHW or channels-last
-// (2-d); (N, C, D, H, W) or (C, D, H, W) (3-d).
+// Pooling layers: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d and
+// AdaptiveMaxPool1d/2d/3d, with torch.nn's arguments and defaults (stride = kernel_size). They
+// hold no parameters; each forwards to the nn::functional op of its name. Inputs are (N, C, H, W)
+// or (C, H, W), NCHW or channels-last (2-d); (N, C, D, H, W) or (C, D, H, W) (3-d).
 //
 //   nn::MaxPool2d pool(3, {.stride = 2, .padding = 1});
 //   nn::AdaptiveAvgPool2d gap(1);
@@ -123,6 +123,15 @@ class STRATA_API AdaptiveAvgPool3d : public Module {
   explicit AdaptiveAvgPool3d(Size3 output_size);
   Tensor forward(const Tensor& input) override;
   std::string name() const override { return "AdaptiveAvgPool3d"; }
+
+  Size3 output_size;
+};
+
+class STRATA_API AdaptiveMaxPool3d : public Module {
+ public:
+  explicit AdaptiveMaxPool3d(Size3 output_size);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "AdaptiveMaxPool3d"; }
 
   Size3 output_size;
 };
