@@ -155,7 +155,8 @@ const std::vector<Case>& cases() {
     c.push_back(conv_train(8, {.c_in = 3, .c_out = 64, .h = 224, .w = 224, .kernel = 7, .stride = 2, .pad = 3}));
     c.push_back(conv_train(32, {.c_in = 64, .c_out = 64, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1}));
     // a video / volume block (3-d over the 2-d kernels in strata: Note [3-d over 2-d])
-    c.push_back(conv3d_train(4, {.c_in = 16, .c_out = 32, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1, .d = 16}));
+    c.push_back(
+        conv3d_train(4, {.c_in = 16, .c_out = 32, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1, .d = 16}));
     {
       // x read twice (statistics, then normalize), y written, dy read, dx written: 5 tensors
       const int64_t rows = 16 * 128, cols = 768;
