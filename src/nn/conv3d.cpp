@@ -17,6 +17,8 @@
 //   the depth taps. The divisor of average pooling is a product of one factor per dim, so
 //   avg_pool2d followed by a weighted sum along depth (one matmul with a (D_out, D) matrix) is
 //   PyTorch's result, and so for adaptive average pooling.
+#include <algorithm>
+
 #include <strata/nn/functional_conv3d.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
@@ -31,22 +33,26 @@ namespace strata::nn {
 
 namespace detail {
 
-Tensor depth_taps(const Tensor& x, int64_t out, int64_t k, int64_t stride, int64_t pad, int64_t dil, double fill) {
-  const int64_t depth = x.size(2);
+std::vector<int64_t> tap_depths(int64_t depth, int64_t out, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
   std::vector<int64_t> rows;
   rows.reserve(static_cast<size_t>(out * k));
-  bool outside = false;
   for (int64_t o = 0; o < out; ++o)
     for (int64_t t = 0; t < k; ++t) {
       const int64_t d = o * stride - pad + t * dil;
-      outside = outside || d < 0 || d >= depth;
-      rows.push_back(d < 0 || d >= depth ? depth : d);  // depth: the fill slice appended below
+      rows.push_back(d < 0 || d >= depth ? -1 : d);
     }
+  return rows;
+}
+
+Tensor gather_depths(const Tensor& x, std::vector<int64_t> rows, double fill) {
+  const int64_t depth = x.size(2);
+  const bool outside = std::any_of(rows.begin(), rows.end(), [](int64_t d) { return d < 0; });
   Tensor source = x;
   if (outside) {
     Shape slice = x.shape();
     slice[2] = 1;
     source = cat({x, full(slice, fill, x.options())}, 2);
+    for (int64_t& d : rows) d = d < 0 ? depth : d;  // the fill slice appended
   }
   return source.index_select(2, from_vector(rows).to(x.device()));
 }
@@ -100,7 +106,7 @@ Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
                input.shape(), kd, kh, kw, p, dl);
   // each output depth's kD input slices as the channels of one image, grouped as the weight is
   const int64_t cg = c / g;
-  const Tensor image = detail::depth_taps(input, od, kd, s.d, p.d, dl.d, 0.0)  // (N, C, od * kd, H, W)
+  const Tensor image = detail::gather_depths(input, detail::tap_depths(depth, od, kd, s.d, p.d, dl.d), 0.0)  // (N, C, od * kd, H, W)
                            .view({n, g, cg, od, kd, h, w})
                            .permute({0, 3, 1, 4, 2, 5, 6})
                            .reshape({n * od, g * kd * cg, h, w});

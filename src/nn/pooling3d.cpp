@@ -3,7 +3,6 @@
 // (N, C * D, H, W) view, the depth part by a gather of the depth taps (max) or a weighted sum
 // along depth (averages). The argument checks name the 3-d op and shapes; and the layers.
 #include <algorithm>
-#include <limits>
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/nn/functional_conv3d.hpp>
@@ -95,17 +94,25 @@ MaxPoolResult max_pool3d_with_indices(const Tensor& input, Size3 kernel_size, co
                                                                                    args.ceil_mode});
   const Tensor slices = as_volume(planes.output, input);  // (N, C, D, oh, ow)
   const Shape taps_shape = {input.size(0), input.size(1), out.d, k.d, out.h, out.w};
-  const Tensor taps =
-      detail::depth_taps(slices, out.d, k.d, s.d, p.d, dl.d, -std::numeric_limits<double>::infinity()).view(taps_shape);
-  const MinMaxResult best = max(taps, 3);
+  // A tap in the padding repeats its window's first tap inside the input: the maximum is the
+  // same, and a window of equal values (all -inf) names that element, as PyTorch's kernel, which
+  // starts each argmax there, so neither the index nor the gradient lands on the padding.
+  std::vector<int64_t> rows = detail::tap_depths(input.size(2), out.d, k.d, s.d, p.d, dl.d);
+  for (int64_t o = 0; o < out.d; ++o) {
+    const auto window = rows.begin() + o * k.d;
+    const int64_t first_inside = *std::find_if(window, window + k.d, [](int64_t d) { return d >= 0; });
+    std::replace(window, window + k.d, int64_t(-1), first_inside);
+  }
+  const MinMaxResult best = max(detail::gather_depths(slices, rows, 0).view(taps_shape), 3);
   NoGradGuard no_grad;
   // the flat index (d * H + h) * W + w: the winning tap's depth, and its slice's own h * W + w
-  const Tensor plane_index = detail::depth_taps(as_volume(planes.indices, input), out.d, k.d, s.d, p.d, dl.d, 0)
+  const Tensor plane_index = detail::gather_depths(as_volume(planes.indices, input), rows, 0)
                                  .view(taps_shape)
                                  .gather(3, best.indices.unsqueeze(3))
                                  .squeeze(3);
-  const Tensor first_depth = arange(out.d, TensorOptions(kInt64, input.device())).view({1, 1, out.d, 1, 1}) * s.d;
-  const Tensor depth = (first_depth + best.indices * dl.d - p.d).clamp(0, input.size(2) - 1);
+  const TensorOptions int64_on(kInt64, input.device());
+  const Tensor tap = arange(out.d, int64_on).view({1, 1, out.d, 1, 1}) * k.d + best.indices;  // o * kD + t
+  const Tensor depth = from_vector(rows).to(input.device()).index_select(0, tap.flatten()).view(tap.shape());
   return {best.values, depth * (input.size(3) * input.size(4)) + plane_index};
 }
 

@@ -264,6 +264,25 @@ TEST(MaxPool3d, GradientLandsOnTheArgmax) {
   EXPECT_TRUE(all_close(x.grad(), want, 1e-12, 1e-12));
 }
 
+TEST(MaxPool3d, WindowOfEqualValuesPicksItsFirstElementNotThePadding) {
+  // PyTorch's kernel starts each window's argmax at its first element inside the input, so a
+  // window of -inf (a masked region) names that element and its gradient lands there, never on
+  // the padding; with dilation the first tap inside is not the clamped window start.
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor x = full({1, 1, 3, 3, 3}, -inf, TensorOptions(kFloat64));
+  x.requires_grad_();
+  const F::MaxPoolResult r = F::max_pool3d_with_indices(x, 2, {.padding = 1});
+  EXPECT_EQ(values(r.indices), (std::vector<double>{0, 1, 3, 4, 9, 10, 12, 13}));
+  r.output.sum().backward();
+  std::vector<double> want(27, 0.0);
+  for (int64_t i : {0, 1, 3, 4, 9, 10, 12, 13}) want[static_cast<size_t>(i)] = 1;
+  EXPECT_TRUE(all_close(x.grad(), want, 0, 0));
+
+  const Tensor column = full({1, 1, 3, 1, 1}, -inf, TensorOptions(kFloat64));  // taps -1 and 1 first
+  const F::MaxPool3dArgs dilated{.stride = Size3(1), .padding = {1, 0, 0}, .dilation = {2, 1, 1}};
+  EXPECT_EQ(values(F::max_pool3d_with_indices(column, {2, 1, 1}, dilated).indices), (std::vector<double>{1, 0, 1}));
+}
+
 TEST(Pool3d, LayersAndBadArgumentsRaise) {
   Generator g(86);
   const Tensor x = randn({2, 3, 4, 5, 6}, kFloat32, &g);
