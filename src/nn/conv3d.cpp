@@ -106,7 +106,8 @@ Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
                input.shape(), kd, kh, kw, p, dl);
   // each output depth's kD input slices as the channels of one image, grouped as the weight is
   const int64_t cg = c / g;
-  const Tensor image = detail::gather_depths(input, detail::tap_depths(depth, od, kd, s.d, p.d, dl.d), 0.0)  // (N, C, od * kd, H, W)
+  const std::vector<int64_t> rows = detail::tap_depths(depth, od, kd, s.d, p.d, dl.d);
+  const Tensor image = detail::gather_depths(input, rows, 0.0)  // (N, C, od * kd, H, W)
                            .view({n, g, cg, od, kd, h, w})
                            .permute({0, 3, 1, 4, 2, 5, 6})
                            .reshape({n * od, g * kd * cg, h, w});

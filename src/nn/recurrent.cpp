@@ -140,15 +140,16 @@ PackedRNNOutput RNNBase::forward_with_state(const utils::rnn::PackedSequence& in
   const int64_t batch = l.batch_sizes[0];
   // the states come in the batch's order and the packed rows in sorted order
   const Tensor& sorted = input.sorted_indices;
+  const Tensor unsorted = input.unsorted_indices.defined() || !l.permuted
+                              ? input.unsorted_indices
+                              : from_vector(l.inverse()).to(sorted.device());
   auto to_sorted = [&](const Tensor& s) { return sorted.defined() ? s.index_select(1, sorted.to(s.device())) : s; };
-  auto to_batch = [&](const Tensor& s) {
-    return sorted.defined() ? s.index_select(1, input.unsorted_indices.to(s.device())) : s;
-  };
+  auto to_batch = [&](const Tensor& s) { return sorted.defined() ? s.index_select(1, unsorted.to(s.device())) : s; };
   const Tensor h_init = to_sorted(initial_state("h0", h0, x, false, batch, state_size));
   const Tensor c_init =
       with_cell_state_ ? to_sorted(initial_state("c0", c0, x, false, batch, hidden_size)) : Tensor();
   LayersOutput r = run_layers(x, l.batch_sizes, h_init, c_init);
-  return {{r.data, input.batch_sizes, input.sorted_indices, input.unsorted_indices},
+  return {{r.data, input.batch_sizes, sorted, unsorted},
           to_batch(r.h_n),
           with_cell_state_ ? to_batch(r.c_n) : Tensor()};
 }

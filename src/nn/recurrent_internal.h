@@ -30,6 +30,8 @@ struct PackedLayout {
   bool permuted = false;             // whether the PackedSequence keeps sorted_indices
   /// The first packed row of each step, and the total row count last.
   std::vector<int64_t> offsets() const;
+  /// (B) index in the batch -> sorted position: PackedSequence::unsorted_indices.
+  std::vector<int64_t> inverse() const;
 };
 
 /// The layout of a PackedSequence, checked (batch_sizes, its data's rows, the permutations);

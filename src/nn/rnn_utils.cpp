@@ -23,6 +23,12 @@ std::vector<int64_t> PackedLayout::offsets() const {
   return out;
 }
 
+std::vector<int64_t> PackedLayout::inverse() const {
+  std::vector<int64_t> out(order.size());
+  for (size_t s = 0; s < order.size(); ++s) out[static_cast<size_t>(order[s])] = static_cast<int64_t>(s);
+  return out;
+}
+
 PackedLayout packed_layout(const std::string& op, const R::PackedSequence& p) {
   STRATA_CHECK(p.data.defined() && p.batch_sizes.defined(), "[{}] the PackedSequence has no data or batch_sizes", op);
   STRATA_CHECK(p.data.dim() >= 1, "[{}] the packed data must have at least one dim, got shape {}", op, p.data.shape());
@@ -47,13 +53,13 @@ PackedLayout packed_layout(const std::string& op, const R::PackedSequence& p) {
     l.lengths.push_back(std::count_if(l.batch_sizes.begin(), l.batch_sizes.end(), [s](int64_t n) { return n > s; }));
   l.order.resize(static_cast<size_t>(batch));
   std::iota(l.order.begin(), l.order.end(), 0);
-  STRATA_CHECK(p.sorted_indices.defined() == p.unsorted_indices.defined(),
-               "[{}] sorted_indices and unsorted_indices must be given together", op);
+  // as torch's PackedSequence, unsorted_indices may be left out: it is sorted_indices' inverse
+  STRATA_CHECK(p.sorted_indices.defined() || !p.unsorted_indices.defined(),
+               "[{}] unsorted_indices is given without sorted_indices", op);
   if (p.sorted_indices.defined()) {
     const Tensor sorted = p.sorted_indices.to(Device::cpu(), kInt64).contiguous();
-    STRATA_CHECK(sorted.dim() == 1 && sorted.numel() == batch && p.unsorted_indices.numel() == batch,
-                 "[{}] sorted_indices ({}) and unsorted_indices ({}) must have batch_sizes[0] = {} entries", op,
-                 p.sorted_indices.shape(), p.unsorted_indices.shape(), batch);
+    STRATA_CHECK(sorted.dim() == 1 && sorted.numel() == batch,
+                 "[{}] sorted_indices ({}) must have batch_sizes[0] = {} entries", op, p.sorted_indices.shape(), batch);
     l.order.assign(sorted.data_ptr<int64_t>(), sorted.data_ptr<int64_t>() + batch);
     std::vector<bool> seen(static_cast<size_t>(batch), false);
     for (int64_t b : l.order) {
@@ -61,6 +67,14 @@ PackedLayout packed_layout(const std::string& op, const R::PackedSequence& p) {
                    "[{}] sorted_indices must be a permutation of 0..{}, got {}", op, batch - 1, l.order);
       seen[static_cast<size_t>(b)] = true;
     }
+    l.permuted = true;
+  }
+  if (p.unsorted_indices.defined()) {
+    const Tensor u = p.unsorted_indices.to(Device::cpu(), kInt64).contiguous();
+    const std::vector<int64_t> given(u.data_ptr<int64_t>(), u.data_ptr<int64_t>() + u.numel()), want = l.inverse();
+    STRATA_CHECK(u.dim() == 1 && given == want,
+                 "[{}] unsorted_indices must be the inverse of sorted_indices {}, that is {}; got {}", op, l.order,
+                 want, given);
   }
   return l;
 }
@@ -104,10 +118,8 @@ PackedSequence gather_packed(const Tensor& source, const PackedLayout& l, RowOf 
     for (int64_t s = 0; s < l.batch_sizes[t]; ++s) rows.push_back(row_of(static_cast<int64_t>(t), l.order[s]));
   PackedSequence p{source.index_select(0, index_tensor(rows, source.device())), from_vector(l.batch_sizes), {}, {}};
   if (l.permuted) {
-    std::vector<int64_t> inverse(l.order.size());
-    for (size_t s = 0; s < l.order.size(); ++s) inverse[static_cast<size_t>(l.order[s])] = static_cast<int64_t>(s);
     p.sorted_indices = index_tensor(l.order, source.device());
-    p.unsorted_indices = index_tensor(inverse, source.device());
+    p.unsorted_indices = index_tensor(l.inverse(), source.device());
   }
   return p;
 }
@@ -196,11 +208,9 @@ PaddedSequence pad_packed_sequence(const PackedSequence& sequence, bool batch_fi
   STRATA_CHECK(steps >= longest, "[pad_packed_sequence] total_length {} is below the longest sequence ({} steps)",
                steps, longest);
   const std::vector<int64_t> offsets = l.offsets();
-  std::vector<int64_t> sorted_position(static_cast<size_t>(batch)), lengths(static_cast<size_t>(batch));
-  for (int64_t s = 0; s < batch; ++s) {
-    sorted_position[static_cast<size_t>(l.order[s])] = s;
-    lengths[static_cast<size_t>(l.order[s])] = l.lengths[s];
-  }
+  const std::vector<int64_t> sorted_position = l.inverse();
+  std::vector<int64_t> lengths(static_cast<size_t>(batch));
+  for (int64_t s = 0; s < batch; ++s) lengths[static_cast<size_t>(l.order[s])] = l.lengths[s];
   const Tensor padded = gather_padded(with_padding_row({sequence.data}, padding_value), steps, batch, batch_first,
                                       [&](int64_t t, int64_t b) {
                                         const int64_t s = sorted_position[static_cast<size_t>(b)];

@@ -214,6 +214,30 @@ TEST(PackedRecurrent, FiniteDifferenceGradients) {
   }
 }
 
+TEST(PackedRecurrent, UnsortedIndicesDefaultToTheInverseAndMustBeIt) {
+  // as torch's PackedSequence(data, batch_sizes, sorted_indices): unsorted_indices, left out, is
+  // the inverse of sorted_indices; given, it must be that inverse (the states come back through it)
+  Generator g(57);
+  nn::GRU gru(2, 3, {.generator = &g});
+  const Tensor x = randn({4, 3, 2}, kFloat32, &g);
+  const R::PackedSequence full = R::pack_padded_sequence(x, {2, 4, 1}, false, false);
+  const nn::PackedRNNOutput want = gru.forward_with_state(full);
+  R::PackedSequence only_sorted = full;
+  only_sorted.unsorted_indices = Tensor();
+  const nn::PackedRNNOutput got = gru.forward_with_state(only_sorted);
+  EXPECT_TRUE(all_close(got.h_n, values(want.h_n), 0, 0));
+  EXPECT_EQ(ints(got.output.unsorted_indices), (std::vector<int64_t>{1, 0, 2}));
+  EXPECT_TRUE(all_close(R::pad_packed_sequence(only_sorted).padded, values(R::pad_packed_sequence(full).padded), 0,
+                        0));
+  R::PackedSequence wrong = full;
+  wrong.unsorted_indices = from_vector(std::vector<int64_t>{0, 1, 2});
+  EXPECT_TRUE(throws_with([&] { gru.forward_with_state(wrong); },
+                          {"[GRU(2, 3)]", "unsorted_indices", "inverse of sorted_indices"}));
+  R::PackedSequence only_unsorted = full;
+  only_unsorted.sorted_indices = Tensor();
+  EXPECT_TRUE(throws_with([&] { R::unpack_sequence(only_unsorted); }, {"[unpack_sequence]", "without sorted_indices"}));
+}
+
 // ---- bad input -----------------------------------------------------------------------------------
 
 TEST(PackedSequence, BadInputRaises) {

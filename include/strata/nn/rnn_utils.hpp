@@ -27,7 +27,7 @@ struct PackedSequence {
   Tensor batch_sizes;       // (max length) int64 on the CPU, non-increasing
   Tensor sorted_indices;    // (B) int64: sorted position -> the sequence's index in the batch; undefined if
                             // the batch came sorted
-  Tensor unsorted_indices;  // (B) int64: the inverse permutation; undefined with sorted_indices
+  Tensor unsorted_indices;  // (B) int64: the inverse permutation (taken as such when left undefined)
 };
 
 /// pad_packed_sequence's result.
