@@ -214,6 +214,23 @@ TEST(PackedRecurrent, FiniteDifferenceGradients) {
   }
 }
 
+TEST(PackedRecurrent, DropoutBetweenLayersAsForAPaddedBatch) {
+  // equal lengths pack to the padded batch's rows in the same order, so the layer's generator,
+  // seeded alike, draws the same masks: the packed output is the padded one, in training too
+  Generator g(58);
+  nn::LSTM lstm(3, 4, {.num_layers = 2, .dropout = 0.5, .generator = &g, .proj_size = 2});
+  const Tensor x = randn({4, 3, 3}, kFloat32, &g);
+  const R::PackedSequence p = R::pack_padded_sequence(x, {4, 4, 4});
+  g.manual_seed(7);
+  const nn::RNNOutput padded = lstm.forward_with_state(x);
+  g.manual_seed(7);
+  const nn::PackedRNNOutput packed = lstm.forward_with_state(p);
+  EXPECT_TRUE(all_close(packed.output.data, values(padded.output), 0, 0));
+  EXPECT_TRUE(all_close(packed.h_n, values(padded.h_n), 0, 0));
+  lstm.eval();
+  EXPECT_FALSE(all_close(lstm.forward(p).data, values(packed.output.data), 1e-4, 1e-4));  // the masks mattered
+}
+
 TEST(PackedRecurrent, UnsortedIndicesDefaultToTheInverseAndMustBeIt) {
   // as torch's PackedSequence(data, batch_sizes, sorted_indices): unsorted_indices, left out, is
   // the inverse of sorted_indices; given, it must be that inverse (the states come back through it)
