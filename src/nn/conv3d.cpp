@@ -63,16 +63,10 @@ namespace functional {
 
 namespace {
 
-constexpr int64_t kMaxArg = int64_t(1) << 31;  // keeps every size product inside int64
-
-bool in_range(Size3 s, int64_t lo) {
-  return s.d >= lo && s.h >= lo && s.w >= lo && s.d < kMaxArg && s.h < kMaxArg && s.w < kMaxArg;
-}
-
 void check_args(const char* op, Size3 stride, Size3 padding, Size3 dilation, int64_t groups) {
-  STRATA_CHECK(in_range(stride, 1), "[{}] stride must be in [1, 2^31), got {}", op, stride);
-  STRATA_CHECK(in_range(padding, 0), "[{}] padding must be in [0, 2^31), got {}", op, padding);
-  STRATA_CHECK(in_range(dilation, 1), "[{}] dilation must be in [1, 2^31), got {}", op, dilation);
+  STRATA_CHECK(detail::in_arg_range(stride, 1), "[{}] stride must be in [1, 2^31), got {}", op, stride);
+  STRATA_CHECK(detail::in_arg_range(padding, 0), "[{}] padding must be in [0, 2^31), got {}", op, padding);
+  STRATA_CHECK(detail::in_arg_range(dilation, 1), "[{}] dilation must be in [1, 2^31), got {}", op, dilation);
   STRATA_CHECK(groups > 0, "[{}] groups must be positive, got {}", op, groups);
 }
 

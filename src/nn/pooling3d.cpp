@@ -28,8 +28,6 @@ namespace functional {
 
 namespace {
 
-constexpr int64_t kMaxArg = int64_t(1) << 31;
-
 void check_input(const char* op, const Tensor& x) {
   STRATA_CHECK(x.defined(), "[{}] input tensor is undefined", op);
   STRATA_CHECK(x.dim() == 4 || x.dim() == 5,
@@ -40,15 +38,11 @@ void check_input(const char* op, const Tensor& x) {
                "[{}] expects non-empty channel and spatial dims, got input of shape {}", op, x.shape());
 }
 
-bool in_range(Size3 s, int64_t lo) {
-  return s.d >= lo && s.h >= lo && s.w >= lo && s.d < kMaxArg && s.h < kMaxArg && s.w < kMaxArg;
-}
-
 // Checks the arguments against x (N, C, D, H, W) as PyTorch does; returns the output size.
 Size3 pool_size(const char* op, const Tensor& x, Size3 k, Size3 s, Size3 pad, Size3 dil, bool ceil_mode, bool is_max) {
-  STRATA_CHECK(in_range(k, 1), "[{}] kernel_size must be in [1, 2^31), got {}", op, k);
-  STRATA_CHECK(in_range(s, 1), "[{}] stride must be in [1, 2^31), got {}", op, s);
-  STRATA_CHECK(in_range(dil, 1), "[{}] dilation must be in [1, 2^31), got {}", op, dil);
+  STRATA_CHECK(detail::in_arg_range(k, 1), "[{}] kernel_size must be in [1, 2^31), got {}", op, k);
+  STRATA_CHECK(detail::in_arg_range(s, 1), "[{}] stride must be in [1, 2^31), got {}", op, s);
+  STRATA_CHECK(detail::in_arg_range(dil, 1), "[{}] dilation must be in [1, 2^31), got {}", op, dil);
   // the largest padding that leaves every window a real element
   const Size3 span = is_max ? Size3((k.d - 1) * dil.d + 1, (k.h - 1) * dil.h + 1, (k.w - 1) * dil.w + 1) : k;
   STRATA_CHECK(pad.d >= 0 && pad.h >= 0 && pad.w >= 0 && pad.d <= span.d / 2 && pad.h <= span.h / 2 &&
@@ -146,8 +140,8 @@ Tensor avg_pool3d(const Tensor& input, Size3 kernel_size, const AvgPool3dArgs& a
 
 Tensor adaptive_avg_pool3d(const Tensor& input, Size3 output_size) {
   check_input("adaptive_avg_pool3d", input);
-  STRATA_CHECK(in_range(output_size, 1), "[adaptive_avg_pool3d] output_size must be in [1, 2^31), got {}",
-               output_size);
+  STRATA_CHECK(detail::in_arg_range(output_size, 1),
+               "[adaptive_avg_pool3d] output_size must be in [1, 2^31), got {}", output_size);
   if (input.dim() == 4) return adaptive_avg_pool3d(input.unsqueeze(0), output_size).squeeze(0);
   const Tensor planes = adaptive_avg_pool2d(as_planes(input), output_size.hw());
   const int64_t depth = input.size(2), out = output_size.d;

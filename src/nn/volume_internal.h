@@ -7,8 +7,15 @@
 #include <vector>
 
 #include <strata/core/tensor.hpp>
+#include <strata/nn/functional_conv3d.hpp>
 
 namespace strata::nn::detail {
+
+/// Whether every component of s lies in [lo, 2^31), which keeps every size product inside int64.
+inline bool in_arg_range(Size3 s, int64_t lo) {
+  constexpr int64_t kMaxArg = int64_t(1) << 31;
+  return s.d >= lo && s.h >= lo && s.w >= lo && s.d < kMaxArg && s.h < kMaxArg && s.w < kMaxArg;
+}
 
 /// The depth slice that tap t of output o reads, o * stride - pad + t * dil, at [o * k + t]; -1
 /// where that lies outside [0, depth) (the padding).
