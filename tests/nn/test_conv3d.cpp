@@ -1,8 +1,9 @@
 // conv3d and conv_transpose3d against direct float64 loops of PyTorch's definitions written here
 // (odd sizes; stride, padding, dilation and groups mixed per dim; with and without bias;
 // unbatched; float64, float32 and bfloat16), finite-difference gradients in float64, the
-// Conv3d / ConvTranspose3d layers (PyTorch's parameter shapes, padding_mode reflect), and bad
+// Conv3d / ConvTranspose3d layers (PyTorch's parameter shapes, the padding modes), and bad
 // shapes and arguments.
+#include <algorithm>
 #include <vector>
 
 #include "nn/nn_testing.h"
@@ -203,21 +204,30 @@ TEST(Conv3d, LayersHaveTorchShapesAndPaddingModes) {
   EXPECT_EQ(up.weight.shape(), (Shape{4, 3, 2, 2, 2}));
   EXPECT_EQ(up(x).shape(), (Shape{2, 6, 10, 8, 12}));
 
-  // padding_mode reflect: the loop over an input reflected by hand
-  nn::Conv3d reflect(1, 1, 3, {.padding = 1, .bias = false, .padding_mode = nn::PaddingMode::Reflect,
-                               .generator = &g});
-  reflect.to(kFloat64);
+  // padding_mode reflect, replicate and circular: the loop over an input padded by hand, with a
+  // different padding per dim so that the (W, H, D) order of the pads shows
   const Tensor v = randn({1, 1, 3, 4, 5}, kFloat64, &g);
-  auto mirror = [](int64_t i, int64_t n) { return i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i; };
-  std::vector<double> padded;
   const std::vector<double> vv = values(v);
-  for (int64_t d = -1; d < 4; ++d)
-    for (int64_t h = -1; h < 5; ++h)
-      for (int64_t w = -1; w < 6; ++w) padded.push_back(vv[(mirror(d, 3) * 4 + mirror(h, 4)) * 5 + mirror(w, 5)]);
-  Shape shape;
-  const std::vector<double> want =
-      conv3d_loop(from_vector(padded, Shape{1, 1, 5, 6, 7}), reflect.weight, Tensor(), {}, shape);
-  EXPECT_TRUE(all_close(reflect(v), want, 1e-12, 1e-12));
+  const int64_t pd = 1, ph = 2, pw = 1;
+  for (nn::PaddingMode mode : {nn::PaddingMode::Reflect, nn::PaddingMode::Replicate, nn::PaddingMode::Circular}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    nn::Conv3d layer(1, 1, 3, {.padding = {pd, ph, pw}, .bias = false, .padding_mode = mode, .generator = &g});
+    layer.to(kFloat64);
+    auto source = [mode](int64_t i, int64_t n) {
+      if (mode == nn::PaddingMode::Reflect) return i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
+      if (mode == nn::PaddingMode::Replicate) return std::clamp<int64_t>(i, 0, n - 1);
+      return (i + n) % n;
+    };
+    std::vector<double> padded;
+    for (int64_t d = -pd; d < 3 + pd; ++d)
+      for (int64_t h = -ph; h < 4 + ph; ++h)
+        for (int64_t w = -pw; w < 5 + pw; ++w)
+          padded.push_back(vv[(source(d, 3) * 4 + source(h, 4)) * 5 + source(w, 5)]);
+    Shape shape;
+    const std::vector<double> want = conv3d_loop(
+        from_vector(padded, Shape{1, 1, 3 + 2 * pd, 4 + 2 * ph, 5 + 2 * pw}), layer.weight, Tensor(), {}, shape);
+    EXPECT_TRUE(all_close(layer(v), want, 1e-12, 1e-12));
+  }
 }
 
 TEST(Conv3d, AutocastRunsInLowerPrecision) {
