@@ -74,6 +74,16 @@ Case conv_train(int64_t batch, bench::ConvShape c) {
           3 * flops};
 }
 
+Case conv3d_train(int64_t batch, bench::ConvShape c) {
+  double flops = 2.0 * batch * c.c_out * c.out_d() * c.out_h() * c.out_w() * c.c_in * c.kernel * c.kernel * c.kernel;
+  Workload w{Op::Conv3dTrain, batch};
+  w.conv = c;
+  return {fmt::format("conv3d_train_{0}x{0}x{0}_{1}to{2}_{3}x{4}_b{5}", c.kernel, c.c_in, c.c_out, c.d, c.h, batch),
+          fmt::format("conv3d fwd+bwd {0}x{0}x{0} {1}->{2} {3}x{4}x{5} b{6}", c.kernel, c.c_in, c.c_out, c.d, c.h,
+                      c.w, batch),
+          w, Unit::GFlops, 3 * flops};
+}
+
 // Optimizer steps move bytes_per_param over every parameter: AdamW reads p, g, m, v and
 // writes p, m, v (28); SGD with momentum reads p, g, buf and writes p, buf (20).
 Case optimizer_step(Op op, int64_t params, const char* name, double bytes_per_param) {
@@ -144,6 +154,9 @@ const std::vector<Case>& cases() {
     c.push_back(conv_train(8, {.c_in = 128, .c_out = 128, .h = 28, .w = 28, .kernel = 3, .stride = 1, .pad = 1}));
     c.push_back(conv_train(8, {.c_in = 3, .c_out = 64, .h = 224, .w = 224, .kernel = 7, .stride = 2, .pad = 3}));
     c.push_back(conv_train(32, {.c_in = 64, .c_out = 64, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1}));
+    // a video / volume block (3-d over the 2-d kernels in strata: Note [3-d over 2-d])
+    c.push_back(
+        conv3d_train(4, {.c_in = 16, .c_out = 32, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1, .d = 16}));
     {
       // x read twice (statistics, then normalize), y written, dy read, dx written: 5 tensors
       const int64_t rows = 16 * 128, cols = 768;

@@ -145,6 +145,14 @@ Runner strata_runner(const Workload& w) {
       return train_step({x, weight}, [=] { return F::conv2d(x, weight, st::Tensor(), args); },
                         {w.b, c.c_out, c.out_h(), c.out_w()});
     }
+    case Op::Conv3dTrain: {
+      const ConvShape& c = w.conv;
+      st::Tensor x = leaf({w.b, c.c_in, c.d, c.h, c.w});
+      st::Tensor weight = leaf({c.c_out, c.c_in, c.kernel, c.kernel, c.kernel});
+      F::Conv3dArgs args{.stride = c.stride, .padding = c.pad};
+      return train_step({x, weight}, [=] { return F::conv3d(x, weight, st::Tensor(), args); },
+                        {w.b, c.c_out, c.out_d(), c.out_h(), c.out_w()});
+    }
     case Op::LayerNormTrain: {
       st::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
       return train_step({x, weight, bias}, [=] { return F::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});

@@ -167,6 +167,13 @@ class TorchPeer final : public Peer {
         return train_step({x, weight}, [=] { return at::conv2d(x, weight, {}, c.stride, c.pad); },
                           {w.b, c.c_out, c.out_h(), c.out_w()});
       }
+      case Op::Conv3dTrain: {
+        const ConvShape& c = w.conv;
+        at::Tensor x = leaf({w.b, c.c_in, c.d, c.h, c.w});
+        at::Tensor weight = leaf({c.c_out, c.c_in, c.kernel, c.kernel, c.kernel});
+        return train_step({x, weight}, [=] { return at::conv3d(x, weight, {}, c.stride, c.pad); },
+                          {w.b, c.c_out, c.out_d(), c.out_h(), c.out_w()});
+      }
       case Op::LayerNormTrain: {
         at::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
         return train_step({x, weight, bias}, [=] { return at::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});

@@ -42,6 +42,7 @@ enum class Op {
   // forward + backward to every input that requires grad (all of them)
   LinearTrain,     // x (m, k) @ weight (n, k)^T + bias (n)
   Conv2dTrain,     // conv2d of x (b, conv.c_in, conv.h, conv.w), no bias (as in ResNet), NCHW
+  Conv3dTrain,     // conv3d of x (b, conv.c_in, conv.d, conv.h, conv.w), no bias, NCDHW
   LayerNormTrain,  // layer_norm over the last dim of x (m, n), with weight and bias (n)
   SoftmaxTrain,    // softmax over the last dim of x (m, n)
   AttentionTrain,  // causal attention of q, k, v (b, m heads, n tokens, k head dim)
@@ -51,17 +52,19 @@ enum class Op {
   SGDMomentum,  // lr 1e-3, momentum 0.9
 };
 
-/// A convolution's shape: input (batch, c_in, h, w), weight (c_out, c_in, kernel, kernel).
+/// A convolution's shape: input (batch, c_in, h, w), weight (c_out, c_in, kernel, kernel); 3-d
+/// convolutions add the depth d (and the kernel's depth, the same as its height and width).
 struct ConvShape {
-  int64_t c_in = 0, c_out = 0, h = 0, w = 0, kernel = 1, stride = 1, pad = 0;
+  int64_t c_in = 0, c_out = 0, h = 0, w = 0, kernel = 1, stride = 1, pad = 0, d = 1;
   int64_t out_h() const { return (h + 2 * pad - kernel) / stride + 1; }
   int64_t out_w() const { return (w + 2 * pad - kernel) / stride + 1; }
+  int64_t out_d() const { return (d + 2 * pad - kernel) / stride + 1; }
 };
 
 struct Workload {
   Op op;
   int64_t b = 1, m = 0, n = 0, k = 0;  // elementwise ops use n; reductions use m (rows) x n (cols)
-  ConvShape conv{};                    // Conv2dTrain only
+  ConvShape conv{};                    // Conv2dTrain and Conv3dTrain only
 };
 
 /// Allocates a workload's inputs and returns the function that runs one iteration; the

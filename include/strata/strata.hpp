@@ -45,6 +45,7 @@
 #include <strata/nn/embedding.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/nn/functional_conv.hpp>
+#include <strata/nn/functional_conv3d.hpp>
 #include <strata/nn/functional_resample.hpp>
 #include <strata/nn/hooks.hpp>
 #include <strata/nn/init.hpp>
@@ -56,6 +57,7 @@
 #include <strata/nn/pooling.hpp>
 #include <strata/nn/recurrent.hpp>
 #include <strata/nn/resample.hpp>
+#include <strata/nn/rnn_utils.hpp>
 #include <strata/nn/transformer.hpp>
 
 #include <strata/io/atomic_file.hpp>

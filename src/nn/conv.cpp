@@ -25,13 +25,16 @@
 
 #include "core/registry_internal.h"
 #include "kernels/cpu/conv.h"
+#include "nn/conv_internal.h"
 #include "nn/memory_format.h"
+#include "nn/window_shape.h"
 
 namespace strata::nn {
 
 namespace F = functional;
 using detail::dense_in;
 using detail::empty_in;
+using detail::conv_out;
 using detail::suggested_format;
 
 namespace {
@@ -46,13 +49,6 @@ cpu::Array4 array4(const Tensor& t) {
                            : t.strides();
   for (int i = 0; i < 4; ++i) a.stride[i] = s[i];
   return a;
-}
-
-// Largest output size of a convolution over `in` (with both paddings), or 0 when the dilated
-// kernel does not fit.
-int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  const int64_t span = in + 2 * p - d * (k - 1) - 1;
-  return span < 0 ? 0 : span / s + 1;
 }
 
 // The geometry of a kernel call, checked so that no kernel reads or writes out of bounds
@@ -141,20 +137,6 @@ void check_args(const char* op, Size2 stride, Size2 padding, Size2 dilation, int
   STRATA_CHECK(groups > 0, "[{}] groups must be positive, got {}", op, groups);
 }
 
-void check_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
-  STRATA_CHECK(x.defined() && w.defined(), "[{}] input or weight is undefined", op);
-  STRATA_CHECK(x.dim() == 3 || x.dim() == 4, "[{}] expects a 4-d (N, C, H, W) or 3-d (C, H, W) input, got shape {}",
-               op, x.shape());
-  STRATA_CHECK(w.dim() == 4, "[{}] expects a 4-d weight, got shape {}", op, w.shape());
-  STRATA_CHECK(is_floating(x.dtype()), "[{}] expects a floating input, got {}", op, x.dtype());
-  STRATA_CHECK(w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype()),
-               "[{}] input ({}), weight ({}) and bias ({}) must have the same dtype", op, x.dtype(), w.dtype(),
-               b.defined() ? fmt::format("{}", b.dtype()) : "none");
-  STRATA_CHECK(w.device() == x.device() && (!b.defined() || b.device() == x.device()),
-               "[{}] input ({}), weight ({}) and bias must be on the same device", op, x.device(), w.device());
-  STRATA_CHECK(w.size(2) > 0 && w.size(3) > 0, "[{}] kernel size must be positive, got weight of shape {}", op,
-               w.shape());
-}
 
 // float16 / bfloat16 run through the float32 kernels (and are rounded back), unless the
 // device has kernels of its own for them (CUDA: cuDNN, accumulating in float32).
@@ -226,12 +208,32 @@ void register_conv_kernels(KernelTable& table) {
 
 namespace strata::nn {
 
+namespace detail {
+
+void check_conv_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, int spatial) {
+  const char* shapes = spatial == 2 ? "4-d (N, C, H, W) or 3-d (C, H, W)" : "5-d (N, C, D, H, W) or 4-d (C, D, H, W)";
+  STRATA_CHECK(x.defined() && w.defined(), "[{}] input or weight is undefined", op);
+  STRATA_CHECK(x.dim() == spatial + 1 || x.dim() == spatial + 2, "[{}] expects a {} input, got shape {}", op, shapes,
+               x.shape());
+  STRATA_CHECK(w.dim() == spatial + 2, "[{}] expects a {}-d weight, got shape {}", op, spatial + 2, w.shape());
+  STRATA_CHECK(is_floating(x.dtype()), "[{}] expects a floating input, got {}", op, x.dtype());
+  STRATA_CHECK(w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype()),
+               "[{}] input ({}), weight ({}) and bias ({}) must have the same dtype", op, x.dtype(), w.dtype(),
+               b.defined() ? fmt::format("{}", b.dtype()) : "none");
+  STRATA_CHECK(w.device() == x.device() && (!b.defined() || b.device() == x.device()),
+               "[{}] input ({}), weight ({}) and bias must be on the same device", op, x.device(), w.device());
+  for (int64_t i = 2; i < w.dim(); ++i)
+    STRATA_CHECK(w.size(i) > 0, "[{}] kernel size must be positive, got weight of shape {}", op, w.shape());
+}
+
+}  // namespace detail
+
 namespace functional {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dArgs& args) {
   amp::detail::AutocastScope amp_scope("conv2d", input, weight, bias);
   if (amp_scope.cast()) return conv2d(amp_scope[0], amp_scope[1], amp_scope[2], args);
-  check_operands("conv2d", input, weight, bias);
+  detail::check_conv_operands("conv2d", input, weight, bias, 2);
   check_args("conv2d", args.stride, args.padding, args.dilation, args.groups);
   if (input.dim() == 3) return conv2d(input.unsqueeze(0), weight, bias, args).squeeze(0);
   const int64_t c = input.size(1), o = weight.size(0);
@@ -322,7 +324,7 @@ Conv2dWeightGrads conv2d_weight_grad(const Tensor& input, const Shape& weight_sh
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const ConvTranspose2dArgs& a) {
   amp::detail::AutocastScope amp_scope("conv_transpose2d", input, weight, bias);
   if (amp_scope.cast()) return conv_transpose2d(amp_scope[0], amp_scope[1], amp_scope[2], a);
-  check_operands("conv_transpose2d", input, weight, bias);
+  detail::check_conv_operands("conv_transpose2d", input, weight, bias, 2);
   check_args("conv_transpose2d", a.stride, a.padding, a.dilation, a.groups);
   if (input.dim() == 3) return conv_transpose2d(input.unsqueeze(0), weight, bias, a).squeeze(0);
   const int64_t c = input.size(1), o = weight.size(1) * a.groups;

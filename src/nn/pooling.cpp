@@ -17,6 +17,7 @@
 #include "core/registry_internal.h"
 #include "kernels/cpu/pool.h"
 #include "nn/memory_format.h"
+#include "nn/window_shape.h"
 #include "ops/dispatch.h"
 
 namespace strata::nn {
@@ -24,6 +25,8 @@ namespace strata::nn {
 namespace F = functional;
 using detail::dense_in;
 using detail::empty_in;
+using detail::every_window_has_a_tap;
+using detail::pool_out;
 using detail::suggested_format;
 
 namespace {
@@ -153,28 +156,6 @@ void check_input(const char* op, const Tensor& x) {
   const int64_t d = x.dim();
   STRATA_CHECK(x.size(d - 3) > 0 && x.size(d - 2) > 0 && x.size(d - 1) > 0,
                "[{}] expects non-empty channel and spatial dims, got input of shape {}", op, x.shape());
-}
-
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-// PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the
-// input or its left padding.
-int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil_mode) {
-  int64_t out = floor_div(in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0), stride) + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
-  return out;
-}
-
-// Whether every one of the out windows along one dimension has a tap inside the input: with
-// dilation, a padded window's taps can all miss it, leaving a maximum of -inf whose index
-// names no element (PyTorch's backward then adds its gradient to a neighbour).
-bool every_window_has_a_tap(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, int64_t out) {
-  for (int64_t o = 0; o < out; ++o) {
-    const int64_t start = o * stride - pad;
-    const int64_t first = start < 0 ? (-start + dil - 1) / dil : 0;  // the first tap at or past 0
-    if (first >= k || start + first * dil >= in) return false;
-  }
-  return true;
 }
 
 // Checks the arguments and returns the kernel parameters and the output size.

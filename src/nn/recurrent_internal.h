@@ -22,6 +22,22 @@ LSTMState lstm_step(const Tensor& xw, const Tensor& h, const Tensor& c, const Te
 /// h' = (1 - z) * n + z * h.
 Tensor gru_step(const Tensor& xw, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh);
 
+/// A packed batch's shape: sequences in sorted position s (longest first) and their order.
+struct PackedLayout {
+  std::vector<int64_t> batch_sizes;  // sequences still running at each step
+  std::vector<int64_t> lengths;      // (B) the length of the sequence at each sorted position
+  std::vector<int64_t> order;        // (B) sorted position -> index in the batch
+  bool permuted = false;             // whether the PackedSequence keeps sorted_indices
+  /// The first packed row of each step, and the total row count last.
+  std::vector<int64_t> offsets() const;
+  /// (B) index in the batch -> sorted position: PackedSequence::unsorted_indices.
+  std::vector<int64_t> inverse() const;
+};
+
+/// The layout of a PackedSequence, checked (batch_sizes, its data's rows, the permutations);
+/// errors name `op`.
+PackedLayout packed_layout(const std::string& op, const utils::rnn::PackedSequence& p);
+
 /// Raises Error naming `layer` unless both sizes are positive.
 void check_recurrent_sizes(const std::string& layer, int64_t input_size, int64_t hidden_size);
 /// Raises Error naming `layer` unless nonlinearity is "tanh" or "relu".

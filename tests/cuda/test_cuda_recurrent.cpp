@@ -1,8 +1,8 @@
 // RNN, LSTM and GRU, and their cells, on CUDA against the CPU on fresh random inputs: outputs,
 // final states and the gradients of the input, the initial states and every parameter, in float32
 // and float64; several layers, bidirectional, batch_first, without bias, and dropout between
-// layers in training (its masks depend on the generator's state only, not on the device).
-// Skipped without a GPU.
+// layers in training (its masks depend on the generator's state only, not on the device); packed
+// batches and LSTM's proj_size. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -68,6 +68,21 @@ Tensor weighted_total(const std::vector<Tensor>& results, const std::vector<Tens
   return total;
 }
 
+// The pass of a layer's results: backward from a weighted total with random cotangents (drawn on
+// the first call, the same on both devices), then the gradients of the inputs and parameters.
+Pass backward_pass(const std::vector<Tensor>& results, const std::vector<Tensor>& inputs, nn::Module& m,
+                   std::vector<Tensor>& cotangents, DType dt, bool on_gpu) {
+  if (cotangents.empty())
+    for (const Tensor& r : results) cotangents.push_back(random(r.shape(), dt));
+  std::vector<Tensor> placed;
+  for (const Tensor& t : cotangents) placed.push_back(on_gpu ? gpu(t) : t);
+  weighted_total(results, placed).backward();
+  Pass pass{results, {}};
+  for (const Tensor& t : inputs) pass.grads.push_back(t.grad());
+  for (const Tensor& p : m.parameters()) pass.grads.push_back(p.grad());
+  return pass;
+}
+
 void compare(const Pass& cpu, const Pass& cuda, DType dt) {
   ASSERT_EQ(cpu.results.size(), cuda.results.size());
   ASSERT_EQ(cpu.grads.size(), cuda.grads.size());
@@ -103,16 +118,9 @@ void check_layer(Kind kind, DType dt, const LayerCase& c) {
     if (c.initial_state && lstm) inputs.push_back(leaf(place(c0)));
     const nn::RNNOutput out = m->forward_with_state(inputs[0], c.initial_state ? inputs[1] : Tensor(),
                                                     c.initial_state && lstm ? inputs[2] : Tensor());
-    Pass pass{{out.output, out.h_n}, {}};
-    if (lstm) pass.results.push_back(out.c_n);
-    if (cotangents.empty())
-      for (const Tensor& r : pass.results) cotangents.push_back(random(r.shape(), dt));
-    std::vector<Tensor> placed;
-    for (const Tensor& t : cotangents) placed.push_back(place(t));
-    weighted_total(pass.results, placed).backward();
-    for (const Tensor& t : inputs) pass.grads.push_back(t.grad());
-    for (const Tensor& p : m->parameters()) pass.grads.push_back(p.grad());
-    return pass;
+    std::vector<Tensor> results = {out.output, out.h_n};
+    if (lstm) results.push_back(out.c_n);
+    return backward_pass(results, inputs, *m, cotangents, dt, on_gpu);
   };
   const Pass cpu = run(false);
   const Pass cuda = run(true);
@@ -173,5 +181,41 @@ TEST(CudaRecurrent, LstmGruRnnMatchCpu) {
       }
       SCOPED_TRACE(std::string(kind_name(kind)) + " cell " + std::string(st::dtype_name(dt)));
       check_cell(kind, dt);
+    }
+}
+
+TEST(CudaRecurrent, PackedBatchAndProjectionMatchCpu) {
+  // an unsorted packed batch through a bidirectional LSTM with proj_size and a GRU: the packed
+  // output, the final states and every gradient
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  st::cuda::set_allow_tf32(false);
+  namespace R = nn::utils::rnn;
+  const std::vector<int64_t> lengths = {3, 7, 1, 5};
+  for (DType dt : {st::kFloat32, st::kFloat64})
+    for (bool lstm : {true, false}) {
+      SCOPED_TRACE(std::string(lstm ? "LSTM proj_size 2 " : "GRU ") + std::string(st::dtype_name(dt)));
+      const nn::RecurrentOptions o{.num_layers = 2, .bidirectional = true, .proj_size = lstm ? 2 : 0};
+      const int64_t h_size = lstm ? 2 : kHidden;
+      const Tensor x = random({7, 4, kIn}, dt), h0 = random({4, 4, h_size}, dt), c0 = random({4, 4, kHidden}, dt);
+      std::vector<Tensor> cotangents;
+      auto run = [&](bool on_gpu) {
+        st::Generator gen(99);
+        nn::RecurrentOptions with_gen = o;
+        with_gen.generator = &gen;
+        std::unique_ptr<nn::RNNBase> m = lstm ? make_layer(Kind::Lstm, with_gen) : make_layer(Kind::Gru, with_gen);
+        m->to(on_gpu ? st::Device::cuda() : st::Device::cpu(), dt);
+        auto place = [&](const Tensor& t) { return on_gpu ? gpu(t) : t; };
+        std::vector<Tensor> inputs = {leaf(place(x)), leaf(place(h0))};
+        if (lstm) inputs.push_back(leaf(place(c0)));
+        const nn::PackedRNNOutput out = m->forward_with_state(R::pack_padded_sequence(inputs[0], lengths, false, false),
+                                                              inputs[1], lstm ? inputs[2] : Tensor());
+        std::vector<Tensor> results = {out.output.data, out.h_n};
+        if (lstm) results.push_back(out.c_n);
+        return backward_pass(results, inputs, *m, cotangents, dt, on_gpu);
+      };
+      const Pass cpu = run(false);
+      const Pass cuda = run(true);
+      compare(cpu, cuda, dt);
     }
 }

@@ -30,6 +30,15 @@ inline Mat matmul_nt(const Mat& a, const Mat& b) {
   return out;
 }
 
+/// PyTorch's pooling_output_shape: windows of k taps dil apart, stride s, padding p on both sides;
+/// with ceil_mode the last window must start inside the input or its left padding.
+inline int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t span = in + 2 * p - d * (k - 1) - 1;
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
 inline Tensor randn64(const Shape& shape, Generator& g) { return randn(shape, kFloat64, &g); }
 
 }  // namespace strata::testing

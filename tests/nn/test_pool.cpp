@@ -14,6 +14,7 @@ using strata::testing::Arr4;
 using strata::testing::as_image;
 using strata::testing::expected_format;
 using strata::testing::gradcheck;
+using strata::testing::pool_out;
 using strata::testing::has_format;
 using strata::testing::Image;
 using strata::testing::throws_with;
@@ -42,13 +43,6 @@ const std::vector<PoolCase>& pool_cases() {
       {{1, 16, 5, 5}, 5},                                   // one window
   };
   return all;
-}
-
-int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  const int64_t span = in + 2 * p - d * (k - 1) - 1;
-  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-  if (ceil_mode && (out - 1) * s >= in + p) --out;
-  return out;
 }
 
 struct MaxRef {

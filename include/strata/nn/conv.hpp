@@ -1,4 +1,4 @@
-// Convolution layers: Conv1d, Conv2d, ConvTranspose1d and ConvTranspose2d, with PyTorch's
+// Convolution layers: Conv1d/2d/3d and ConvTranspose1d/2d/3d, with PyTorch's
 // parameter names, shapes and default initialization (weight kaiming_uniform(a = sqrt(5)), bias
 // uniform(+-1/sqrt(fan_in))), so state_dict keys and shapes match torch's.
 //
@@ -11,6 +11,7 @@
 
 #include <strata/core/generator.hpp>
 #include <strata/nn/functional_conv.hpp>
+#include <strata/nn/functional_conv3d.hpp>
 #include <strata/nn/functional_resample.hpp>
 #include <strata/nn/module.hpp>
 
@@ -117,6 +118,56 @@ class STRATA_API ConvTranspose1d : public Module {
   int64_t in_channels, out_channels, kernel_size;
   ConvTranspose1dOptions options;
   Tensor weight;  // (in_channels, out_channels / groups, kernel_size)
+  Tensor bias;    // (out_channels), undefined without bias
+};
+
+struct Conv3dOptions {
+  Size3 stride = 1;
+  Size3 padding = 0;
+  Size3 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  PaddingMode padding_mode = PaddingMode::Zeros;
+  Generator* generator = nullptr;
+};
+
+class STRATA_API Conv3d : public Module {
+ public:
+  Conv3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, Conv3dOptions options = {});
+  /// (N, in_channels, D, H, W) or (in_channels, D, H, W) -> (N, out_channels, D', H', W').
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "Conv3d"; }
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t in_channels, out_channels;
+  Size3 kernel_size;
+  Conv3dOptions options;
+  Tensor weight;  // (out_channels, in_channels / groups, kD, kH, kW)
+  Tensor bias;    // (out_channels), undefined without bias
+};
+
+struct ConvTranspose3dOptions {
+  Size3 stride = 1;
+  Size3 padding = 0;
+  Size3 output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  Size3 dilation = 1;
+  PaddingMode padding_mode = PaddingMode::Zeros;
+  Generator* generator = nullptr;
+};
+
+class STRATA_API ConvTranspose3d : public Module {
+ public:
+  ConvTranspose3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, ConvTranspose3dOptions options = {});
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "ConvTranspose3d"; }
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t in_channels, out_channels;
+  Size3 kernel_size;
+  ConvTranspose3dOptions options;
+  Tensor weight;  // (in_channels, out_channels / groups, kD, kH, kW)
   Tensor bias;    // (out_channels), undefined without bias
 };
 

@@ -2,10 +2,12 @@
 // and the one-step RNNCell, LSTMCell and GRUCell. Parameter names, shapes, registration order,
 // gate order and initialization match PyTorch's, so a PyTorch state_dict loads. They are composed
 // of tensor ops (linear, sigmoid, tanh, ...), so they run on every device and differentiate like
-// any other graph. Not supported: LSTM's proj_size, and packed sequences (pad the batch instead).
+// any other graph. LSTM takes PyTorch's proj_size (h projected through weight_hr_l{k}), and the
+// layers take packed variable-length batches (nn/rnn_utils.hpp), as torch.nn.utils.rnn.
 //
 //   nn::LSTM lstm(10, 20, {.num_layers = 2, .bidirectional = true});
 //   auto [output, h_n, c_n] = lstm.forward_with_state(x);  // x (L, N, 10): output (L, N, 40), h_n (4, N, 20)
+//   auto packed = lstm.forward_with_state(utils::rnn::pack_padded_sequence(x, lengths, false, false));
 //
 // The gates are stacked along the rows of each weight and bias, hidden_size rows apiece: LSTM
 // (i, f, g, o), GRU (r, z, n), with GRU's n = tanh(W_in x + b_in + r * (W_hn h + b_hn)).
@@ -17,6 +19,7 @@
 
 #include <strata/core/generator.hpp>
 #include <strata/nn/module.hpp>
+#include <strata/nn/rnn_utils.hpp>
 
 namespace strata::nn {
 
@@ -38,6 +41,7 @@ struct RecurrentOptions {
   double dropout = 0;
   bool bidirectional = false;
   Generator* generator = nullptr;
+  int64_t proj_size = 0;  // LSTM only: h (and the output) projected to proj_size < hidden_size features
 };
 using LSTMOptions = RecurrentOptions;
 using GRUOptions = RecurrentOptions;
@@ -45,16 +49,26 @@ using GRUOptions = RecurrentOptions;
 /// The parameters of one layer in one direction (gates = 1 for RNN, 4 for LSTM, 3 for GRU).
 struct RecurrentWeights {
   Tensor weight_ih;  // (gates * hidden_size, the layer's input features)
-  Tensor weight_hh;  // (gates * hidden_size, hidden_size)
+  Tensor weight_hh;  // (gates * hidden_size, H), H = proj_size if set, else hidden_size
   Tensor bias_ih;    // (gates * hidden_size), undefined without bias
   Tensor bias_hh;    // (gates * hidden_size), undefined without bias
+  Tensor weight_hr;  // (proj_size, hidden_size), LSTM with proj_size only
 };
 
-/// RNNBase::forward_with_state's result. With S = num_layers * num_directions:
+/// RNNBase::forward_with_state's result. With S = num_layers * num_directions and H = proj_size
+/// if set, else hidden_size:
 struct RNNOutput {
-  Tensor output;  // (L, N, num_directions * hidden_size): the last layer's h at every step
-  Tensor h_n;     // (S, N, hidden_size): each layer's and direction's final h; (S, hidden_size) unbatched
-  Tensor c_n;     // LSTM's final cell states, shaped as h_n; undefined for RNN and GRU
+  Tensor output;  // (L, N, num_directions * H): the last layer's h at every step
+  Tensor h_n;     // (S, N, H): each layer's and direction's final h; (S, H) unbatched
+  Tensor c_n;     // LSTM's final cell states (S, N, hidden_size); undefined for RNN and GRU
+};
+
+/// forward_with_state's result for a packed batch: the states are those of each sequence at its
+/// own length, in the batch's own order.
+struct PackedRNNOutput {
+  utils::rnn::PackedSequence output;  // data (sum of lengths, num_directions * H), the input's batch_sizes
+  Tensor h_n;                         // (S, B, H)
+  Tensor c_n;                         // (S, B, hidden_size), LSTM only
 };
 
 /// What RNN, LSTM and GRU share: the parameters of every layer and direction, and the loop over
@@ -66,13 +80,19 @@ class STRATA_API RNNBase : public Module {
   /// an unbatched input, default zeros; LSTM takes both or neither. output is (N, L, *) with
   /// batch_first and (L, *) unbatched. Raises Error naming the layer for any other shape.
   RNNOutput forward_with_state(const Tensor& input, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
+  /// A packed batch of B sequences (data (sum of lengths, input_size)); h0 and c0 (S, B, *) in the
+  /// batch's own order (not the sorted one), as PyTorch's. batch_first does not apply.
+  PackedRNNOutput forward_with_state(const utils::rnn::PackedSequence& input, const Tensor& h0 = Tensor(),
+                                     const Tensor& c0 = Tensor());
   /// forward_with_state(input).output.
   Tensor forward(const Tensor& input) override;
+  utils::rnn::PackedSequence forward(const utils::rnn::PackedSequence& input);
   /// Re-draws every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch.
   void reset_parameters(Generator* gen = nullptr);
 
   int64_t input_size, hidden_size;
   int64_t num_directions;  // 2 when bidirectional, else 1
+  int64_t state_size;      // the features of h: options.proj_size if set, else hidden_size
   RecurrentOptions options;
   /// Layer k's parameters: its forward direction at k * num_directions, its reverse one after it.
   std::vector<RecurrentWeights> all_weights;
@@ -87,6 +107,19 @@ class STRATA_API RNNBase : public Module {
   virtual void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const = 0;
 
  private:
+  struct LayersOutput {
+    Tensor data, h_n, c_n;
+  };
+  /// Every layer and direction over packed rows x (rows, input_size) laid out by batch_sizes (a
+  /// padded batch is the layout with equal sizes), from states (S, B, *) in sorted order.
+  LayersOutput run_layers(const Tensor& x, const std::vector<int64_t>& batch_sizes, const Tensor& h_init,
+                          const Tensor& c_init);
+  /// h0 or c0 (`what`, of `features`) as (S, batch, features): zeros when not given; errors name
+  /// the input's shape.
+  Tensor initial_state(const char* what, const Tensor& given, const Tensor& input, bool unbatched, int64_t batch,
+                       int64_t features) const;
+  void check_states_given(const Tensor& h0, const Tensor& c0) const;
+
   std::string description_;  // "LSTM(10, 20, num_layers=2)", for errors
   bool with_cell_state_;
 };

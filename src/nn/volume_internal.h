@@ -1,0 +1,30 @@
+// The depth-wise steps that put the 3-d convolutions and pooling ops together from the 2-d ones
+// (Note [3-d over 2-d] in nn/conv3d.cpp, which defines tap_depths and gather_depths;
+// nn/pooling3d.cpp defines depth_weighted).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <strata/core/tensor.hpp>
+#include <strata/nn/functional_conv3d.hpp>
+
+namespace strata::nn::detail {
+
+/// Whether every component of s lies in [lo, 2^31), which keeps every size product inside int64.
+inline bool in_arg_range(Size3 s, int64_t lo) {
+  constexpr int64_t kMaxArg = int64_t(1) << 31;
+  return s.d >= lo && s.h >= lo && s.w >= lo && s.d < kMaxArg && s.h < kMaxArg && s.w < kMaxArg;
+}
+
+/// The depth slice that tap t of output o reads, o * stride - pad + t * dil, at [o * k + t]; -1
+/// where that lies outside [0, depth) (the padding).
+std::vector<int64_t> tap_depths(int64_t depth, int64_t out, int64_t k, int64_t stride, int64_t pad, int64_t dil);
+
+/// x (N, C, D, *) -> (N, C, rows.size(), *): the depth slices `rows`, a slice of `fill` for -1.
+Tensor gather_depths(const Tensor& x, std::vector<int64_t> rows, double fill);
+
+/// x (N, C, D, H, W) -> (N, C, out, H, W): output depth o is sum_d weights[o * D + d] * x[:, :, d].
+Tensor depth_weighted(const Tensor& x, const std::vector<double>& weights, int64_t out);
+
+}  // namespace strata::nn::detail
