@@ -4,7 +4,8 @@
 // embed_dim, so heads are masked, not removed physically.
 //
 //   auto kept = compress::prune_heads(layer.self_attn, 2);  // the 2 least important heads
-//   ... opt.step(); compress::reapply_masks(model);
+//   ... opt.step(); compress::reapply_masks(model);  // the transformer layers call
+//   // self_attn.forward(q, k, v), which runs no hooks (Note [Keeping pruned weights zero])
 #pragma once
 
 #include <cstdint>
