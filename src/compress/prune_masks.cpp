@@ -11,6 +11,7 @@
 #include <strata/core/error.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/ops/index.hpp>
 
 #include "compress/prune_internal.h"
 
@@ -68,6 +69,16 @@ std::vector<int64_t> smallest(const std::vector<double>& scores, const std::vect
 void check_scores(const Tensor& scores, const Tensor& param, std::string_view op) {
   STRATA_CHECK(scores.shape() == param.shape(), "[{}] importance scores of shape {} must have the parameter's shape {}",
                op, scores.shape(), param.shape());
+}
+
+void take_slices(const Tensor& t, int64_t dim, const Tensor& index) {
+  if (!t.defined()) return;
+  NoGradGuard no_grad;
+  Tensor value = index_select(t.detach(), dim, index.to(t.device()));
+  const bool channels_last = t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
+  value = channels_last ? value.contiguous().to(MemoryFormat::ChannelsLast) : value.contiguous();
+  t.set_data(value);
+  if (t.requires_grad()) t.set_grad(Tensor());
 }
 
 void set_mask(nn::Module& module, const std::string& name, const Tensor& param, const std::vector<uint8_t>& keep) {
