@@ -1,7 +1,7 @@
 // The forward pre-hook of pruning (Note [Keeping pruned weights zero]): AdamW after pruning
 // revives pruned weights, and every forward still computes with weight * mask (checked against a
 // float64 forward written out here and by a hook that reads the weights forward sees); one hook
-// per module, dropped by remove; loads, moves and gradient accumulation.
+// per module, dropped by remove; loaded weights and masks, moves and gradient accumulation.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -179,4 +179,16 @@ TEST(PruneHook, SurvivesMovesAndConversionsAndAllowsAccumulation) {
   EXPECT_EQ(zero_positions(w), zeros);
   (l1 + l2).backward();
   for (int64_t p : zeros) EXPECT_EQ(values(w.grad())[p], 0.0);
+}
+
+TEST(PruneHook, ANewMaskValueAppliesAtTheNextForward) {
+  Generator g(4);
+  nn::Linear fc(3, 2, {.generator = &g});
+  compress::identity(fc, "weight");  // prunes nothing
+  fc(ones({1, 3}));
+  EXPECT_TRUE(zero_positions(fc.weight).empty());
+  // only the mask changes (as a loaded checkpoint's would): the weight is masked at the next forward
+  fc.load_state_dict({{"weight_mask", from_vector<float>({1, 0, 1, 1, 1, 0}, Shape{2, 3})}}, false);
+  fc(ones({1, 3}));
+  EXPECT_EQ(zero_positions(fc.weight), (std::set<int64_t>{1, 5}));
 }
