@@ -139,12 +139,12 @@ int main(int argc, char** argv) {
     train("finetune", student, d, o.steps, g, distill);
     std::printf("shrunk and fine-tuned: test accuracy %.2f%%\n", accuracy(student, d));
 
-    // mask pruning of the remaining weights a third into fine-tuning, where AdamW's moments would
-    // move the pruned weights again: the masks are re-applied after every step
+    // mask pruning of the remaining weights a third into fine-tuning: AdamW's moments move the
+    // pruned weights again, and each layer's pruning hook zeroes them before its next forward
     train("sparse", student, d, o.steps, g, distill, [&](int64_t step) {
       if (step == o.steps / 3) C::global_unstructured({{&fc1}, {&fc2}, {&fc3}}, o.sparsity);
-      C::reapply_masks(student);
     });
+    C::reapply_masks(student);  // the last step's revived values, before reading (or saving) the weights
     const C::SparsityReport report = C::sparsity_report(student);
     std::printf("%s", report.to_string().c_str());
     std::printf("final: %lld parameters, %.2f%% of the weights zero, test accuracy %.2f%%\n",

@@ -1,4 +1,4 @@
-// Attention-head pruning by masks: see include/strata/compress/heads.hpp.
+// Attention-head pruning, by masks or by cutting the heads out: see include/strata/compress/heads.hpp.
 #include <strata/compress/heads.hpp>
 
 #include <algorithm>
@@ -74,6 +74,42 @@ std::vector<int64_t> prune_heads(nn::MultiheadAttention& attn, Amount amount, Im
     if (std::find(gone.begin(), gone.end(), h) == gone.end()) keep.push_back(h);
   mask_heads(attn, keep);
   return keep;
+}
+
+void remove_heads(nn::MultiheadAttention& attn, const std::vector<int64_t>& heads) {
+  const int64_t H = attn.num_heads, hd = attn.head_dim, inner = H * hd;
+  std::vector<uint8_t> gone(static_cast<size_t>(H), 0);
+  for (int64_t h : heads) {
+    STRATA_CHECK(h >= 0 && h < H, "[remove_heads] head {} is out of range for {} heads", h, H);
+    gone[static_cast<size_t>(h)] = 1;
+  }
+  const auto removed = static_cast<int64_t>(std::count(gone.begin(), gone.end(), 1));
+  if (removed == 0) return;
+  STRATA_CHECK(removed < H, "[remove_heads] removing all {} heads would leave the attention nothing to compute", H);
+  // the inner features of the kept heads, and the same within each of in_proj's q, k, v blocks
+  std::vector<int64_t> features, stacked;
+  for (int64_t h = 0; h < H; ++h)
+    if (!gone[static_cast<size_t>(h)])
+      for (int64_t d = 0; d < hd; ++d) features.push_back(h * hd + d);
+  for (int64_t part = 0; part < 3; ++part)
+    for (int64_t f : features) stacked.push_back(part * inner + f);
+  const Tensor by_feature = from_vector(features), by_stacked = from_vector(stacked);
+  // a parameter and its pruning mask, when it has one, lose the same slices
+  auto cut = [](nn::Module& m, const std::string& name, const Tensor& t, int64_t dim, const Tensor& index) {
+    if (!t.defined()) return;
+    detail::take_slices(t, dim, index);
+    detail::take_slices(detail::find_mask(m, name), dim, index);
+  };
+  cut(attn, "in_proj_weight", attn.in_proj_weight, 0, by_stacked);
+  cut(attn, "in_proj_bias", attn.in_proj_bias, 0, by_stacked);
+  cut(attn, "q_proj_weight", attn.q_proj_weight, 0, by_feature);
+  cut(attn, "k_proj_weight", attn.k_proj_weight, 0, by_feature);
+  cut(attn, "v_proj_weight", attn.v_proj_weight, 0, by_feature);
+  cut(attn, "bias_k", attn.bias_k, 2, by_feature);
+  cut(attn, "bias_v", attn.bias_v, 2, by_feature);
+  cut(attn.out_proj, "weight", attn.out_proj.weight, 1, by_feature);
+  attn.out_proj.in_features = (H - removed) * hd;
+  attn.num_heads = H - removed;
 }
 
 }  // namespace strata::compress

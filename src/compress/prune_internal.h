@@ -32,6 +32,16 @@ std::vector<int64_t> smallest(const std::vector<double>& scores, const std::vect
 /// mask, replacing the values of an existing mask buffer or registering one, and zeroes the
 /// pruned entries of the parameter.
 void set_mask(nn::Module& module, const std::string& name, const Tensor& param, const std::vector<uint8_t>& keep);
+/// Replaces t (when defined) by its slices `index` along dim, keeping the handle (the module's
+/// members and registrations, a mask's hooks see the new value) and a channels-last layout;
+/// drops its gradient, which has the old shape.
+void take_slices(const Tensor& t, int64_t dim, const Tensor& index);
+/// Registers `param` and its new `mask` with the forward pre-hook of `module` that multiplies
+/// each pruned parameter by its mask when either changed since (prune_hook.cpp), registering the
+/// hook with the module's first mask.
+void attach_mask_hook(nn::Module& module, const Tensor& param, const Tensor& mask);
+/// Takes `mask`'s parameter off its module's hook, and removes the hook with the last one.
+void detach_mask_hook(const Tensor& mask);
 /// Raises Error naming `op` unless `scores` is defined with `param`'s shape.
 void check_scores(const Tensor& scores, const Tensor& param, std::string_view op);
 

@@ -1,6 +1,6 @@
-// The mask machinery of pruning: masks as "<name>_mask" buffers, the gradient hook, remove,
-// reapply_masks and the sparsity report (Note [Keeping pruned weights zero] in
-// include/strata/compress/prune.hpp).
+// The mask machinery of pruning: masks as "<name>_mask" buffers, the gradient hook (the forward
+// pre-hook is prune_hook.cpp's), remove, reapply_masks and the sparsity report (Note [Keeping
+// pruned weights zero] in include/strata/compress/prune.hpp).
 #include <algorithm>
 #include <numeric>
 
@@ -11,6 +11,7 @@
 #include <strata/core/error.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/ops/index.hpp>
 
 #include "compress/prune_internal.h"
 
@@ -70,20 +71,32 @@ void check_scores(const Tensor& scores, const Tensor& param, std::string_view op
                op, scores.shape(), param.shape());
 }
 
+void take_slices(const Tensor& t, int64_t dim, const Tensor& index) {
+  if (!t.defined()) return;
+  NoGradGuard no_grad;
+  Tensor value = index_select(t.detach(), dim, index.to(t.device()));
+  const bool channels_last = t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
+  value = channels_last ? value.contiguous().to(MemoryFormat::ChannelsLast) : value.contiguous();
+  t.set_data(value);
+  if (t.requires_grad()) t.set_grad(Tensor());
+}
+
 void set_mask(nn::Module& module, const std::string& name, const Tensor& param, const std::vector<uint8_t>& keep) {
   const Tensor values = from_vector(keep, param.shape()).to(param.device(), param.dtype());
   Tensor mask = find_mask(module, name);
+  const bool first = !mask.defined();
   NoGradGuard no_grad;
-  if (mask.defined()) {
-    mask.copy_(values);
-  } else {
+  if (first) {
     mask = module.register_buffer(mask_name(name), values);
     // The hook holds the buffer's handle, so it sees a later re-pruning's values, a move by
     // Module::to, and remove()'s emptying, after which it passes gradients through.
     // It holds no handle to the parameter, which owns the hook (a cycle that would never be freed).
     param.register_hook([mask](const Tensor& grad) { return mask.shape() == grad.shape() ? grad * mask : Tensor(); });
+  } else {
+    mask.copy_(values);  // the module's forward pre-hook already covers this parameter
   }
   param.mul_(mask);
+  if (first) attach_mask_hook(module, param, mask);
 }
 
 }  // namespace detail
@@ -111,6 +124,7 @@ void remove(nn::Module& module, const std::string& name) {
   NoGradGuard no_grad;
   param.mul_(mask);
   module.remove_buffer(detail::mask_name(name));
+  detail::detach_mask_hook(mask);
   mask.set_data(empty({0}, TensorOptions(param.dtype(), param.device())));  // the gradient hook now passes through
 }
 

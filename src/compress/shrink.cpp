@@ -36,18 +36,6 @@ Tensor layer_weight(nn::Module* m, const char* role) {
   strata::detail::throw_error("[shrink] the {} must be an nn::Conv2d or nn::Linear, got {}", role, m->name());
 }
 
-// Replaces t (when defined) by its slices `index` along dim, keeping the handle and a
-// channels-last layout; drops its gradient, which has the old shape.
-void take(const Tensor& t, int64_t dim, const Tensor& index) {
-  if (!t.defined()) return;
-  NoGradGuard no_grad;
-  Tensor value = index_select(t.detach(), dim, index.to(t.device()));
-  const bool channels_last = t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
-  value = channels_last ? value.contiguous().to(MemoryFormat::ChannelsLast) : value.contiguous();
-  t.set_data(value);
-  if (t.requires_grad()) t.set_grad(Tensor());
-}
-
 // A mask of `weight`'s shape that keeps the slices `keep` along dim 0.
 Tensor rows_mask(const Tensor& weight, const std::vector<int64_t>& keep) {
   const int64_t inner = weight.numel() / weight.size(0);
@@ -179,22 +167,22 @@ void shrink_channels(const ChannelGroup& group, const std::vector<int64_t>& keep
   const int64_t channels = num_channels(group), n = static_cast<int64_t>(kept.size());
   const Tensor index = from_vector(kept);
   if (nn::Conv2d* c = as_conv(group.producer)) {
-    take(c->weight, 0, index);
-    take(c->bias, 0, index);
+    detail::take_slices(c->weight, 0, index);
+    detail::take_slices(c->bias, 0, index);
     c->out_channels = n;
   } else {
     nn::Linear* l = as_linear(group.producer);
-    take(l->weight, 0, index);
-    take(l->bias, 0, index);
+    detail::take_slices(l->weight, 0, index);
+    detail::take_slices(l->bias, 0, index);
     l->out_features = n;
   }
   if (nn::BatchNormBase* bn = group.norm) {
-    for (const Tensor& t : {bn->weight, bn->bias, bn->running_mean, bn->running_var}) take(t, 0, index);
+    for (const Tensor& t : {bn->weight, bn->bias, bn->running_mean, bn->running_var}) detail::take_slices(t, 0, index);
     bn->num_features = n;
   }
   for (nn::Module* m : group.consumers) {
     if (nn::Conv2d* c = as_conv(m)) {
-      take(c->weight, 1, index);
+      detail::take_slices(c->weight, 1, index);
       c->in_channels = n;
       continue;
     }
@@ -204,7 +192,7 @@ void shrink_channels(const ChannelGroup& group, const std::vector<int64_t>& keep
     std::vector<int64_t> columns;
     for (int64_t ch : kept)
       for (int64_t p = 0; p < positions; ++p) columns.push_back(ch * positions + p);
-    take(l->weight, 1, from_vector(columns));
+    detail::take_slices(l->weight, 1, from_vector(columns));
     l->in_features = n * positions;
   }
 }

@@ -189,10 +189,16 @@ Tensor MultiheadAttention::run(const Tensor& query, const Tensor& key, const Ten
                "[{}] query {}, key {} and value {} disagree in batch size or key/value length", me, query.shape(),
                key.shape(), value.shape());
 
-  // projections: one GEMM for self-attention, two when key is value
-  const int64_t E = embed_dim;
-  auto w = [&](int64_t i, int64_t n) { return in_proj_weight.narrow(0, i * E, n * E); };
-  auto b = [&](int64_t i, int64_t n) { return in_proj_bias.defined() ? in_proj_bias.narrow(0, i * E, n * E) : Tensor(); };
+  // projections: one GEMM for self-attention, two when key is value. Each projects to the inner
+  // width I = num_heads * head_dim: embed_dim, unless heads were removed (compress::remove_heads)
+  const int64_t I = num_heads * head_dim;
+  STRATA_CHECK(out_proj.weight.dim() == 2 && out_proj.weight.size(1) == I,
+               "[{}] out_proj.weight of shape {} does not read num_heads * head_dim = {} features", me,
+               out_proj.weight.shape(), I);
+  auto w = [&](int64_t i, int64_t n) { return in_proj_weight.narrow(0, i * I, n * I); };
+  auto b = [&](int64_t i, int64_t n) {
+    return in_proj_bias.defined() ? in_proj_bias.narrow(0, i * I, n * I) : Tensor();
+  };
   Tensor qp, kp, vp;
   if (!in_proj_weight.defined()) {
     qp = functional::linear(q3, q_proj_weight, b(0, 1));
@@ -271,9 +277,9 @@ Tensor MultiheadAttention::run(const Tensor& query, const Tensor& key, const Ten
 
   const double p = is_training() ? options.dropout : 0.0;
   Tensor o = attention(heads(qp), kh, vh, mask, true, is_causal, p, std::nullopt, options.generator, me, weights);
-  // (N, H, L, head_dim) -> (A, B, E): the one copy, then out_proj
+  // (N, H, L, head_dim) -> (A, B, I): the one copy, then out_proj
   o = o.permute(bd == 0 ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{2, 0, 1, 3});
-  o = o.reshape(bd == 0 ? Shape{N, L, E} : Shape{L, N, E});
+  o = o.reshape(bd == 0 ? Shape{N, L, I} : Shape{L, N, I});
   Tensor out = out_proj(o);
   return batched ? out : out.squeeze(1);
 }

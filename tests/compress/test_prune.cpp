@@ -1,6 +1,6 @@
 // Mask pruning against rankings computed here (sorting |w| and per-channel norms written out in
 // loops), torch.nn.utils.prune's amount rounding and iterative semantics, gradient masking,
-// AdamW training with reapply_masks, remove, the sparsity report, and bad input.
+// remove, loading a pruned checkpoint, and bad input (training: test_prune_hook.cpp).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -135,39 +135,6 @@ TEST(Prune, PrunedEntriesGetNoGradient) {
   for (size_t i = 0; i < grad.size(); ++i) EXPECT_EQ(grad[i], mask[i] == 0 ? 0.0 : want[i]);
 }
 
-TEST(Prune, AdamWWithReapplyKeepsPrunedWeightsZero) {
-  Generator g(5);
-  nn::Sequential net(nn::Linear(6, 8, {.generator = &g}), nn::ReLU(), nn::Linear(8, 2, {.generator = &g}));
-  optim::AdamW opt(net.parameters(), {.lr = 0.05, .weight_decay = 0.1});
-  const Tensor x = randn({16, 6}, kFloat32, &g), y = randn({16, 2}, kFloat32, &g);
-  auto step = [&] {
-    opt.zero_grad();
-    nn::functional::mse_loss(net(x), y).backward();
-    opt.step();
-  };
-  for (int i = 0; i < 3; ++i) step();  // Adam's moments are nonzero everywhere now
-  auto& fc1 = *net.named_modules()[1].second;
-  compress::ln_structured(fc1, "weight", 3, 1, 0);
-  compress::l1_unstructured(fc1, "weight", 0.25);
-  const std::set<int64_t> pruned = zero_positions(fc1.state_dict().at("weight_mask"));
-  step();  // without reapplying, the moments move pruned weights off zero
-  const auto revived = values(net.parameters()[0]);
-  EXPECT_TRUE(std::any_of(pruned.begin(), pruned.end(), [&](int64_t i) { return revived[i] != 0; }));
-  for (int i = 0; i < 5; ++i) {
-    step();
-    compress::reapply_masks(net);
-    const auto w = values(net.parameters()[0]);
-    for (int64_t p : pruned) ASSERT_EQ(w[p], 0.0) << "entry " << p << " after step " << i;
-  }
-  const auto report = compress::sparsity_report(net);
-  ASSERT_EQ(report.entries.size(), 1u);
-  EXPECT_EQ(report.entries[0].name, "0.weight");
-  EXPECT_EQ(report.total.zeros, static_cast<int64_t>(pruned.size()));
-  EXPECT_EQ(report.total.numel, 48);
-  EXPECT_NE(report.to_string().find("0.weight"), std::string::npos);
-  EXPECT_EQ(compress::sparsity_report(net, false).total.numel, net.num_parameters());
-}
-
 TEST(Prune, GlobalUnstructuredPicksTheGloballySmallest) {
   Generator g(6);
   nn::Linear a(4, 4, {.generator = &g}), b(4, 3, {.generator = &g});
@@ -212,7 +179,6 @@ TEST(Prune, PrunedCheckpointLoadsIntoAFreshModelAfterIdentity) {
   compress::identity(fresh, "weight");
   EXPECT_EQ(zero_positions(fresh.weight).size(), 0u);
   fresh.load_state_dict(saved);
-  compress::reapply_masks(fresh);
   EXPECT_EQ(values(fresh.weight), values(pruned.weight));
   fresh(ones({1, 4})).sum().backward();  // the loaded mask masks the gradient
   for (int64_t i : zero_positions(pruned.weight)) EXPECT_EQ(values(fresh.weight.grad())[i], 0.0);

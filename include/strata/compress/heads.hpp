@@ -1,10 +1,12 @@
-// Attention-head pruning by masks (Michel et al. 2019, "Are Sixteen Heads Really Better than
-// One?"): a MultiheadAttention's heads ranked by the weights of out_proj that read them, and the
-// least important masked so they contribute nothing. MultiheadAttention ties its inner width to
-// embed_dim, so heads are masked, not removed physically.
+// Attention-head pruning (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): a
+// MultiheadAttention's heads ranked by the weights of out_proj that read them, and the least
+// important masked so they contribute nothing, or removed (HuggingFace's prune_heads): their
+// projection rows and out_proj columns cut out, so the attention computes with fewer heads.
 //
-//   auto kept = compress::prune_heads(layer.self_attn, 2);  // the 2 least important heads
-//   ... opt.step(); compress::reapply_masks(model);
+//   auto kept = compress::prune_heads(layer.self_attn, 2);  // mask the 2 least important heads
+//   ... opt.step(); compress::reapply_masks(model);  // the transformer layers call
+//   // self_attn.forward(q, k, v), which runs no hooks (Note [Keeping pruned weights zero])
+//   compress::remove_heads(layer.self_attn, {1, 3});        // or cut heads 1 and 3 out
 #pragma once
 
 #include <cstdint>
@@ -24,5 +26,11 @@ STRATA_API void mask_heads(nn::MultiheadAttention& attn, const std::vector<int64
 /// Masks the `amount` heads of least importance (at least one head stays); returns the heads kept.
 STRATA_API std::vector<int64_t> prune_heads(nn::MultiheadAttention& attn, Amount amount,
                                             Importance kind = Importance::L1);
+/// Removes `heads` (indices of the current heads; repeats count once) from `attn`: their rows
+/// of the query, key and value projections and biases, their features of bias_k / bias_v, and
+/// their columns of out_proj.weight are cut out (the handles stay; pruning masks are cut
+/// alike), and num_heads drops; embed_dim and head_dim stay. Gradients are dropped: make
+/// optimizers after. Raises Error for a head out of range or when no head would be left.
+STRATA_API void remove_heads(nn::MultiheadAttention& attn, const std::vector<int64_t>& heads);
 
 }  // namespace strata::compress

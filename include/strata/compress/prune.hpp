@@ -5,18 +5,26 @@
 //   compress::ln_structured(conv, "weight", 0.5, 2, 0);  // half the filters, by L2 norm
 //   compress::l1_unstructured(fc, "weight", 100);         // the 100 smallest weights
 //   ...
-//   opt.step();
-//   compress::reapply_masks(model);  // after every optimizer step (Note [Keeping pruned weights zero])
-//   compress::remove(conv, "weight");  // permanent: the mask buffer goes, the zeros stay
+//   opt.step();                       // the next forward re-zeroes what the step revived
+//   compress::reapply_masks(model);  // only before reading the weights (saving a checkpoint)
+//   compress::remove(conv, "weight");  // permanent: the mask buffer and the hook go, the zeros stay
 //
 // Note [Keeping pruned weights zero]: PyTorch keeps `weight_orig` as the parameter and
 // recomputes weight = weight_orig * weight_mask in a forward pre-hook. strata's layers read
-// their parameter directly and have no pre-hooks, so the parameter itself is kept pruned: it is
-// multiplied by the mask when pruned, a gradient hook multiplies its gradient by the mask (so
-// pruned entries get exactly zero gradient, as weight_orig's do in PyTorch), and
-// reapply_masks(module), called after each optimizer step, zeroes again what momentum,
-// Adam's moments from before pruning or any other update wrote there. The mask is a buffer
-// "<name>_mask" in the module's state dict, as in PyTorch.
+// their parameter directly, so the parameter itself is kept pruned:
+// - pruning multiplies it by the mask;
+// - a gradient hook multiplies its gradient by the mask, so pruned entries get exactly zero
+//   gradient (as weight_orig's do in PyTorch);
+// - a forward pre-hook, one per pruned module for all its masks, multiplies the parameter by its
+//   mask in place (no_grad) before each forward when the parameter or mask changed since (an
+//   optimizer step, whose momentum or Adam moments from before pruning revive pruned entries; a
+//   load_state_dict; a move), so every forward computes with the pruned weights;
+// - between a step and the next forward the stored parameter may hold revived values:
+//   reapply_masks(module) zeroes them explicitly (before saving or inspecting the weights).
+// The hook runs only when the module is called through operator()(const Tensor&): a forward
+// called directly, or an overload with other arguments (MultiheadAttention's forward(q, k, v)
+// as the transformer layers call it), runs no hooks, so call reapply_masks after each step there.
+// The mask is a buffer "<name>_mask" in the module's state dict, as in PyTorch.
 #pragma once
 
 #include <cstdint>
@@ -74,7 +82,7 @@ STRATA_API void ln_structured(nn::Module& module, const std::string& name, Amoun
 /// Applies `mask` (the parameter's shape, 1 keeps and 0 prunes) on top of any mask already there.
 STRATA_API void custom_from_mask(nn::Module& module, const std::string& name, const Tensor& mask);
 /// A mask of ones (prunes nothing), as torch's prune.identity: gives a fresh model the mask
-/// buffers a pruned checkpoint's state dict has, before load_state_dict (then reapply_masks).
+/// buffers a pruned checkpoint's state dict has (and the forward pre-hook), before load_state_dict.
 STRATA_API void identity(nn::Module& module, const std::string& name);
 
 /// One parameter of global pruning.
@@ -90,12 +98,15 @@ STRATA_API void global_unstructured(const std::vector<PruneTarget>& targets, Amo
                                     const std::vector<Tensor>& importance_scores = {});
 
 /// Makes pruning permanent: the parameter keeps its zeros, the "<name>_mask" buffer and the
-/// gradient masking go. Raises Error when the parameter is not pruned.
+/// gradient masking go, and the forward pre-hook with the module's last mask. Raises Error when
+/// the parameter is not pruned.
 STRATA_API void remove(nn::Module& module, const std::string& name);
 /// Whether any parameter of `module` or below it is pruned (has a mask).
 STRATA_API bool is_pruned(nn::Module& module);
-/// Multiplies every pruned parameter of `module` and below it by its mask again: call after
-/// each optimizer step (Note [Keeping pruned weights zero]).
+/// Multiplies every pruned parameter of `module` and below it by its mask now: the forward
+/// pre-hook does so before the next forward, so call it where the stored weights are read
+/// before one (saving a checkpoint) or for modules whose forward runs no hooks (Note [Keeping
+/// pruned weights zero]).
 STRATA_API void reapply_masks(nn::Module& module);
 
 /// Zeros in one parameter.

@@ -8,6 +8,12 @@
 // (L, S) / (N * num_heads, L, S) is true where attending is NOT allowed; a float mask is added
 // to the attention scores. The keys add_bias_kv and add_zero_attn append are open to every
 // query (the masks are padded for them, as PyTorch pads them), is_causal included.
+//
+// The projections map to an inner width of num_heads * head_dim features, embed_dim as built.
+// compress::remove_heads (HuggingFace's prune_heads) cuts heads out: num_heads drops, head_dim
+// and embed_dim stay, and the shapes below read I = num_heads * head_dim for their embed_dim rows
+// (in_proj_weight (3I, E), out_proj a Linear(I, E), bias_k (1, 1, I)); a 3-d attn_mask then
+// has N * num_heads (the heads left) maps.
 #pragma once
 
 #include <cstdint>
