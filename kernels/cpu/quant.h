@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "../common/im2col.h"
 #include "../common/quant_affine.h"
 #include "parallel.h"
 
@@ -128,6 +129,17 @@ inline void dequantize_int4_row(const uint8_t* packed, const float* scale, const
       out[2 * j + 1] = (static_cast<float>(qmath::high_nibble(byte)) - z) * s;
     }
   }
+}
+
+/// cols (N * OH * OW, Cg * kh * kw) uint8 from the codes x (N, C, H, W): the int8 convolution's
+/// im2col (kernels/common/im2col.h), taps outside the image reading `pad`.
+inline void im2col_u8(const uint8_t* x, int64_t N, const qmath::Im2colShape& s, uint8_t pad, uint8_t* cols) {
+  const int64_t K = s.cols();
+  parallel_for(0, N * s.rows(), std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(K, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t m = b; m < e; ++m)
+                   for (int64_t k = 0; k < K; ++k) cols[m * K + k] = qmath::im2col_code(x, s, m, k, pad);
+               });
 }
 
 }  // namespace strata::cpu::quant

@@ -1,5 +1,7 @@
-// The LinearForms of the quant module (Note [Linear forms] in nn/linear.hpp): int8 and int4
-// weights, which replace the float weight, and fake quantization for QAT, which keeps it.
+// The layer forms of the quant module (Note [Linear forms] in nn/layer_form.hpp): int8 and int4
+// weights, which replace the float weight; fake quantization for QAT and observers for static
+// quantization, which keep it. The QAT and observer forms are templates over the layer (Linear,
+// Conv2d): they differ only in the float forward of layer_ops.h.
 #pragma once
 
 #include <memory>
@@ -7,44 +9,101 @@
 #include <optional>
 #include <string>
 
+#include <strata/nn/conv.hpp>
+#include <strata/nn/functional.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/quant/fake_quantize.hpp>
 #include <strata/quant/quantize.hpp>
 
+#include "quant/layer_ops.h"
+
 namespace strata::quant::detail {
 
-/// int8 weights; activations quantized per row at run time (dynamic), or with one fixed scale and
-/// zero point (static, from a QAT observer) when StaticInput is given. Buffers: weight_int8,
-/// weight_scale; static also input_scale (1) and input_zero_point (1).
+/// One activation's fixed quantization: scale (1) float32, zero point (1) int32, code range.
+struct ActQParams {
+  Tensor scale, zero_point;
+  QRange range;
+};
+
+/// A static int8 layer's activations: the input's qparams, and the output's when it is requantized
+/// (static quantization; QAT's converted layers give float outputs), with ReLU fused before that.
+struct StaticActivations {
+  ActQParams input;
+  std::optional<ActQParams> output;
+  bool relu = false;
+};
+
+/// Registers the qparams as buffers of `form` (input_scale, input_zero_point, output_scale,
+/// output_zero_point), so they enter the state dict and move with the module.
+void register_static(nn::Module& form, StaticActivations& act);
+/// x float32 contiguous -> uint8 codes of its shape with the input's qparams; an int8 range runs
+/// shifted by +128 into uint8 (q - zero_point is unchanged). *zero: the shifted zero point (1).
+Tensor quantize_static_input(const Tensor& x, const ActQParams& in, Tensor* zero);
+/// y float32 (M, N) = the int8 product of uint8 codes (M, K) and the weight (kernels/cpu/qgemm.h).
+Tensor int8_product(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool per_row, const Int8Weight& w,
+                    const Tensor& w_row_sum, const Tensor& bias);
+/// ReLU (when fused) and requantization to the output's qparams (when given), as float values.
+Tensor finish_static(const Tensor& y, const StaticActivations& act);
+/// A floating bias of shape (N) on `device` in `dtype`, or undefined.
+Tensor bias_of(const Tensor& bias, int64_t N, const Device& device, DType dtype, const char* op);
+void check_int8_weight(const Int8Weight& w, const char* op);
+/// A uint8 input's qparams, checked (the functional forms).
+ActQParams act_qparams(double scale, int64_t zero_point, const Device& device, const char* op);
+/// y float32 (N, out, OH, OW) of the int8 convolution of uint8 codes (N, C, H, W), taps outside the
+/// image reading `pad` (the zero point); w.codes (out, C / groups * kH * kW).
+Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad,
+                    const Int8Weight& w, const Tensor& w_row_sum, const Tensor& bias, nn::Size2 kernel,
+                    const nn::functional::Conv2dArgs& args);
+
+/// The sum of each weight row's codes, int32 (out), for the activations' zero points; computed
+/// again when the codes change (a load_state_dict writes them; Module::to or set_tensor gives them
+/// new memory), under a lock (threads may share a model for inference).
+class RowSums {
+ public:
+  Tensor of(const Tensor& codes);
+
+ private:
+  std::mutex mutex_;
+  Tensor sums_;
+  std::weak_ptr<Storage> storage_;  // the codes' memory and version sums_ was computed at
+  int64_t version_ = -1;
+};
+
+/// int8 weights; activations quantized per row at run time (dynamic), or with fixed qparams
+/// (static) when given. Buffers: weight_int8, weight_scale; static also those of register_static.
 class Int8LinearForm : public nn::LinearForm {
  public:
-  struct StaticInput {
-    Tensor scale, zero_point;  // (1) float32, (1) int32
-    QRange range;              // the observer's code range (int8 ranges are run shifted to uint8)
-  };
-  Int8LinearForm(Int8Weight weight, std::optional<StaticInput> input);
-  Tensor forward_linear(const nn::Linear& layer, const Tensor& input) override;
+  Int8LinearForm(Int8Weight weight, std::optional<StaticActivations> act);
+  Tensor forward_layer(const nn::Linear& layer, const Tensor& input) override;
   bool replaces_weight() const override { return true; }
   std::string name() const override { return "Int8LinearForm"; }
 
  private:
   Int8Weight weight_;
-  std::optional<StaticInput> input_;
-  /// The sum of each weight row's codes, int32 (out), for the activations' zero points; computed
-  /// again when the codes change (a load_state_dict writes them; Module::to or set_tensor gives
-  /// them new memory), under a lock (threads may share a model for inference).
-  Tensor row_sums();
-  std::mutex row_sum_mutex_;
-  Tensor row_sum_;
-  std::weak_ptr<Storage> row_sum_storage_;  // the codes' memory and version row_sum_ was computed at
-  int64_t row_sum_version_ = -1;
+  std::optional<StaticActivations> act_;
+  RowSums row_sums_;
+};
+
+/// A static int8 convolution: the input quantized with fixed qparams, im2col of its codes, the int8
+/// GEMM. Buffers: weight_int8 (out, in / groups * kH * kW), weight_scale and those of register_static.
+class Int8Conv2dForm : public nn::Conv2dForm {
+ public:
+  Int8Conv2dForm(Int8Weight weight, StaticActivations act);
+  Tensor forward_layer(const nn::Conv2d& layer, const Tensor& input) override;
+  bool replaces_weight() const override { return true; }
+  std::string name() const override { return "Int8Conv2dForm"; }
+
+ private:
+  Int8Weight weight_;
+  StaticActivations act_;
+  RowSums row_sums_;
 };
 
 /// int4 weight only. Buffers: weight_int4, weight_scale, weight_zero_point (asymmetric).
 class Int4LinearForm : public nn::LinearForm {
  public:
   explicit Int4LinearForm(Int4Weight weight);
-  Tensor forward_linear(const nn::Linear& layer, const Tensor& input) override;
+  Tensor forward_layer(const nn::Linear& layer, const Tensor& input) override;
   bool replaces_weight() const override { return true; }
   std::string name() const override { return "Int4LinearForm"; }
 
@@ -52,19 +111,57 @@ class Int4LinearForm : public nn::LinearForm {
   Int4Weight weight_;
 };
 
-/// QAT: linear(input_fake_quant(x), weight_fake_quant(weight), bias), training the float weight.
-class QatLinearForm : public nn::LinearForm {
+/// QAT: the layer's float forward of input_fake_quant(x) and weight_fake_quant(weight), training
+/// the float weight.
+template <class Layer>
+class QatForm : public nn::LayerForm<Layer> {
  public:
-  QatLinearForm(std::unique_ptr<FakeQuantize> input_fq, std::unique_ptr<FakeQuantize> weight_fq);
-  Tensor forward_linear(const nn::Linear& layer, const Tensor& input) override;
+  QatForm(std::unique_ptr<FakeQuantize> input_fq, std::unique_ptr<FakeQuantize> weight_fq) {
+    STRATA_CHECK(input_fq && weight_fq, "[prepare_qat] a fake quant factory returned null");
+    input_fq_ = &this->register_module("input_fake_quant", std::move(input_fq));
+    weight_fq_ = &this->register_module("weight_fake_quant", std::move(weight_fq));
+  }
+  Tensor forward_layer(const Layer& layer, const Tensor& input) override {
+    return float_forward(layer, (*input_fq_)(input), (*weight_fq_)(layer.weight));
+  }
   bool replaces_weight() const override { return false; }
-  std::string name() const override { return "QatLinearForm"; }
+  std::string name() const override { return std::string("Qat") + layer_name(static_cast<Layer*>(nullptr)) + "Form"; }
   FakeQuantize& input_fake_quant() { return *input_fq_; }
   FakeQuantize& weight_fake_quant() { return *weight_fq_; }
 
  private:
   FakeQuantize* input_fq_;
   FakeQuantize* weight_fq_;
+};
+
+/// Static quantization's calibration: observers of the input and of the output (after the fused
+/// ReLU, which this form then applies), around the float forward.
+template <class Layer>
+class ObservedForm : public nn::LayerForm<Layer> {
+ public:
+  ObservedForm(std::unique_ptr<Observer> input, std::unique_ptr<Observer> output, bool relu) : relu_(relu) {
+    STRATA_CHECK(input && output, "[prepare] the observer factory returned null");
+    STRATA_CHECK(!input->per_channel() && !output->per_channel(), "[prepare] activation observers must be per tensor");
+    input_ = &this->register_module("input_observer", std::move(input));
+    output_ = &this->register_module("output_observer", std::move(output));
+  }
+  Tensor forward_layer(const Layer& layer, const Tensor& input) override {
+    Tensor y = float_forward(layer, (*input_)(input), layer.weight);
+    if (relu_) y = nn::functional::relu(y);
+    return (*output_)(y);
+  }
+  bool replaces_weight() const override { return false; }
+  std::string name() const override {
+    return std::string("Observed") + layer_name(static_cast<Layer*>(nullptr)) + "Form";
+  }
+  Observer& input_observer() { return *input_; }
+  Observer& output_observer() { return *output_; }
+  bool relu() const { return relu_; }
+
+ private:
+  Observer* input_;
+  Observer* output_;
+  bool relu_;
 };
 
 }  // namespace strata::quant::detail
