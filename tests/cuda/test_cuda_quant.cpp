@@ -1,6 +1,7 @@
 // CUDA quantization kernels against the CPU's on fresh random inputs with odd sizes: codes,
 // dequantized values, fake quant and its mask equal bit for bit (same float32 math); the int8
-// GEMM exactly; the int8 and int4 Linear layers within float summation-order tolerance.
+// GEMM exactly; the int8 and int4 Linear layers within float summation-order tolerance; the static
+// int8 convolution, and a model calibrated and converted on the GPU against the same on the CPU.
 #include "cuda/cuda_testing.h"
 #include "testing.h"
 
@@ -68,4 +69,33 @@ TEST(CudaQuant, Int4MatchesTheCpu) {
                               values(q::linear_int4(x, a, bias.to(dt))), tol, tol));
       }
     }
+}
+
+TEST(CudaQuant, StaticInt8ConvAndConvertedModelMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const st::nn::functional::Conv2dArgs args{.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}, .groups = 2};
+  const st::Tensor x = ct::random({3, 4, 9, 7}, st::kFloat32, -2, 3), bias = ct::random({6}, st::kFloat32);
+  const q::Int8Weight w = q::quantize_weight_int8(ct::random({6, 2 * 9}, st::kFloat32));
+  const q::Int8Weight wg{w.codes.cuda(), w.scale.cuda()};
+  // the same integer sums; the epilogue's float32 rounding may differ (a fused multiply-add)
+  EXPECT_TRUE(all_close(q::conv2d_int8(x.cuda(), 0.02, 100, wg, {3, 3}, args, bias.cuda()),
+                        values(q::conv2d_int8(x, 0.02, 100, w, {3, 3}, args, bias)), 1e-6, 1e-6));
+  // a model calibrated and converted on the GPU computes what the same model does on the CPU
+  auto make = [] {
+    st::manual_seed(14);
+    auto m = std::make_unique<st::nn::Sequential>(st::nn::Conv2d(4, 6, 3, {.padding = 1}), st::nn::ReLU(),
+                                                  st::nn::Flatten(), st::nn::Linear(6 * 9 * 7, 5));
+    m->eval();
+    q::fuse_modules(*m, {{"0", "1"}});
+    q::prepare(*m);
+    return m;
+  };
+  auto cpu = make(), gpu = make();
+  gpu->to(st::Device::cuda());
+  (*cpu)(x);
+  (*gpu)(x.cuda());
+  q::convert(*cpu);
+  q::convert(*gpu);
+  EXPECT_TRUE(all_close((*gpu)(x.cuda()), values((*cpu)(x)), 1e-5, 1e-4));
 }
