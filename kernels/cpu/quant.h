@@ -6,6 +6,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <cstring>
 
 #include "../common/im2col.h"
 #include "../common/quant_affine.h"
@@ -131,14 +132,28 @@ inline void dequantize_int4_row(const uint8_t* packed, const float* scale, const
   }
 }
 
-/// cols (N * OH * OW, Cg * kh * kw) uint8 from the codes x (N, C, H, W): the int8 convolution's
-/// im2col (kernels/common/im2col.h), taps outside the image reading `pad`.
+/// cols (N * OH * OW, kh * kw * Cg) uint8 from the codes x (N, H, W, C): the int8 convolution's
+/// im2col, taps outside the image reading `pad`. The same gather as qmath::im2col_code (which the
+/// CUDA kernel runs per element), a run of Cg channels per tap.
 inline void im2col_u8(const uint8_t* x, int64_t N, const qmath::Im2colShape& s, uint8_t pad, uint8_t* cols) {
   const int64_t K = s.cols();
   parallel_for(0, N * s.rows(), std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(K, 1)),
                [&](int64_t b, int64_t e) {
-                 for (int64_t m = b; m < e; ++m)
-                   for (int64_t k = 0; k < K; ++k) cols[m * K + k] = qmath::im2col_code(x, s, m, k, pad);
+                 for (int64_t m = b; m < e; ++m) {
+                   const int64_t ow = m % s.OW, oh = (m / s.OW) % s.OH, n = m / (s.OW * s.OH);
+                   uint8_t* dst = cols + m * K;
+                   for (int64_t i = 0; i < s.kh; ++i) {
+                     const int64_t h = oh * s.sh - s.ph + i * s.dh;
+                     for (int64_t j = 0; j < s.kw; ++j, dst += s.Cg) {
+                       const int64_t w = ow * s.sw - s.pw + j * s.dw;
+                       if (h < 0 || h >= s.H || w < 0 || w >= s.W) {
+                         std::memset(dst, pad, static_cast<size_t>(s.Cg));
+                       } else {
+                         std::memcpy(dst, x + ((n * s.H + h) * s.W + w) * s.C + s.c0, static_cast<size_t>(s.Cg));
+                       }
+                     }
+                   }
+                 }
                });
 }
 

@@ -43,7 +43,7 @@ template <class T>
 cudaError_t int4_linear(const T* x, const uint8_t* packed, const float* scale, const uint8_t* zero_point,
                         int64_t group, const T* bias, T* y, int64_t M, int64_t N, int64_t K, cudaStream_t s);
 
-/// cols (N * OH * OW, Cg * kh * kw) uint8 gathered from the codes x (N, C, H, W) (kernels/common/im2col.h).
+/// cols (N * OH * OW, kh * kw * Cg) uint8 gathered from the codes x (N, H, W, C) (kernels/common/im2col.h).
 cudaError_t im2col_u8(const uint8_t* x, int64_t N, const qmath::Im2colShape& shape, uint8_t pad, uint8_t* cols,
                       cudaStream_t s);
 

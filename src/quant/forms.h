@@ -49,11 +49,12 @@ Tensor bias_of(const Tensor& bias, int64_t N, const Device& device, DType dtype,
 void check_int8_weight(const Int8Weight& w, const char* op);
 /// A uint8 input's qparams, checked (the functional forms).
 ActQParams act_qparams(double scale, int64_t zero_point, const Device& device, const char* op);
-/// y float32 (N, out, OH, OW) of the int8 convolution of uint8 codes (N, C, H, W), taps outside the
-/// image reading `pad` (the zero point); w.codes (out, C / groups * kH * kW).
+/// y float32 (N, out, OH, OW), a channels-last view, of the int8 convolution of uint8 codes (N, H, W,
+/// C), taps outside the image reading `pad` (the zero point); w.codes (out, C / groups * kH * kW);
+/// finished (ReLU, requantization) per `act` when given.
 Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad,
                     const Int8Weight& w, const Tensor& w_row_sum, const Tensor& bias, nn::Size2 kernel,
-                    const nn::functional::Conv2dArgs& args);
+                    const nn::functional::Conv2dArgs& args, const StaticActivations* act);
 
 /// The sum of each weight row's codes, int32 (out), for the activations' zero points; computed
 /// again when the codes change (a load_state_dict writes them; Module::to or set_tensor gives them

@@ -68,6 +68,11 @@ TEST(Conv2dInt8, AccumulationsAreExact) {
   const st::Tensor xd = centered(codes_of(x, sx, zx), zx, x.shape()) * sx;
   const st::Tensor wd = wq * w.scale.to(st::kFloat64).reshape({6, 1, 1, 1});
   EXPECT_TRUE(all_close(yb, values(F::conv2d(xd, wd, bias.to(st::kFloat64), args)), 1e-5, 1e-5));
+  // a channels-last input (quantized as it lies) gives the same values, channels last
+  const st::Tensor ycl = q::conv2d_int8(x.to(st::MemoryFormat::ChannelsLast), sx, zx, w, {3, 3}, args);
+  EXPECT_TRUE(ycl.is_contiguous(st::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(y.is_contiguous());
+  EXPECT_TRUE(all_close(ycl, got, 0, 0));
   // an unbatched input gives the first image's result
   EXPECT_TRUE(all_close(q::conv2d_int8(x.narrow(0, 0, 1).squeeze(0), sx, zx, w, {3, 3}, args),
                         values(y.narrow(0, 0, 1)), 0, 0));
