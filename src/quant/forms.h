@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include <strata/nn/batchnorm.hpp>
 #include <strata/nn/conv.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/nn/linear.hpp>
@@ -113,17 +114,28 @@ class Int4LinearForm : public nn::LinearForm {
 };
 
 /// QAT: the layer's float forward of input_fake_quant(x) and weight_fake_quant(weight), training
-/// the float weight.
+/// the float weight. Before a batch norm (the fused modules of fuse_modules_qat), as PyTorch's
+/// ConvBn2d: the weight is scaled by gamma / sqrt(running_var + eps) before its fake quant, so it
+/// trains the rounding of the weight convert folds, and the product is scaled back (bias added
+/// after) for the batch norm that follows.
 template <class Layer>
 class QatForm : public nn::LayerForm<Layer> {
  public:
-  QatForm(std::unique_ptr<FakeQuantize> input_fq, std::unique_ptr<FakeQuantize> weight_fq) {
+  QatForm(std::unique_ptr<FakeQuantize> input_fq, std::unique_ptr<FakeQuantize> weight_fq,
+          const nn::BatchNormBase* bn = nullptr)
+      : bn_(bn) {
     STRATA_CHECK(input_fq && weight_fq, "[prepare_qat] a fake quant factory returned null");
     input_fq_ = &this->register_module("input_fake_quant", std::move(input_fq));
     weight_fq_ = &this->register_module("weight_fake_quant", std::move(weight_fq));
   }
   Tensor forward_layer(const Layer& layer, const Tensor& input) override {
-    return float_forward(layer, (*input_fq_)(input), (*weight_fq_)(layer.weight));
+    if (!bn_) return float_forward(layer, (*input_fq_)(input), (*weight_fq_)(layer.weight));
+    const Tensor s = bn_scale(*bn_, layer.weight);
+    const Tensor w = (*weight_fq_)(layer.weight * s.reshape(per_channel_shape(layer.weight.dim(), 0, s.numel())));
+    Tensor y = float_forward(layer, (*input_fq_)(input), w, Tensor());
+    const Shape channels = per_channel_shape(y.dim(), output_channel_dim(layer, y.dim()), s.numel());
+    y = y / s.reshape(channels);
+    return layer.bias.defined() ? y + layer.bias.reshape(channels) : y;
   }
   bool replaces_weight() const override { return false; }
   std::string name() const override { return std::string("Qat") + layer_name(static_cast<Layer*>(nullptr)) + "Form"; }
@@ -133,6 +145,7 @@ class QatForm : public nn::LayerForm<Layer> {
  private:
   FakeQuantize* input_fq_;
   FakeQuantize* weight_fq_;
+  const nn::BatchNormBase* bn_;  // the fused module's batch norm, a sibling of the layer
 };
 
 /// Static quantization's calibration: observers of the input and of the output (after the fused

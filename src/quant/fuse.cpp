@@ -12,6 +12,8 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
 
+#include "quant/layer_ops.h"
+
 namespace strata::quant {
 
 namespace {
@@ -28,14 +30,11 @@ std::pair<Tensor, Tensor> fold_batch_norm(const nn::BatchNormBase& bn, const Ten
   NoGradGuard no_grad;
   const TensorOptions o(w.dtype(), w.device());
   const Tensor mean = bn.running_mean.detach().to(w.device(), w.dtype());
-  const Tensor var = bn.running_var.detach().to(w.device(), w.dtype());
-  const Tensor gamma = bn.weight.defined() ? bn.weight.detach().to(w.device(), w.dtype()) : ones({out}, o);
   const Tensor beta = bn.bias.defined() ? bn.bias.detach().to(w.device(), w.dtype()) : zeros({out}, o);
-  const Tensor s = gamma / sqrt(var + bn.options.eps);
-  Shape per_row(static_cast<size_t>(w.dim()), 1);
-  per_row[0] = out;
+  const Tensor s = detail::bn_scale(bn, w);  // the scale QAT's forms apply (quant/layer_ops.h)
   const Tensor bias = b.defined() ? b.detach().to(w.device(), w.dtype()) : zeros({out}, o);
-  return {(w.detach() * s.reshape(per_row)).contiguous(), ((bias - mean) * s + beta).contiguous()};
+  return {(w.detach() * s.reshape(detail::per_channel_shape(w.dim(), 0, out))).contiguous(),
+          ((bias - mean) * s + beta).contiguous()};
 }
 
 // the fresh layer's parameters take the folded values, in their dtype and device

@@ -82,19 +82,22 @@ void convert_layer(Layer& layer, const detail::QuantLayer& l) {
     const FakeQuantize& in = qat->input_fake_quant();
     const FakeQuantize& w = qat->weight_fake_quant();
     act.input = {in.scale.clone(), in.zero_point.clone(), QRange{in.quant_min(), in.quant_max()}};
+    // the qparams the fake quants used last (the buffers), so the int8 layer matches them
+    const auto quantized_with_fq = [&](const Tensor& weight) {
+      const Device d = weight.device();
+      QuantizedTensor q = quantize_per_channel(weight, w.scale.to(d), w.zero_point.to(d), 0, kInt8);
+      return Int8Weight{q.int_repr.reshape({q.int_repr.size(0), -1}), q.scales};
+    };
     if (l.fused && l.fused->has_batch_norm()) {
-      // PyTorch folds batch norm into the weight while training; here its running statistics are folded
-      // now, and the folded weight gets its own qparams
+      // the batch norm's running statistics folded into a new layer, whose weight the fake quant
+      // saw scaled the same way while training (QatForm)
       std::unique_ptr<Layer> folded = fold(layer, (*l.fused)[1]);
-      folded->set_form("quantized", int8_form(*folded, quantize_flat(folded->weight), std::move(act)));
+      folded->set_form("quantized", int8_form(*folded, quantized_with_fq(folded->weight), std::move(act)));
       l.fused->set_submodule("0", std::move(folded));  // the prepared layer goes
       l.fused->set_submodule("1", std::make_unique<nn::Identity>());
       return;
     }
-    // the qparams the fake quants used last (the buffers), so the int8 layer matches them
-    const Device d = layer.weight.device();
-    QuantizedTensor q = quantize_per_channel(layer.weight, w.scale.to(d), w.zero_point.to(d), 0, kInt8);
-    Int8Weight weight{q.int_repr.reshape({q.int_repr.size(0), -1}), q.scales};
+    Int8Weight weight = quantized_with_fq(layer.weight);
     std::unique_ptr<nn::LayerForm<Layer>> old = layer.take_form();
     layer.set_form("quantized", int8_form(layer, std::move(weight), std::move(act)));
     return;
@@ -119,7 +122,9 @@ int64_t prepare_qat(nn::Module& model, const QatOptions& o) {
       const int64_t out = detail::out_channels(layer);
       auto input_fq = o.input_fake_quant ? o.input_fake_quant() : default_fake_quant();
       auto weight_fq = o.weight_fake_quant ? o.weight_fake_quant(out) : default_weight_fake_quant(out);
-      layer.set_form("qat", std::make_unique<detail::QatForm<Layer>>(std::move(input_fq), std::move(weight_fq)));
+      const nn::BatchNormBase* bn =
+          l.fused && l.fused->has_batch_norm() ? dynamic_cast<const nn::BatchNormBase*>(&(*l.fused)[1]) : nullptr;
+      layer.set_form("qat", std::make_unique<detail::QatForm<Layer>>(std::move(input_fq), std::move(weight_fq), bn));
     });
   }
   return static_cast<int64_t>(layers.size());

@@ -1,7 +1,7 @@
 // QAT of Conv2d: the fake-quantized forward against the float convolution of fake-quantized
 // tensors computed in the test, training through the straight-through gradient, the converted
-// int8 convolution against the fake-quantized model, and fused Conv-BN-ReLU QAT, whose batch norm
-// convert folds.
+// int8 convolution against the fake-quantized model, and fused Conv-BN-ReLU QAT, which trains the
+// folded weight's rounding (as PyTorch's ConvBnReLU2d) and which convert folds.
 #include <vector>
 
 #include "testing.h"
@@ -68,7 +68,10 @@ TEST(QatConv2d, TrainsAndConvertsToMatchingInt8) {
   EXPECT_TRUE(all_close(model(x), values(fake), 1e-4, 1e-4));
 }
 
-TEST(QatConv2d, FusedConvBatchNormReluFoldsAtConvert) {
+// Conv-BN-ReLU QAT folds the batch norm into the weight the fake quant sees, as PyTorch's
+// ConvBnReLU2d: in eval, the fake-quantized model is relu(conv(fq(x), fq(w * s)) + folded bias),
+// s = gamma / sqrt(running_var + eps), and convert's int8 model computes the same integers.
+TEST(QatConv2d, FusedConvBatchNormReluFoldsTheWeightItQuantizes) {
   st::manual_seed(13);
   const st::Tensor x = st::randn({16, 2, 6, 6});
   nn::Sequential model(nn::Conv2d(2, 4, 3, {.padding = 1, .bias = false}), nn::BatchNorm2d(4), nn::ReLU(),
@@ -82,20 +85,33 @@ TEST(QatConv2d, FusedConvBatchNormReluFoldsAtConvert) {
     loss.backward();
     opt.step();
   }
+  auto& fused = model.at<q::FusedModule>(0);
+  EXPECT_TRUE(fused.at<nn::BatchNorm2d>(1).weight.grad().defined());  // gamma trains through the scale too
   model.eval();
+  model(x);  // observe once in eval, then freeze
   for (auto& [name, m] : model.named_modules())
     if (auto* fq = dynamic_cast<q::FakeQuantize*>(m)) fq->disable_observer();
+  // the first block by hand
+  auto& conv = fused.at<nn::Conv2d>(0);
+  auto& bn = fused.at<nn::BatchNorm2d>(1);
+  auto& fq_in = dynamic_cast<q::FakeQuantize&>(conv.get_submodule("qat.input_fake_quant"));
+  auto& fq_w = dynamic_cast<q::FakeQuantize&>(conv.get_submodule("qat.weight_fake_quant"));
+  st::NoGradGuard no_grad;
+  const st::Tensor s = bn.weight / st::sqrt(bn.running_var + bn.options.eps);
+  const st::Tensor wq = q::fake_quantize_per_channel_affine(conv.weight * s.reshape({4, 1, 1, 1}), fq_w.scale,
+                                                            fq_w.zero_point, 0, -128, 127);
+  const st::Tensor xq = q::fake_quantize_per_tensor_affine(x, values(fq_in.scale)[0],
+                                                           int64_t(values(fq_in.zero_point)[0]), 0, 255);
+  const st::Tensor want_block = F::relu(F::conv2d(xq, wq, bn.bias - bn.running_mean * s, {.padding = 1}));
+  EXPECT_TRUE(all_close(fused(x), values(want_block), 1e-5, 1e-5));
   const st::Tensor fake = model(x).detach();
   EXPECT_EQ(q::convert(model), 2);
-  auto& fused = model.at<q::FusedModule>(0);
   EXPECT_EQ(fused[0].name(), "Conv2d");
   EXPECT_EQ(fused[1].name(), "Identity");  // folded
   EXPECT_EQ(fused[2].name(), "ReLU");
   EXPECT_EQ(model.state_dict().count("0.0.quantized.weight_int8") + model.state_dict().count("0.0.bias"), 2u);
-  // the folded weight is quantized afresh: the int8 model differs from the fake-quantized one by
-  // the weight's rounding only
-  const double spread = values(st::amax(st::abs(fake)))[0];
-  EXPECT_TRUE(all_close(model(x), values(fake), 0, 0.05 * spread));
+  // the same integers and scales: only the order of float sums differs
+  EXPECT_TRUE(all_close(model(x), values(fake), 1e-4, 1e-4));
   nn::Sequential fresh(nn::Conv2d(2, 4, 3));
   EXPECT_TRUE(throws_with([&] { q::convert(fresh); }, {"no layer"}));
 }
