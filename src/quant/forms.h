@@ -113,6 +113,18 @@ class Int4LinearForm : public nn::LinearForm {
   Int4Weight weight_;
 };
 
+/// For Module::replacing_child of a form that keeps a pointer to its child `kept`: when set_submodule
+/// replaces that child, the pointer follows the new one, which must be a T (a stale pointer would
+/// outlive the old child, which the caller owns and may drop).
+template <class T>
+void follow_child(T*& kept, nn::Module* old, nn::Module* now, const nn::Module& form, const char* child) {
+  if (old == nullptr || old != kept) return;
+  T* typed = dynamic_cast<T*>(now);
+  STRATA_CHECK(typed != nullptr, "[{}] \"{}\" must be replaced by a {}, got {}", form.name(), child, kept->name(),
+               now ? now->name() : "null");
+  kept = typed;
+}
+
 /// QAT: the layer's float forward of input_fake_quant(x) and weight_fake_quant(weight), training
 /// the float weight. Before a batch norm (the fused modules of fuse_modules_qat), as PyTorch's
 /// ConvBn2d: the weight is scaled by gamma / sqrt(running_var + eps) before its fake quant, so it
@@ -141,6 +153,13 @@ class QatForm : public nn::LayerForm<Layer> {
   std::string name() const override { return std::string("Qat") + layer_name(static_cast<Layer*>(nullptr)) + "Form"; }
   FakeQuantize& input_fake_quant() { return *input_fq_; }
   FakeQuantize& weight_fake_quant() { return *weight_fq_; }
+  const nn::BatchNormBase* batch_norm() const { return bn_; }
+
+ protected:
+  void replacing_child(nn::Module* old, nn::Module* now) override {
+    follow_child(input_fq_, old, now, *this, "input_fake_quant");
+    follow_child(weight_fq_, old, now, *this, "weight_fake_quant");
+  }
 
  private:
   FakeQuantize* input_fq_;
@@ -171,6 +190,15 @@ class ObservedForm : public nn::LayerForm<Layer> {
   Observer& input_observer() { return *input_; }
   Observer& output_observer() { return *output_; }
   bool relu() const { return relu_; }
+
+ protected:
+  void replacing_child(nn::Module* old, nn::Module* now) override {
+    const auto* observer = dynamic_cast<const Observer*>(now);
+    STRATA_CHECK(!(old == input_ || old == output_) || !observer || !observer->per_channel(),
+                 "[{}] activation observers must be per tensor", this->name());
+    follow_child(input_, old, now, *this, "input_observer");
+    follow_child(output_, old, now, *this, "output_observer");
+  }
 
  private:
   Observer* input_;

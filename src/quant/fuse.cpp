@@ -2,6 +2,7 @@
 #include <strata/quant/fuse.hpp>
 
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -12,6 +13,7 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/unary.hpp>
 
+#include "quant/forms.h"
 #include "quant/layer_ops.h"
 
 namespace strata::quant {
@@ -115,6 +117,9 @@ void fuse(nn::Module& model, const std::vector<std::vector<std::string>>& groups
     STRATA_CHECK(!has_form, "[{}] \"{}\" is quantized or prepared already", op, names[0]);
     if (roles[1] == Role::BatchNorm2d || roles[1] == Role::BatchNorm1d) {
       auto& bn = static_cast<nn::BatchNormBase&>(model.get_submodule(names[1]));
+      const auto mode = [](const nn::Module& m) { return m.is_training() ? "training" : "eval"; };
+      STRATA_CHECK(first.is_training() == bn.is_training(), "[{}] \"{}\" is in {} mode and \"{}\" in {} mode: a "
+                   "layer and its batch norm fuse in one mode", op, names[0], mode(first), names[1], mode(bn));
       STRATA_CHECK(qat == bn.is_training(), "[{}] \"{}\" is in {} mode: {}", op, names[1],
                    bn.is_training() ? "training" : "eval",
                    qat ? "fuse_modules_qat fuses for training (call model.train())"
@@ -130,10 +135,17 @@ void fuse(nn::Module& model, const std::vector<std::vector<std::string>>& groups
     kinds.push_back(kind);
   }
   for (size_t g = 0; g < groups.size(); ++g) {
+    // the new modules take the first layer's mode (PyTorch's Identity placeholders do)
+    const bool training = model.get_submodule(groups[g][0]).is_training();
     std::vector<std::unique_ptr<nn::Module>> layers;
-    for (const std::string& n : groups[g]) layers.push_back(model.set_submodule(n, std::make_unique<nn::Identity>()));
+    for (const std::string& n : groups[g]) {
+      auto identity = std::make_unique<nn::Identity>();
+      identity->train(training);
+      layers.push_back(model.set_submodule(n, std::move(identity)));
+    }
     std::unique_ptr<nn::Module> fused =
         qat ? std::make_unique<FusedModule>(kinds[g], std::move(layers)) : fused_eval(kinds[g], std::move(layers));
+    fused->train(training);
     model.set_submodule(groups[g][0], std::move(fused));
   }
 }
@@ -142,6 +154,21 @@ void fuse(nn::Module& model, const std::vector<std::vector<std::string>>& groups
 
 FusedModule::FusedModule(FusedKind kind, std::vector<std::unique_ptr<nn::Module>> layers) : kind_(kind) {
   for (auto& m : layers) push_back(std::move(m));
+}
+
+void FusedModule::replacing_child(nn::Module* old, nn::Module* now) {
+  const nn::BatchNormBase* read = nullptr;  // the batch norm a QAT form reads
+  const auto qat_batch_norm = [&](auto* layer) {
+    using Layer = std::remove_pointer_t<decltype(layer)>;
+    if (auto* qat = layer ? dynamic_cast<detail::QatForm<Layer>*>(layer->form()) : nullptr) read = qat->batch_norm();
+  };
+  if (size() > 0) {
+    qat_batch_norm(dynamic_cast<nn::Conv2d*>(&(*this)[0]));
+    qat_batch_norm(dynamic_cast<nn::Linear*>(&(*this)[0]));
+  }
+  STRATA_CHECK(old == nullptr || old != read, "[{}] its batch norm is read by the QAT form of its layer "
+               "(prepare_qat) and cannot be replaced before quant::convert", name());
+  nn::Sequential::replacing_child(old, now);
 }
 
 std::string FusedModule::name() const {
@@ -166,14 +193,18 @@ std::unique_ptr<nn::Conv2d> fuse_conv_bn_eval(const nn::Conv2d& conv, const nn::
   auto wb = fold_batch_norm(bn, conv.weight, conv.bias, conv.out_channels, "fuse_conv_bn_eval");
   nn::Conv2dOptions o = conv.options;
   o.bias = true;
-  o.generator = nullptr;
+  Generator unused;  // the initial values are overwritten: the default generator's stream stays as it was
+  o.generator = &unused;
   return with_values(std::make_unique<nn::Conv2d>(conv.in_channels, conv.out_channels, conv.kernel_size, o), conv,
                      std::move(wb));
 }
 
 std::unique_ptr<nn::Linear> fuse_linear_bn_eval(const nn::Linear& linear, const nn::BatchNorm1d& bn) {
   auto wb = fold_batch_norm(bn, linear.weight, linear.bias, linear.out_features, "fuse_linear_bn_eval");
-  return with_values(std::make_unique<nn::Linear>(linear.in_features, linear.out_features), linear, std::move(wb));
+  Generator unused;  // as in fuse_conv_bn_eval
+  return with_values(std::make_unique<nn::Linear>(linear.in_features, linear.out_features,
+                                                  nn::LinearOptions{.bias = true, .generator = &unused}),
+                     linear, std::move(wb));
 }
 
 }  // namespace strata::quant

@@ -3,7 +3,10 @@
 // int8 forms convert puts in their place.
 #include <strata/quant/qat.hpp>
 
+#include <memory>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/core/error.hpp>
@@ -111,22 +114,40 @@ void convert_layer(Layer& layer, const detail::QuantLayer& l) {
   layer.set_form("quantized", int8_form(layer, std::move(weight), std::move(act)));
 }
 
+// Every layer's form, made (make(l, layer) -> std::unique_ptr<LayerForm<Layer>>) before the first
+// is set, so that a factory or form that raises leaves the model unchanged.
+template <class Make>
+std::vector<std::unique_ptr<nn::Module>> make_forms(const std::vector<detail::QuantLayer>& layers, Make&& make) {
+  std::vector<std::unique_ptr<nn::Module>> forms;
+  for (const auto& l : layers) visit(l, [&](auto& layer) { forms.push_back(make(l, layer)); });
+  return forms;
+}
+
+// Sets forms[i] (of make_forms) on layers[i] under `name`.
+void set_forms(const std::vector<detail::QuantLayer>& layers, std::vector<std::unique_ptr<nn::Module>> forms,
+               const std::string& name) {
+  for (size_t i = 0; i < layers.size(); ++i)
+    visit(layers[i], [&](auto& layer) {
+      using Form = nn::LayerForm<LayerOf<decltype(layer)>>;
+      layer.set_form(name, std::unique_ptr<Form>(static_cast<Form*>(forms[i].release())));
+    });
+}
+
 }  // namespace
 
 int64_t prepare_qat(nn::Module& model, const QatOptions& o) {
   const std::vector<detail::QuantLayer> layers = detail::quant_layers(model, o.filter);
   check_unprepared(layers, "prepare_qat");
-  for (const auto& l : layers) {
-    visit(l, [&](auto& layer) {
-      using Layer = LayerOf<decltype(layer)>;
-      const int64_t out = detail::out_channels(layer);
-      auto input_fq = o.input_fake_quant ? o.input_fake_quant() : default_fake_quant();
-      auto weight_fq = o.weight_fake_quant ? o.weight_fake_quant(out) : default_weight_fake_quant(out);
-      const nn::BatchNormBase* bn =
-          l.fused && l.fused->has_batch_norm() ? dynamic_cast<const nn::BatchNormBase*>(&(*l.fused)[1]) : nullptr;
-      layer.set_form("qat", std::make_unique<detail::QatForm<Layer>>(std::move(input_fq), std::move(weight_fq), bn));
-    });
-  }
+  auto forms = make_forms(layers, [&](const detail::QuantLayer& l, auto& layer) {
+    using Layer = LayerOf<decltype(layer)>;
+    const int64_t out = detail::out_channels(layer);
+    auto input_fq = o.input_fake_quant ? o.input_fake_quant() : default_fake_quant();
+    auto weight_fq = o.weight_fake_quant ? o.weight_fake_quant(out) : default_weight_fake_quant(out);
+    const nn::BatchNormBase* bn =
+        l.fused && l.fused->has_batch_norm() ? dynamic_cast<const nn::BatchNormBase*>(&(*l.fused)[1]) : nullptr;
+    return std::make_unique<detail::QatForm<Layer>>(std::move(input_fq), std::move(weight_fq), bn);
+  });
+  set_forms(layers, std::move(forms), "qat");
   return static_cast<int64_t>(layers.size());
 }
 
@@ -141,15 +162,15 @@ int64_t prepare(nn::Module& model, const StaticOptions& o) {
   const auto observer = [&] {
     return o.activation_observer ? o.activation_observer() : std::make_unique<MinMaxObserver>(ObserverOptions{});
   };
-  for (const auto& l : layers) {
-    const bool relu = l.fused && l.fused->has_relu();
-    // the form applies the ReLU, so that the output observer sees its result
-    if (relu) l.fused->set_submodule("1", std::make_unique<nn::Identity>());
-    visit(l, [&](auto& layer) {
-      using Layer = LayerOf<decltype(layer)>;
-      layer.set_form("observed", std::make_unique<detail::ObservedForm<Layer>>(observer(), observer(), relu));
-    });
-  }
+  const auto fused_relu = [](const detail::QuantLayer& l) { return l.fused && l.fused->has_relu(); };
+  auto forms = make_forms(layers, [&](const detail::QuantLayer& l, auto& layer) {
+    using Layer = LayerOf<decltype(layer)>;
+    return std::make_unique<detail::ObservedForm<Layer>>(observer(), observer(), fused_relu(l));
+  });
+  // the forms apply the fused ReLUs, so that the output observers see their results
+  for (const auto& l : layers)
+    if (fused_relu(l)) l.fused->set_submodule("1", std::make_unique<nn::Identity>());
+  set_forms(layers, std::move(forms), "observed");
   return static_cast<int64_t>(layers.size());
 }
 

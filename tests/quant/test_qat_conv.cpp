@@ -112,6 +112,11 @@ TEST(QatConv2d, FusedConvBatchNormReluFoldsTheWeightItQuantizes) {
   EXPECT_EQ(model.state_dict().count("0.0.quantized.weight_int8") + model.state_dict().count("0.0.bias"), 2u);
   // the same integers and scales: only the order of float sums differs
   EXPECT_TRUE(all_close(model(x), values(fake), 1e-4, 1e-4));
-  nn::Sequential fresh(nn::Conv2d(2, 4, 3));
+  nn::Sequential fresh(nn::Conv2d(2, 4, 3), nn::Conv2d(4, 4, 1));
   EXPECT_TRUE(throws_with([&] { q::convert(fresh); }, {"no layer"}));
+  // a factory failing on the second layer leaves the first one unprepared too
+  int made = 0;
+  const auto second_fails = [&](int64_t out) { return ++made > 1 ? nullptr : q::default_weight_fake_quant(out); };
+  EXPECT_TRUE(throws_with([&] { q::prepare_qat(fresh, {.weight_fake_quant = second_fails}); }, {"null"}));
+  EXPECT_EQ(fresh.at<nn::Conv2d>(0).form(), nullptr);
 }

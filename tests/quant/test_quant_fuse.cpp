@@ -1,14 +1,17 @@
 // Module fusion: eval fusion folds batch norm exactly (float64 outputs equal the unfused model's
 // to 1e-10), the fused layers' names, shapes and state dict keys, QAT fusion keeps batch norm,
-// nn::Module::set_submodule, and the errors of bad groups (each leaving the model unchanged).
+// nn::Module::set_submodule (and the quant modules that follow or refuse it), fusion keeping the
+// mode and the random stream, and the errors of bad groups (each leaving the model unchanged).
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "testing.h"
 
 namespace st = strata;
 namespace nn = strata::nn;
+namespace F = strata::nn::functional;
 namespace q = strata::quant;
 using st::testing::all_close;
 using st::testing::throws_with;
@@ -24,14 +27,6 @@ void randomize(nn::BatchNormBase& bn) {
   bn.running_var.copy_(st::rand({c}) + 0.5);
   bn.weight.copy_(st::randn({c}));
   bn.bias.copy_(st::randn({c}));
-}
-
-double max_abs_diff(const st::Tensor& a, const st::Tensor& b) {
-  const std::vector<double> x = values(a), y = values(b);
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
 }
 
 }  // namespace
@@ -59,7 +54,7 @@ TEST(FuseModules, ConvBatchNormReluFoldsExactlyInEval) {
   EXPECT_EQ(sd.count("1.running_mean"), 0u);
   EXPECT_EQ(sd.at("0.0.weight").dtype(), st::kFloat64);
   const st::Tensor got = model(x);
-  EXPECT_LE(max_abs_diff(got, want), 1e-10);
+  EXPECT_TRUE(all_close(got, values(want), 0, 1e-10));
   // the folded layer trains: its parameters take gradients
   model(x).sum().backward();
   EXPECT_TRUE(model.at<q::FusedModule>(0).at<nn::Conv2d>(0).bias.grad().defined());
@@ -81,7 +76,7 @@ TEST(FuseModules, LinearBatchNormAndLinearReluInNestedContainers) {
   EXPECT_EQ(model.get_submodule("0.0").name(), "Linear");
   EXPECT_EQ(model.get_submodule("0.1").name(), "Identity");
   EXPECT_EQ(model[1].name(), "LinearReLU");
-  EXPECT_LE(max_abs_diff(model(x), want), 1e-10);
+  EXPECT_TRUE(all_close(model(x), values(want), 0, 1e-10));
 }
 
 TEST(FuseModules, QatFusionKeepsBatchNormTraining) {
@@ -154,4 +149,61 @@ TEST(SetSubmodule, ReplacesOwnedChildrenInPlace) {
                           {"set_form"}));
   EXPECT_FALSE(seq.owns_submodule("nope"));
   EXPECT_TRUE(seq.owns_submodule("0"));
+}
+
+// A module that keeps a pointer to a child it owns follows set_submodule, or refuses it: the old
+// child is destroyed when the caller drops it, so a stale pointer would be used after free.
+TEST(SetSubmodule, ChildrenThatQuantModulesPointToFollowOrRefuse) {
+  st::manual_seed(9);
+  nn::Sequential model(nn::Conv2d(2, 3, 3), nn::Flatten(), nn::Linear(3, 2));
+  q::prepare_qat(model, {.filter = [](const std::string& n, const nn::Module&) { return n == "0"; }});
+  auto plain = q::default_weight_fake_quant(3);
+  plain->disable_fake_quant();
+  model.set_submodule("0.qat.weight_fake_quant", std::move(plain));  // the old one is destroyed here
+  const st::Tensor x = st::randn({4, 2, 3, 3});
+  const st::Tensor y = model.at<nn::Conv2d>(0)(x);
+  auto& conv = model.at<nn::Conv2d>(0);
+  auto& fq_in = dynamic_cast<q::FakeQuantize&>(conv.get_submodule("qat.input_fake_quant"));
+  const st::Tensor xq = q::fake_quantize_per_tensor_affine(x, values(fq_in.scale)[0],
+                                                           int64_t(values(fq_in.zero_point)[0]), 0, 255);
+  // the new weight fake quant, which passes the weight through, is the one used
+  EXPECT_TRUE(all_close(y, values(F::conv2d(xq, conv.weight, conv.bias)), 1e-6, 1e-6));
+  EXPECT_TRUE(throws_with([&] { model.set_submodule("0.qat.input_fake_quant", std::make_unique<nn::Identity>()); },
+                          {"QatConv2dForm", "input_fake_quant", "FakeQuantize", "Identity"}));
+  const std::string observer = "0.qat.input_fake_quant.activation_post_process";
+  EXPECT_TRUE(throws_with([&] { model.set_submodule(observer, std::make_unique<q::MinMaxObserver>()); },
+                          {"FakeQuantize", "observer"}));
+  EXPECT_EQ(model.get_submodule("0.qat.input_fake_quant").name(), "FakeQuantize");
+
+  nn::Sequential observed(nn::Linear(3, 2));
+  q::prepare(observed);
+  observed.set_submodule("0.observed.input_observer", std::make_unique<q::MinMaxObserver>());
+  observed(st::randn({5, 3}));
+  EXPECT_GT(dynamic_cast<q::Observer&>(observed.get_submodule("0.observed.input_observer")).min_val.numel(), 0);
+  EXPECT_EQ(q::convert(observed), 1);
+
+  // the QAT form of a fused Conv-BN reads the batch norm, which stays in place while prepared
+  nn::Sequential fused(nn::Conv2d(2, 4, 3), nn::BatchNorm2d(4));
+  q::fuse_modules_qat(fused, {{"0", "1"}});
+  q::prepare_qat(fused);
+  EXPECT_TRUE(throws_with([&] { fused.set_submodule("0.1", std::make_unique<nn::BatchNorm2d>(4)); },
+                          {"ConvBn2d", "batch norm", "prepare_qat"}));
+  EXPECT_EQ(fused.get_submodule("0.1").name(), "BatchNorm2d");
+}
+
+TEST(FuseModules, KeepsTheModeAndDrawsNoRandomNumbers) {
+  nn::Sequential model(nn::Conv2d(2, 4, 3), nn::BatchNorm2d(4), nn::ReLU(), nn::Flatten(), nn::Linear(4, 4),
+                       nn::BatchNorm1d(4));
+  model.eval();
+  st::manual_seed(21);
+  const std::vector<double> want = values(st::randn({8}));
+  st::manual_seed(21);
+  q::fuse_modules(model, {{"0", "1", "2"}, {"4", "5"}});
+  EXPECT_TRUE(all_close(st::randn({8}), want, 0, 0));  // fusion leaves the random stream alone
+  for (auto& [name, m] : model.named_modules()) EXPECT_FALSE(m->is_training()) << name;
+  // the layer and its batch norm share a mode, as PyTorch's fuser methods require
+  nn::Sequential mixed(nn::Conv2d(2, 4, 3), nn::BatchNorm2d(4));
+  mixed.eval();
+  mixed[0].train();
+  EXPECT_TRUE(throws_with([&] { q::fuse_modules(mixed, {{"0", "1"}}); }, {"\"0\"", "training", "\"1\"", "eval"}));
 }

@@ -92,7 +92,8 @@ class STRATA_API Module {
   Module& get_submodule(const std::string& target) const;
   /// Puts `module` in the place of the submodule at `target` (torch's set_submodule) and returns
   /// the old one. Only a child its parent owns (an element of a container, or one registered as
-  /// a std::unique_ptr) can be replaced; a data member raises (Note [Member children]).
+  /// a std::unique_ptr) can be replaced; a data member raises (Note [Member children]). A parent
+  /// that keeps a pointer to such a child must follow (or refuse) the change in replacing_child.
   std::unique_ptr<Module> set_submodule(const std::string& target, std::unique_ptr<Module> module);
   /// Whether set_submodule(target, ...) would find an owned child there to replace.
   bool owns_submodule(const std::string& target) const;

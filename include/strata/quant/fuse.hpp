@@ -39,6 +39,10 @@ class STRATA_API FusedModule : public nn::Sequential {
   bool has_relu() const { return kind_ == FusedKind::ConvReLU2d || kind_ == FusedKind::ConvBnReLU2d ||
                                  kind_ == FusedKind::LinearReLU; }
 
+ protected:
+  /// The QAT form of the layer reads the batch norm: set_submodule cannot replace it while prepared.
+  void replacing_child(nn::Module* old, nn::Module* now) override;
+
  private:
   FusedKind kind_;
 };
