@@ -123,14 +123,11 @@ Tensor input_rows(const Tensor& x, int64_t K, const Device& device, DType dtype,
   return x.detach().reshape({-1, K}).to(dtype).contiguous();
 }
 
-
 Shape out_shape(const Tensor& x, int64_t N) {
   Shape s = x.shape();
   s.back() = N;
   return s;
 }
-
-
 
 Tensor int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& row_sum, const Tensor& bias, const char* op) {
   check_int8_weight(w, op);

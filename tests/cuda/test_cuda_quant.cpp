@@ -2,6 +2,9 @@
 // dequantized values, fake quant and its mask equal bit for bit (same float32 math); the int8
 // GEMM exactly; the int8 and int4 Linear layers within float summation-order tolerance; the static
 // int8 convolution, and a model calibrated and converted on the GPU against the same on the CPU.
+#include <cmath>
+#include <vector>
+
 #include "cuda/cuda_testing.h"
 #include "testing.h"
 
@@ -97,5 +100,15 @@ TEST(CudaQuant, StaticInt8ConvAndConvertedModelMatchTheCpu) {
   (*gpu)(x.cuda());
   q::convert(*cpu);
   q::convert(*gpu);
-  EXPECT_TRUE(all_close((*gpu)(x.cuda()), values((*cpu)(x)), 1e-5, 1e-4));
+  // the requantized outputs hold the same codes but where the epilogue's last-bit difference (a fused
+  // multiply-add) moves a value across a rounding boundary of either layer: then by one output step
+  const double step = values(cpu->state_dict().at("3.quantized.output_scale"))[0];
+  const std::vector<double> g = values((*gpu)(x.cuda())), c = values((*cpu)(x));
+  ASSERT_EQ(g.size(), c.size());
+  size_t same = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_LE(std::abs(g[i] - c[i]), step * 1.001) << i;
+    same += std::abs(g[i] - c[i]) <= 1e-5 * std::abs(c[i]) + 1e-6;
+  }
+  EXPECT_GE(same, g.size() * 9 / 10);
 }

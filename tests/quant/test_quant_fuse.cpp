@@ -95,6 +95,46 @@ TEST(FuseModules, QatFusionKeepsBatchNormTraining) {
   EXPECT_FALSE(all_close(fused.at<nn::BatchNorm2d>(1).running_mean, values(mean_after_one), 1e-9, 1e-9));
 }
 
+// Batch norm without affine parameters (gamma 1, beta 0) after a layer without bias: eval fusion
+// against the unfused float64 model, and the QAT form's eval forward against its formula.
+TEST(FuseModules, BatchNormWithoutAffineAfterALayerWithoutBias) {
+  st::manual_seed(5);
+  const auto make = [] {
+    auto m = std::make_unique<nn::Sequential>(nn::Conv2d(2, 3, 3, {.bias = false}),
+                                              nn::BatchNorm2d(3, {.affine = false}));
+    st::NoGradGuard no_grad;
+    m->at<nn::BatchNorm2d>(1).running_mean.copy_(st::randn({3}));
+    m->at<nn::BatchNorm2d>(1).running_var.copy_(st::rand({3}) + 0.5);
+    return m;
+  };
+  auto model = make();
+  model->to(st::kFloat64);
+  model->eval();
+  const st::Tensor x = st::randn({2, 2, 6, 6}).to(st::kFloat64);
+  const std::vector<double> want = values((*model)(x));
+  q::fuse_modules(*model, {{"0", "1"}});
+  EXPECT_TRUE(all_close((*model)(x), want, 0, 1e-10));
+
+  auto qat = make();
+  const st::Tensor mean = qat->at<nn::BatchNorm2d>(1).running_mean.clone();
+  const st::Tensor var = qat->at<nn::BatchNorm2d>(1).running_var.clone();
+  q::fuse_modules_qat(*qat, {{"0", "1"}});
+  q::prepare_qat(*qat);
+  qat->eval();
+  const st::Tensor xf = st::randn({2, 2, 6, 6});
+  const st::Tensor y = (*qat)(xf);
+  auto& conv = qat->at<q::FusedModule>(0).at<nn::Conv2d>(0);
+  auto& fq_in = dynamic_cast<q::FakeQuantize&>(conv.get_submodule("qat.input_fake_quant"));
+  auto& fq_w = dynamic_cast<q::FakeQuantize&>(conv.get_submodule("qat.weight_fake_quant"));
+  st::NoGradGuard no_grad;
+  const st::Tensor s = st::rsqrt(var + 1e-5);  // gamma 1
+  const st::Tensor wq = q::fake_quantize_per_channel_affine(conv.weight * s.reshape({3, 1, 1, 1}), fq_w.scale,
+                                                            fq_w.zero_point, 0, -128, 127);
+  const st::Tensor xq = q::fake_quantize_per_tensor_affine(xf, values(fq_in.scale)[0],
+                                                           int64_t(values(fq_in.zero_point)[0]), 0, 255);
+  EXPECT_TRUE(all_close(y, values(F::conv2d(xq, wq, mean * s * -1.0)), 1e-5, 1e-5));
+}
+
 TEST(FuseModules, BadGroupsRaiseAndChangeNothing) {
   st::manual_seed(4);
   nn::Sequential model(nn::Conv2d(3, 6, 3), nn::BatchNorm2d(5), nn::ReLU(), nn::Linear(4, 4), nn::ReLU6());
