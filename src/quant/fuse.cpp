@@ -153,6 +153,15 @@ void fuse(nn::Module& model, const std::vector<std::vector<std::string>>& groups
 }  // namespace
 
 FusedModule::FusedModule(FusedKind kind, std::vector<std::unique_ptr<nn::Module>> layers) : kind_(kind) {
+  std::vector<Role> roles;
+  std::string types;
+  for (const auto& m : layers) {
+    STRATA_CHECK(m != nullptr, "[{}] a layer is null", name());
+    roles.push_back(role_of(*m));
+    types += (types.empty() ? "" : ", ") + m->name();
+  }
+  FusedKind found{};
+  STRATA_CHECK(pattern_of(roles, &found) && found == kind, "[{}] cannot hold ({})", name(), types);
   for (auto& m : layers) push_back(std::move(m));
 }
 

@@ -112,6 +112,14 @@ TEST(QatConv2d, FusedConvBatchNormReluFoldsTheWeightItQuantizes) {
   EXPECT_EQ(model.state_dict().count("0.0.quantized.weight_int8") + model.state_dict().count("0.0.bias"), 2u);
   // the same integers and scales: only the order of float sums differs
   EXPECT_TRUE(all_close(model(x), values(fake), 1e-4, 1e-4));
+  // the converted state dict loads into another model fused, prepared and converted the same way
+  nn::Sequential twin(nn::Conv2d(2, 4, 3, {.padding = 1, .bias = false}), nn::BatchNorm2d(4), nn::ReLU(),
+                      nn::Conv2d(4, 2, 3));
+  q::fuse_modules_qat(twin, {{"0", "1", "2"}});
+  q::prepare_qat(twin);
+  q::convert(twin);
+  twin.load_state_dict(model.state_dict());
+  EXPECT_TRUE(all_close(twin(x), values(model(x)), 0, 0));
   nn::Sequential fresh(nn::Conv2d(2, 4, 3), nn::Conv2d(4, 4, 1));
   EXPECT_TRUE(throws_with([&] { q::convert(fresh); }, {"no layer"}));
   // a factory failing on the second layer leaves the first one unprepared too

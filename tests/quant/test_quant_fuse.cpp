@@ -156,6 +156,12 @@ TEST(FuseModules, BadGroupsRaiseAndChangeNothing) {
   nn::Sequential no_stats(nn::Conv2d(3, 6, 3), nn::BatchNorm2d(6, {.track_running_stats = false}));
   no_stats.eval();
   EXPECT_TRUE(throws_with([&] { q::fuse_modules(no_stats, {{"0", "1"}}); }, {"running statistics"}));
+  // a fused module holds the layers of its kind
+  std::vector<std::unique_ptr<nn::Module>> linear_relu;
+  linear_relu.push_back(std::make_unique<nn::Linear>(3, 3));
+  linear_relu.push_back(std::make_unique<nn::ReLU>());
+  EXPECT_TRUE(throws_with([&] { q::FusedModule(q::FusedKind::ConvBn2d, std::move(linear_relu)); },
+                          {"ConvBn2d", "cannot hold", "Linear, ReLU"}));
   // data members cannot be replaced
   struct Net : nn::Module {
     nn::Conv2d conv{3, 4, 3};
