@@ -177,12 +177,24 @@ TEST(FuseModules, BadGroupsRaiseAndChangeNothing) {
 
 TEST(SetSubmodule, ReplacesOwnedChildrenInPlace) {
   nn::Sequential seq(nn::Linear(2, 3), nn::ReLU(), nn::Linear(3, 1));
+  int calls = 0;
+  seq.register_forward_hook([&](nn::Module&, const st::Tensor&, const st::Tensor&) { ++calls; });
   std::unique_ptr<nn::Module> old = seq.set_submodule("1", std::make_unique<nn::Identity>());
   EXPECT_EQ(old->name(), "ReLU");
   EXPECT_EQ(seq[1].name(), "Identity");  // the container's own list follows
   const st::Tensor x = st::randn({4, 2});
   const st::Tensor direct = seq.at<nn::Linear>(2)(seq.at<nn::Linear>(0)(x));
   EXPECT_TRUE(all_close(seq(x), values(direct), 0, 0));
+  EXPECT_EQ(calls, 1);  // the container's hooks stay
+  // parameters, state dict and modules follow the new child, not the old one
+  auto no_bias = std::make_unique<nn::Linear>(3, 1, nn::LinearOptions{.bias = false});
+  std::unique_ptr<nn::Module> old_fc = seq.set_submodule("2", std::move(no_bias));
+  EXPECT_EQ(seq.parameters().size(), 3u);
+  EXPECT_EQ(seq.state_dict().count("2.bias"), 0u);
+  EXPECT_EQ(&seq.get_submodule("2"), &seq[2]);
+  EXPECT_NE(&seq[2], old_fc.get());
+  for (const st::Tensor& p : old_fc->parameters())
+    for (const st::Tensor& kept : seq.parameters()) EXPECT_NE(p.data(), kept.data());
   nn::ModuleDict dict;
   dict.insert("a", nn::ReLU());
   dict.set_submodule("a", std::make_unique<nn::Tanh>());
