@@ -114,13 +114,14 @@ class Int4LinearForm : public nn::LinearForm {
 };
 
 /// For Module::replacing_child of a form that keeps a pointer to its child `kept`: when set_submodule
-/// replaces that child, the pointer follows the new one, which must be a T (a stale pointer would
-/// outlive the old child, which the caller owns and may drop).
+/// replaces that child, the pointer follows the new one, which must be a T, named `type` (a stale
+/// pointer would outlive the old child, which the caller owns and may drop).
 template <class T>
-void follow_child(T*& kept, nn::Module* old, nn::Module* now, const nn::Module& form, const char* child) {
+void follow_child(T*& kept, nn::Module* old, nn::Module* now, const nn::Module& form, const char* child,
+                  const char* type) {
   if (old == nullptr || old != kept) return;
   T* typed = dynamic_cast<T*>(now);
-  STRATA_CHECK(typed != nullptr, "[{}] \"{}\" must be replaced by a {}, got {}", form.name(), child, kept->name(),
+  STRATA_CHECK(typed != nullptr, "[{}] \"{}\" must be replaced by a {}, got {}", form.name(), child, type,
                now ? now->name() : "null");
   kept = typed;
 }
@@ -157,8 +158,8 @@ class QatForm : public nn::LayerForm<Layer> {
 
  protected:
   void replacing_child(nn::Module* old, nn::Module* now) override {
-    follow_child(input_fq_, old, now, *this, "input_fake_quant");
-    follow_child(weight_fq_, old, now, *this, "weight_fake_quant");
+    follow_child(input_fq_, old, now, *this, "input_fake_quant", "FakeQuantize");
+    follow_child(weight_fq_, old, now, *this, "weight_fake_quant", "FakeQuantize");
   }
 
  private:
@@ -196,8 +197,8 @@ class ObservedForm : public nn::LayerForm<Layer> {
     const auto* observer = dynamic_cast<const Observer*>(now);
     STRATA_CHECK(!(old == input_ || old == output_) || !observer || !observer->per_channel(),
                  "[{}] activation observers must be per tensor", this->name());
-    follow_child(input_, old, now, *this, "input_observer");
-    follow_child(output_, old, now, *this, "output_observer");
+    follow_child(input_, old, now, *this, "input_observer", "quant::Observer");
+    follow_child(output_, old, now, *this, "output_observer", "quant::Observer");
   }
 
  private:
