@@ -2,7 +2,9 @@
 // median time of a float32 nn::Linear, the same layer after quant::quantize_dynamic to int8
 // (dynamic per-row activations) and to int4 (weight only, group 128), in interleaved rounds so
 // all three see the same machine noise; the table gives each time and its ratio to float32
-// (above 1: faster than float32), and the weight bytes each form keeps.
+// (above 1: faster than float32), and the weight bytes each form keeps. A second table times a
+// float32 Conv2d (oneDNN) against the same layer after static quantization (quant::prepare, one
+// calibration batch, quant::convert: uint8 codes, im2col, the int8 GEMM, requantized output).
 //
 //   bench_quant [--rounds R]        STRATA_BENCH_THREADS: threads (default 2)
 #include <algorithm>
@@ -29,7 +31,7 @@ double median(std::vector<double> v) {
 }
 
 // seconds per call of layer(x), over enough calls to last about 0.25 s (coarse clocks on some VMs)
-double time_once(st::nn::Linear& layer, const st::Tensor& x) {
+double time_once(st::nn::Module& layer, const st::Tensor& x) {
   int calls = 1;
   for (;;) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -44,6 +46,32 @@ int64_t state_bytes(const st::nn::Module& m) {
   int64_t b = 0;
   for (const auto& [name, t] : m.state_dict()) b += t.numel() * static_cast<int64_t>(st::itemsize(t.dtype()));
   return b;
+}
+
+void conv_table(int rounds) {
+  fmt::print("\nstatic int8 Conv2d (3x3, padding 1) vs float32 Conv2d\n");
+  fmt::print("{:>4} {:>4} {:>4} {:>4} | {:>10} {:>10} | {:>9}\n", "N", "C", "HW", "out", "f32 us", "int8 us",
+             "int8 x");
+  const std::vector<std::array<int64_t, 4>> shapes = {{1, 64, 56, 64}, {8, 64, 28, 128}, {32, 32, 16, 32}};
+  for (auto [N, C, HW, out] : shapes) {
+    st::manual_seed(0);
+    st::nn::Conv2d f32(C, out, 3, {.padding = 1}), i8(C, out, 3, {.padding = 1});
+    i8.load_state_dict(f32.state_dict());
+    const st::Tensor x = st::randn({N, C, HW, HW});
+    st::NoGradGuard no_grad;
+    st::quant::prepare(i8);
+    i8(x);
+    st::quant::convert(i8);
+    f32(x);
+    i8(x);  // warm-up
+    std::vector<double> tf, t8;
+    for (int r = 0; r < rounds; ++r) {
+      tf.push_back(time_once(f32, x));
+      t8.push_back(time_once(i8, x));
+    }
+    const double f = median(tf), a = median(t8);
+    fmt::print("{:>4} {:>4} {:>4} {:>4} | {:>10.1f} {:>10.1f} | {:>9.2f}\n", N, C, HW, out, f * 1e6, a * 1e6, f / a);
+  }
 }
 
 }  // namespace
@@ -83,4 +111,5 @@ int main(int argc, char** argv) {
                f * 1e6, a * 1e6, b * 1e6, f / a, f / b, state_bytes(f32) / 1024, state_bytes(i8) / 1024,
                state_bytes(i4) / 1024);
   }
+  conv_table(rounds);
 }

@@ -95,10 +95,12 @@
 #include <strata/profiler/profiler.hpp>
 
 #include <strata/quant/fake_quantize.hpp>
+#include <strata/quant/fuse.hpp>
 #include <strata/quant/observer.hpp>
 #include <strata/quant/qat.hpp>
 #include <strata/quant/qtensor.hpp>
 #include <strata/quant/quantize.hpp>
+#include <strata/quant/quantize_static.hpp>
 
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>

@@ -6,7 +6,9 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <cstring>
 
+#include "../common/im2col.h"
 #include "../common/quant_affine.h"
 #include "parallel.h"
 
@@ -14,49 +16,48 @@ namespace strata::cpu::quant {
 
 using qmath::ChannelLayout;
 
+/// f(c, begin, end) over runs of elements of one channel, the elements split evenly among the
+/// threads (a per-tensor layout is one long run, which rows alone would leave to one thread).
+template <class F>
+void for_each_channel_run(ChannelLayout l, const F& f) {
+  parallel_for(0, l.outer * l.channels * l.inner, kDefaultGrain, [&](int64_t b, int64_t e) {
+    while (b < e) {
+      const int64_t row = b / l.inner, end = std::min(e, (row + 1) * l.inner);
+      f(row % l.channels, b, end);
+      b = end;
+    }
+  });
+}
+
 template <class Q>
 void quantize_affine(const float* x, Q* q, ChannelLayout l, const float* scale, const int32_t* zero_point, int32_t qmin,
                      int32_t qmax) {
-  parallel_for(0, l.outer * l.channels, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(l.inner, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t r = b; r < e; ++r) {
-                   const int64_t c = r % l.channels;
-                   const float inv = 1.0f / scale[c];
-                   const int32_t z = zero_point[c];
-                   for (int64_t i = r * l.inner; i < (r + 1) * l.inner; ++i)
-                     q[i] = static_cast<Q>(qmath::quantize_value(x[i], inv, z, qmin, qmax));
-                 }
-               });
+  for_each_channel_run(l, [&](int64_t c, int64_t b, int64_t e) {
+    const float inv = 1.0f / scale[c];
+    const int32_t z = zero_point[c];
+    for (int64_t i = b; i < e; ++i) q[i] = static_cast<Q>(qmath::quantize_value(x[i], inv, z, qmin, qmax));
+  });
 }
 
 template <class Q>
 void dequantize_affine(const Q* q, float* x, ChannelLayout l, const float* scale, const int32_t* zero_point) {
-  parallel_for(0, l.outer * l.channels, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(l.inner, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t r = b; r < e; ++r) {
-                   const int64_t c = r % l.channels;
-                   for (int64_t i = r * l.inner; i < (r + 1) * l.inner; ++i)
-                     x[i] = qmath::dequantize_value(q[i], scale[c], zero_point[c]);
-                 }
-               });
+  for_each_channel_run(l, [&](int64_t c, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] = qmath::dequantize_value(q[i], scale[c], zero_point[c]);
+  });
 }
 
 /// out = fake_quantize(x); mask[i] = 1 where the gradient passes (straight-through estimator).
 inline void fake_quantize(const float* x, float* out, uint8_t* mask, ChannelLayout l, const float* scale,
                           const int32_t* zero_point, int32_t qmin, int32_t qmax) {
-  parallel_for(0, l.outer * l.channels, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(l.inner, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t r = b; r < e; ++r) {
-                   const int64_t c = r % l.channels;
-                   const float s = scale[c], inv = 1.0f / s;
-                   const int32_t z = zero_point[c];
-                   for (int64_t i = r * l.inner; i < (r + 1) * l.inner; ++i) {
-                     bool in = false;
-                     out[i] = qmath::fake_quantize_value(x[i], s, inv, z, qmin, qmax, &in);
-                     mask[i] = in;
-                   }
-                 }
-               });
+  for_each_channel_run(l, [&](int64_t c, int64_t b, int64_t e) {
+    const float s = scale[c], inv = 1.0f / s;
+    const int32_t z = zero_point[c];
+    for (int64_t i = b; i < e; ++i) {
+      bool in = false;
+      out[i] = qmath::fake_quantize_value(x[i], s, inv, z, qmin, qmax, &in);
+      mask[i] = in;
+    }
+  });
 }
 
 /// Finite minimum and maximum of each channel (0 and 0 for a channel with none).
@@ -128,6 +129,31 @@ inline void dequantize_int4_row(const uint8_t* packed, const float* scale, const
       out[2 * j + 1] = (static_cast<float>(qmath::high_nibble(byte)) - z) * s;
     }
   }
+}
+
+/// cols (N * OH * OW, kh * kw * Cg) uint8 from the codes x (N, H, W, C): the int8 convolution's
+/// im2col, taps outside the image reading `pad`. The same gather as qmath::im2col_code (which the
+/// CUDA kernel runs per element), a run of Cg channels per tap.
+inline void im2col_u8(const uint8_t* x, int64_t N, const qmath::Im2colShape& s, uint8_t pad, uint8_t* cols) {
+  const int64_t K = s.cols();
+  parallel_for(0, N * s.rows(), std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(K, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t m = b; m < e; ++m) {
+                   const int64_t ow = m % s.OW, oh = (m / s.OW) % s.OH, n = m / (s.OW * s.OH);
+                   uint8_t* dst = cols + m * K;
+                   for (int64_t i = 0; i < s.kh; ++i) {
+                     const int64_t h = oh * s.sh - s.ph + i * s.dh;
+                     for (int64_t j = 0; j < s.kw; ++j, dst += s.Cg) {
+                       const int64_t w = ow * s.sw - s.pw + j * s.dw;
+                       if (h < 0 || h >= s.H || w < 0 || w >= s.W) {
+                         std::memset(dst, pad, static_cast<size_t>(s.Cg));
+                       } else {
+                         std::memcpy(dst, x + ((n * s.H + h) * s.W + w) * s.C + s.c0, static_cast<size_t>(s.Cg));
+                       }
+                     }
+                   }
+                 }
+               });
 }
 
 }  // namespace strata::cpu::quant

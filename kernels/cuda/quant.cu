@@ -30,6 +30,12 @@ __global__ void quantize_kernel(const float* x, Q* q, ChannelLayout l, const flo
   }
 }
 
+__global__ void im2col_kernel(const uint8_t* x, int64_t total, qmath::Im2colShape shape, uint8_t pad, uint8_t* cols) {
+  const int64_t K = shape.cols();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x)
+    cols[i] = qmath::im2col_code(x, shape, i / K, i % K, pad);
+}
+
 template <class Q>
 __global__ void dequantize_kernel(const Q* q, float* x, ChannelLayout l, const float* scale, const int32_t* zp) {
   const int64_t n = l.outer * l.channels * l.inner;
@@ -276,5 +282,13 @@ template cudaError_t int4_linear<float>(const float*, const uint8_t*, const floa
                                         const float*, float*, int64_t, int64_t, int64_t, cudaStream_t);
 template cudaError_t int4_linear<BFloat16>(const BFloat16*, const uint8_t*, const float*, const uint8_t*, int64_t,
                                            const BFloat16*, BFloat16*, int64_t, int64_t, int64_t, cudaStream_t);
+
+cudaError_t im2col_u8(const uint8_t* x, int64_t N, const qmath::Im2colShape& shape, uint8_t pad, uint8_t* cols,
+                      cudaStream_t s) {
+  const int64_t total = N * shape.rows() * shape.cols();
+  if (total == 0) return cudaSuccess;
+  im2col_kernel<<<grid_for(total), kThreads, 0, s>>>(x, total, shape, pad, cols);
+  return cudaGetLastError();
+}
 
 }  // namespace strata::cuda_kernels::quant

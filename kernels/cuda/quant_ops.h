@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../common/half.h"
+#include "../common/im2col.h"
 #include "../common/quant_affine.h"
 
 namespace strata::cuda_kernels::quant {
@@ -41,5 +42,9 @@ cudaError_t dequantize_int4(const uint8_t* packed, const float* scale, const uin
 template <class T>
 cudaError_t int4_linear(const T* x, const uint8_t* packed, const float* scale, const uint8_t* zero_point,
                         int64_t group, const T* bias, T* y, int64_t M, int64_t N, int64_t K, cudaStream_t s);
+
+/// cols (N * OH * OW, kh * kw * Cg) uint8 gathered from the codes x (N, H, W, C) (kernels/common/im2col.h).
+cudaError_t im2col_u8(const uint8_t* x, int64_t N, const qmath::Im2colShape& shape, uint8_t pad, uint8_t* cols,
+                      cudaStream_t s);
 
 }  // namespace strata::cuda_kernels::quant

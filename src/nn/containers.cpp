@@ -1,4 +1,5 @@
 // Sequential, ModuleList and ModuleDict.
+#include <algorithm>
 #include <typeinfo>
 
 #include <strata/nn/activation.hpp>
@@ -11,6 +12,10 @@ Module& ModuleList::operator[](size_t i) const {
   STRATA_CHECK(i < items_.size(), "[{}] index {} is out of range for {} modules", name(), i, items_.size());
   return *items_[i];
 }
+
+void ModuleList::replacing_child(Module* old, Module* now) { std::replace(items_.begin(), items_.end(), old, now); }
+
+void ModuleDict::replacing_child(Module* old, Module* now) { std::replace(items_.begin(), items_.end(), old, now); }
 
 namespace {
 

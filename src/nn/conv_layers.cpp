@@ -96,10 +96,21 @@ Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, Conv2dOptions o)
   reset_parameters(o.generator);
 }
 
-void Conv2d::reset_parameters(Generator* gen) { init_conv(weight, bias, gen); }
+void Conv2d::reset_parameters(Generator* gen) {
+  STRATA_CHECK(weight.defined(), "[Conv2d] reset_parameters: the float weight was replaced by the form \"{}\"",
+               form_.name());
+  init_conv(weight, bias, gen);
+}
+
+Conv2dForm& Conv2d::set_form(std::string name, std::unique_ptr<Conv2dForm> form) {
+  return form_.set(*this, std::move(name), std::move(form));
+}
+
+std::unique_ptr<Conv2dForm> Conv2d::take_form() { return form_.take(*this); }
 
 Tensor Conv2d::forward(const Tensor& input) {
   check_input(describe("Conv2d", in_channels, out_channels, kernel_size, options.stride), input, in_channels, 2);
+  if (form_.get()) return form_.get()->forward_layer(*this, input);
   const Size2 p = options.padding;
   if (options.padding_mode == PaddingMode::Zeros)
     return functional::conv2d(input, weight, bias, {options.stride, p, options.dilation, options.groups});

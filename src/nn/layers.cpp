@@ -26,7 +26,7 @@ Linear::Linear(int64_t in, int64_t out, LinearOptions options) : in_features(in)
 
 void Linear::reset_parameters(Generator* gen) {
   STRATA_CHECK(weight.defined(), "[Linear] reset_parameters: the float weight was replaced by the form \"{}\"",
-               form_name_);
+               form_.name());
   // kaiming_uniform(a = sqrt(5)) is U(-1/sqrt(in), 1/sqrt(in)), the same bound as the bias
   const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
   init::uniform_(weight, -bound, bound, gen);
@@ -38,33 +38,15 @@ Tensor Linear::forward(const Tensor& input) {
   STRATA_CHECK(input.dim() >= 1 && input.size(-1) == in_features,
                "[Linear(in_features={}, out_features={})] expects an input of shape (*, {}), got {}", in_features,
                out_features, in_features, input.shape());
-  if (form_) return form_->forward_linear(*this, input);
+  if (form_.get()) return form_.get()->forward_layer(*this, input);
   return functional::linear(input, weight, bias);
 }
 
 LinearForm& Linear::set_form(std::string name, std::unique_ptr<LinearForm> form) {
-  STRATA_CHECK(form != nullptr, "[Linear] the form is null");
-  STRATA_CHECK(form_ == nullptr, "[Linear(in_features={}, out_features={})] already has the form \"{}\" ({}); a layer "
-               "takes one form", in_features, out_features, form_name_, form_->name());
-  const bool drop_weight = form->replaces_weight();
-  form_ = &register_module(name, std::move(form));
-  form_name_ = std::move(name);
-  if (drop_weight) {
-    unregister("weight");
-    weight = Tensor();
-  }
-  return *form_;
+  return form_.set(*this, std::move(name), std::move(form));
 }
 
-std::unique_ptr<LinearForm> Linear::take_form() {
-  if (!form_) return nullptr;
-  STRATA_CHECK(weight.defined(), "[Linear] the form \"{}\" replaced the float weight and cannot be taken off",
-               form_name_);
-  std::unique_ptr<Module> owned = unregister(form_name_);
-  form_ = nullptr;
-  form_name_.clear();
-  return std::unique_ptr<LinearForm>(static_cast<LinearForm*>(owned.release()));
-}
+std::unique_ptr<LinearForm> Linear::take_form() { return form_.take(*this); }
 
 // ---- Embedding ---------------------------------------------------------------------------------
 

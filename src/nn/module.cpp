@@ -85,6 +85,46 @@ std::unique_ptr<Module> Module::unregister(const std::string& name) {
   detail::throw_error("[{}] no parameter or child named \"{}\"", this->name(), name);
 }
 
+Module& Module::get_submodule(const std::string& target) const {
+  if (target.empty()) return const_cast<Module&>(*this);
+  auto [parent, child] = find_child(target);
+  STRATA_CHECK(child != nullptr, "[{}] no submodule \"{}\"", parent->name(), target);
+  return *parent->child_at(*child);
+}
+
+std::pair<Module*, Module::Child*> Module::find_child(const std::string& target) const {
+  Module* parent = const_cast<Module*>(this);
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = target.find('.', start);
+    const std::string part = target.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    Child* found = nullptr;
+    for (Child& c : parent->children_)
+      if (c.name == part) found = &c;
+    if (dot == std::string::npos || found == nullptr) return {parent, found};
+    parent = parent->child_at(*found);
+    start = dot + 1;
+  }
+}
+
+bool Module::owns_submodule(const std::string& target) const {
+  if (target.empty()) return false;
+  auto [parent, child] = find_child(target);
+  return child != nullptr && child->owned != nullptr;
+}
+
+std::unique_ptr<Module> Module::set_submodule(const std::string& target, std::unique_ptr<Module> module) {
+  STRATA_CHECK(module != nullptr, "[{}] set_submodule(\"{}\"): the module is null", name(), target);
+  auto [parent, child] = find_child(target);
+  STRATA_CHECK(child != nullptr, "[{}] set_submodule: no submodule \"{}\"", name(), target);
+  STRATA_CHECK(child->owned != nullptr, "[{}] set_submodule: \"{}\" ({}) is a data member of its parent and cannot "
+               "be replaced (Note [Member children]); hold it in a container or register it as a std::unique_ptr",
+               name(), target, parent->child_at(*child)->name());
+  parent->replacing_child(child->owned.get(), module.get());
+  std::swap(child->owned, module);
+  return module;
+}
+
 void Module::add_member_child(std::string name, Module& child) {
   check_new_name(name);
   STRATA_CHECK(&child != this, "[{}] a module cannot be its own child", this->name());

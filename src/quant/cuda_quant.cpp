@@ -105,4 +105,10 @@ void int4_linear(const Tensor& x, const Tensor& packed, const Tensor& scale, con
   });
 }
 
+void im2col_u8(const Tensor& x, const qmath::Im2colShape& shape, uint8_t pad, const Tensor& cols) {
+  launch(x, "im2col_u8", [&](cudaStream_t s) {
+    return ck::im2col_u8(ptr<uint8_t>(x), x.size(0), shape, pad, ptr<uint8_t>(cols), s);
+  });
+}
+
 }  // namespace strata::quant::cuda_quant

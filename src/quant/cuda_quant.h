@@ -4,6 +4,7 @@
 
 #include <strata/core/tensor.hpp>
 
+#include "kernels/common/im2col.h"
 #include "kernels/common/quant_affine.h"
 
 namespace strata::quant::cuda_quant {
@@ -25,5 +26,7 @@ void dequantize_int4(const Tensor& packed, const Tensor& scale, const Tensor& ze
                      const Tensor& w);
 void int4_linear(const Tensor& x, const Tensor& packed, const Tensor& scale, const Tensor& zero_point, int64_t group,
                  const Tensor& bias, const Tensor& y);
+
+void im2col_u8(const Tensor& x, const qmath::Im2colShape& shape, uint8_t pad, const Tensor& cols);
 
 }  // namespace strata::quant::cuda_quant

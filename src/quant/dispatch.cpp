@@ -31,6 +31,10 @@ struct AffineParams {
 struct Int8LinearParams {
   bool x_per_row;
 };
+struct Im2colParams {
+  qmath::Im2colShape shape;
+  uint8_t pad;
+};
 struct Int4Params {
   int64_t group;
   bool symmetric = true;
@@ -78,6 +82,11 @@ void cpu_int8_linear(const KernelCall& c) {
                   wq.size(0), xq.size(1));
 }
 
+void cpu_im2col_u8(const KernelCall& c) {
+  const auto& p = c.param<Im2colParams>();
+  cq::im2col_u8(ptr<uint8_t>(c.inputs[0]), c.inputs[0].size(0), p.shape, p.pad, ptr<uint8_t>(c.outputs[0]));
+}
+
 void cpu_int8_gemm(const KernelCall& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   int32_t* out = ptr<int32_t>(c.outputs[0]);
@@ -113,7 +122,7 @@ void cpu_int4_linear(const KernelCall& c) {
 }
 
 struct QuantOps {
-  OpId quantize, dequantize, fake_quantize, quantize_rows_uint8, int8_linear, int8_gemm, quantize_int4,
+  OpId quantize, dequantize, fake_quantize, quantize_rows_uint8, int8_linear, im2col_u8, int8_gemm, quantize_int4,
       dequantize_int4, int4_linear;
 };
 
@@ -151,6 +160,10 @@ const QuantOps& quant_ops() {
       const auto& in = c.inputs;
       cu::int8_linear(in[0], in[1], in[2], c.param<Int8LinearParams>().x_per_row, in[3], in[4], in[5], in[6],
                       c.outputs[0]);
+    });
+    o.im2col_u8 = add_op("quant_im2col_u8", 1, {kUInt8}, cpu_im2col_u8, [](const KernelCall& c) {
+      const auto& p = c.param<Im2colParams>();
+      cu::im2col_u8(c.inputs[0], p.shape, p.pad, c.outputs[0]);
     });
     o.int8_gemm = add_op("quant_int8_gemm", 2, {kInt8}, cpu_int8_gemm, [](const KernelCall& c) {
       cu::int8_gemm(c.inputs[0], c.inputs[1], c.outputs[0]);
@@ -220,6 +233,11 @@ void run_int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_ze
                      const Tensor& w_scale, const Tensor& w_row_sum, const Tensor& bias, const Tensor& y) {
   const Int8LinearParams p{x_per_row};
   run(quant_ops().int8_linear, {xq, x_scale, x_zero, wq, w_scale, w_row_sum, bias}, {y}, &p);
+}
+
+void run_im2col_u8(const Tensor& x, const qmath::Im2colShape& shape, uint8_t pad, const Tensor& cols) {
+  const Im2colParams p{shape, pad};
+  run(quant_ops().im2col_u8, {x}, {cols}, &p);
 }
 
 void run_int8_gemm(const Tensor& a, const Tensor& b, const Tensor& c) { run(quant_ops().int8_gemm, {a, b}, {c}); }

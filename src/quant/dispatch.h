@@ -6,6 +6,7 @@
 
 #include <strata/core/tensor.hpp>
 
+#include "kernels/common/im2col.h"
 #include "kernels/common/quant_affine.h"
 
 namespace strata::quant::detail {
@@ -31,6 +32,8 @@ void run_quantize_rows_uint8(const Tensor& x, const Tensor& q, const Tensor& sca
 /// may be undefined.
 void run_int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool x_per_row, const Tensor& wq,
                      const Tensor& w_scale, const Tensor& w_row_sum, const Tensor& bias, const Tensor& y);
+/// cols (N * OH * OW, kh * kw * Cg) uint8 from the codes x (N, H, W, C) uint8 (kernels/common/im2col.h).
+void run_im2col_u8(const Tensor& x, const qmath::Im2colShape& shape, uint8_t pad, const Tensor& cols);
 /// c (M, N) int32 = a (M, K) int8 . b (N, K)^T int8.
 void run_int8_gemm(const Tensor& a, const Tensor& b, const Tensor& c);
 

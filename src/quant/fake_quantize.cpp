@@ -95,6 +95,11 @@ FakeQuantize::FakeQuantize(std::unique_ptr<Observer> observer) {
   observer_enabled_ = register_buffer("observer_enabled", ones({1}, kUInt8));
 }
 
+void FakeQuantize::replacing_child(nn::Module* old, nn::Module*) {
+  STRATA_CHECK(old != observer_, "[FakeQuantize] its observer \"activation_post_process\" cannot be replaced (scale "
+               "and zero_point take its shape): make a new FakeQuantize with the observer instead");
+}
+
 void FakeQuantize::enable_fake_quant(bool on) { fake_quant_enabled_.fill_(on ? 1 : 0); }
 void FakeQuantize::enable_observer(bool on) { observer_enabled_.fill_(on ? 1 : 0); }
 bool FakeQuantize::fake_quant_enabled() const { return fake_quant_enabled_.item<int64_t>() != 0; }

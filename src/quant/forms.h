@@ -1,5 +1,7 @@
-// The LinearForms of the quant module (Note [Linear forms] in nn/linear.hpp): int8 and int4
-// weights, which replace the float weight, and fake quantization for QAT, which keeps it.
+// The layer forms of the quant module (Note [Linear forms] in nn/layer_form.hpp): int8 and int4
+// weights, which replace the float weight; fake quantization for QAT and observers for static
+// quantization, which keep it. The QAT and observer forms are templates over the layer (Linear,
+// Conv2d): they differ only in the float forward of layer_ops.h.
 #pragma once
 
 #include <memory>
@@ -7,44 +9,103 @@
 #include <optional>
 #include <string>
 
+#include <strata/nn/batchnorm.hpp>
+#include <strata/nn/conv.hpp>
+#include <strata/nn/functional.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/quant/fake_quantize.hpp>
 #include <strata/quant/quantize.hpp>
 
+#include "quant/layer_ops.h"
+
 namespace strata::quant::detail {
 
-/// int8 weights; activations quantized per row at run time (dynamic), or with one fixed scale and
-/// zero point (static, from a QAT observer) when StaticInput is given. Buffers: weight_int8,
-/// weight_scale; static also input_scale (1) and input_zero_point (1).
+/// One activation's fixed quantization: scale (1) float32, zero point (1) int32, code range.
+struct ActQParams {
+  Tensor scale, zero_point;
+  QRange range;
+};
+
+/// A static int8 layer's activations: the input's qparams, and the output's when it is requantized
+/// (static quantization; QAT's converted layers give float outputs), with ReLU fused before that.
+struct StaticActivations {
+  ActQParams input;
+  std::optional<ActQParams> output;
+  bool relu = false;
+};
+
+/// Registers the qparams as buffers of `form` (input_scale, input_zero_point, output_scale,
+/// output_zero_point), so they enter the state dict and move with the module.
+void register_static(nn::Module& form, StaticActivations& act);
+/// x float32 contiguous -> uint8 codes of its shape with the input's qparams; an int8 range runs
+/// shifted by +128 into uint8 (q - zero_point is unchanged). *zero: the shifted zero point (1).
+Tensor quantize_static_input(const Tensor& x, const ActQParams& in, Tensor* zero);
+/// y float32 (M, N) = the int8 product of uint8 codes (M, K) and the weight (kernels/cpu/qgemm.h).
+Tensor int8_product(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool per_row, const Int8Weight& w,
+                    const Tensor& w_row_sum, const Tensor& bias);
+/// ReLU (when fused) and requantization to the output's qparams (when given), as float values.
+Tensor finish_static(const Tensor& y, const StaticActivations& act);
+/// A floating bias of shape (N) on `device` in `dtype`, or undefined.
+Tensor bias_of(const Tensor& bias, int64_t N, const Device& device, DType dtype, const char* op);
+void check_int8_weight(const Int8Weight& w, const char* op);
+/// A uint8 input's qparams, checked (the functional forms).
+ActQParams act_qparams(double scale, int64_t zero_point, const Device& device, const char* op);
+/// y float32 (N, out, OH, OW), a channels-last view, of the int8 convolution of uint8 codes (N, H, W,
+/// C), taps outside the image reading `pad` (the zero point); w.codes (out, C / groups * kH * kW);
+/// finished (ReLU, requantization) per `act` when given.
+Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad,
+                    const Int8Weight& w, const Tensor& w_row_sum, const Tensor& bias, nn::Size2 kernel,
+                    const nn::functional::Conv2dArgs& args, const StaticActivations* act);
+
+/// The sum of each weight row's codes, int32 (out), for the activations' zero points; computed
+/// again when the codes change (a load_state_dict writes them; Module::to or set_tensor gives them
+/// new memory), under a lock (threads may share a model for inference).
+class RowSums {
+ public:
+  Tensor of(const Tensor& codes);
+
+ private:
+  std::mutex mutex_;
+  Tensor sums_;
+  std::weak_ptr<Storage> storage_;  // the codes' memory and version sums_ was computed at
+  int64_t version_ = -1;
+};
+
+/// int8 weights; activations quantized per row at run time (dynamic), or with fixed qparams
+/// (static) when given. Buffers: weight_int8, weight_scale; static also those of register_static.
 class Int8LinearForm : public nn::LinearForm {
  public:
-  struct StaticInput {
-    Tensor scale, zero_point;  // (1) float32, (1) int32
-    QRange range;              // the observer's code range (int8 ranges are run shifted to uint8)
-  };
-  Int8LinearForm(Int8Weight weight, std::optional<StaticInput> input);
-  Tensor forward_linear(const nn::Linear& layer, const Tensor& input) override;
+  Int8LinearForm(Int8Weight weight, std::optional<StaticActivations> act);
+  Tensor forward_layer(const nn::Linear& layer, const Tensor& input) override;
   bool replaces_weight() const override { return true; }
   std::string name() const override { return "Int8LinearForm"; }
 
  private:
   Int8Weight weight_;
-  std::optional<StaticInput> input_;
-  /// The sum of each weight row's codes, int32 (out), for the activations' zero points; computed
-  /// again when the codes change (a load_state_dict writes them; Module::to or set_tensor gives
-  /// them new memory), under a lock (threads may share a model for inference).
-  Tensor row_sums();
-  std::mutex row_sum_mutex_;
-  Tensor row_sum_;
-  std::weak_ptr<Storage> row_sum_storage_;  // the codes' memory and version row_sum_ was computed at
-  int64_t row_sum_version_ = -1;
+  std::optional<StaticActivations> act_;
+  RowSums row_sums_;
+};
+
+/// A static int8 convolution: the input quantized with fixed qparams, im2col of its codes, the int8
+/// GEMM. Buffers: weight_int8 (out, in / groups * kH * kW), weight_scale and those of register_static.
+class Int8Conv2dForm : public nn::Conv2dForm {
+ public:
+  Int8Conv2dForm(Int8Weight weight, StaticActivations act);
+  Tensor forward_layer(const nn::Conv2d& layer, const Tensor& input) override;
+  bool replaces_weight() const override { return true; }
+  std::string name() const override { return "Int8Conv2dForm"; }
+
+ private:
+  Int8Weight weight_;
+  StaticActivations act_;
+  RowSums row_sums_;
 };
 
 /// int4 weight only. Buffers: weight_int4, weight_scale, weight_zero_point (asymmetric).
 class Int4LinearForm : public nn::LinearForm {
  public:
   explicit Int4LinearForm(Int4Weight weight);
-  Tensor forward_linear(const nn::Linear& layer, const Tensor& input) override;
+  Tensor forward_layer(const nn::Linear& layer, const Tensor& input) override;
   bool replaces_weight() const override { return true; }
   std::string name() const override { return "Int4LinearForm"; }
 
@@ -52,19 +113,98 @@ class Int4LinearForm : public nn::LinearForm {
   Int4Weight weight_;
 };
 
-/// QAT: linear(input_fake_quant(x), weight_fake_quant(weight), bias), training the float weight.
-class QatLinearForm : public nn::LinearForm {
+/// For Module::replacing_child of a form that keeps a pointer to its child `kept`: when set_submodule
+/// replaces that child, the pointer follows the new one, which must be a T, named `type` (a stale
+/// pointer would outlive the old child, which the caller owns and may drop).
+template <class T>
+void follow_child(T*& kept, nn::Module* old, nn::Module* now, const nn::Module& form, const char* child,
+                  const char* type) {
+  if (old == nullptr || old != kept) return;
+  T* typed = dynamic_cast<T*>(now);
+  STRATA_CHECK(typed != nullptr, "[{}] \"{}\" must be replaced by a {}, got {}", form.name(), child, type,
+               now ? now->name() : "null");
+  kept = typed;
+}
+
+/// QAT: the layer's float forward of input_fake_quant(x) and weight_fake_quant(weight), training
+/// the float weight. Before a batch norm (the fused modules of fuse_modules_qat), as PyTorch's
+/// ConvBn2d: the weight is scaled by gamma / sqrt(running_var + eps) before its fake quant, so it
+/// trains the rounding of the weight convert folds, and the product is scaled back (bias added
+/// after) for the batch norm that follows.
+template <class Layer>
+class QatForm : public nn::LayerForm<Layer> {
  public:
-  QatLinearForm(std::unique_ptr<FakeQuantize> input_fq, std::unique_ptr<FakeQuantize> weight_fq);
-  Tensor forward_linear(const nn::Linear& layer, const Tensor& input) override;
+  QatForm(std::unique_ptr<FakeQuantize> input_fq, std::unique_ptr<FakeQuantize> weight_fq,
+          const nn::BatchNormBase* bn = nullptr)
+      : bn_(bn) {
+    STRATA_CHECK(input_fq && weight_fq, "[prepare_qat] a fake quant factory returned null");
+    input_fq_ = &this->register_module("input_fake_quant", std::move(input_fq));
+    weight_fq_ = &this->register_module("weight_fake_quant", std::move(weight_fq));
+  }
+  Tensor forward_layer(const Layer& layer, const Tensor& input) override {
+    if (!bn_) return float_forward(layer, (*input_fq_)(input), (*weight_fq_)(layer.weight));
+    const Tensor s = bn_scale(*bn_, layer.weight);
+    const Tensor w = (*weight_fq_)(layer.weight * s.reshape(per_channel_shape(layer.weight.dim(), 0, s.numel())));
+    Tensor y = float_forward(layer, (*input_fq_)(input), w, Tensor());
+    const Shape channels = per_channel_shape(y.dim(), output_channel_dim(layer, y.dim()), s.numel());
+    y = y / s.reshape(channels);
+    return layer.bias.defined() ? y + layer.bias.reshape(channels) : y;
+  }
   bool replaces_weight() const override { return false; }
-  std::string name() const override { return "QatLinearForm"; }
+  std::string name() const override { return std::string("Qat") + layer_name(static_cast<Layer*>(nullptr)) + "Form"; }
   FakeQuantize& input_fake_quant() { return *input_fq_; }
   FakeQuantize& weight_fake_quant() { return *weight_fq_; }
+  const nn::BatchNormBase* batch_norm() const { return bn_; }
+
+ protected:
+  void replacing_child(nn::Module* old, nn::Module* now) override {
+    follow_child(input_fq_, old, now, *this, "input_fake_quant", "FakeQuantize");
+    follow_child(weight_fq_, old, now, *this, "weight_fake_quant", "FakeQuantize");
+  }
 
  private:
   FakeQuantize* input_fq_;
   FakeQuantize* weight_fq_;
+  const nn::BatchNormBase* bn_;  // the fused module's batch norm, a sibling of the layer
+};
+
+/// Static quantization's calibration: observers of the input and of the output (after the fused
+/// ReLU, which this form then applies), around the float forward.
+template <class Layer>
+class ObservedForm : public nn::LayerForm<Layer> {
+ public:
+  ObservedForm(std::unique_ptr<Observer> input, std::unique_ptr<Observer> output, bool relu) : relu_(relu) {
+    STRATA_CHECK(input && output, "[prepare] the observer factory returned null");
+    STRATA_CHECK(!input->per_channel() && !output->per_channel(), "[prepare] activation observers must be per tensor");
+    input_ = &this->register_module("input_observer", std::move(input));
+    output_ = &this->register_module("output_observer", std::move(output));
+  }
+  Tensor forward_layer(const Layer& layer, const Tensor& input) override {
+    Tensor y = float_forward(layer, (*input_)(input), layer.weight);
+    if (relu_) y = nn::functional::relu(y);
+    return (*output_)(y);
+  }
+  bool replaces_weight() const override { return false; }
+  std::string name() const override {
+    return std::string("Observed") + layer_name(static_cast<Layer*>(nullptr)) + "Form";
+  }
+  Observer& input_observer() { return *input_; }
+  Observer& output_observer() { return *output_; }
+  bool relu() const { return relu_; }
+
+ protected:
+  void replacing_child(nn::Module* old, nn::Module* now) override {
+    const auto* observer = dynamic_cast<const Observer*>(now);
+    STRATA_CHECK(!(old == input_ || old == output_) || !observer || !observer->per_channel(),
+                 "[{}] activation observers must be per tensor", this->name());
+    follow_child(input_, old, now, *this, "input_observer", "quant::Observer");
+    follow_child(output_, old, now, *this, "output_observer", "quant::Observer");
+  }
+
+ private:
+  Observer* input_;
+  Observer* output_;
+  bool relu_;
 };
 
 }  // namespace strata::quant::detail

@@ -1,12 +1,16 @@
-// The Linear layers of a module tree, by dotted name, for quantize_dynamic, prepare_qat and convert.
+// The quantizable layers of a module tree (nn::Linear, nn::Conv2d), by dotted name, for
+// quantize_dynamic, prepare, prepare_qat and convert.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <strata/nn/conv.hpp>
 #include <strata/nn/linear.hpp>
+#include <strata/quant/fuse.hpp>
 
 namespace strata::quant::detail {
 
@@ -19,6 +23,37 @@ inline std::vector<NamedLinear> linear_layers(
   std::vector<NamedLinear> out;
   for (auto& [name, m] : model.named_modules())
     if (auto* lin = dynamic_cast<nn::Linear*>(m); lin && (!filter || filter(name, *lin))) out.emplace_back(name, lin);
+  return out;
+}
+
+/// A Linear or a Conv2d, and the fused module whose first layer it is (null when none).
+struct QuantLayer {
+  std::string name;
+  nn::Linear* linear = nullptr;
+  nn::Conv2d* conv = nullptr;
+  FusedModule* fused = nullptr;
+};
+
+/// f(layer) with the layer as its own type (both calls must return one type).
+template <class F>
+decltype(auto) visit(const QuantLayer& l, F&& f) {
+  return l.linear ? f(*l.linear) : f(*l.conv);
+}
+
+/// Every Linear and Conv2d under `model` that `filter` accepts (all when null), in pre-order.
+inline std::vector<QuantLayer> quant_layers(nn::Module& model,
+                                            const std::function<bool(const std::string&, const nn::Module&)>& filter) {
+  const auto modules = model.named_modules();
+  std::map<nn::Module*, FusedModule*> first_of;
+  for (auto& [name, m] : modules)
+    if (auto* f = dynamic_cast<FusedModule*>(m); f && f->size() > 0) first_of[&(*f)[0]] = f;
+  std::vector<QuantLayer> out;
+  for (auto& [name, m] : modules) {
+    QuantLayer l{name, dynamic_cast<nn::Linear*>(m), dynamic_cast<nn::Conv2d*>(m), nullptr};
+    if ((!l.linear && !l.conv) || (filter && !filter(name, *m))) continue;
+    if (auto it = first_of.find(m); it != first_of.end()) l.fused = it->second;
+    out.push_back(std::move(l));
+  }
   return out;
 }
 

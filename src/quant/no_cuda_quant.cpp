@@ -38,4 +38,6 @@ void int4_linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int
   no_cuda("int4_linear");
 }
 
+void im2col_u8(const Tensor&, const qmath::Im2colShape&, uint8_t, const Tensor&) { no_cuda("conv2d_int8"); }
+
 }  // namespace strata::quant::cuda_quant

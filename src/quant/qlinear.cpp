@@ -1,12 +1,16 @@
 // Quantized Linear products: int8_mm, the int8 and int4 weight forms and their functional
 // forms (include/strata/quant/quantize.hpp, src/quant/forms.h).
+#include <cmath>
+
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/core/error.hpp>
+#include <strata/nn/functional.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
 #include <strata/ops/reduce.hpp>
 #include <strata/quant/qtensor.hpp>
 #include <strata/quant/quantize.hpp>
+#include <strata/quant/quantize_static.hpp>
 
 #include "kernels/cpu/qgemm.h"
 #include "quant/dispatch.h"
@@ -14,7 +18,95 @@
 
 namespace strata::quant {
 
+namespace detail {
+
+Tensor bias_of(const Tensor& bias, int64_t N, const Device& device, DType dtype, const char* op) {
+  if (!bias.defined()) return bias;
+  STRATA_CHECK(bias.shape() == Shape{N} && bias.device() == device && is_floating(bias.dtype()),
+               "[{}] expects a floating bias of shape ({}) on {}, got {} {} on {}", op, N, device, bias.dtype(),
+               bias.shape(), bias.device());
+  return bias.detach().to(dtype).contiguous();
+}
+
+void check_int8_weight(const Int8Weight& w, const char* op) {
+  STRATA_CHECK(w.codes.defined() && w.codes.dtype() == kInt8 && w.codes.dim() == 2 && w.scale.defined() &&
+                   w.scale.shape() == Shape{w.codes.size(0)},
+               "[{}] expects int8 codes (out, in) and float32 scales (out)", op);
+  STRATA_CHECK(w.scale.device() == w.codes.device(), "[{}] the codes are on {} and the scales on {}", op,
+               w.codes.device(), w.scale.device());
+  STRATA_CHECK(w.codes.size(1) <= cpu::quant::kMaxUint8K, "[{}] in_features {} exceeds {}, past which int32 sums "
+               "could overflow", op, w.codes.size(1), cpu::quant::kMaxUint8K);
+}
+
+Tensor int8_product(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool per_row, const Int8Weight& w,
+                    const Tensor& w_row_sum, const Tensor& bias) {
+  Tensor y = empty({xq.size(0), w.codes.size(0)}, TensorOptions(kFloat32, xq.device()));
+  run_int8_linear(xq, x_scale, x_zero, per_row, w.codes.contiguous(), w.scale.to(kFloat32).contiguous(), w_row_sum,
+                  bias, y);
+  return y;
+}
+
+Tensor quantize_static_input(const Tensor& x, const ActQParams& in, Tensor* zero) {
+  // a signed range runs shifted by +128 into uint8: (q - z) is the same for q + 128 and z + 128
+  const int32_t shift = in.range.quant_min < 0 ? -128 : 0;
+  *zero = (in.zero_point - shift).to(kInt32).contiguous();
+  Tensor q = empty(x.shape(), TensorOptions(kUInt8, x.device()));
+  run_quantize(x, q, layout_of(x.shape(), -1), in.scale.to(kFloat32).contiguous(), *zero, in.range.quant_min - shift,
+               in.range.quant_max - shift);
+  return q;
+}
+
+Tensor finish_static(const Tensor& y, const StaticActivations& act) {
+  const Tensor r = act.relu ? nn::functional::relu(y) : y;
+  if (!act.output) return r;
+  const ActQParams& o = *act.output;
+  Tensor out = empty(r.shape(), r.options()), mask = empty(r.shape(), TensorOptions(kUInt8, r.device()));
+  run_fake_quantize(r.contiguous(), out, mask, layout_of(r.shape(), -1), o.scale.to(kFloat32).contiguous(),
+                    o.zero_point.to(kInt32).contiguous(), o.range.quant_min, o.range.quant_max);
+  return out;
+}
+
+void register_static(nn::Module& form, StaticActivations& act) {
+  act.input.scale = form.register_buffer("input_scale", act.input.scale.reshape({1}).to(kFloat32));
+  act.input.zero_point = form.register_buffer("input_zero_point", act.input.zero_point.reshape({1}).to(kInt32));
+  if (!act.output) return;
+  act.output->scale = form.register_buffer("output_scale", act.output->scale.reshape({1}).to(kFloat32));
+  act.output->zero_point = form.register_buffer("output_zero_point", act.output->zero_point.reshape({1}).to(kInt32));
+}
+
+ActQParams act_qparams(double scale, int64_t zero_point, const Device& device, const char* op) {
+  STRATA_CHECK(std::isfinite(static_cast<float>(scale)) && static_cast<float>(scale) > 0,
+               "[{}] the input scale must be positive and finite in float32, got {}", op, scale);
+  STRATA_CHECK(zero_point >= 0 && zero_point <= 255, "[{}] the input zero point {} is outside the uint8 codes [0, 255]",
+               op, zero_point);
+  const TensorOptions o(kFloat32, device);
+  return {full({1}, scale, o), full({1}, zero_point, o.dtype(kInt32)), QRange{0, 255}};
+}
+
+Tensor row_sums(const Tensor& codes) {
+  NoGradGuard no_grad;
+  return sum(codes.to(kInt32), {1}).to(kInt32).contiguous();
+}
+
+Tensor RowSums::of(const Tensor& codes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // the version alone misses new memory (set_data keeps no count across storages)
+  if (storage_.lock() != codes.storage() || version_ != codes.version()) {
+    sums_ = row_sums(codes);
+    storage_ = codes.storage();
+    version_ = codes.version();
+  }
+  return sums_;
+}
+
+}  // namespace detail
+
 namespace {
+
+using detail::bias_of;
+using detail::check_int8_weight;
+using detail::int8_product;
+using detail::row_sums;
 
 void check_weight_2d(const Tensor& w, const char* op) {
   STRATA_CHECK(w.defined(), "[{}] the weight is undefined", op);
@@ -31,42 +123,10 @@ Tensor input_rows(const Tensor& x, int64_t K, const Device& device, DType dtype,
   return x.detach().reshape({-1, K}).to(dtype).contiguous();
 }
 
-Tensor bias_of(const Tensor& bias, int64_t N, const Device& device, DType dtype, const char* op) {
-  if (!bias.defined()) return bias;
-  STRATA_CHECK(bias.shape() == Shape{N} && bias.device() == device && is_floating(bias.dtype()),
-               "[{}] expects a floating bias of shape ({}) on {}, got {} {} on {}", op, N, device, bias.dtype(),
-               bias.shape(), bias.device());
-  return bias.detach().to(dtype).contiguous();
-}
-
 Shape out_shape(const Tensor& x, int64_t N) {
   Shape s = x.shape();
   s.back() = N;
   return s;
-}
-
-void check_int8_weight(const Int8Weight& w, const char* op) {
-  STRATA_CHECK(w.codes.defined() && w.codes.dtype() == kInt8 && w.codes.dim() == 2 && w.scale.defined() &&
-                   w.scale.shape() == Shape{w.codes.size(0)},
-               "[{}] expects int8 codes (out, in) and float32 scales (out)", op);
-  STRATA_CHECK(w.scale.device() == w.codes.device(), "[{}] the codes are on {} and the scales on {}", op,
-               w.codes.device(), w.scale.device());
-  STRATA_CHECK(w.codes.size(1) <= cpu::quant::kMaxUint8K, "[{}] in_features {} exceeds {}, past which int32 sums "
-               "could overflow", op, w.codes.size(1), cpu::quant::kMaxUint8K);
-}
-
-Tensor row_sums(const Tensor& codes) {
-  NoGradGuard no_grad;
-  return sum(codes.to(kInt32), {1}).to(kInt32).contiguous();
-}
-
-// y (M, N) float32 from int8 activations and weights
-Tensor int8_product(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool per_row, const Int8Weight& w,
-                    const Tensor& w_row_sum, const Tensor& bias) {
-  Tensor y = empty({xq.size(0), w.codes.size(0)}, TensorOptions(kFloat32, xq.device()));
-  detail::run_int8_linear(xq, x_scale, x_zero, per_row, w.codes.contiguous(), w.scale.to(kFloat32).contiguous(),
-                          w_row_sum, bias, y);
-  return y;
 }
 
 Tensor int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& row_sum, const Tensor& bias, const char* op) {
@@ -124,6 +184,20 @@ Tensor linear_int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& b
   return int8_dynamic(x, w, row_sums(w.codes), bias, "linear_int8_dynamic");
 }
 
+Tensor linear_int8_static(const Tensor& x, double x_scale, int64_t x_zero_point, const Int8Weight& w,
+                          const Tensor& bias) {
+  const char* op = "linear_int8_static";
+  check_int8_weight(w, op);
+  const detail::ActQParams in = detail::act_qparams(x_scale, x_zero_point, w.codes.device(), op);
+  NoGradGuard no_grad;
+  const int64_t N = w.codes.size(0), K = w.codes.size(1);
+  Tensor zero;
+  const Tensor xq = detail::quantize_static_input(input_rows(x, K, w.codes.device(), kFloat32, op), in, &zero);
+  const Tensor y = int8_product(xq, in.scale, zero, false, w, row_sums(w.codes), bias_of(bias, N, x.device(), kFloat32,
+                                                                                         op));
+  return y.reshape(out_shape(x, N)).to(x.dtype());
+}
+
 Int4Weight quantize_weight_int4(const Tensor& weight, int64_t group_size, bool symmetric) {
   const char* op = "quantize_weight_int4";
   check_weight_2d(weight, op);
@@ -166,44 +240,26 @@ Tensor linear_int4(const Tensor& x, const Int4Weight& w, const Tensor& bias) {
 
 namespace detail {
 
-Int8LinearForm::Int8LinearForm(Int8Weight weight, std::optional<StaticInput> input)
-    : weight_(std::move(weight)), input_(std::move(input)) {
+Int8LinearForm::Int8LinearForm(Int8Weight weight, std::optional<StaticActivations> act)
+    : weight_(std::move(weight)), act_(std::move(act)) {
   weight_.codes = register_buffer("weight_int8", weight_.codes);
   weight_.scale = register_buffer("weight_scale", weight_.scale);
-  if (input_) {
-    input_->scale = register_buffer("input_scale", input_->scale.reshape({1}).to(kFloat32));
-    input_->zero_point = register_buffer("input_zero_point", input_->zero_point.reshape({1}).to(kInt32));
-  }
+  if (act_) register_static(*this, *act_);
 }
 
-Tensor Int8LinearForm::row_sums() {
-  std::lock_guard<std::mutex> lock(row_sum_mutex_);
-  // the version alone misses new memory (set_data keeps no count across storages)
-  if (row_sum_storage_.lock() != weight_.codes.storage() || row_sum_version_ != weight_.codes.version()) {
-    row_sum_ = quant::row_sums(weight_.codes);
-    row_sum_storage_ = weight_.codes.storage();
-    row_sum_version_ = weight_.codes.version();
-  }
-  return row_sum_;
-}
-
-Tensor Int8LinearForm::forward_linear(const nn::Linear& layer, const Tensor& input) {
+Tensor Int8LinearForm::forward_layer(const nn::Linear& layer, const Tensor& input) {
   const char* op = "Linear(int8)";
-  const Tensor row_sum = row_sums();
-  if (!input_) return int8_dynamic(input, weight_, row_sum, layer.bias, op);
+  const Tensor row_sum = row_sums_.of(weight_.codes);
+  if (!act_) return int8_dynamic(input, weight_, row_sum, layer.bias, op);
   check_int8_weight(weight_, op);
   NoGradGuard no_grad;
   const int64_t N = weight_.codes.size(0), K = weight_.codes.size(1);
   const Tensor rows = input_rows(input, K, weight_.codes.device(), kFloat32, op);
-  // a signed range runs shifted by +128 into uint8: (q - z) is the same for q + 128 and z + 128
-  const int32_t shift = input_->range.quant_min < 0 ? -128 : 0;
-  const Tensor zero = (input_->zero_point - shift).to(kInt32).contiguous();
-  Tensor xq = empty(rows.shape(), TensorOptions(kUInt8, rows.device()));
-  detail::run_quantize(rows, xq, layout_of(rows.shape(), -1), input_->scale.to(kFloat32).contiguous(), zero,
-                       input_->range.quant_min - shift, input_->range.quant_max - shift);
-  Tensor y = int8_product(xq, input_->scale.to(kFloat32).contiguous(), zero, false, weight_, row_sum,
-                          bias_of(layer.bias, N, input.device(), kFloat32, op));
-  return y.reshape(out_shape(input, N)).to(input.dtype());
+  Tensor zero;
+  const Tensor xq = quantize_static_input(rows, act_->input, &zero);
+  const Tensor y = int8_product(xq, act_->input.scale.to(kFloat32).contiguous(), zero, false, weight_, row_sum,
+                                bias_of(layer.bias, N, input.device(), kFloat32, op));
+  return finish_static(y, *act_).reshape(out_shape(input, N)).to(input.dtype());
 }
 
 Int4LinearForm::Int4LinearForm(Int4Weight weight) : weight_(std::move(weight)) {
@@ -212,7 +268,7 @@ Int4LinearForm::Int4LinearForm(Int4Weight weight) : weight_(std::move(weight)) {
   if (weight_.zero_point.defined()) weight_.zero_point = register_buffer("weight_zero_point", weight_.zero_point);
 }
 
-Tensor Int4LinearForm::forward_linear(const nn::Linear& layer, const Tensor& input) {
+Tensor Int4LinearForm::forward_layer(const nn::Linear& layer, const Tensor& input) {
   return linear_int4(input, weight_, layer.bias);
 }
 

@@ -1,6 +1,10 @@
 // CUDA quantization kernels against the CPU's on fresh random inputs with odd sizes: codes,
 // dequantized values, fake quant and its mask equal bit for bit (same float32 math); the int8
-// GEMM exactly; the int8 and int4 Linear layers within float summation-order tolerance.
+// GEMM exactly; the int8 and int4 Linear layers within float summation-order tolerance; the static
+// int8 convolution, and a model calibrated and converted on the GPU against the same on the CPU.
+#include <cmath>
+#include <vector>
+
 #include "cuda/cuda_testing.h"
 #include "testing.h"
 
@@ -68,4 +72,43 @@ TEST(CudaQuant, Int4MatchesTheCpu) {
                               values(q::linear_int4(x, a, bias.to(dt))), tol, tol));
       }
     }
+}
+
+TEST(CudaQuant, StaticInt8ConvAndConvertedModelMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const st::nn::functional::Conv2dArgs args{.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}, .groups = 2};
+  const st::Tensor x = ct::random({3, 4, 9, 7}, st::kFloat32, -2, 3), bias = ct::random({6}, st::kFloat32);
+  const q::Int8Weight w = q::quantize_weight_int8(ct::random({6, 2 * 9}, st::kFloat32));
+  const q::Int8Weight wg{w.codes.cuda(), w.scale.cuda()};
+  // the same integer sums; the epilogue's float32 rounding may differ (a fused multiply-add)
+  EXPECT_TRUE(all_close(q::conv2d_int8(x.cuda(), 0.02, 100, wg, {3, 3}, args, bias.cuda()),
+                        values(q::conv2d_int8(x, 0.02, 100, w, {3, 3}, args, bias)), 1e-6, 1e-6));
+  // a model calibrated and converted on the GPU computes what the same model does on the CPU
+  auto make = [] {
+    st::manual_seed(14);
+    auto m = std::make_unique<st::nn::Sequential>(st::nn::Conv2d(4, 6, 3, {.padding = 1}), st::nn::ReLU(),
+                                                  st::nn::Flatten(), st::nn::Linear(6 * 9 * 7, 5));
+    m->eval();
+    q::fuse_modules(*m, {{"0", "1"}});
+    q::prepare(*m);
+    return m;
+  };
+  auto cpu = make(), gpu = make();
+  gpu->to(st::Device::cuda());
+  (*cpu)(x);
+  (*gpu)(x.cuda());
+  q::convert(*cpu);
+  q::convert(*gpu);
+  // the requantized outputs hold the same codes but where the epilogue's last-bit difference (a fused
+  // multiply-add) moves a value across a rounding boundary of either layer: then by one output step
+  const double step = values(cpu->state_dict().at("3.quantized.output_scale"))[0];
+  const std::vector<double> g = values((*gpu)(x.cuda())), c = values((*cpu)(x));
+  ASSERT_EQ(g.size(), c.size());
+  size_t same = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_LE(std::abs(g[i] - c[i]), step * 1.001) << i;
+    same += std::abs(g[i] - c[i]) <= 1e-5 * std::abs(c[i]) + 1e-6;
+  }
+  EXPECT_GE(same, g.size() * 9 / 10);
 }

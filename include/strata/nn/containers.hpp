@@ -39,6 +39,9 @@ class STRATA_API ModuleList : public Module {
   auto end() const { return items_.end(); }
   std::string name() const override { return "ModuleList"; }
 
+ protected:
+  void replacing_child(Module* old, Module* now) override;
+
  private:
   std::vector<Module*> items_;
 };
@@ -64,6 +67,9 @@ class STRATA_API ModuleDict : public Module {
   size_t size() const { return items_.size(); }
   const std::vector<std::string>& keys() const { return keys_; }
   std::string name() const override { return "ModuleDict"; }
+
+ protected:
+  void replacing_child(Module* old, Module* now) override;
 
  private:
   std::vector<std::string> keys_;

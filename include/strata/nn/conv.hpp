@@ -13,6 +13,7 @@
 #include <strata/nn/functional_conv.hpp>
 #include <strata/nn/functional_conv3d.hpp>
 #include <strata/nn/functional_resample.hpp>
+#include <strata/nn/layer_form.hpp>
 #include <strata/nn/module.hpp>
 
 namespace strata::nn {
@@ -31,6 +32,10 @@ struct Conv2dOptions {
   Generator* generator = nullptr;  // for the initial values; default_generator() when null
 };
 
+class Conv2d;
+/// See Note [Linear forms] in nn/layer_form.hpp: quantized and fake-quantized convolutions.
+using Conv2dForm = LayerForm<Conv2d>;
+
 class STRATA_API Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {});
@@ -41,11 +46,25 @@ class STRATA_API Conv2d : public Module {
   /// Re-draws the parameters as the constructor does.
   void reset_parameters(Generator* gen = nullptr);
 
+  /// Hands the forward to `form`, registered as the child `name` (Note [Linear forms]); raises
+  /// when the layer has a form already.
+  Conv2dForm& set_form(std::string name, std::unique_ptr<Conv2dForm> form);
+  /// Removes the form and returns it (null without one); raises when the form replaced the weight.
+  std::unique_ptr<Conv2dForm> take_form();
+  Conv2dForm* form() const { return form_.get(); }
+
   int64_t in_channels, out_channels;
   Size2 kernel_size;
   Conv2dOptions options;
-  Tensor weight;  // (out_channels, in_channels / groups, kH, kW)
+  Tensor weight;  // (out_channels, in_channels / groups, kH, kW); undefined once a form replaced it
   Tensor bias;    // (out_channels), undefined without bias
+
+ protected:
+  void replacing_child(Module* old, Module* now) override { form_.check_not_form(old, name()); }
+
+ private:
+  friend class FormSlot<Conv2d>;
+  FormSlot<Conv2d> form_;
 };
 
 struct ConvTranspose2dOptions {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <strata/core/generator.hpp>
+#include <strata/nn/layer_form.hpp>
 #include <strata/nn/module.hpp>
 
 namespace strata::nn {
@@ -17,21 +18,8 @@ struct LinearOptions {
 };
 
 class Linear;
-
-/// Note [Linear forms]
-/// How a Linear computes its product when not from its float weight: quantized weights
-/// (quant::quantize_dynamic) or fake-quantized ones (quant::prepare_qat). Layers are often data
-/// members of their parent (Note [Member children]), so a layer cannot be replaced in place by one
-/// of another type; the Linear keeps its identity and name and hands its forward to a form, a
-/// child module whose parameters and buffers enter the state dict under "<layer>.<form name>.".
-/// A form that replaces the weight removes "weight" from the layer, releasing its memory.
-class STRATA_API LinearForm : public Module {
- public:
-  /// input (*, in_features) -> (*, out_features), with the layer's bias.
-  virtual Tensor forward_linear(const Linear& layer, const Tensor& input) = 0;
-  /// Whether the form holds the weight itself (then the layer's float weight is dropped).
-  virtual bool replaces_weight() const = 0;
-};
+/// See Note [Linear forms] in nn/layer_form.hpp.
+using LinearForm = LayerForm<Linear>;
 
 class STRATA_API Linear : public Module {
  public:
@@ -48,15 +36,18 @@ class STRATA_API Linear : public Module {
   LinearForm& set_form(std::string name, std::unique_ptr<LinearForm> form);
   /// Removes the form and returns it (null without one); raises when the form replaced the weight.
   std::unique_ptr<LinearForm> take_form();
-  LinearForm* form() const { return form_; }
+  LinearForm* form() const { return form_.get(); }
 
   int64_t in_features, out_features;
   Tensor weight;  // (out_features, in_features); undefined once a form replaced it
   Tensor bias;    // (out_features), undefined without bias
 
+ protected:
+  void replacing_child(Module* old, Module* now) override { form_.check_not_form(old, name()); }
+
  private:
-  LinearForm* form_ = nullptr;  // owned as a child
-  std::string form_name_;
+  friend class FormSlot<Linear>;
+  FormSlot<Linear> form_;
 };
 
 }  // namespace strata::nn

@@ -87,6 +87,16 @@ class STRATA_API Module {
   std::vector<std::pair<std::string, Module*>> named_children() const;
   /// This module and all below it, pre-order, with dotted names ("" for this one).
   std::vector<std::pair<std::string, Module*>> named_modules();
+  /// The submodule at the dotted path `target` ("" for this one), as torch's get_submodule;
+  /// raises naming the part of the path that is not there.
+  Module& get_submodule(const std::string& target) const;
+  /// Puts `module` in the place of the submodule at `target` (torch's set_submodule) and returns
+  /// the old one. Only a child its parent owns (an element of a container, or one registered as
+  /// a std::unique_ptr) can be replaced; a data member raises (Note [Member children]). A parent
+  /// that keeps a pointer to such a child must follow (or refuse) the change in replacing_child.
+  std::unique_ptr<Module> set_submodule(const std::string& target, std::unique_ptr<Module> module);
+  /// Whether set_submodule(target, ...) would find an owned child there to replace.
+  bool owns_submodule(const std::string& target) const;
   /// Calls fn on every submodule (children first) and then on this module.
   Module& apply(const std::function<void(Module&)>& fn);
 
@@ -161,6 +171,12 @@ class STRATA_API Module {
   /// quantized Linear dropping its float weight) and returns the child (null for a parameter);
   /// raises when neither has that name or the child is a data member (remove_buffer for buffers).
   std::unique_ptr<Module> unregister(const std::string& name);
+  /// Called by set_submodule before the child `old` gives its place to `now`: a container updates
+  /// the pointers it keeps; a layer raises for a child it must keep (its form).
+  virtual void replacing_child(Module* old, Module* now) {
+    (void)old;
+    (void)now;
+  }
   /// Names of this module's own state_dict entries that a load may lack (their values are kept).
   virtual std::vector<std::string> optional_state_keys() const { return {}; }
 
@@ -178,6 +194,8 @@ class STRATA_API Module {
   void add_owned_child(std::string name, std::unique_ptr<Module> child);
   void check_new_name(const std::string& name) const;
   Module* child_at(const Child& c) const;
+  /// The parent of the submodule at `target` and the child's entry there (null when absent).
+  std::pair<Module*, Child*> find_child(const std::string& target) const;
   // Every registration, a module or tensor registered twice included (state_dict keeps both
   // names, as PyTorch's does; the public listings name each object once).
   std::vector<std::pair<std::string, Module*>> registered_children() const;

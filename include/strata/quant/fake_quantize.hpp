@@ -55,6 +55,10 @@ class STRATA_API FakeQuantize : public nn::Module {
   Tensor scale;       // float32: (1) per tensor, (channels) per channel once observed
   Tensor zero_point;  // int32, shaped as scale
 
+ protected:
+  /// The observer sized scale and zero_point: set_submodule cannot replace it.
+  void replacing_child(nn::Module* old, nn::Module* now) override;
+
  private:
   Observer* observer_;
   Tensor fake_quant_enabled_, observer_enabled_;  // uint8 (1), as PyTorch's buffers

@@ -1,7 +1,10 @@
-// Quantization-aware training, as torch.ao.quantization's prepare_qat and convert, for Linear
-// layers: prepare_qat puts fake quantization on each Linear's input and weight (the layer keeps
-// training its float weight through the straight-through gradient); convert turns each into an
-// int8 layer with the observers' qparams, whose outputs match the fake-quantized ones.
+// Quantization-aware training, as torch.ao.quantization's prepare_qat and convert, for Linear and
+// Conv2d layers: prepare_qat puts fake quantization on each layer's input and weight (the layer
+// keeps training its float weight through the straight-through gradient); convert turns each into
+// an int8 layer with the observers' qparams, whose outputs match the fake-quantized ones. A fused
+// module of quant::fuse_modules_qat trains its batch norm as a layer; convert folds its running
+// statistics into the weight and bias and quantizes the folded weight with the weight fake quant's
+// qparams (which QAT computed on the weight scaled the same way).
 //
 //   quant::prepare_qat(model);         // train as usual: forward sees quantization's rounding
 //   ... training loop ...
@@ -14,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include <strata/nn/linear.hpp>
+#include <strata/nn/module.hpp>
 #include <strata/quant/fake_quantize.hpp>
 
 namespace strata::quant {
@@ -22,21 +25,24 @@ namespace strata::quant {
 struct QatOptions {
   /// Fake quant of each layer's input; null: default_fake_quant() (uint8 affine, moving average).
   std::function<std::unique_ptr<FakeQuantize>()> input_fake_quant;
-  /// Fake quant of each weight, given out_features; null: default_weight_fake_quant (int8
+  /// Fake quant of each weight, given its output channels; null: default_weight_fake_quant (int8
   /// per-channel symmetric, the form convert needs).
-  std::function<std::unique_ptr<FakeQuantize>(int64_t out_features)> weight_fake_quant;
-  /// Which layers, by dotted name; null: every nn::Linear.
-  std::function<bool(const std::string& name, const nn::Linear& layer)> filter;
+  std::function<std::unique_ptr<FakeQuantize>(int64_t out_channels)> weight_fake_quant;
+  /// Which layers (nn::Linear, nn::Conv2d), by dotted name; null: every one.
+  std::function<bool(const std::string& name, const nn::Module& layer)> filter;
 };
 
-/// Attaches fake quantization to the Linear layers of `model` (state dict keys
+/// Attaches fake quantization to the Linear and Conv2d layers of `model` (state dict keys
 /// "<layer>.qat.input_fake_quant.*" and "<layer>.qat.weight_fake_quant.*"); returns how many.
-/// Raises on a layer that is quantized or prepared already.
+/// Raises on a layer that is quantized or prepared already, or a Conv2d not padding with zeros.
 STRATA_API int64_t prepare_qat(nn::Module& model, const QatOptions& options = {});
 
-/// Replaces every prepared layer's fake quantization by int8 weights (quantized with the weight
-/// observer's qparams) and static int8 input quantization (the input observer's); returns how
-/// many. The weight observer must be per-channel symmetric along dim 0 with a signed range.
+/// Converts every layer prepared by prepare_qat or prepare (quantize_static.hpp) to int8, in place,
+/// and returns how many. QAT: int8 weights quantized with the weight observer's qparams (which must
+/// be per-channel symmetric along dim 0 with a signed range), static input quantization with the
+/// input's, float outputs. Static: weights quantized per channel, symmetric; the observers' input
+/// and output qparams, outputs requantized. Raises (before converting any) when no layer is
+/// prepared or an observer has seen no data.
 STRATA_API int64_t convert(nn::Module& model);
 
 }  // namespace strata::quant

@@ -1,0 +1,126 @@
+// The int8 convolution: the input's uint8 codes, channels last, gathered by im2col
+// (kernels/common/im2col.h) into the rows of the int8 Linear's GEMM (kernels/cpu/qgemm.h), one
+// GEMM per group, whose (pixels, channels) output is a channels-last result; conv2d_int8 and the
+// static form Int8Conv2dForm (include/strata/quant/quantize_static.hpp, src/quant/forms.h).
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/core/error.hpp>
+#include <strata/ops/creation.hpp>
+#include <strata/ops/join.hpp>
+#include <strata/quant/quantize_static.hpp>
+
+#include "quant/dispatch.h"
+#include "quant/forms.h"
+
+namespace strata::quant {
+
+namespace detail {
+
+Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad, const Int8Weight& w,
+                    const Tensor& w_row_sum, const Tensor& bias, nn::Size2 k, const nn::functional::Conv2dArgs& a,
+                    const StaticActivations* act) {
+  const int64_t N = codes.size(0), H = codes.size(1), W = codes.size(2), C = codes.size(3);
+  const int64_t G = a.groups, out = w.codes.size(0), out_g = out / G;
+  const int64_t OH = (H + 2 * a.padding.h - a.dilation.h * (k.h - 1) - 1) / a.stride.h + 1;
+  const int64_t OW = (W + 2 * a.padding.w - a.dilation.w * (k.w - 1) - 1) / a.stride.w + 1;
+  STRATA_CHECK(OH > 0 && OW > 0, "[conv2d_int8] the input of {} x {} is smaller than the kernel {} (padding {}, "
+               "dilation {})", H, W, k, a.padding, a.dilation);
+  qmath::Im2colShape shape{C, H, W, 0, C / G, k.h, k.w, a.stride.h, a.stride.w, a.padding.h, a.padding.w,
+                           a.dilation.h, a.dilation.w, OH, OW};
+  // the weight's rows as (kH, kW, C / groups), the order of the columns
+  const Tensor wcodes = w.codes.reshape({out, shape.Cg, k.h, k.w}).permute({0, 2, 3, 1}).reshape({out, -1});
+  std::vector<Tensor> parts;
+  for (int64_t g = 0; g < G; ++g) {
+    shape.c0 = g * shape.Cg;
+    Tensor cols = empty({N * OH * OW, shape.cols()}, TensorOptions(kUInt8, codes.device()));
+    run_im2col_u8(codes, shape, pad, cols);
+    const auto rows = [&](const Tensor& t) { return t.narrow(0, g * out_g, out_g).contiguous(); };
+    const Int8Weight wg{rows(wcodes), G == 1 ? w.scale : rows(w.scale)};
+    const Tensor sums = G == 1 ? w_row_sum : rows(w_row_sum);
+    const Tensor b = !bias.defined() || G == 1 ? bias : rows(bias);
+    parts.push_back(int8_product(cols, x_scale, x_zero, false, wg, sums, b));  // (N * OH * OW, out_g)
+  }
+  Tensor y = G == 1 ? parts[0] : cat(parts, 1);  // (N * OH * OW, out): channels last
+  if (act) y = finish_static(y, *act);
+  return y.reshape({N, OH, OW, out}).permute({0, 3, 1, 2});
+}
+
+namespace {
+
+// The input checks of both entry points; x as (N, C, H, W).
+Tensor conv_input(const Tensor& x, const Int8Weight& w, nn::Size2 k, const nn::functional::Conv2dArgs& a,
+                  const char* op) {
+  check_int8_weight(w, op);
+  STRATA_CHECK(a.groups > 0 && k.h > 0 && k.w > 0 && a.stride.h > 0 && a.stride.w > 0 && a.padding.h >= 0 &&
+                   a.padding.w >= 0 && a.dilation.h > 0 && a.dilation.w > 0,
+               "[{}] invalid kernel {}, stride {}, padding {}, dilation {} or groups {}", op, k, a.stride, a.padding,
+               a.dilation, a.groups);
+  STRATA_CHECK(x.defined() && is_floating(x.dtype()) && (x.dim() == 3 || x.dim() == 4),
+               "[{}] expects a floating input of shape (N, C, H, W) or (C, H, W)", op);
+  const Tensor x4 = x.dim() == 3 ? x.unsqueeze(0) : x;
+  const int64_t C = x4.size(1), out = w.codes.size(0);
+  STRATA_CHECK(C % a.groups == 0 && out % a.groups == 0 && w.codes.size(1) == C / a.groups * k.h * k.w,
+               "[{}] weight codes of shape {} do not fit {} input channels, kernel {} and {} groups", op,
+               w.codes.shape(), C, k, a.groups);
+  STRATA_CHECK(x.device() == w.codes.device(), "[{}] the input is on {} and the weight on {}", op, x.device(),
+               w.codes.device());
+  return x4;
+}
+
+bool channels_last(const Tensor& x) {
+  return x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::ChannelsLast);
+}
+
+// x (N, C, H, W) -> uint8 codes (N, H, W, C) contiguous: a channels-last input is quantized as it
+// lies, another quantized first and its codes (a quarter of the bytes) transposed.
+Tensor nhwc_codes(const Tensor& x, const ActQParams& in, Tensor* zero) {
+  const Tensor xf = x.detach().to(kFloat32);
+  if (channels_last(xf)) return quantize_static_input(xf.permute({0, 2, 3, 1}), in, zero);
+  return quantize_static_input(xf.contiguous(), in, zero).permute({0, 2, 3, 1}).contiguous();
+}
+
+// y (a channels-last view) in the memory format of the input, without its batch dim when it had none
+Tensor like_input(const Tensor& y, const Tensor& x) {
+  const Tensor laid = channels_last(x) ? y : y.contiguous();
+  return x.dim() == 3 ? laid.squeeze(0) : laid;
+}
+
+}  // namespace
+
+Int8Conv2dForm::Int8Conv2dForm(Int8Weight weight, StaticActivations act)
+    : weight_(std::move(weight)), act_(std::move(act)) {
+  weight_.codes = register_buffer("weight_int8", weight_.codes);
+  weight_.scale = register_buffer("weight_scale", weight_.scale);
+  register_static(*this, act_);
+}
+
+Tensor Int8Conv2dForm::forward_layer(const nn::Conv2d& layer, const Tensor& input) {
+  const char* op = "Conv2d(int8)";
+  NoGradGuard no_grad;
+  const nn::functional::Conv2dArgs args = conv_args(layer);
+  Tensor zero;
+  const Tensor codes = nhwc_codes(conv_input(input, weight_, layer.kernel_size, args, op), act_.input, &zero);
+  const auto pad = static_cast<uint8_t>(zero.item<int64_t>());
+  const Tensor bias = bias_of(layer.bias, layer.out_channels, input.device(), kFloat32, op);
+  const Tensor y = conv2d_codes(codes, act_.input.scale.to(kFloat32).contiguous(), zero, pad, weight_,
+                                row_sums_.of(weight_.codes), bias, layer.kernel_size, args, &act_);
+  return like_input(y, input).to(input.dtype());
+}
+
+}  // namespace detail
+
+Tensor conv2d_int8(const Tensor& x, double x_scale, int64_t x_zero_point, const Int8Weight& w, nn::Size2 kernel_size,
+                   const nn::functional::Conv2dArgs& args, const Tensor& bias) {
+  const char* op = "conv2d_int8";
+  NoGradGuard no_grad;
+  const Tensor x4 = detail::conv_input(x, w, kernel_size, args, op);
+  const detail::ActQParams in = detail::act_qparams(x_scale, x_zero_point, x.device(), op);
+  Tensor zero;
+  const Tensor codes = detail::nhwc_codes(x4, in, &zero);
+  detail::RowSums sums;
+  const Tensor b = detail::bias_of(bias, w.codes.size(0), x.device(), kFloat32, op);
+  const Tensor y = detail::conv2d_codes(codes, in.scale, zero, static_cast<uint8_t>(x_zero_point), w, sums.of(w.codes),
+                                        b, kernel_size, args, nullptr);
+  return detail::like_input(y, x);
+}
+
+}  // namespace strata::quant
