@@ -205,3 +205,38 @@ TEST(PruneHook, AParameterGivenANewTensorIsMaskedEvenWhenTheVersionsAgree) {
   fc(ones({1, 4}));
   EXPECT_EQ(zero_positions(fc.weight), zeros);
 }
+
+TEST(PruneHook, TiedWeightsPrunedInTwoModulesAllowAccumulation) {
+  // one storage pruned by two modules' hooks (tied weights): after an optimizer step each hook
+  // multiplies once, and neither takes the other's multiplication, which cannot undo its mask,
+  // for a change, so a second forward before the backward writes nothing the first graph saved
+  Generator g(7);
+  nn::Linear a(4, 4, {.generator = &g}), b(4, 4, {.generator = &g});
+  b.weight.set_data(a.weight);
+  compress::l1_unstructured(a, "weight", 3);
+  compress::l1_unstructured(b, "weight", 5);
+  const std::set<int64_t> zeros = zero_positions(a.weight);
+  optim::SGD opt({a.weight}, {.lr = 0.1, .momentum = 0.9});
+  const Tensor x = randn({2, 4}, kFloat32, &g).requires_grad_();
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step);
+    opt.zero_grad();
+    const Tensor l1 = b(a(x)).sum(), l2 = b(a(x)).pow(2).sum();
+    EXPECT_EQ(zero_positions(a.weight), zeros);  // both masks applied
+    ASSERT_NO_THROW((l1 + l2).backward());
+    opt.step();
+    {
+      NoGradGuard no_grad;  // revive every entry, as decay or a momentum from before pruning would
+      a.weight.add_(1.0);
+    }
+  }
+  // once b's pruning is removed, a's hook applies a's mask alone
+  compress::remove(b, "weight");
+  {
+    NoGradGuard no_grad;
+    a.weight.add_(1.0);
+  }
+  a(x);
+  EXPECT_EQ(zero_positions(a.weight), zero_positions(a.state_dict().at("weight_mask")));
+  EXPECT_LT(zero_positions(a.weight).size(), zeros.size());
+}
