@@ -29,16 +29,26 @@ const std::shared_ptr<HookRegistry>& global_registry() {
 }
 
 void recount_global(const HookRegistry& r) {
-  global_hook_count.store(static_cast<int>(r.pre.size() + r.post.size()), std::memory_order_relaxed);
+  global_hook_count.store(static_cast<int>(size_of(r.pre) + size_of(r.post)), std::memory_order_relaxed);
 }
 
 template <class Hook>
-RemovableHandle add_to(const std::shared_ptr<HookRegistry>& r, std::vector<HookEntry<Hook>>& list, Hook hook,
-                       bool prepend, bool always_call = false) {
+RemovableHandle add_to(const std::shared_ptr<HookRegistry>& r, HookList<Hook>& list, Hook hook, bool prepend,
+                       bool always_call = false) {
   STRATA_CHECK(hook != nullptr, "[register_forward_hook] the hook is empty");
   const uint64_t id = r->next_id++;
-  list.insert(prepend ? list.begin() : list.end(), HookEntry<Hook>{id, std::move(hook), always_call});
+  auto changed = list ? std::make_shared<std::vector<HookEntry<Hook>>>(*list)
+                      : std::make_shared<std::vector<HookEntry<Hook>>>();
+  changed->insert(prepend ? changed->begin() : changed->end(), HookEntry<Hook>{id, std::move(hook), always_call});
+  list = std::move(changed);
   return RemovableHandle(r, id);
+}
+
+template <class Hook> void remove_from(HookList<Hook>& list, uint64_t id) {
+  if (!list || std::none_of(list->begin(), list->end(), [&](const auto& e) { return e.id == id; })) return;
+  auto changed = std::make_shared<std::vector<HookEntry<Hook>>>(*list);
+  std::erase_if(*changed, [&](const auto& e) { return e.id == id; });
+  list = changed->empty() ? nullptr : std::move(changed);
 }
 
 }  // namespace
@@ -100,10 +110,9 @@ void RemovableHandle::remove() {
   if (!r) return;  // the module is gone, or its hooks all removed already
   std::unique_lock<std::mutex> lock;
   if (r->mutex) lock = std::unique_lock<std::mutex>(*r->mutex);
-  auto has_id = [&](const auto& e) { return e.id == id_; };
-  std::erase_if(r->pre, has_id);
-  std::erase_if(r->post, has_id);
-  std::erase_if(r->backward, has_id);
+  hook_detail::remove_from(r->pre, id_);
+  hook_detail::remove_from(r->post, id_);
+  hook_detail::remove_from(r->backward, id_);
   if (r->mutex) hook_detail::recount_global(*r);
   registry_.reset();
 }
@@ -131,7 +140,7 @@ namespace {
 // does, with no grad_inputs, when no input needs one).
 struct BackwardHookCall {
   Module* module = nullptr;
-  std::vector<BackwardArgsHook> hooks;
+  hook_detail::HookList<BackwardArgsHook> hooks;
   size_t num_inputs = 0, num_outputs = 0;
   std::vector<size_t> input_slots, output_slots;  // the inputs and outputs through the identities
   std::vector<Tensor> grad_outputs;
@@ -146,8 +155,8 @@ struct BackwardHookCall {
   // The hooks on `grads` (those of input_slots); returns the gradients they leave, of input_slots.
   std::vector<Tensor> run(const std::vector<Tensor>& grads) const {
     std::vector<Tensor> grad_inputs = spread(grads, input_slots, num_inputs);
-    for (const BackwardArgsHook& h : hooks)
-      if (std::optional<std::vector<Tensor>> r = h(*module, grad_inputs, grad_outputs)) {
+    for (const auto& e : *hooks)
+      if (std::optional<std::vector<Tensor>> r = e.hook(*module, grad_inputs, grad_outputs)) {
         STRATA_CHECK(r->size() == num_inputs, "[{}] a backward hook must return {} input gradients, got {}",
                      module->name(), num_inputs, r->size());
         for (size_t i : input_slots) grad_inputs[i] = std::move((*r)[i]);
@@ -217,52 +226,59 @@ std::vector<Tensor> Module::run_hooked(std::vector<Tensor> inputs,
                                        const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn) {
   STRATA_CHECK(!inputs.empty(), "[{}] a hooked call needs at least one input", name());
   if (hooks_ && hooks_->empty()) hooks_.reset();  // back to the one-check path
-  // copies, so that a hook may add or remove hooks (its own included) while they run
-  std::vector<hook_detail::HookEntry<ForwardPreArgsHook>> pre;
-  std::vector<hook_detail::HookEntry<ForwardArgsHook>> post;
-  auto take = [&](const hook_detail::HookRegistry& r) {
-    pre.insert(pre.end(), r.pre.begin(), r.pre.end());
-    post.insert(post.end(), r.post.begin(), r.post.end());
-  };
-  if (has_global_forward_hooks()) {  // global hooks first, as torch's
+  // the lists as the call starts (HookList), global hooks first, as torch's
+  hook_detail::HookList<ForwardPreArgsHook> pre[2];
+  hook_detail::HookList<ForwardArgsHook> post[2];
+  if (has_global_forward_hooks()) {
     std::lock_guard<std::mutex> lock(hook_detail::global_mutex);
-    take(*hook_detail::global_registry());
+    pre[0] = hook_detail::global_registry()->pre;
+    post[0] = hook_detail::global_registry()->post;
   }
-  if (hooks_) take(*hooks_);
+  if (hooks_) {
+    pre[1] = hooks_->pre;
+    post[1] = hooks_->post;
+  }
   CallPtr backward_call;
-  if (hooks_ && !hooks_->backward.empty() && autograd::is_grad_enabled()) {
+  if (hooks_ && hooks_->backward && autograd::is_grad_enabled()) {
     backward_call = std::make_shared<BackwardHookCall>();
     backward_call->module = this;
-    for (const auto& e : hooks_->backward) backward_call->hooks.push_back(e.hook);
+    backward_call->hooks = hooks_->backward;
   }
 
   std::vector<Tensor> outputs;
-  size_t posts_called = 0;
+  size_t posts_called = 0;  // of post[0] then post[1]
   try {
-    for (const auto& e : pre)
-      if (std::optional<std::vector<Tensor>> r = e.hook(*this, inputs)) {
-        check_replacement(*this, "forward pre-hook", "input", r->size(), inputs.size());
-        inputs = std::move(*r);
-      }
+    for (const auto& list : pre)
+      if (list)
+        for (const auto& e : *list)
+          if (std::optional<std::vector<Tensor>> r = e.hook(*this, inputs)) {
+            check_replacement(*this, "forward pre-hook", "input", r->size(), inputs.size());
+            inputs = std::move(*r);
+          }
     if (backward_call) {
       backward_call->num_inputs = inputs.size();
       through_identity<BackwardHookInputs>(inputs, backward_call->input_slots, backward_call);
     }
     outputs = fn(inputs);
-    for (const auto& e : post) {
-      ++posts_called;
-      if (std::optional<std::vector<Tensor>> r = e.hook(*this, inputs, outputs)) {
-        check_replacement(*this, "forward hook", "output", r->size(), outputs.size());
-        outputs = std::move(*r);
-      }
-    }
+    for (const auto& list : post)
+      if (list)
+        for (const auto& e : *list) {
+          ++posts_called;
+          if (std::optional<std::vector<Tensor>> r = e.hook(*this, inputs, outputs)) {
+            check_replacement(*this, "forward hook", "output", r->size(), outputs.size());
+            outputs = std::move(*r);
+          }
+        }
   } catch (...) {
     // the always_call hooks not yet called run (their errors dropped), and the first error goes on
-    for (size_t i = posts_called; i < post.size(); ++i)
-      if (post[i].always_call) try {
-          post[i].hook(*this, inputs, outputs);
-        } catch (...) {
-        }
+    size_t index = 0;
+    for (const auto& list : post)
+      if (list)
+        for (const auto& e : *list)
+          if (index++ >= posts_called && e.always_call) try {
+              e.hook(*this, inputs, outputs);
+            } catch (...) {
+            }
     throw;
   }
   if (backward_call) {

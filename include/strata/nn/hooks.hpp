@@ -77,17 +77,21 @@ template <class Hook> struct HookEntry {
   bool always_call = false;
 };
 
-/// One module's hooks (or the global ones), in calling order. Shared with the handles, which
-/// hold it weakly: a handle outliving its module removes nothing, and a moved module keeps its
-/// hooks and handles.
+/// One kind of hooks, in calling order, copied on write: a call holds the list it started with,
+/// so a hook may add or remove hooks (its own included) while they run, and a call copies no hook.
+template <class Hook> using HookList = std::shared_ptr<const std::vector<HookEntry<Hook>>>;
+template <class Hook> size_t size_of(const HookList<Hook>& list) { return list ? list->size() : 0; }
+
+/// One module's hooks (or the global ones). Shared with the handles, which hold it weakly: a
+/// handle outliving its module removes nothing, and a moved module keeps its hooks and handles.
 struct STRATA_API HookRegistry {
   // one-input hooks are kept in the args form (the *_from_one_input converters)
-  std::vector<HookEntry<ForwardPreArgsHook>> pre;
-  std::vector<HookEntry<ForwardArgsHook>> post;
-  std::vector<HookEntry<BackwardArgsHook>> backward;  // a module's only
+  HookList<ForwardPreArgsHook> pre;
+  HookList<ForwardArgsHook> post;
+  HookList<BackwardArgsHook> backward;  // a module's only
   uint64_t next_id = 0;
   std::mutex* mutex = nullptr;  // the global registry's; a module's hooks are not locked
-  bool empty() const { return pre.empty() && post.empty() && backward.empty(); }
+  bool empty() const { return size_of(pre) == 0 && size_of(post) == 0 && size_of(backward) == 0; }
 };
 
 /// How many global hooks are registered: the one check a module call makes for them.
