@@ -190,6 +190,22 @@ TEST(MultiInputHooks, RecurrentStateCallsSeeStatesAndReplaceThem) {
   EXPECT_TRUE(all_close(got.h_n, values(want.h_n), 0, 0));
   EXPECT_TRUE(all_close(got.c_n, values(want.c_n), 0, 0));
 
+  // a packed batch: the hooks see its data, and a forward hook's h_n is what the call returns
+  nn::GRU gru_seq(3, 4);
+  gru_seq.to(kFloat64);
+  const auto packed = nn::utils::rnn::pack_padded_sequence(x, std::vector<int64_t>{6, 4}, false, true);
+  std::vector<std::string> packed_inputs;
+  gru_seq.register_forward_hook([&](nn::Module&, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    packed_inputs = shapes(in);
+    out[1] = out[1] * 2.0;
+  });
+  nn::PackedRNNOutput p = gru_seq(packed);
+  nn::PackedRNNOutput p_want = gru_seq.forward_with_state(packed);
+  EXPECT_EQ(packed_inputs, (std::vector<std::string>{"[10, 3]", "undefined", "undefined"}));
+  EXPECT_TRUE(all_close(p.output.data, values(p_want.output.data), 0, 0));
+  EXPECT_TRUE(all_close(p.output.batch_sizes, values(p_want.output.batch_sizes), 0, 0));
+  EXPECT_TRUE(all_close(p.h_n, values(p_want.h_n * 2.0), 0, 0));
+
   // the cells
   nn::GRUCell gru(3, 4);
   gru.to(kFloat64);
@@ -220,7 +236,9 @@ TEST(MultiInputHooks, GlobalHooksSeeEveryCallFormAndAlwaysCallRunsOnErrors) {
   });
   std::vector<size_t> outputs_after_error;
   nn::RemovableHandle post = nn::register_module_forward_hook(
-      [&](nn::Module&, const std::vector<Tensor>&, std::vector<Tensor>& out) { outputs_after_error.push_back(out.size()); },
+      [&](nn::Module&, const std::vector<Tensor>&, std::vector<Tensor>& out) {
+        outputs_after_error.push_back(out.size());
+      },
       /*always_call=*/true);
   ce(randn64({3, 5}, g), from_vector<int64_t>({0, 4, 2}));
   ranking(randn64({4}, g), randn64({4}, g), from_vector<double>({1, -1, 1, 1}));
