@@ -155,8 +155,11 @@ struct BackwardHookCall {
   // The hooks on `grads` (those of input_slots); returns the gradients they leave, of input_slots.
   std::vector<Tensor> run(const std::vector<Tensor>& grads) const {
     std::vector<Tensor> grad_inputs = spread(grads, input_slots, num_inputs);
+    // undefined output gradients when the gradient reached the inputs without the outputs (a
+    // tensor forward kept elsewhere)
+    const std::vector<Tensor> outs = grad_outputs.empty() ? std::vector<Tensor>(num_outputs) : grad_outputs;
     for (const auto& e : *hooks)
-      if (std::optional<std::vector<Tensor>> r = e.hook(*module, grad_inputs, grad_outputs)) {
+      if (std::optional<std::vector<Tensor>> r = e.hook(*module, grad_inputs, outs)) {
         STRATA_CHECK(r->size() == num_inputs, "[{}] a backward hook must return {} input gradients, got {}",
                      module->name(), num_inputs, r->size());
         for (size_t i : input_slots) grad_inputs[i] = std::move((*r)[i]);
@@ -260,6 +263,7 @@ std::vector<Tensor> Module::run_hooked(std::vector<Tensor> inputs,
       through_identity<BackwardHookInputs>(inputs, backward_call->input_slots, backward_call);
     }
     outputs = fn(inputs);
+    STRATA_CHECK(!outputs.empty(), "[{}] a hooked call returned no outputs", name());
     for (const auto& list : post)
       if (list)
         for (const auto& e : *list) {

@@ -31,6 +31,22 @@ nn::TransformerEncoderLayer small_layer() {
   return layer;
 }
 
+// A module of one's own with a two-input call, written as nn/module.hpp's call_hooked shows; its
+// forward keeps a * b aside, so a gradient can reach the inputs without passing the output.
+struct ProductKeeper : nn::Module {
+  Tensor kept;
+  using Module::forward;
+  Tensor forward(const Tensor& a, const Tensor& b) {
+    kept = a * b;
+    return a + b;
+  }
+  using Module::operator();
+  Tensor operator()(const Tensor& a, const Tensor& b) {
+    if (!hooks_active()) return forward(a, b);
+    return call_hooked({a, b}, [&](const std::vector<Tensor>& in) { return forward(in[0], in[1]); });
+  }
+};
+
 }  // namespace
 
 TEST(MultiInputHooks, FireForAttentionInsideAnEncoderLayerInOrderWithShapes) {
@@ -269,4 +285,29 @@ TEST(MultiInputHooks, HooksReturningTheWrongNumberOfTensorsRaise) {
   });
   Tensor x = a.detach().requires_grad_();
   EXPECT_TRUE(throws_with([&] { mse(x, b).backward(); }, {"backward hook must return a gradient of shape [3]"}));
+}
+
+TEST(MultiInputHooks, AModulesOwnCallOperatorAndGradientsThatBypassTheOutput) {
+  Generator g(8);
+  ProductKeeper m;
+  Tensor a = randn64({4}, g).requires_grad_(), b = randn64({4}, g).requires_grad_();
+  std::vector<Tensor> grad_inputs, grad_outputs;
+  m.register_full_backward_hook([&](nn::Module&, std::vector<Tensor>& gi, const std::vector<Tensor>& go) {
+    grad_inputs = gi;
+    grad_outputs = go;
+  });
+  Tensor sum = m(a, b);
+  EXPECT_TRUE(all_close(sum, values(a.detach() + b.detach()), 0, 0));
+  m.kept.sum().backward();  // d/da sum(a * b) = b, d/db = a; the output is not in this backward
+  ASSERT_EQ(grad_inputs.size(), 2u);
+  EXPECT_TRUE(all_close(grad_inputs[0], values(b), 0, 0));
+  EXPECT_TRUE(all_close(grad_inputs[1], values(a), 0, 0));
+  ASSERT_EQ(grad_outputs.size(), 1u);
+  EXPECT_FALSE(grad_outputs[0].defined());
+  // the one-input form there: grad_output undefined too
+  Tensor seen = ones({1});
+  m.register_full_backward_hook([&](nn::Module&, const Tensor&, const Tensor& grad_output) { seen = grad_output; });
+  m(a, b);
+  m.kept.sum().backward();
+  EXPECT_FALSE(seen.defined());
 }
