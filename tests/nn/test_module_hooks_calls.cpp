@@ -311,3 +311,20 @@ TEST(MultiInputHooks, AModulesOwnCallOperatorAndGradientsThatBypassTheOutput) {
   m.kept.sum().backward();
   EXPECT_FALSE(seen.defined());
 }
+
+TEST(MultiInputHooks, AttentionWithWeightsShowsBothOutputs) {
+  Generator g(9);
+  nn::MultiheadAttention attn(8, 2);
+  attn.to(kFloat64);
+  Tensor q = randn64({4, 2, 8}, g), kv = randn64({6, 2, 8}, g);
+  std::vector<std::string> outs;
+  attn.register_forward_hook([&](nn::Module&, const std::vector<Tensor>&, std::vector<Tensor>& out) {
+    outs = shapes(out);
+    out[1] = out[1] * 10.0;
+  });
+  nn::AttentionOutput got = attn.call_with_weights(q, kv, kv);
+  nn::AttentionOutput want = attn.forward_with_weights(q, kv, kv);
+  EXPECT_EQ(outs, (std::vector<std::string>{"[4, 2, 8]", "[2, 4, 6]"}));  // weights (N, L, S), head-averaged
+  EXPECT_TRUE(all_close(got.output, values(want.output), 0, 0));
+  EXPECT_TRUE(all_close(got.weights, values(want.weights * 10.0), 0, 0));
+}

@@ -60,6 +60,11 @@ class STRATA_API MultiheadAttention : public Module {
                     const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(),
                     bool is_causal = false);
   using Module::operator();
+  /// forward_with_weights with the hooks around it (torch's attn(q, k, v, need_weights=True)):
+  /// inputs as operator()'s, outputs {output, weights}.
+  AttentionOutput call_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(),
+                                    bool is_causal = false, bool average_attn_weights = true);
   /// forward, and the attention weights, as PyTorch's need_weights=True: the softmax of the
   /// masked scores (after dropout, in training), averaged over the heads to (N, L, S), or per
   /// head (N, num_heads, L, S) when !average_attn_weights; (L, S) or (num_heads, L, S) for

@@ -40,7 +40,8 @@ namespace strata::nn {
 
 class Module;
 
-/// (module, input) -> a replacement input, or std::nullopt to keep it.
+/// (module, input) -> a replacement input, or std::nullopt to keep it. The one-input forms see
+/// a multi-input call's first input and first output (Note [Hook forms]).
 using ForwardPreHook = std::function<std::optional<Tensor>(Module&, const Tensor& input)>;
 /// (module, input, output) -> a replacement output, or std::nullopt to keep it. `input` is the
 /// one forward saw (after the pre-hooks). A hook registered with always_call also runs when the
@@ -65,7 +66,8 @@ using ForwardArgsHook = std::function<std::optional<std::vector<Tensor>>(Module&
 /// (module, grad_inputs, grad_outputs) -> replacement grad_inputs, or std::nullopt: one gradient
 /// per input, undefined for an input that does not require grad (its replacement is ignored),
 /// one per output (zeros for an output the loss does not use, undefined for one not requiring
-/// grad). Called once, when the inputs' gradients are known (or grad_outputs, if no input needs one).
+/// grad; all undefined when the gradient reached the inputs without passing the outputs). Called
+/// once, when the inputs' gradients are known (or grad_outputs, if no input needs one).
 using BackwardArgsHook = std::function<std::optional<std::vector<Tensor>>(
     Module&, std::vector<Tensor>& grad_inputs, const std::vector<Tensor>& grad_outputs)>;
 
