@@ -155,6 +155,29 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   return run(query, key, value, key_padding_mask, attn_mask, is_causal, nullptr);
 }
 
+Tensor MultiheadAttention::operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                                      const Tensor& key_padding_mask, const Tensor& attn_mask, bool is_causal) {
+  if (!hooks_active()) return forward(query, key, value, key_padding_mask, attn_mask, is_causal);
+  return call_hooked({query, key, value, key_padding_mask, attn_mask}, [&](const std::vector<Tensor>& in) {
+    return forward(in[0], in[1], in[2], in[3], in[4], is_causal);
+  });
+}
+
+AttentionOutput MultiheadAttention::call_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                      const Tensor& key_padding_mask, const Tensor& attn_mask,
+                                                      bool is_causal, bool average_attn_weights) {
+  auto run_with = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& padding, const Tensor& mask) {
+    return forward_with_weights(q, k, v, padding, mask, is_causal, average_attn_weights);
+  };
+  if (!hooks_active()) return run_with(query, key, value, key_padding_mask, attn_mask);
+  std::vector<Tensor> out =
+      call_hooked({query, key, value, key_padding_mask, attn_mask}, [&](const std::vector<Tensor>& in) {
+        AttentionOutput r = run_with(in[0], in[1], in[2], in[3], in[4]);
+        return std::vector<Tensor>{r.output, r.weights};
+      });
+  return {out[0], out[1]};
+}
+
 AttentionOutput MultiheadAttention::forward_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
                                                          const Tensor& key_padding_mask, const Tensor& attn_mask,
                                                          bool is_causal, bool average_attn_weights) {

@@ -142,4 +142,10 @@ Tensor EmbeddingBag::forward(const Tensor& indices, const Tensor& offsets, const
 
 Tensor EmbeddingBag::forward(const Tensor& indices) { return forward(indices, Tensor()); }
 
+Tensor EmbeddingBag::operator()(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights) {
+  if (!hooks_active()) return forward(indices, offsets, per_sample_weights);
+  return call_hooked({indices, offsets, per_sample_weights},
+                     [&](const std::vector<Tensor>& in) { return forward(in[0], in[1], in[2]); });
+}
+
 }  // namespace strata::nn

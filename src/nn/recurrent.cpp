@@ -78,6 +78,30 @@ utils::rnn::PackedSequence RNNBase::forward(const utils::rnn::PackedSequence& in
   return forward_with_state(input).output;
 }
 
+RNNOutput RNNBase::operator()(const Tensor& input, const Tensor& h0, const Tensor& c0) {
+  if (!hooks_active()) return forward_with_state(input, h0, c0);
+  std::vector<Tensor> out = call_hooked({input, h0, c0}, [&](const std::vector<Tensor>& in) {
+    RNNOutput r = forward_with_state(in[0], in[1], in[2]);
+    return std::vector<Tensor>{r.output, r.h_n, r.c_n};
+  });
+  return {out[0], out[1], out[2]};
+}
+
+PackedRNNOutput RNNBase::operator()(const utils::rnn::PackedSequence& input, const Tensor& h0, const Tensor& c0) {
+  if (!hooks_active()) return forward_with_state(input, h0, c0);
+  utils::rnn::PackedSequence packed = input;  // its data as the hooks leave it
+  PackedRNNOutput result;
+  std::vector<Tensor> out = call_hooked({input.data, h0, c0}, [&](const std::vector<Tensor>& in) {
+    packed.data = in[0];
+    result = forward_with_state(packed, in[1], in[2]);
+    return std::vector<Tensor>{result.output.data, result.h_n, result.c_n};
+  });
+  result.output.data = out[0];
+  result.h_n = out[1];
+  result.c_n = out[2];
+  return result;
+}
+
 Tensor RNNBase::initial_state(const char* what, const Tensor& given, const Tensor& input, bool unbatched,
                               int64_t batch, int64_t features) const {
   const int64_t states = options.num_layers * num_directions;

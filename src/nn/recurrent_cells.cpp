@@ -122,6 +122,20 @@ Tensor RNNCell::forward(const Tensor& input, const Tensor& hx) {
 LSTMCell::LSTMCell(int64_t in, int64_t hidden, LSTMCellOptions options)
     : RNNCellBase("LSTMCell", 4, in, hidden, options.bias, options.generator) {}
 
+Tensor RNNCell::operator()(const Tensor& input, const Tensor& hx) {
+  if (!hooks_active()) return forward(input, hx);
+  return call_hooked({input, hx}, [&](const std::vector<Tensor>& in) { return forward(in[0], in[1]); });
+}
+
+LSTMState LSTMCell::operator()(const Tensor& input, const Tensor& hx, const Tensor& cx) {
+  if (!hooks_active()) return forward_with_state(input, hx, cx);
+  std::vector<Tensor> out = call_hooked({input, hx, cx}, [&](const std::vector<Tensor>& in) {
+    LSTMState s = forward_with_state(in[0], in[1], in[2]);
+    return std::vector<Tensor>{s.h, s.c};
+  });
+  return {out[0], out[1]};
+}
+
 LSTMState LSTMCell::forward_with_state(const Tensor& input, const Tensor& hx, const Tensor& cx) {
   const Tensor x = batched_input(*this, input);
   STRATA_CHECK(hx.defined() == cx.defined(), "[LSTMCell] hx and cx must be given together, got only {}",
@@ -134,6 +148,11 @@ LSTMState LSTMCell::forward_with_state(const Tensor& input, const Tensor& hx, co
 
 GRUCell::GRUCell(int64_t in, int64_t hidden, GRUCellOptions options)
     : RNNCellBase("GRUCell", 3, in, hidden, options.bias, options.generator) {}
+
+Tensor GRUCell::operator()(const Tensor& input, const Tensor& hx) {
+  if (!hooks_active()) return forward(input, hx);
+  return call_hooked({input, hx}, [&](const std::vector<Tensor>& in) { return forward(in[0], in[1]); });
+}
 
 Tensor GRUCell::forward(const Tensor& input, const Tensor& hx) {
   const Tensor x = batched_input(*this, input);

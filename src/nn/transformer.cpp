@@ -39,7 +39,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
 
 Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Tensor& mask, const Tensor& padding,
                                                      bool is_causal) {
-  return dropout1(self_attn.forward(x, x, x, padding, mask, is_causal));
+  return dropout1(self_attn(x, x, x, padding, mask, is_causal));
 }
 
 Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
@@ -59,6 +59,13 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
     x = norm2(x + feed_forward_block(x));
   }
   return x;
+}
+
+Tensor TransformerEncoderLayer::operator()(const Tensor& src, const Tensor& src_mask,
+                                          const Tensor& src_key_padding_mask, bool is_causal) {
+  if (!hooks_active()) return forward(src, src_mask, src_key_padding_mask, is_causal);
+  return call_hooked({src, src_mask, src_key_padding_mask},
+                     [&](const std::vector<Tensor>& in) { return forward(in[0], in[1], in[2], is_causal); });
 }
 
 }  // namespace strata::nn

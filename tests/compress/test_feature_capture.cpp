@@ -102,3 +102,16 @@ TEST(FeatureCapture, KeepsTheLastOutputAndRemovesItsHookWhenDestroyed) {
   EXPECT_TRUE(throws_with([&] { compress::FeatureCapture bad(model, "2"); },
                           {"[FeatureCapture]", "Sequential has no submodule named \"2\""}));
 }
+
+TEST(FeatureCapture, CapturesAttentionInsideAnEncoderLayer) {
+  // the layer calls self_attn(x, x, x, ...): the capture keeps the attention's output (norm_first,
+  // so the attention reads norm1(x))
+  Generator g(4);
+  nn::TransformerEncoderLayer layer(8, 2, {.dim_feedforward = 16, .dropout = 0, .norm_first = true, .generator = &g});
+  layer.to(kFloat64);
+  compress::FeatureCapture capture(layer, "self_attn");
+  const Tensor x = randn({5, 3, 8}, kFloat64, &g);
+  layer(x);
+  const Tensor h = layer.norm1.forward(x);
+  EXPECT_TRUE(all_close(capture.output(), values(layer.self_attn.forward(h, h, h)), 0, 0));
+}

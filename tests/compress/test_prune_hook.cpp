@@ -240,3 +240,39 @@ TEST(PruneHook, TiedWeightsPrunedInTwoModulesAllowAccumulation) {
   EXPECT_EQ(zero_positions(a.weight), zero_positions(a.state_dict().at("weight_mask")));
   EXPECT_LT(zero_positions(a.weight).size(), zeros.size());
 }
+
+TEST(PruneHook, AttentionInsideAnEncoderLayerKeepsItsMasksWithoutReapply) {
+  // the layer calls self_attn(x, x, x, ...), a multi-input call that runs the pruning pre-hook
+  Generator g(9);
+  nn::TransformerEncoderLayer layer(8, 2, {.dim_feedforward = 16, .dropout = 0, .generator = &g});
+  optim::AdamW opt(layer.parameters(), {.lr = 0.05});
+  const Tensor x = randn({5, 3, 8}, kFloat32, &g), y = randn({5, 3, 8}, kFloat32, &g);
+  auto step = [&] {
+    opt.zero_grad();
+    nn::functional::mse_loss(layer(x), y).backward();
+    opt.step();
+  };
+  for (int i = 0; i < 3; ++i) step();  // Adam's moments are nonzero everywhere now
+  compress::mask_heads(layer.self_attn, {0});
+  const Tensor w = layer.self_attn.in_proj_weight;
+  const std::set<int64_t> pruned = zero_positions(layer.self_attn.state_dict().at("in_proj_weight_mask"));
+  ASSERT_EQ(pruned.size(), 3u * 4 * 8);  // head 1's rows of the query, key and value projections
+  int forwards_seen = 0;
+  layer.self_attn.register_forward_pre_hook([&](nn::Module&, const std::vector<Tensor>& in) {
+    ++forwards_seen;  // after pruning's hook: sees the weights forward reads
+    EXPECT_EQ(in.size(), 5u);
+    const auto stored = values(w);
+    for (int64_t p : pruned) ASSERT_EQ(stored[p], 0.0) << "entry " << p;
+  });
+  int revived_steps = 0;
+  for (int i = 0; i < 4; ++i) {
+    step();  // no reapply_masks
+    const std::vector<double> stored = values(w);
+    revived_steps += std::any_of(pruned.begin(), pruned.end(), [&](int64_t p) { return stored[p] != 0; });
+    layer(x);
+    const std::vector<double> after = values(w);
+    for (int64_t p : pruned) ASSERT_EQ(after[p], 0.0) << "entry " << p << " after step " << i;
+  }
+  EXPECT_EQ(revived_steps, 4);  // the revival the hook undoes is real
+  EXPECT_EQ(forwards_seen, 2 * 4);
+}

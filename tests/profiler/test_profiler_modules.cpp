@@ -94,3 +94,25 @@ TEST(ProfilerModules, AForwardThatRaisesClosesItsRanges) {
   EXPECT_EQ(only(p, "nn.Module: ReLU").parent_id, sequentials[1]->id);
   EXPECT_LE(sequentials[0]->end_ns, sequentials[1]->start_ns);
 }
+
+TEST(ProfilerModules, MultiInputCallsHaveTheirRanges) {
+  // attention called by its encoder layer as self_attn(x, x, x, ...), and a loss's (input, target)
+  nn::TransformerEncoderLayer layer(8, 2, {.dim_feedforward = 16, .dropout = 0});
+  nn::MSELoss mse;
+  Tensor x = st::randn({5, 3, 8});
+  prof::Profiler p({.with_modules = true});
+  p.record_modules(layer);
+  {
+    prof::ProfileScope scope(p);
+    mse(layer(x, Tensor()), x);
+  }
+  const auto& root = only(p, "nn.Module: TransformerEncoderLayer");
+  const auto& attn = only(p, "nn.Module: self_attn");
+  EXPECT_EQ(attn.parent_id, root.id);
+  EXPECT_EQ(only(p, "nn.Module: self_attn.out_proj").parent_id, attn.id);
+  EXPECT_EQ(names_of(children(p, attn)).back(), "nn.Module: self_attn.out_proj");
+  const auto& loss = only(p, "nn.Module: MSELoss");
+  EXPECT_EQ(loss.parent_id, -1);
+  EXPECT_FALSE(children(p, loss).empty());  // the loss's ops inside its range
+  EXPECT_LE(root.end_ns, loss.start_ns);
+}

@@ -4,8 +4,7 @@
 // projection rows and out_proj columns cut out, so the attention computes with fewer heads.
 //
 //   auto kept = compress::prune_heads(layer.self_attn, 2);  // mask the 2 least important heads
-//   ... opt.step(); compress::reapply_masks(model);  // the transformer layers call
-//   // self_attn.forward(q, k, v), which runs no hooks (Note [Keeping pruned weights zero])
+//   ... opt.step();  // the next self_attn(q, k, v) call re-applies the masks (Note [Keeping pruned weights zero])
 //   compress::remove_heads(layer.self_attn, {1, 3});        // or cut heads 1 and 3 out
 #pragma once
 

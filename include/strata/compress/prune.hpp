@@ -22,9 +22,9 @@
 //   between modules that each prune it gets all their masks from any of their hooks;
 // - between a step and the next forward the stored parameter may hold revived values:
 //   reapply_masks(module) zeroes them explicitly (before saving or inspecting the weights).
-// The hook runs only when the module is called through operator()(const Tensor&): a forward
-// called directly, or an overload with other arguments (MultiheadAttention's forward(q, k, v)
-// as the transformer layers call it), runs no hooks, so call reapply_masks after each step there.
+// The hook runs when the module is called through a call operator (one-input or multi-input:
+// MultiheadAttention's (q, k, v, ...) as the transformer layers call it); a forward called
+// directly runs no hooks, so call reapply_masks after each step there.
 // The mask is a buffer "<name>_mask" in the module's state dict, as in PyTorch.
 #pragma once
 

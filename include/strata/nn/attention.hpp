@@ -53,6 +53,18 @@ class STRATA_API MultiheadAttention : public Module {
                  const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(), bool is_causal = false);
   /// Self-attention: forward(x, x, x).
   Tensor forward(const Tensor& x) override { return forward(x, x, x); }
+  /// forward(query, key, value, ...) with the hooks around it, as the transformer layers call it;
+  /// the hooks' inputs are {query, key, value, key_padding_mask, attn_mask} (the masks undefined
+  /// where not given; is_causal is not among them), the output the attention's.
+  Tensor operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                    const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(),
+                    bool is_causal = false);
+  using Module::operator();
+  /// forward_with_weights with the hooks around it (torch's attn(q, k, v, need_weights=True)):
+  /// inputs as operator()'s, outputs {output, weights}.
+  AttentionOutput call_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(),
+                                    bool is_causal = false, bool average_attn_weights = true);
   /// forward, and the attention weights, as PyTorch's need_weights=True: the softmax of the
   /// masked scores (after dropout, in training), averaged over the heads to (N, L, S), or per
   /// head (N, num_heads, L, S) when !average_attn_weights; (L, S) or (num_heads, L, S) for

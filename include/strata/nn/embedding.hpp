@@ -49,6 +49,10 @@ class STRATA_API EmbeddingBag : public Module {
   Tensor forward(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights = Tensor());
   /// forward(indices, {}) for 2-d indices.
   Tensor forward(const Tensor& indices) override;
+  /// forward(indices, offsets, ...) with the hooks around it: their inputs are {indices, offsets,
+  /// per_sample_weights} (undefined where not given).
+  Tensor operator()(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights = Tensor());
+  using Module::operator();
   std::string name() const override { return "EmbeddingBag"; }
   void reset_parameters(Generator* gen = nullptr);
 

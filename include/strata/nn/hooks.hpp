@@ -1,13 +1,25 @@
 // Module hooks, after torch.nn.Module's: a forward pre-hook sees (and may replace) a module's
-// input before its forward, a forward hook sees the input and output (and may replace the
-// output) after it, a full backward hook sees the gradients of the input and output (and may
-// replace the input's). Hooks run whenever a module is called through operator()(const Tensor&),
-// which containers use for their children; a hook returns std::nullopt (or nothing: a void
+// inputs before its forward, a forward hook sees the inputs and outputs (and may replace the
+// outputs) after it, a full backward hook sees the gradients of the inputs and outputs (and may
+// replace the inputs'). Hooks run whenever a module is called through one of its call operators
+// (operator()(const Tensor&), and the multi-input ones: a loss's (input, target), attention's
+// (query, key, value, ...), a recurrent layer's (input, state)), which is how containers call
+// their children; forward() itself runs none. A hook returns std::nullopt (or nothing: a void
 // callable) to keep the value. Registration returns a RemovableHandle; as torch's, it does not
 // unregister when destroyed, only remove() does.
 //
+// Note [Hook forms]: a hook comes in two forms, picked at registration by what it takes. The
+// one-input form (ForwardPreHook, ForwardHook, BackwardHook) takes single tensors: on a
+// multi-input call it sees (and may replace) the first input and the first (primary) output. The
+// args form (ForwardPreArgsHook, ForwardArgsHook, BackwardArgsHook) takes vectors, as torch's
+// args tuple: a call's inputs are its tensor arguments in order, undefined where one was not
+// given (attention's {query, key, value, key_padding_mask, attn_mask}), its outputs the tensors
+// it returns (an LSTM's {output, h_n, c_n}); a hook may edit the vector in place or return a
+// replacement of the same length.
+//
 //   auto h = model.fc1.register_forward_hook(
 //       [](nn::Module&, const Tensor& in, const Tensor& out) { std::cout << out.shape(); });
+//   attn.register_forward_pre_hook([](nn::Module&, std::vector<Tensor>& in) { in[1] = in[1] * 0.5; });
 //   h.remove();
 #pragma once
 
@@ -28,7 +40,8 @@ namespace strata::nn {
 
 class Module;
 
-/// (module, input) -> a replacement input, or std::nullopt to keep it.
+/// (module, input) -> a replacement input, or std::nullopt to keep it. The one-input forms see
+/// a multi-input call's first input and first output (Note [Hook forms]).
 using ForwardPreHook = std::function<std::optional<Tensor>(Module&, const Tensor& input)>;
 /// (module, input, output) -> a replacement output, or std::nullopt to keep it. `input` is the
 /// one forward saw (after the pre-hooks). A hook registered with always_call also runs when the
@@ -43,6 +56,21 @@ using ForwardHook = std::function<std::optional<Tensor>(Module&, const Tensor& i
 using BackwardHook =
     std::function<std::optional<Tensor>(Module&, const Tensor& grad_input, const Tensor& grad_output)>;
 
+/// The args forms (Note [Hook forms]): (module, inputs) -> replacement inputs (as many), or
+/// std::nullopt to keep them (edits made in place stay).
+using ForwardPreArgsHook = std::function<std::optional<std::vector<Tensor>>(Module&, std::vector<Tensor>& inputs)>;
+/// (module, inputs, outputs) -> replacement outputs (as many), or std::nullopt to keep them. On
+/// an always_call run after an error, outputs is empty unless forward returned.
+using ForwardArgsHook = std::function<std::optional<std::vector<Tensor>>(Module&, const std::vector<Tensor>& inputs,
+                                                                         std::vector<Tensor>& outputs)>;
+/// (module, grad_inputs, grad_outputs) -> replacement grad_inputs, or std::nullopt: one gradient
+/// per input, undefined for an input that does not require grad (its replacement is ignored),
+/// one per output (zeros for an output the loss does not use, undefined for one not requiring
+/// grad; all undefined when the gradient reached the inputs without passing the outputs). Called
+/// once, when the inputs' gradients are known (or grad_outputs, if no input needs one).
+using BackwardArgsHook = std::function<std::optional<std::vector<Tensor>>(
+    Module&, std::vector<Tensor>& grad_inputs, const std::vector<Tensor>& grad_outputs)>;
+
 namespace hook_detail {
 
 template <class Hook> struct HookEntry {
@@ -51,37 +79,67 @@ template <class Hook> struct HookEntry {
   bool always_call = false;
 };
 
-/// One module's hooks (or the global ones), in calling order. Shared with the handles, which
-/// hold it weakly: a handle outliving its module removes nothing, and a moved module keeps its
-/// hooks and handles.
+/// One kind of hooks, in calling order, copied on write: a call holds the list it started with,
+/// so a hook may add or remove hooks (its own included) while they run, and a call copies no hook.
+template <class Hook> using HookList = std::shared_ptr<const std::vector<HookEntry<Hook>>>;
+template <class Hook> size_t size_of(const HookList<Hook>& list) { return list ? list->size() : 0; }
+
+/// One module's hooks (or the global ones). Shared with the handles, which hold it weakly: a
+/// handle outliving its module removes nothing, and a moved module keeps its hooks and handles.
 struct STRATA_API HookRegistry {
-  std::vector<HookEntry<ForwardPreHook>> pre;
-  std::vector<HookEntry<ForwardHook>> post;
-  std::vector<HookEntry<BackwardHook>> backward;  // a module's only
+  // one-input hooks are kept in the args form (the *_from_one_input converters)
+  HookList<ForwardPreArgsHook> pre;
+  HookList<ForwardArgsHook> post;
+  HookList<BackwardArgsHook> backward;  // a module's only
   uint64_t next_id = 0;
   std::mutex* mutex = nullptr;  // the global registry's; a module's hooks are not locked
-  bool empty() const { return pre.empty() && post.empty() && backward.empty(); }
+  bool empty() const { return size_of(pre) == 0 && size_of(post) == 0 && size_of(backward) == 0; }
 };
 
 /// How many global hooks are registered: the one check a module call makes for them.
 STRATA_API extern std::atomic<int> global_hook_count;
 
-/// A callable returning void or std::optional<Tensor> (or Tensor) as one returning
-/// std::optional<Tensor>; an empty std::function stays empty (registration refuses it).
+/// A callable returning void, the value or std::optional of it as a Hook returning std::optional
+/// of the value; an empty std::function stays empty (registration refuses it).
 template <class Hook, class F> Hook to_hook(F&& fn) {
   using Fn = std::decay_t<F>;
+  using Result = typename Hook::result_type;
   if constexpr (std::is_same_v<Fn, Hook>) {
     if (!fn) return Hook();
   }
-  return [fn = std::forward<F>(fn)](auto&&... args) mutable -> std::optional<Tensor> {
+  return [fn = std::forward<F>(fn)](auto&&... args) mutable -> Result {
     using R = std::invoke_result_t<Fn&, decltype(args)...>;
     if constexpr (std::is_void_v<R>) {
       fn(args...);
       return std::nullopt;
     } else {
-      return std::optional<Tensor>(fn(args...));
+      return Result(fn(args...));
     }
   };
+}
+
+/// A one-input hook as an args-form one acting on the first input and output (Note [Hook forms]).
+/// (ForwardHook and BackwardHook are the same type, hence three names.)
+STRATA_API ForwardPreArgsHook pre_hook_from_one_input(ForwardPreHook hook);
+STRATA_API ForwardArgsHook forward_hook_from_one_input(ForwardHook hook);
+STRATA_API BackwardArgsHook backward_hook_from_one_input(BackwardHook hook);
+
+/// Whether Fn can be called with Hook's arguments (whatever it returns).
+template <class Hook, class Fn> struct takes_arguments_of;
+template <class R, class... A, class Fn>
+struct takes_arguments_of<std::function<R(A...)>, Fn> : std::is_invocable<Fn&, A...> {};
+
+/// A hook callable of either form (Note [Hook forms]) as the args form: `OneInput` and `Args`
+/// are the two std::function types, `convert` makes the first the second.
+template <class OneInput, class Args, class F> Args either_form(F&& fn, Args (*convert)(OneInput)) {
+  using Fn = std::decay_t<F>;
+  if constexpr (takes_arguments_of<OneInput, Fn>::value) {
+    return convert(to_hook<OneInput>(std::forward<F>(fn)));
+  } else {
+    static_assert(takes_arguments_of<Args, Fn>::value,
+                  "a module hook takes (Module&, const Tensor&...) or the args form's vectors (nn/hooks.hpp)");
+    return to_hook<Args>(std::forward<F>(fn));
+  }
 }
 
 }  // namespace hook_detail
@@ -103,18 +161,27 @@ class STRATA_API RemovableHandle {
 };
 
 namespace hook_detail {
-STRATA_API RemovableHandle add_global_hook(ForwardPreHook hook);
-STRATA_API RemovableHandle add_global_hook(ForwardHook hook, bool always_call);
+STRATA_API RemovableHandle add_global_hook(ForwardPreArgsHook hook);
+STRATA_API RemovableHandle add_global_hook(ForwardArgsHook hook, bool always_call);
+template <class F> ForwardPreArgsHook pre_hook_of(F&& fn) {
+  return either_form<ForwardPreHook, ForwardPreArgsHook>(std::forward<F>(fn), &pre_hook_from_one_input);
+}
+template <class F> ForwardArgsHook forward_hook_of(F&& fn) {
+  return either_form<ForwardHook, ForwardArgsHook>(std::forward<F>(fn), &forward_hook_from_one_input);
+}
+template <class F> BackwardArgsHook backward_hook_of(F&& fn) {
+  return either_form<BackwardHook, BackwardArgsHook>(std::forward<F>(fn), &backward_hook_from_one_input);
+}
 }  // namespace hook_detail
 
 /// Hooks run on every module's call, before the module's own (torch's
-/// register_module_forward_pre_hook / register_module_forward_hook); `fn` is a ForwardPreHook
-/// (ForwardHook) or the same returning void. Thread-safe to register and remove.
+/// register_module_forward_pre_hook / register_module_forward_hook); `fn` is of either form
+/// (Note [Hook forms]), or the same returning void. Thread-safe to register and remove.
 template <class F> RemovableHandle register_module_forward_pre_hook(F&& fn) {
-  return hook_detail::add_global_hook(hook_detail::to_hook<ForwardPreHook>(std::forward<F>(fn)));
+  return hook_detail::add_global_hook(hook_detail::pre_hook_of(std::forward<F>(fn)));
 }
 template <class F> RemovableHandle register_module_forward_hook(F&& fn, bool always_call = false) {
-  return hook_detail::add_global_hook(hook_detail::to_hook<ForwardHook>(std::forward<F>(fn)), always_call);
+  return hook_detail::add_global_hook(hook_detail::forward_hook_of(std::forward<F>(fn)), always_call);
 }
 /// Whether any global hook is registered (one relaxed atomic load).
 inline bool has_global_forward_hooks() { return hook_detail::global_hook_count.load(std::memory_order_relaxed) > 0; }

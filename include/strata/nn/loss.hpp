@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <strata/nn/functional.hpp>
 #include <strata/nn/module.hpp>
@@ -15,7 +16,11 @@ class STRATA_API Loss : public Module {
  public:
   using Module::forward;
   virtual Tensor forward(const Tensor& input, const Tensor& target) = 0;
-  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  /// forward(input, target) with the hooks around it: their inputs are {input, target}.
+  Tensor operator()(const Tensor& input, const Tensor& target) {
+    if (!hooks_active()) return forward(input, target);
+    return call_hooked({input, target}, [&](const std::vector<Tensor>& in) { return forward(in[0], in[1]); });
+  }
 };
 
 class STRATA_API CrossEntropyLoss : public Loss {
@@ -98,7 +103,11 @@ class STRATA_API ThreeInputLoss : public Module {
  public:
   using Module::forward;
   virtual Tensor forward(const Tensor& a, const Tensor& b, const Tensor& c) = 0;
-  Tensor operator()(const Tensor& a, const Tensor& b, const Tensor& c) { return forward(a, b, c); }
+  /// forward(a, b, c) with the hooks around it: their inputs are {a, b, c}.
+  Tensor operator()(const Tensor& a, const Tensor& b, const Tensor& c) {
+    if (!hooks_active()) return forward(a, b, c);
+    return call_hooked({a, b, c}, [&](const std::vector<Tensor>& in) { return forward(in[0], in[1], in[2]); });
+  }
 };
 
 class STRATA_API BCELoss : public Loss {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -52,25 +53,27 @@ class STRATA_API Module {
   /// The one-input forward used by containers; modules with other signatures add overloads.
   virtual Tensor forward(const Tensor& input);
   /// forward(input) with the hooks around it (nn/hooks.hpp); without any registered, the
-  /// cost is two checks. Call this, not forward(), to run a child.
+  /// cost is two checks. Call this, not forward(), to run a child. Modules with other call
+  /// signatures add call operators that run the hooks through call_hooked.
   Tensor operator()(const Tensor& input) {
-    if (!hooks_ && !has_global_forward_hooks()) return forward(input);
+    if (!hooks_active()) return forward(input);
     return call_with_hooks(input);
   }
-  /// Adds a hook run before forward, after those already registered (first, with prepend);
-  /// `fn` is a ForwardPreHook or the same returning void.
+  /// Adds a hook run before forward, after those already registered (first, with prepend); `fn`
+  /// is a ForwardPreHook or ForwardPreArgsHook (Note [Hook forms]), or the same returning void.
   template <class F> RemovableHandle register_forward_pre_hook(F&& fn, bool prepend = false) {
-    return add_hook(hook_detail::to_hook<ForwardPreHook>(std::forward<F>(fn)), prepend);
+    return add_hook(hook_detail::pre_hook_of(std::forward<F>(fn)), prepend);
   }
-  /// Adds a hook run after forward; `fn` is a ForwardHook or the same returning void. With
-  /// always_call it runs even when the call raises (see ForwardHook).
+  /// Adds a hook run after forward; `fn` is a ForwardHook or ForwardArgsHook, or the same
+  /// returning void. With always_call it runs even when the call raises (see ForwardHook).
   template <class F> RemovableHandle register_forward_hook(F&& fn, bool prepend = false, bool always_call = false) {
-    return add_hook(hook_detail::to_hook<ForwardHook>(std::forward<F>(fn)), prepend, always_call);
+    return add_hook(hook_detail::forward_hook_of(std::forward<F>(fn)), prepend, always_call);
   }
   /// Adds a hook run in the backward of each call made with grad mode on (see BackwardHook);
-  /// `fn` is a BackwardHook or the same returning void. The module must outlive the backward.
+  /// `fn` is a BackwardHook or BackwardArgsHook, or the same returning void. The module must
+  /// outlive the backward.
   template <class F> RemovableHandle register_full_backward_hook(F&& fn, bool prepend = false) {
-    return add_backward_hook(hook_detail::to_hook<BackwardHook>(std::forward<F>(fn)), prepend);
+    return add_backward_hook(hook_detail::backward_hook_of(std::forward<F>(fn)), prepend);
   }
   /// Whether this module has hooks of its own (global ones aside).
   bool has_hooks() const { return hooks_ && !hooks_->empty(); }
@@ -180,16 +183,42 @@ class STRATA_API Module {
   /// Names of this module's own state_dict entries that a load may lack (their values are kept).
   virtual std::vector<std::string> optional_state_keys() const { return {}; }
 
+  /// Whether a call must take the hooked path: this module or the process has hooks.
+  bool hooks_active() const { return hooks_ || has_global_forward_hooks(); }
+  /// The hooked path of a call operator: runs the hooks around fn, which computes the call from
+  /// the inputs the pre-hooks leave. `inputs` are the call's tensor arguments in order
+  /// (undefined where not given); fn returns a Tensor or a std::vector<Tensor> (the primary
+  /// output first), and so does call_hooked (Note [Hook forms]). A call operator checks
+  /// hooks_active() first, so that a call without hooks builds no vectors:
+  ///
+  ///   Tensor operator()(const Tensor& input, const Tensor& target) {
+  ///     if (!hooks_active()) return forward(input, target);
+  ///     return call_hooked({input, target}, [&](const std::vector<Tensor>& in) { return forward(in[0], in[1]); });
+  ///   }
+  template <class Fn> auto call_hooked(std::vector<Tensor> inputs, Fn&& fn) {
+    using R = std::invoke_result_t<Fn&, const std::vector<Tensor>&>;
+    if constexpr (std::is_same_v<R, Tensor>) {
+      return run_hooked(std::move(inputs), [&fn](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{fn(in)};
+      })[0];
+    } else {
+      static_assert(std::is_same_v<R, std::vector<Tensor>>, "call_hooked's fn returns Tensor or std::vector<Tensor>");
+      return run_hooked(std::move(inputs), std::forward<Fn>(fn));
+    }
+  }
+
  private:
   struct Child {
     std::string name;
     std::ptrdiff_t offset = 0;       // member children: address relative to the parent
     std::unique_ptr<Module> owned;   // owned children
   };
-  RemovableHandle add_hook(ForwardPreHook hook, bool prepend);
-  RemovableHandle add_hook(ForwardHook hook, bool prepend, bool always_call);
-  RemovableHandle add_backward_hook(BackwardHook hook, bool prepend);
+  RemovableHandle add_hook(ForwardPreArgsHook hook, bool prepend);
+  RemovableHandle add_hook(ForwardArgsHook hook, bool prepend, bool always_call);
+  RemovableHandle add_backward_hook(BackwardArgsHook hook, bool prepend);
   Tensor call_with_hooks(const Tensor& input);
+  std::vector<Tensor> run_hooked(std::vector<Tensor> inputs,
+                                 const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn);
   void add_member_child(std::string name, Module& child);
   void add_owned_child(std::string name, std::unique_ptr<Module> child);
   void check_new_name(const std::string& name) const;

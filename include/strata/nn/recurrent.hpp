@@ -87,6 +87,13 @@ class STRATA_API RNNBase : public Module {
   /// forward_with_state(input).output.
   Tensor forward(const Tensor& input) override;
   utils::rnn::PackedSequence forward(const utils::rnn::PackedSequence& input);
+  /// forward_with_state with the hooks around it (torch's lstm(x, (h0, c0))): their inputs are
+  /// {input, h0, c0} (a packed batch's data for a PackedSequence), their outputs {output, h_n,
+  /// c_n} (undefined where absent). lstm(x) is the one-input call, returning the output alone.
+  RNNOutput operator()(const Tensor& input, const Tensor& h0, const Tensor& c0 = Tensor());
+  PackedRNNOutput operator()(const utils::rnn::PackedSequence& input, const Tensor& h0 = Tensor(),
+                             const Tensor& c0 = Tensor());
+  using Module::operator();
   /// Re-draws every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch.
   void reset_parameters(Generator* gen = nullptr);
 
@@ -201,6 +208,9 @@ class STRATA_API RNNCell : public RNNCellBase {
   /// The next hidden state.
   Tensor forward(const Tensor& input, const Tensor& hx);
   Tensor forward(const Tensor& input) override { return forward(input, Tensor()); }
+  /// forward(input, hx) with the hooks around it: their inputs are {input, hx}.
+  Tensor operator()(const Tensor& input, const Tensor& hx);
+  using Module::operator();
   std::string name() const override { return "RNNCell"; }
 
   std::string nonlinearity;
@@ -213,6 +223,10 @@ class STRATA_API LSTMCell : public RNNCellBase {
   LSTMState forward_with_state(const Tensor& input, const Tensor& hx = Tensor(), const Tensor& cx = Tensor());
   /// forward_with_state(input).h.
   Tensor forward(const Tensor& input) override { return forward_with_state(input).h; }
+  /// forward_with_state with the hooks around it: their inputs are {input, hx, cx}, their
+  /// outputs {h, c}.
+  LSTMState operator()(const Tensor& input, const Tensor& hx, const Tensor& cx);
+  using Module::operator();
   std::string name() const override { return "LSTMCell"; }
 };
 
@@ -222,6 +236,9 @@ class STRATA_API GRUCell : public RNNCellBase {
   /// The next hidden state.
   Tensor forward(const Tensor& input, const Tensor& hx);
   Tensor forward(const Tensor& input) override { return forward(input, Tensor()); }
+  /// forward(input, hx) with the hooks around it: their inputs are {input, hx}.
+  Tensor operator()(const Tensor& input, const Tensor& hx);
+  using Module::operator();
   std::string name() const override { return "GRUCell"; }
 };
 

@@ -34,6 +34,11 @@ class STRATA_API TransformerEncoderLayer : public Module {
   Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
                  bool is_causal = false);
   Tensor forward(const Tensor& src) override { return forward(src, Tensor()); }
+  /// forward(src, src_mask, ...) with the hooks around it: their inputs are {src, src_mask,
+  /// src_key_padding_mask} (undefined where not given).
+  Tensor operator()(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
+                    bool is_causal = false);
+  using Module::operator();
   std::string name() const override { return "TransformerEncoderLayer"; }
 
   TransformerEncoderLayerOptions options;

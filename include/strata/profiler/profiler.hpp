@@ -54,7 +54,7 @@ struct ProfilerOptions {
   bool profile_memory = false;  ///< bytes of storage each op allocates and frees
   bool with_flops = false;      ///< FLOP estimates of matmul, linear, conv2d and attention
   bool emit_nvtx = false;       ///< an NVTX range around each op and range (CUDA builds only)
-  /// A range "nn.Module: <name>" around each module call (through operator()), enclosing its
+  /// A range "nn.Module: <name>" around each module call (through a call operator), enclosing its
   /// ops: <name> is the dotted name from a root given to record_modules, else the class name.
   bool with_modules = false;
   /// Drives recording through step(); without one, everything from start() to stop() is one trace.
