@@ -6,12 +6,14 @@
 #include <numeric>
 #include <set>
 
+#include "compress/prune_testing.h"
 #include "gradcheck.h"
 
 using namespace strata;
 using strata::testing::all_close;
 using strata::testing::throws_with;
 using strata::testing::values;
+using strata::testing::zero_positions;
 
 namespace {
 
@@ -21,14 +23,6 @@ std::set<int64_t> smallest_abs(const std::vector<double>& v, int64_t k) {
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return std::fabs(v[a]) < std::fabs(v[b]); });
   return {idx.begin(), idx.begin() + k};
-}
-
-std::set<int64_t> zero_positions(const Tensor& t) {
-  std::set<int64_t> out;
-  const auto v = values(t);
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] == 0) out.insert(static_cast<int64_t>(i));
-  return out;
 }
 
 bool has_key(const nn::Module& m, const std::string& key) { return m.state_dict().count(key) == 1; }

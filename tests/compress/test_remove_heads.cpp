@@ -3,6 +3,7 @@
 // float64 to 1e-12, through the fused and the composed attention, every projection layout, a
 // TransformerEncoderLayer, finite-difference gradients, masks cut with the weights, and bad input.
 #include <algorithm>
+#include <cmath>
 
 #include "gradcheck.h"
 
@@ -112,11 +113,45 @@ TEST(RemoveHeads, GradientsMatchFiniteDifferences) {
   nn::MultiheadAttention& a = p.removed;
   EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>&) { return a(x); },
                         {x, a.in_proj_weight, a.in_proj_bias, a.out_proj.weight, a.out_proj.bias}));
-  // and an optimizer made after the removal trains the smaller parameters
-  optim::AdamW opt(a.parameters(), {.lr = 0.01});
+  // and an optimizer made after the removal trains the smaller parameters: AdamW's first step
+  // without decay moves each entry by lr * g / (|g| + eps)
+  optim::AdamW opt(a.parameters(), {.lr = 0.01, .weight_decay = 0});
+  a.zero_grad();
   a(x).pow(2).sum().backward();
+  const std::vector<double> w = values(a.in_proj_weight), grad = values(a.in_proj_weight.grad());
   opt.step();
-  EXPECT_EQ(a.in_proj_weight.shape(), (Shape{12, 6}));
+  std::vector<double> want(w.size());
+  for (size_t i = 0; i < w.size(); ++i) want[i] = w[i] - 0.01 * grad[i] / (std::fabs(grad[i]) + 1e-8);
+  EXPECT_TRUE(all_close(a.in_proj_weight, want, 1e-12, 1e-12));
+}
+
+TEST(RemoveHeads, AnOptimizerMadeBeforeRaisesAndWritesNothing) {
+  Generator g(39);
+  nn::MultiheadAttention attn(8, 4, {.generator = &g});
+  optim::AdamW opt(attn.parameters(), {.lr = 0.01});
+  const Tensor x = randn({3, 2, 8}, kFloat32, &g);
+  attn(x).sum().backward();
+  opt.step();  // Adam's moments have the old shapes now
+  compress::remove_heads(attn, {1});
+  attn(x).sum().backward();
+  const std::vector<double> before = values(attn.in_proj_weight);
+  EXPECT_TRUE(throws_with([&] { opt.step(); }, {"exp_avg", "[24, 8]", "[18, 8]"}));
+  EXPECT_EQ(values(attn.in_proj_weight), before);
+}
+
+TEST(RemoveHeads, AStateDictLoadsWhereAsManyHeadsWereRemoved) {
+  // which heads go does not matter to the shapes: a fresh module with any one head removed takes
+  // the state dict of one with head 2 removed, and computes what it does
+  Generator g(40);
+  nn::MultiheadAttention trained(8, 4, {.generator = &g}), fresh(8, 4);
+  trained.to(kFloat64);
+  fresh.to(kFloat64);
+  compress::remove_heads(trained, {2});
+  EXPECT_TRUE(throws_with([&] { fresh.load_state_dict(trained.state_dict()); }, {"in_proj_weight", "[18, 8]"}));
+  compress::remove_heads(fresh, {0});
+  fresh.load_state_dict(trained.state_dict());
+  const Tensor x = randn({3, 2, 8}, kFloat64, &g);
+  EXPECT_TRUE(all_close(fresh(x), values(trained(x)), 0, 0));
 }
 
 TEST(RemoveHeads, InsideATransformerEncoderLayer) {

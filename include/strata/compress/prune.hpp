@@ -18,7 +18,8 @@
 // - a forward pre-hook, one per pruned module for all its masks, multiplies the parameter by its
 //   mask in place (no_grad) before each forward when the parameter or mask changed since (an
 //   optimizer step, whose momentum or Adam moments from before pruning revive pruned entries; a
-//   load_state_dict; a move), so every forward computes with the pruned weights;
+//   load_state_dict; a move), so every forward computes with the pruned weights; a weight tied
+//   between modules that each prune it gets all their masks from any of their hooks;
 // - between a step and the next forward the stored parameter may hold revived values:
 //   reapply_masks(module) zeroes them explicitly (before saving or inspecting the weights).
 // The hook runs when the module is called through a call operator (one-input or multi-input:

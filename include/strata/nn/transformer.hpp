@@ -30,7 +30,7 @@ class STRATA_API TransformerEncoderLayer : public Module {
  public:
   TransformerEncoderLayer(int64_t d_model, int64_t nhead, TransformerEncoderLayerOptions options = {});
   /// src (S, N, E) ((N, S, E) with batch_first). Masks as in MultiheadAttention: src_mask
-  /// (S, S) or (N * nhead, S, S), src_key_padding_mask (N, S); is_causal adds a causal mask.
+  /// (S, S) or (N * self_attn.num_heads, S, S), src_key_padding_mask (N, S); is_causal adds a causal mask.
   Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
                  bool is_causal = false);
   Tensor forward(const Tensor& src) override { return forward(src, Tensor()); }
