@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -135,6 +136,15 @@ void gemm_8bit(const TA* a, const int8_t* b, int64_t M, int64_t N, int64_t K, co
   });
 }
 
+/// The int8 layers' float epilogue of one exact sum (zero points subtracted), in float32:
+/// sum * (x_scale * w_scale) + bias[n]; bias may be null.
+template <class T>
+inline float int8_value(int64_t exact, float x_scale, float w_scale, const T* bias, int64_t n) {
+  float v = static_cast<float>(exact) * (x_scale * w_scale);
+  if (bias) v += static_cast<float>(bias[n]);
+  return v;
+}
+
 /// y (M, N) = x_scale[m] * w_scale[n] * (sum_k xq[m, k] * wq[n, k] - x_zero[m] * w_row_sum[n]) + bias[n]:
 /// the int8 Linear with uint8 affine activations (one scale and zero point per row, or one for
 /// all rows when x_per_row is false) and symmetric per-channel int8 weights; bias may be null.
@@ -145,9 +155,25 @@ void int8_linear(const uint8_t* xq, const float* x_scale, const int32_t* x_zero,
   gemm_8bit(xq, wq, M, N, K, [&](int64_t m, int64_t n, int32_t sum) {
     const int64_t r = x_per_row ? m : 0;
     const int64_t exact = int64_t{sum} - int64_t{x_zero[r]} * w_row_sum[n];
-    float v = static_cast<float>(exact) * (x_scale[r] * w_scale[n]);
-    if (bias) v += static_cast<float>(bias[n]);
-    y[m * N + n] = static_cast<T>(v);
+    y[m * N + n] = static_cast<T>(int8_value(exact, x_scale[r], w_scale[n], bias, n));
+  });
+}
+
+/// y (M, N) float32 holds on entry the exact int32 sums (zero points subtracted) of an int8
+/// product, as int32 (the int8 convolution of oneDNN); each becomes int8_value with one
+/// activation scale, the same float32 arithmetic as int8_linear.
+inline void int8_values_in_place(void* y, float x_scale, const float* w_scale, const float* bias, int64_t M,
+                                 int64_t N) {
+  auto* p = static_cast<unsigned char*>(y);
+  parallel_for(0, M, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        unsigned char* at = p + (m * N + n) * 4;
+        int32_t sum;  // the same 4 bytes read as int32, then written as float (memcpy: no aliasing)
+        std::memcpy(&sum, at, 4);
+        const float v = int8_value(sum, x_scale, w_scale[n], bias, n);
+        std::memcpy(at, &v, 4);
+      }
   });
 }
 
