@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -138,8 +137,8 @@ void gemm_8bit(const TA* a, const int8_t* b, int64_t M, int64_t N, int64_t K, co
 
 /// The int8 layers' float epilogue of one exact sum (zero points subtracted), in float32:
 /// sum * (x_scale * w_scale) + bias[n]; bias may be null.
-template <class T>
-inline float int8_value(int64_t exact, float x_scale, float w_scale, const T* bias, int64_t n) {
+template <class I, class T>
+inline float int8_value(I exact, float x_scale, float w_scale, const T* bias, int64_t n) {
   float v = static_cast<float>(exact) * (x_scale * w_scale);
   if (bias) v += static_cast<float>(bias[n]);
   return v;
@@ -159,21 +158,22 @@ void int8_linear(const uint8_t* xq, const float* x_scale, const int32_t* x_zero,
   });
 }
 
-/// y (M, N) float32 holds on entry the exact int32 sums (zero points subtracted) of an int8
-/// product, as int32 (the int8 convolution of oneDNN); each becomes int8_value with one
-/// activation scale, the same float32 arithmetic as int8_linear.
-inline void int8_values_in_place(void* y, float x_scale, const float* w_scale, const float* bias, int64_t M,
-                                 int64_t N) {
-  auto* p = static_cast<unsigned char*>(y);
+/// y (M, N) float32 = int8_value of the exact int32 sums acc (M, N) (zero points subtracted: the
+/// int8 convolution of oneDNN) with one activation scale, the same float32 math as int8_linear.
+inline void int8_values(const int32_t* acc, float x_scale, const float* w_scale, const float* bias, float* y,
+                        int64_t M, int64_t N) {
   parallel_for(0, M, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t m = b; m < e; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        unsigned char* at = p + (m * N + n) * 4;
-        int32_t sum;  // the same 4 bytes read as int32, then written as float (memcpy: no aliasing)
-        std::memcpy(&sum, at, 4);
-        const float v = int8_value(sum, x_scale, w_scale[n], bias, n);
-        std::memcpy(at, &v, 4);
+    const int32_t* a = acc;  // locals, not the captures, so that the loops vectorize
+    float* out = y;
+    const float* ws = w_scale;
+    const float xs = x_scale;
+    for (int64_t m = b; m < e; ++m) {
+      if (bias) {  // the same loop twice, the test outside it: each vectorizes
+        for (int64_t n = 0; n < N; ++n) out[m * N + n] = int8_value(a[m * N + n], xs, ws[n], bias, n);
+      } else {
+        for (int64_t n = 0; n < N; ++n) out[m * N + n] = int8_value(a[m * N + n], xs, ws[n], bias, n);
       }
+    }
   });
 }
 

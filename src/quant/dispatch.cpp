@@ -101,12 +101,13 @@ void cpu_conv2d_int8(const KernelCall& c) {
   const int64_t cg = g.c_in / g.groups;
   cp.src = {c.inputs[0].data(), {g.h_in * g.w_in * g.c_in, 1, g.w_in * g.c_in, g.c_in}};  // channels last
   cp.weight = {c.inputs[3].data(), {cg * g.kh * g.kw, g.kh * g.kw, g.kw, 1}};
-  cp.dst = {y.data(), {g.h_out * g.w_out * g.c_out, 1, g.w_out * g.c_out, g.c_out}};
   cp.src_zero_point = *ptr<int32_t>(c.inputs[2]);
+  const Tensor acc = empty(y.shape(), kInt32);
+  cp.dst = {acc.data(), {g.h_out * g.w_out * g.c_out, 1, g.w_out * g.c_out, g.c_out}};
   *p.handled = cpu::conv_forward_dnnl(cp);
   if (*p.handled)
-    cq::int8_values_in_place(y.data(), *ptr<float>(c.inputs[1]), ptr<float>(c.inputs[4]), ptr<float>(c.inputs[5]),
-                             y.size(0), y.size(1));
+    cq::int8_values(ptr<int32_t>(acc), *ptr<float>(c.inputs[1]), ptr<float>(c.inputs[4]), ptr<float>(c.inputs[5]),
+                    ptr<float>(y), y.size(0), y.size(1));
 }
 
 void cpu_int8_gemm(const KernelCall& c) {
