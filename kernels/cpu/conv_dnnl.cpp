@@ -50,8 +50,8 @@ struct Key {
   int64_t src[4], weight[4], dst[4];
   bool operator==(const Key& o) const {
     auto same = [](const int64_t* a, const int64_t* b) { return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]; };
-    return kind == o.kind && type == o.type && bias == o.bias && g == o.g && same(src, o.src) && same(weight, o.weight) &&
-           same(dst, o.dst);
+    return kind == o.kind && type == o.type && bias == o.bias && g == o.g && same(src, o.src) &&
+           same(weight, o.weight) && same(dst, o.dst);
   }
 };
 
@@ -95,6 +95,7 @@ Cache& cache() {
 }
 
 using dnnl_support::engine;
+using dnnl_support::exact_int8;
 
 using dt = memory::data_type;
 
@@ -118,13 +119,6 @@ memory::desc weight_desc(const ConvGeometry& g, const int64_t* s, dt type) {
   return memory::desc({g.groups, og, cg, g.kh, g.kw}, type, {og * s[0], s[0], s[1], s[2], s[3]});
 }
 
-// Whether oneDNN's int8 kernels multiply with VNNI, whose sums are exact (see the top).
-bool exact_int8() {
-  using isa = dnnl::cpu_isa;
-  const isa i = dnnl::get_effective_cpu_isa();
-  return i == isa::avx512_core_vnni || i == isa::avx512_core_bf16 || i == isa::avx512_core_amx ||
-         i == isa::avx2_vnni;
-}
 
 // oneDNN's right padding makes its output size formula exact; it may be negative when the
 // last window stops short of the padded input, as with PyTorch's floor rounding.

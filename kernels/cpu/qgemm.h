@@ -158,6 +158,25 @@ void int8_linear(const uint8_t* xq, const float* x_scale, const int32_t* x_zero,
   });
 }
 
+/// int8_linear's output from the plain sums acc (M, N) of sum_k xq[m, k] * wq[n, k] (oneDNN's
+/// integer GEMM); the same float32 math.
+inline void int8_linear_from_sums(const int32_t* acc, const float* x_scale, const int32_t* x_zero, bool x_per_row,
+                                  const float* w_scale, const int32_t* w_row_sum, const float* bias, float* y,
+                                  int64_t M, int64_t N) {
+  parallel_for(0, M, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
+    const int32_t* a = acc;  // locals, not the captures, so that the loop vectorizes
+    const int32_t* sums = w_row_sum;
+    const float* ws = w_scale;
+    float* out = y;
+    for (int64_t m = b; m < e; ++m) {
+      const int64_t r = x_per_row ? m : 0, z = x_zero[r];
+      const float xs = x_scale[r];
+      for (int64_t n = 0; n < N; ++n)
+        out[m * N + n] = int8_value(int64_t{a[m * N + n]} - z * sums[n], xs, ws[n], bias, n);
+    }
+  });
+}
+
 /// y (M, N) float32 = int8_value of the exact int32 sums acc (M, N) (zero points subtracted: the
 /// int8 convolution of oneDNN) with one activation scale, the same float32 math as int8_linear.
 inline void int8_values(const int32_t* acc, float x_scale, const float* w_scale, const float* bias, float* y,

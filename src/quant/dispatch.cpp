@@ -78,8 +78,21 @@ void cpu_quantize_rows_uint8(const KernelCall& c) {
                           ptr<int32_t>(c.outputs[2]));
 }
 
+// From this many rows oneDNN's integer GEMM beats gemm_8bit (bench_quant; see cpu_int8_linear).
+constexpr int64_t kOneDnnRows = 32;
+
 void cpu_int8_linear(const KernelCall& c) {
   const Tensor &xq = c.inputs[0], &wq = c.inputs[3];
+  const int64_t M = xq.size(0), N = wq.size(0), K = xq.size(1);
+  if (M >= kOneDnnRows) {
+    const Tensor acc = empty({M, N}, kInt32);
+    if (cpu::gemm_u8s8s32_dnnl(ptr<uint8_t>(xq), ptr<int8_t>(wq), ptr<int32_t>(acc), M, N, K)) {
+      cq::int8_linear_from_sums(ptr<int32_t>(acc), ptr<float>(c.inputs[1]), ptr<int32_t>(c.inputs[2]),
+                                c.param<Int8LinearParams>().x_per_row, ptr<float>(c.inputs[4]),
+                                ptr<int32_t>(c.inputs[5]), ptr<float>(c.inputs[6]), ptr<float>(c.outputs[0]), M, N);
+      return;
+    }
+  }
   cq::int8_linear(ptr<uint8_t>(xq), ptr<float>(c.inputs[1]), ptr<int32_t>(c.inputs[2]),
                   c.param<Int8LinearParams>().x_per_row, ptr<int8_t>(wq), ptr<float>(c.inputs[4]),
                   ptr<int32_t>(c.inputs[5]), ptr<float>(c.inputs[6]), ptr<float>(c.outputs[0]), xq.size(0),

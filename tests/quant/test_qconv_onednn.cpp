@@ -2,10 +2,13 @@
 // switches between them): every output bit equal over groups, strides, padding, dilation, odd
 // sizes, zero points, per-tensor and per-channel weight scales, channels-last inputs and converted
 // models with fused ReLU and requantized outputs; sums that saturate int16 pairs against float64
-// integer math; and, on CPUs with VNNI in a build with oneDNN, that oneDNN ran.
+// integer math; and, on CPUs with VNNI in a build with oneDNN, that oneDNN ran. The int8 Linear
+// through oneDNN's integer GEMM against the exact sums.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <strata/profiler/profiler.hpp>
@@ -147,4 +150,39 @@ TEST(Conv2dInt8OneDnn, ConvertedModelsSameBits) {
   const st::Tensor x = st::randn({3, 8, 11, 9});
   EXPECT_TRUE(same_both_ways([&] { return model(x); }));
   EXPECT_TRUE(same_both_ways([&] { return model(x.to(st::MemoryFormat::ChannelsLast)); }));
+}
+
+// From 32 rows the int8 Linear takes oneDNN's integer GEMM (on CPUs with VNNI): its outputs equal
+// the float32 epilogue of the exact sums, written out here in float64, with extreme codes too.
+TEST(LinearInt8OneDnn, ManyRowsAreExact) {
+  st::manual_seed(41);
+  const int64_t M = 97, K = 300, N = 45;
+  const st::Tensor weight = st::randn({N, K}), bias = st::randn({N});
+  const q::Int8Weight w = q::quantize_weight_int8(weight);
+  for (const auto& [x, scale, zero] : {std::tuple{st::randn({M, K}), 0.02, int64_t{130}},
+                                       std::tuple{st::full({M, K}, 10.0), 0.01, int64_t{0}}}) {
+    const st::Tensor y = q::linear_int8_static(x, scale, zero, w, bias);
+    std::vector<double> codes = values(x);
+    for (double& v : codes)  // PyTorch's quantize in float32, then centred: exact integers
+      v = std::clamp(std::nearbyint(static_cast<double>(static_cast<float>(v) * (1.0f / static_cast<float>(scale)))) +
+                         double(zero), 0.0, 255.0) - double(zero);
+    const st::Tensor acc = F::linear(st::from_vector(codes, st::Shape{M, K}), w.codes.to(st::kFloat64));
+    const std::vector<double> a = values(acc), got = values(y), ws = values(w.scale), b = values(bias);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const float product = static_cast<float>(a[i]) * (static_cast<float>(scale) * static_cast<float>(ws[i % N]));
+      ASSERT_EQ(got[i], static_cast<double>(product + static_cast<float>(b[i % N]))) << i;
+    }
+  }
+}
+
+// Dynamic activations are quantized per row, so 64 rows at once (oneDNN's GEMM) give the bits of
+// the same rows in blocks of 16 (below 32 rows: the own GEMM).
+TEST(LinearInt8OneDnn, DynamicRowsSameBitsInSmallBlocks) {
+  st::manual_seed(42);
+  const st::Tensor x = st::randn({64, 200}) + 0.3, bias = st::randn({33});
+  const q::Int8Weight w = q::quantize_weight_int8(st::randn({33, 200}));
+  const st::Tensor all = q::linear_int8_dynamic(x, w, bias);
+  for (int64_t r = 0; r < 64; r += 16)
+    EXPECT_TRUE(all_close(all.narrow(0, r, 16), values(q::linear_int8_dynamic(x.narrow(0, r, 16), w, bias)), 0, 0))
+        << r;
 }
