@@ -4,7 +4,9 @@
 // all three see the same machine noise; the table gives each time and its ratio to float32
 // (above 1: faster than float32), and the weight bytes each form keeps. A second table times a
 // float32 Conv2d (oneDNN) against the same layer after static quantization (quant::prepare, one
-// calibration batch, quant::convert: uint8 codes, im2col, the int8 GEMM, requantized output).
+// calibration batch, quant::convert: uint8 codes, oneDNN's int8 convolution, requantized output),
+// and against that layer with quant::set_onednn_int8_conv(false) (im2col and the int8 GEMM, the
+// reference path).
 //
 //   bench_quant [--rounds R]        STRATA_BENCH_THREADS: threads (default 2)
 #include <algorithm>
@@ -50,9 +52,10 @@ int64_t state_bytes(const st::nn::Module& m) {
 
 void conv_table(int rounds) {
   fmt::print("\nstatic int8 Conv2d (3x3, padding 1) vs float32 Conv2d\n");
-  fmt::print("{:>4} {:>4} {:>4} {:>4} | {:>10} {:>10} | {:>9}\n", "N", "C", "HW", "out", "f32 us", "int8 us",
-             "int8 x");
-  const std::vector<std::array<int64_t, 4>> shapes = {{1, 64, 56, 64}, {8, 64, 28, 128}, {32, 32, 16, 32}};
+  fmt::print("{:>4} {:>4} {:>4} {:>4} | {:>10} {:>10} {:>10} | {:>9} {:>9}\n", "N", "C", "HW", "out", "f32 us",
+             "int8 us", "im2col us", "int8 x", "im2col x");
+  const std::vector<std::array<int64_t, 4>> shapes = {
+      {1, 64, 56, 64}, {8, 64, 28, 128}, {32, 32, 16, 32}, {4, 128, 28, 128}, {1, 256, 14, 256}};
   for (auto [N, C, HW, out] : shapes) {
     st::manual_seed(0);
     st::nn::Conv2d f32(C, out, 3, {.padding = 1}), i8(C, out, 3, {.padding = 1});
@@ -64,13 +67,17 @@ void conv_table(int rounds) {
     st::quant::convert(i8);
     f32(x);
     i8(x);  // warm-up
-    std::vector<double> tf, t8;
+    std::vector<double> tf, t8, tr;
     for (int r = 0; r < rounds; ++r) {
       tf.push_back(time_once(f32, x));
       t8.push_back(time_once(i8, x));
+      st::quant::set_onednn_int8_conv(false);
+      tr.push_back(time_once(i8, x));
+      st::quant::set_onednn_int8_conv(true);
     }
-    const double f = median(tf), a = median(t8);
-    fmt::print("{:>4} {:>4} {:>4} {:>4} | {:>10.1f} {:>10.1f} | {:>9.2f}\n", N, C, HW, out, f * 1e6, a * 1e6, f / a);
+    const double f = median(tf), a = median(t8), b = median(tr);
+    fmt::print("{:>4} {:>4} {:>4} {:>4} | {:>10.1f} {:>10.1f} {:>10.1f} | {:>9.2f} {:>9.2f}\n", N, C, HW, out, f * 1e6,
+               a * 1e6, b * 1e6, f / a, f / b);
   }
 }
 

@@ -12,7 +12,10 @@
 
 namespace strata::cpu {
 
-enum class ConvType : uint8_t { F32, F64 };
+/// U8S8: uint8 src, int8 weight, int32 dst, the exact sums of (src - src_zero_point) * weight
+/// with padding taps reading the zero point (contributing nothing); forward only, through
+/// conv_forward_dnnl only (the int8 layers of src/quant keep their own reference).
+enum class ConvType : uint8_t { F32, F64, U8S8 };
 
 /// A 4-d array indexed (n, c, h, w), with element strides in that order: NCHW data has
 /// strides (C*H*W, H*W, W, 1), NHWC data (H*W*C, 1, W*C, C).
@@ -43,6 +46,7 @@ struct ConvProblem {
   Array4 weight;  // (c_out, c_in / groups, kh, kw)
   Array4 dst;     // (n, c_out, h_out, w_out)
   void* bias = nullptr;
+  int32_t src_zero_point = 0;  // U8S8 only
 };
 
 /// Reads src, weight and bias (if any); writes dst.

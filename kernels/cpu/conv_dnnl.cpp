@@ -14,6 +14,12 @@
 // by all threads (see Note [oneDNN primitive cache] in gemm_dnnl.cpp); a signature for which
 // oneDNN offers only its reference kernel is cached as unsupported, and the caller falls back
 // to conv_ref.cpp.
+//
+// U8S8 (the int8 layers of src/quant): uint8 src with a zero point, a runtime attribute of
+// the primitive so that one primitive serves every zero point, int8 weights and int32 sums;
+// oneDNN treats the padding as holding the zero point. Only on CPUs with VNNI (vpdpbusd): on
+// others oneDNN's int8 kernels multiply in int16 pairs (vpmaddubsw), which saturate, and the
+// sums must be exact.
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -38,13 +44,14 @@ enum class Kind : uint8_t { Forward, BackwardData, BackwardWeights };
 
 struct Key {
   Kind kind;
+  ConvType type;
   bool bias;
   ConvGeometry g;
   int64_t src[4], weight[4], dst[4];
   bool operator==(const Key& o) const {
     auto same = [](const int64_t* a, const int64_t* b) { return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]; };
-    return kind == o.kind && bias == o.bias && g == o.g && same(src, o.src) && same(weight, o.weight) &&
-           same(dst, o.dst);
+    return kind == o.kind && type == o.type && bias == o.bias && g == o.g && same(src, o.src) &&
+           same(weight, o.weight) && same(dst, o.dst);
   }
 };
 
@@ -52,7 +59,7 @@ struct KeyHash {
   size_t operator()(const Key& k) const {
     uint64_t h = 1469598103934665603ull;
     auto mix = [&](int64_t v) { h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull; };
-    mix(static_cast<int64_t>(k.kind) | (int64_t(k.bias) << 8));
+    mix(static_cast<int64_t>(k.kind) | (int64_t(k.bias) << 8) | (static_cast<int64_t>(k.type) << 16));
     const ConvGeometry& g = k.g;
     for (int64_t v : {g.n, g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kh, g.kw, g.stride_h, g.stride_w,
                       g.pad_h, g.pad_w, g.dil_h, g.dil_w, g.groups})
@@ -88,17 +95,30 @@ Cache& cache() {
 }
 
 using dnnl_support::engine;
+using dnnl_support::exact_int8;
 
-memory::desc strided(const memory::dims& dims, const int64_t* s) {
-  return memory::desc(dims, memory::data_type::f32, memory::dims(s, s + 4));
+using dt = memory::data_type;
+
+// The data types of src, weight and dst.
+struct Types {
+  dt src, weight, dst;
+};
+Types types_of(ConvType t) {
+  if (t == ConvType::U8S8) return {dt::u8, dt::s8, dt::s32};
+  return {dt::f32, dt::f32, dt::f32};
+}
+
+memory::desc strided(const memory::dims& dims, const int64_t* s, dt type) {
+  return memory::desc(dims, type, memory::dims(s, s + 4));
 }
 
 // Weights (c_out, Cg, kh, kw); grouped convolutions take them as (groups, Og, Cg, kh, kw).
-memory::desc weight_desc(const ConvGeometry& g, const int64_t* s) {
+memory::desc weight_desc(const ConvGeometry& g, const int64_t* s, dt type) {
   const int64_t cg = g.c_in / g.groups, og = g.c_out / g.groups;
-  if (g.groups == 1) return strided({g.c_out, cg, g.kh, g.kw}, s);
-  return memory::desc({g.groups, og, cg, g.kh, g.kw}, memory::data_type::f32, {og * s[0], s[0], s[1], s[2], s[3]});
+  if (g.groups == 1) return strided({g.c_out, cg, g.kh, g.kw}, s, type);
+  return memory::desc({g.groups, og, cg, g.kh, g.kw}, type, {og * s[0], s[0], s[1], s[2], s[3]});
 }
+
 
 // oneDNN's right padding makes its output size formula exact; it may be negative when the
 // last window stops short of the padded input, as with PyTorch's floor rounding.
@@ -130,21 +150,24 @@ std::shared_ptr<const Entry> build(const Key& key) {
   const ConvGeometry& g = key.g;
   const memory::dims strides{g.stride_h, g.stride_w}, dil{g.dil_h - 1, g.dil_w - 1}, pad_l{g.pad_h, g.pad_w};
   const memory::dims pad_r = right_padding(g);
-  const memory::desc src = strided({g.n, g.c_in, g.h_in, g.w_in}, key.src);
-  const memory::desc dst = strided({g.n, g.c_out, g.h_out, g.w_out}, key.dst);
-  const memory::desc wei = weight_desc(g, key.weight);
-  const memory::desc sany(src.dims(), memory::data_type::f32, memory::format_tag::any);
-  const memory::desc dany(dst.dims(), memory::data_type::f32, memory::format_tag::any);
-  const memory::desc wany(wei.dims(), memory::data_type::f32, memory::format_tag::any);
-  const memory::desc bias = key.bias ? memory::desc({g.c_out}, memory::data_type::f32, memory::format_tag::x)
-                                     : memory::desc();
+  const Types t = types_of(key.type);
+  const bool int8 = key.type == ConvType::U8S8;
+  if (int8 && (key.kind != Kind::Forward || key.bias || !exact_int8())) return entry;
+  const memory::desc src = strided({g.n, g.c_in, g.h_in, g.w_in}, key.src, t.src);
+  const memory::desc dst = strided({g.n, g.c_out, g.h_out, g.w_out}, key.dst, t.dst);
+  const memory::desc wei = weight_desc(g, key.weight, t.weight);
+  const memory::desc sany(src.dims(), t.src, memory::format_tag::any);
+  const memory::desc dany(dst.dims(), t.dst, memory::format_tag::any);
+  const memory::desc wany(wei.dims(), t.weight, memory::format_tag::any);
+  const memory::desc bias = key.bias ? memory::desc({g.c_out}, dt::f32, memory::format_tag::x) : memory::desc();
   const auto algo = dnnl::algorithm::convolution_direct;
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   try {
+    if (int8) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     auto& eng = engine();
-    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, algo, sany, wany, bias, dany, strides, dil,
-                                       pad_l, pad_r);
+    const auto prop = int8 ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+    dnnl::convolution_forward::desc fd(prop, algo, sany, wany, bias, dany, strides, dil, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc fpd(fd, attr, eng);
     entry->bias = key.bias;
     if (key.kind == Kind::Forward) {
@@ -201,10 +224,10 @@ class Buffer {
 };
 
 bool run(Kind kind, const ConvProblem& p) {
-  if (p.type != ConvType::F32) return false;
+  if (p.type == ConvType::F64) return false;
   const ConvGeometry& g = p.g;
   if (g.n == 0 || g.c_in == 0 || g.c_out == 0 || g.h_out <= 0 || g.w_out <= 0) return false;
-  Key key{kind, p.bias != nullptr, g, {}, {}, {}};
+  Key key{kind, p.type, p.bias != nullptr, g, {}, {}, {}};
   for (int i = 0; i < 4; ++i) key.src[i] = p.src.stride[i], key.weight[i] = p.weight.stride[i], key.dst[i] = p.dst.stride[i];
   std::shared_ptr<const Entry> entry = cache().find(key);
   if (!entry) {
@@ -236,6 +259,11 @@ bool run(Kind kind, const ConvProblem& p) {
     if (entry->bias) {
       memory::desc bd({g.c_out}, memory::data_type::f32, memory::format_tag::x);
       args.emplace(kind == Kind::BackwardWeights ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, memory(bd, eng, p.bias));
+    }
+    int32_t zero_point = p.src_zero_point;
+    if (p.type == ConvType::U8S8) {
+      memory::desc zd({1}, dt::s32, memory::format_tag::x);
+      args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory(zd, eng, &zero_point));
     }
     if (entry->scratchpad_bytes > 0) {
       memory::desc sd({static_cast<int64_t>(entry->scratchpad_bytes)}, memory::data_type::u8, memory::format_tag::a);

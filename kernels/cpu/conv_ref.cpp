@@ -11,6 +11,7 @@
 // transposed one. Both are read and written in place; other layouts go through a packed copy.
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "conv.h"
@@ -244,15 +245,23 @@ void backward_weights(const ConvProblem& pr) {
   });
 }
 
+// The int8 layers keep their own reference (src/quant/qconv.cpp).
+void check_float(const ConvProblem& p) {
+  if (p.type == ConvType::U8S8) throw std::invalid_argument("[conv2d] the reference takes float32 or float64 only");
+}
+
 }  // namespace
 
 void conv_forward_ref(const ConvProblem& p) {
+  check_float(p);
   p.type == ConvType::F64 ? forward<double>(p) : forward<float>(p);
 }
 void conv_backward_data_ref(const ConvProblem& p) {
+  check_float(p);
   p.type == ConvType::F64 ? backward_data<double>(p) : backward_data<float>(p);
 }
 void conv_backward_weights_ref(const ConvProblem& p) {
+  check_float(p);
   p.type == ConvType::F64 ? backward_weights<double>(p) : backward_weights<float>(p);
 }
 

@@ -20,6 +20,18 @@ inline dnnl::engine& engine() {
   return *e;
 }
 
+/// Whether oneDNN's int8 kernels multiply with VNNI (vpdpbusd), whose uint8 x int8 sums are
+/// exact; without it they add products in int16 pairs (vpmaddubsw), which saturate.
+inline bool exact_int8() {
+  using isa = dnnl::cpu_isa;
+  static const bool exact = [] {
+    const isa i = dnnl::get_effective_cpu_isa();
+    return i == isa::avx512_core_vnni || i == isa::avx512_core_bf16 || i == isa::avx512_core_amx ||
+           i == isa::avx2_vnni;
+  }();
+  return exact;
+}
+
 /// At most kCapacity entries by key, the least recently found dropped first; shared by all
 /// threads. Entries are immutable once inserted, so a found one may be used after eviction.
 template <class Key, class Entry, class Hash, size_t kCapacity>

@@ -82,4 +82,9 @@ void gemm_eigen(const GemmProblem& p);
 /// Number of cached oneDNN primitives (0 without oneDNN); for tests of the cache bound.
 int64_t gemm_dnnl_cache_size();
 
+/// c (m, n) int32 = a (m, k) uint8 . b (n, k)^T int8, row-major and dense, exactly, by oneDNN's
+/// integer GEMM; false, having written nothing, without oneDNN or where its sums could saturate
+/// (no VNNI: see dnnl_cache.h).
+bool gemm_u8s8s32_dnnl(const uint8_t* a, const int8_t* b, int32_t* c, int64_t m, int64_t n, int64_t k);
+
 }  // namespace strata::cpu

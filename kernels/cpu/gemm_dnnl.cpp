@@ -165,4 +165,14 @@ bool gemm_dnnl(const GemmProblem& p) {
 
 int64_t gemm_dnnl_cache_size() { return static_cast<int64_t>(cache().size()); }
 
+bool gemm_u8s8s32_dnnl(const uint8_t* a, const int8_t* b, int32_t* c, int64_t m, int64_t n, int64_t k) {
+  if (!dnnl_support::exact_int8() || m == 0 || n == 0 || k == 0) return false;
+  const int32_t no_offset = 0;  // alpha 1, beta 0, zero offsets: c holds the plain sums
+  const dnnl_status_t status =
+      dnnl_gemm_u8s8s32('N', 'T', 'F', m, n, k, 1.0f, a, k, 0, b, k, 0, 0.0f, c, n, &no_offset);
+  if (status != dnnl_success)
+    throw std::runtime_error("[int8 gemm] oneDNN failed with status " + std::to_string(status));
+  return true;
+}
+
 }  // namespace strata::cpu

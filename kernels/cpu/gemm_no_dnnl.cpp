@@ -8,4 +8,6 @@ bool gemm_dnnl(const GemmProblem&) { return false; }
 
 int64_t gemm_dnnl_cache_size() { return 0; }
 
+bool gemm_u8s8s32_dnnl(const uint8_t*, const int8_t*, int32_t*, int64_t, int64_t, int64_t) { return false; }
+
 }  // namespace strata::cpu

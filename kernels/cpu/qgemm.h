@@ -135,6 +135,15 @@ void gemm_8bit(const TA* a, const int8_t* b, int64_t M, int64_t N, int64_t K, co
   });
 }
 
+/// The int8 layers' float epilogue of one exact sum (zero points subtracted), in float32:
+/// sum * (x_scale * w_scale) + bias[n]; bias may be null.
+template <class I, class T>
+inline float int8_value(I exact, float x_scale, float w_scale, const T* bias, int64_t n) {
+  float v = static_cast<float>(exact) * (x_scale * w_scale);
+  if (bias) v += static_cast<float>(bias[n]);
+  return v;
+}
+
 /// y (M, N) = x_scale[m] * w_scale[n] * (sum_k xq[m, k] * wq[n, k] - x_zero[m] * w_row_sum[n]) + bias[n]:
 /// the int8 Linear with uint8 affine activations (one scale and zero point per row, or one for
 /// all rows when x_per_row is false) and symmetric per-channel int8 weights; bias may be null.
@@ -145,9 +154,45 @@ void int8_linear(const uint8_t* xq, const float* x_scale, const int32_t* x_zero,
   gemm_8bit(xq, wq, M, N, K, [&](int64_t m, int64_t n, int32_t sum) {
     const int64_t r = x_per_row ? m : 0;
     const int64_t exact = int64_t{sum} - int64_t{x_zero[r]} * w_row_sum[n];
-    float v = static_cast<float>(exact) * (x_scale[r] * w_scale[n]);
-    if (bias) v += static_cast<float>(bias[n]);
-    y[m * N + n] = static_cast<T>(v);
+    y[m * N + n] = static_cast<T>(int8_value(exact, x_scale[r], w_scale[n], bias, n));
+  });
+}
+
+/// int8_linear's output from the plain sums acc (M, N) of sum_k xq[m, k] * wq[n, k] (oneDNN's
+/// integer GEMM); the same float32 math.
+inline void int8_linear_from_sums(const int32_t* acc, const float* x_scale, const int32_t* x_zero, bool x_per_row,
+                                  const float* w_scale, const int32_t* w_row_sum, const float* bias, float* y,
+                                  int64_t M, int64_t N) {
+  parallel_for(0, M, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
+    const int32_t* a = acc;  // locals, not the captures, so that the loop vectorizes
+    const int32_t* sums = w_row_sum;
+    const float* ws = w_scale;
+    float* out = y;
+    for (int64_t m = b; m < e; ++m) {
+      const int64_t r = x_per_row ? m : 0, z = x_zero[r];
+      const float xs = x_scale[r];
+      for (int64_t n = 0; n < N; ++n)
+        out[m * N + n] = int8_value(int64_t{a[m * N + n]} - z * sums[n], xs, ws[n], bias, n);
+    }
+  });
+}
+
+/// y (M, N) float32 = int8_value of the exact int32 sums acc (M, N) (zero points subtracted: the
+/// int8 convolution of oneDNN) with one activation scale, the same float32 math as int8_linear.
+inline void int8_values(const int32_t* acc, float x_scale, const float* w_scale, const float* bias, float* y,
+                        int64_t M, int64_t N) {
+  parallel_for(0, M, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
+    const int32_t* a = acc;  // locals, not the captures, so that the loops vectorize
+    float* out = y;
+    const float* ws = w_scale;
+    const float xs = x_scale;
+    for (int64_t m = b; m < e; ++m) {
+      if (bias) {  // the same loop twice, the test outside it: each vectorizes
+        for (int64_t n = 0; n < N; ++n) out[m * N + n] = int8_value(a[m * N + n], xs, ws[n], bias, n);
+      } else {
+        for (int64_t n = 0; n < N; ++n) out[m * N + n] = int8_value(a[m * N + n], xs, ws[n], bias, n);
+      }
+    }
   });
 }
 

@@ -33,9 +33,12 @@ template <class Q>
 void quantize_affine(const float* x, Q* q, ChannelLayout l, const float* scale, const int32_t* zero_point, int32_t qmin,
                      int32_t qmax) {
   for_each_channel_run(l, [&](int64_t c, int64_t b, int64_t e) {
+    // locals, not the captures: the stores through q could alias those, which stops vectorization
     const float inv = 1.0f / scale[c];
-    const int32_t z = zero_point[c];
-    for (int64_t i = b; i < e; ++i) q[i] = static_cast<Q>(qmath::quantize_value(x[i], inv, z, qmin, qmax));
+    const int32_t z = zero_point[c], lo = qmin, hi = qmax;
+    const float* xs = x;
+    Q* qs = q;
+    for (int64_t i = b; i < e; ++i) qs[i] = static_cast<Q>(qmath::quantize_value(xs[i], inv, z, lo, hi));
   });
 }
 
@@ -51,11 +54,14 @@ inline void fake_quantize(const float* x, float* out, uint8_t* mask, ChannelLayo
                           const int32_t* zero_point, int32_t qmin, int32_t qmax) {
   for_each_channel_run(l, [&](int64_t c, int64_t b, int64_t e) {
     const float s = scale[c], inv = 1.0f / s;
-    const int32_t z = zero_point[c];
+    const int32_t z = zero_point[c], lo = qmin, hi = qmax;  // locals, as in quantize_affine
+    const float* xs = x;
+    float* os = out;
+    uint8_t* ms = mask;
     for (int64_t i = b; i < e; ++i) {
       bool in = false;
-      out[i] = qmath::fake_quantize_value(x[i], s, inv, z, qmin, qmax, &in);
-      mask[i] = in;
+      os[i] = qmath::fake_quantize_value(xs[i], s, inv, z, lo, hi, &in);
+      ms[i] = in;
     }
   });
 }

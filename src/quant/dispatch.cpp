@@ -35,6 +35,10 @@ struct Im2colParams {
   qmath::Im2colShape shape;
   uint8_t pad;
 };
+struct ConvParams {
+  cpu::ConvGeometry g;
+  bool* handled;  // whether oneDNN took the problem
+};
 struct Int4Params {
   int64_t group;
   bool symmetric = true;
@@ -74,8 +78,21 @@ void cpu_quantize_rows_uint8(const KernelCall& c) {
                           ptr<int32_t>(c.outputs[2]));
 }
 
+// From this many rows oneDNN's integer GEMM beats gemm_8bit (bench_quant; see cpu_int8_linear).
+constexpr int64_t kOneDnnRows = 32;
+
 void cpu_int8_linear(const KernelCall& c) {
   const Tensor &xq = c.inputs[0], &wq = c.inputs[3];
+  const int64_t M = xq.size(0), N = wq.size(0), K = xq.size(1);
+  if (M >= kOneDnnRows) {
+    const Tensor acc = empty({M, N}, kInt32);
+    if (cpu::gemm_u8s8s32_dnnl(ptr<uint8_t>(xq), ptr<int8_t>(wq), ptr<int32_t>(acc), M, N, K)) {
+      cq::int8_linear_from_sums(ptr<int32_t>(acc), ptr<float>(c.inputs[1]), ptr<int32_t>(c.inputs[2]),
+                                c.param<Int8LinearParams>().x_per_row, ptr<float>(c.inputs[4]),
+                                ptr<int32_t>(c.inputs[5]), ptr<float>(c.inputs[6]), ptr<float>(c.outputs[0]), M, N);
+      return;
+    }
+  }
   cq::int8_linear(ptr<uint8_t>(xq), ptr<float>(c.inputs[1]), ptr<int32_t>(c.inputs[2]),
                   c.param<Int8LinearParams>().x_per_row, ptr<int8_t>(wq), ptr<float>(c.inputs[4]),
                   ptr<int32_t>(c.inputs[5]), ptr<float>(c.inputs[6]), ptr<float>(c.outputs[0]), xq.size(0),
@@ -85,6 +102,25 @@ void cpu_int8_linear(const KernelCall& c) {
 void cpu_im2col_u8(const KernelCall& c) {
   const auto& p = c.param<Im2colParams>();
   cq::im2col_u8(ptr<uint8_t>(c.inputs[0]), c.inputs[0].size(0), p.shape, p.pad, ptr<uint8_t>(c.outputs[0]));
+}
+
+void cpu_conv2d_int8(const KernelCall& c) {
+  const auto& p = c.param<ConvParams>();
+  const cpu::ConvGeometry& g = p.g;
+  const Tensor& y = c.outputs[0];
+  cpu::ConvProblem cp;
+  cp.type = cpu::ConvType::U8S8;
+  cp.g = g;
+  const int64_t cg = g.c_in / g.groups;
+  cp.src = {c.inputs[0].data(), {g.h_in * g.w_in * g.c_in, 1, g.w_in * g.c_in, g.c_in}};  // channels last
+  cp.weight = {c.inputs[3].data(), {cg * g.kh * g.kw, g.kh * g.kw, g.kw, 1}};
+  cp.src_zero_point = *ptr<int32_t>(c.inputs[2]);
+  const Tensor acc = empty(y.shape(), kInt32);
+  cp.dst = {acc.data(), {g.h_out * g.w_out * g.c_out, 1, g.w_out * g.c_out, g.c_out}};
+  *p.handled = cpu::conv_forward_dnnl(cp);
+  if (*p.handled)
+    cq::int8_values(ptr<int32_t>(acc), *ptr<float>(c.inputs[1]), ptr<float>(c.inputs[4]), ptr<float>(c.inputs[5]),
+                    ptr<float>(y), y.size(0), y.size(1));
 }
 
 void cpu_int8_gemm(const KernelCall& c) {
@@ -123,7 +159,7 @@ void cpu_int4_linear(const KernelCall& c) {
 
 struct QuantOps {
   OpId quantize, dequantize, fake_quantize, quantize_rows_uint8, int8_linear, im2col_u8, int8_gemm, quantize_int4,
-      dequantize_int4, int4_linear;
+      dequantize_int4, int4_linear, conv2d_int8_onednn;
 };
 
 // An op of `inputs` inputs with the CPU kernel `cpu` and the CUDA kernel `cuda` for each dtype
@@ -179,6 +215,9 @@ const QuantOps& quant_ops() {
       const auto& in = c.inputs;
       cu::int4_linear(in[0], in[1], in[2], in[3], c.param<Int4Params>().group, in[4], c.outputs[0]);
     });
+    // CPU only: run_conv2d_int8_onednn sends no other device
+    o.conv2d_int8_onednn = ext::register_op("quant_conv2d_int8_onednn", 6);
+    ext::register_kernel(o.conv2d_int8_onednn, DeviceType::CPU, kUInt8, cpu_conv2d_int8);
     return o;
   }();
   return ops;
@@ -238,6 +277,15 @@ void run_int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_ze
 void run_im2col_u8(const Tensor& x, const qmath::Im2colShape& shape, uint8_t pad, const Tensor& cols) {
   const Im2colParams p{shape, pad};
   run(quant_ops().im2col_u8, {x}, {cols}, &p);
+}
+
+bool run_conv2d_int8_onednn(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, const Tensor& wcodes,
+                            const Tensor& w_scale, const Tensor& bias, const cpu::ConvGeometry& g, const Tensor& y) {
+  if (!codes.device().is_cpu()) return false;
+  bool handled = false;
+  const ConvParams p{g, &handled};
+  run(quant_ops().conv2d_int8_onednn, {codes, x_scale, x_zero, wcodes, w_scale, bias}, {y}, &p);
+  return handled;
 }
 
 void run_int8_gemm(const Tensor& a, const Tensor& b, const Tensor& c) { run(quant_ops().int8_gemm, {a, b}, {c}); }

@@ -7,6 +7,7 @@
 #include <strata/core/tensor.hpp>
 
 #include "kernels/common/im2col.h"
+#include "kernels/cpu/conv.h"
 #include "kernels/common/quant_affine.h"
 
 namespace strata::quant::detail {
@@ -34,6 +35,12 @@ void run_int8_linear(const Tensor& xq, const Tensor& x_scale, const Tensor& x_ze
                      const Tensor& w_scale, const Tensor& w_row_sum, const Tensor& bias, const Tensor& y);
 /// cols (N * OH * OW, kh * kw * Cg) uint8 from the codes x (N, H, W, C) uint8 (kernels/common/im2col.h).
 void run_im2col_u8(const Tensor& x, const qmath::Im2colShape& shape, uint8_t pad, const Tensor& cols);
+/// y (N * OH * OW, out) float32 = the int8 Linear's epilogue (x_scale per tensor, w_scale per
+/// channel, bias or undefined) of the exact int32 convolution of the codes (N, H, W, C) uint8 with
+/// zero point x_zero (1) by wcodes (out, C / groups, kH, kW) int8, by oneDNN (kernels/cpu/conv.h,
+/// U8S8). False, having written nothing, on other devices or when oneDNN does not take it.
+bool run_conv2d_int8_onednn(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, const Tensor& wcodes,
+                            const Tensor& w_scale, const Tensor& bias, const cpu::ConvGeometry& g, const Tensor& y);
 /// c (M, N) int32 = a (M, K) int8 . b (N, K)^T int8.
 void run_int8_gemm(const Tensor& a, const Tensor& b, const Tensor& c);
 

@@ -1,7 +1,11 @@
-// The int8 convolution: the input's uint8 codes, channels last, gathered by im2col
-// (kernels/common/im2col.h) into the rows of the int8 Linear's GEMM (kernels/cpu/qgemm.h), one
-// GEMM per group, whose (pixels, channels) output is a channels-last result; conv2d_int8 and the
-// static form Int8Conv2dForm (include/strata/quant/quantize_static.hpp, src/quant/forms.h).
+// The int8 convolution of the input's uint8 codes, channels last: on the CPU oneDNN's int8
+// convolution (int32 sums, then the int8 Linear's float epilogue), where it runs; elsewhere, and
+// as its reference, the codes gathered by im2col (kernels/common/im2col.h) into the rows of the
+// int8 Linear's GEMM (kernels/cpu/qgemm.h), one GEMM per group. Either gives a (pixels, channels)
+// channels-last result; conv2d_int8 and the static form Int8Conv2dForm
+// (include/strata/quant/quantize_static.hpp, src/quant/forms.h).
+#include <atomic>
+
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/core/error.hpp>
 #include <strata/ops/creation.hpp>
@@ -13,33 +17,65 @@
 
 namespace strata::quant {
 
+namespace {
+
+std::atomic<bool> g_onednn_conv{true};
+
+}  // namespace
+
+void set_onednn_int8_conv(bool enabled) { g_onednn_conv.store(enabled); }
+bool onednn_int8_conv_enabled() { return g_onednn_conv.load(); }
+
 namespace detail {
+
+namespace {
+
+// The reference: per group, im2col of the codes and the int8 Linear's GEMM; y (N * OH * OW, out).
+Tensor im2col_product(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad,
+                      const Int8Weight& w, const Tensor& w_row_sum, const Tensor& bias, qmath::Im2colShape shape,
+                      int64_t groups) {
+  const int64_t out = w.codes.size(0), out_g = out / groups, rows = codes.size(0) * shape.OH * shape.OW;
+  // the weight's rows as (kH, kW, C / groups), the order of the columns
+  const Tensor wcodes = w.codes.reshape({out, shape.Cg, shape.kh, shape.kw}).permute({0, 2, 3, 1}).reshape({out, -1});
+  std::vector<Tensor> parts;
+  for (int64_t g = 0; g < groups; ++g) {
+    shape.c0 = g * shape.Cg;
+    Tensor cols = empty({rows, shape.cols()}, TensorOptions(kUInt8, codes.device()));
+    run_im2col_u8(codes, shape, pad, cols);
+    const auto rows_of = [&](const Tensor& t) { return t.narrow(0, g * out_g, out_g).contiguous(); };
+    const Int8Weight wg{rows_of(wcodes), groups == 1 ? w.scale : rows_of(w.scale)};
+    const Tensor sums = groups == 1 ? w_row_sum : rows_of(w_row_sum);
+    const Tensor b = !bias.defined() || groups == 1 ? bias : rows_of(bias);
+    parts.push_back(int8_product(cols, x_scale, x_zero, false, wg, sums, b));  // (N * OH * OW, out_g)
+  }
+  return groups == 1 ? parts[0] : cat(parts, 1);
+}
+
+}  // namespace
 
 Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad, const Int8Weight& w,
                     const Tensor& w_row_sum, const Tensor& bias, nn::Size2 k, const nn::functional::Conv2dArgs& a,
                     const StaticActivations* act) {
   const int64_t N = codes.size(0), H = codes.size(1), W = codes.size(2), C = codes.size(3);
-  const int64_t G = a.groups, out = w.codes.size(0), out_g = out / G;
+  const int64_t G = a.groups, out = w.codes.size(0);
   const int64_t OH = (H + 2 * a.padding.h - a.dilation.h * (k.h - 1) - 1) / a.stride.h + 1;
   const int64_t OW = (W + 2 * a.padding.w - a.dilation.w * (k.w - 1) - 1) / a.stride.w + 1;
   STRATA_CHECK(OH > 0 && OW > 0, "[conv2d_int8] the input of {} x {} is smaller than the kernel {} (padding {}, "
                "dilation {})", H, W, k, a.padding, a.dilation);
-  qmath::Im2colShape shape{C, H, W, 0, C / G, k.h, k.w, a.stride.h, a.stride.w, a.padding.h, a.padding.w,
-                           a.dilation.h, a.dilation.w, OH, OW};
-  // the weight's rows as (kH, kW, C / groups), the order of the columns
-  const Tensor wcodes = w.codes.reshape({out, shape.Cg, k.h, k.w}).permute({0, 2, 3, 1}).reshape({out, -1});
-  std::vector<Tensor> parts;
-  for (int64_t g = 0; g < G; ++g) {
-    shape.c0 = g * shape.Cg;
-    Tensor cols = empty({N * OH * OW, shape.cols()}, TensorOptions(kUInt8, codes.device()));
-    run_im2col_u8(codes, shape, pad, cols);
-    const auto rows = [&](const Tensor& t) { return t.narrow(0, g * out_g, out_g).contiguous(); };
-    const Int8Weight wg{rows(wcodes), G == 1 ? w.scale : rows(w.scale)};
-    const Tensor sums = G == 1 ? w_row_sum : rows(w_row_sum);
-    const Tensor b = !bias.defined() || G == 1 ? bias : rows(bias);
-    parts.push_back(int8_product(cols, x_scale, x_zero, false, wg, sums, b));  // (N * OH * OW, out_g)
+  Tensor y;  // (N * OH * OW, out): channels last
+  if (onednn_int8_conv_enabled() && codes.device().is_cpu()) {
+    const cpu::ConvGeometry g{N, C, H, W, out, OH, OW, k.h, k.w, a.stride.h, a.stride.w, a.padding.h, a.padding.w,
+                              a.dilation.h, a.dilation.w, G};
+    Tensor t = empty({N * OH * OW, out}, TensorOptions(kFloat32, codes.device()));
+    if (run_conv2d_int8_onednn(codes, x_scale, x_zero, w.codes.contiguous(), w.scale.to(kFloat32).contiguous(), bias,
+                               g, t))
+      y = t;
   }
-  Tensor y = G == 1 ? parts[0] : cat(parts, 1);  // (N * OH * OW, out): channels last
+  if (!y.defined()) {
+    const qmath::Im2colShape shape{C, H, W, 0, C / G, k.h, k.w, a.stride.h, a.stride.w, a.padding.h, a.padding.w,
+                                   a.dilation.h, a.dilation.w, OH, OW};
+    y = im2col_product(codes, x_scale, x_zero, pad, w, w_row_sum, bias, shape, G);
+  }
   if (act) y = finish_static(y, *act);
   return y.reshape({N, OH, OW, out}).permute({0, 3, 1, 2});
 }

@@ -49,11 +49,19 @@ STRATA_API Tensor linear_int8_static(const Tensor& x, double x_scale, int64_t x_
 
 /// conv2d(x, dequantize(w), bias) computed in integers: x (N, C, H, W) or (C, H, W) quantized per
 /// tensor to uint8 with (x_scale, x_zero_point), zero padding as the zero point's code, the codes
-/// gathered by im2col and multiplied by w.codes (out, C / groups * kH * kW), the weight of shape
+/// convolved by oneDNN's int8 convolution (CPUs with VNNI; see set_onednn_int8_conv) or gathered
+/// by im2col and multiplied by w.codes (out, C / groups * kH * kW), the weight of shape
 /// (out, C / groups, kH, kW) quantized as quantize_weight_int8(weight.reshape({out, -1})). Float32
 /// output, not requantized; CPU and CUDA.
 STRATA_API Tensor conv2d_int8(const Tensor& x, double x_scale, int64_t x_zero_point, const Int8Weight& w,
                               nn::Size2 kernel_size, const nn::functional::Conv2dArgs& args = {},
                               const Tensor& bias = {});
+
+/// Whether the int8 convolutions (conv2d_int8 and converted Conv2d layers) on the CPU may run
+/// oneDNN's int8 convolution, where the build has oneDNN and the CPU multiplies int8 exactly
+/// (VNNI); otherwise, or when switched off, im2col and the int8 GEMM. Both give the same results
+/// bit for bit. On by default; process-wide, as PyTorch's torch.backends.mkldnn.enabled.
+STRATA_API void set_onednn_int8_conv(bool enabled);
+STRATA_API bool onednn_int8_conv_enabled();
 
 }  // namespace strata::quant
