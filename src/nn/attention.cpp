@@ -215,9 +215,9 @@ Tensor MultiheadAttention::run(const Tensor& query, const Tensor& key, const Ten
   // projections: one GEMM for self-attention, two when key is value. Each projects to the inner
   // width I = num_heads * head_dim: embed_dim, unless heads were removed (compress::remove_heads)
   const int64_t I = num_heads * head_dim;
-  STRATA_CHECK(out_proj.weight.dim() == 2 && out_proj.weight.size(1) == I,
-               "[{}] out_proj.weight of shape {} does not read num_heads * head_dim = {} features", me,
-               out_proj.weight.shape(), I);
+  STRATA_CHECK(out_proj.in_features == I,
+               "[{}] out_proj (out_proj.weight's columns) reads {} features, not num_heads * head_dim = {}", me,
+               out_proj.in_features, I);
   auto w = [&](int64_t i, int64_t n) { return in_proj_weight.narrow(0, i * I, n * I); };
   auto b = [&](int64_t i, int64_t n) {
     return in_proj_bias.defined() ? in_proj_bias.narrow(0, i * I, n * I) : Tensor();

@@ -184,3 +184,20 @@ TEST(QuantLinear, KernelsRunThroughTheRegistrySoTheProfilerSeesThem) {
   for (const char* op : {"quant_quantize_rows_uint8", "quant_int8_linear", "quant_int4_linear"})
     EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op;
 }
+
+TEST(QuantLinear, AttentionRunsWithAQuantizedOutProjection) {
+  // out_proj's weight is undefined once its form replaces it: attention reads its width from
+  // in_features, and the int8 output stays within int8's error of the float one
+  st::manual_seed(12);
+  st::nn::MultiheadAttention attn(16, 4);
+  const st::Tensor x = st::randn({5, 2, 16});
+  const st::Tensor expected = attn(x);
+  q::quantize_dynamic(attn);
+  ASSERT_FALSE(attn.out_proj.weight.defined());
+  const st::Tensor got = attn(x);
+  ASSERT_EQ(got.shape(), expected.shape());
+  double scale = 0;
+  for (double v : values(expected)) scale = std::max(scale, std::fabs(v));
+  EXPECT_GT(max_abs_diff(got, expected), 0.0);
+  EXPECT_LT(max_abs_diff(got, expected), 0.05 * scale);
+}
