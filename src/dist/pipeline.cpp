@@ -13,6 +13,8 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/join.hpp>
 
+#include "dist/working_copy.h"
+
 namespace strata::dist {
 
 namespace {
@@ -27,7 +29,7 @@ Device stage_device(nn::Module& stage) {
 }  // namespace
 
 PipelineSchedule::PipelineSchedule(nn::Module& stage, PipelineOptions options, const char* name)
-    : group_(options.process_group ? options.process_group : default_group()), chunks_(options.chunks), stage_(stage),
+    : group_(detail::group_or_default(options.process_group)), chunks_(options.chunks), stage_(stage),
       name_(name), device_(stage_device(stage)) {
   STRATA_CHECK(chunks_ > 0, "[{}] chunks must be positive, got {}", name_, chunks_);
 }

@@ -12,6 +12,7 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/join.hpp>
 
+#include "dist/working_copy.h"
 #include "optim/state_keys.h"
 
 namespace strata::dist::detail {
@@ -31,7 +32,7 @@ void put_name(std::vector<int64_t>& rec, const std::string& name) {
 }  // namespace
 
 ZeroShards::ZeroShards(const ZeroOptions& options)
-    : group_(options.process_group ? options.process_group : default_group()),
+    : group_(detail::group_or_default(options.process_group)),
       bucket_bytes_(static_cast<size_t>(std::max(options.broadcast_bucket_mb, 0.0) * 1024 * 1024)) {
   STRATA_CHECK(group_->is_member(), "[ZeroRedundancyOptimizer] this rank is not a member of the process group");
   STRATA_CHECK(options.broadcast_bucket_mb > 0,

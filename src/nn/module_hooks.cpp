@@ -222,7 +222,7 @@ void check_replacement(const Module& m, const char* hook, const char* per, size_
 }  // namespace
 
 Tensor Module::call_with_hooks(const Tensor& input) {
-  return run_hooked({input}, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{forward(in[0])}; })[0];
+  return call_hooked({input}, [this](const std::vector<Tensor>& in) { return forward(in[0]); });
 }
 
 std::vector<Tensor> Module::run_hooked(std::vector<Tensor> inputs,

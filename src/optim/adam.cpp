@@ -69,7 +69,7 @@ void adam_update_cuda(Get options, bool decoupled, const std::vector<ParamUpdate
     Tensor& v = detail::state_tensor(st, "exp_avg_sq", u.param);
     Tensor vmax = o.amsgrad ? detail::state_tensor(st, "max_exp_avg_sq", u.param) : Tensor();
     items.push_back({u.param, u.grad, m, v, vmax, c.step_size, c.bc2_sqrt});
-    states.push_back(&st);
+    if (captured) states.push_back(&st);
   }
   if (captured) {
     const double* corrections = cuda_update::replay_slot(

@@ -43,6 +43,11 @@ Tensor quantize_static_input(const Tensor& x, const ActQParams& in, Tensor* zero
 /// y float32 (M, N) = the int8 product of uint8 codes (M, K) and the weight (kernels/cpu/qgemm.h).
 Tensor int8_product(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool per_row, const Int8Weight& w,
                     const Tensor& w_row_sum, const Tensor& bias);
+/// The int32 sums of each weight row's codes (N), which the zero-point correction reads.
+Tensor row_sums(const Tensor& codes);
+/// y float32 (rows of x, N): x's rows quantized with the fixed input qparams `in`, times the weight.
+Tensor int8_static_product(const Tensor& x, const ActQParams& in, const Int8Weight& w, const Tensor& w_row_sum,
+                           const Tensor& bias, const char* op);
 /// ReLU (when fused) and requantization to the output's qparams (when given), as float values.
 Tensor finish_static(const Tensor& y, const StaticActivations& act);
 /// A floating bias of shape (N) on `device` in `dtype`, or undefined.

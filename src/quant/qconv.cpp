@@ -152,9 +152,8 @@ Tensor conv2d_int8(const Tensor& x, double x_scale, int64_t x_zero_point, const 
   const detail::ActQParams in = detail::act_qparams(x_scale, x_zero_point, x.device(), op);
   Tensor zero;
   const Tensor codes = detail::nhwc_codes(x4, in, &zero);
-  detail::RowSums sums;
   const Tensor b = detail::bias_of(bias, w.codes.size(0), x.device(), kFloat32, op);
-  const Tensor y = detail::conv2d_codes(codes, in.scale, zero, static_cast<uint8_t>(x_zero_point), w, sums.of(w.codes),
+  const Tensor y = detail::conv2d_codes(codes, in.scale, zero, static_cast<uint8_t>(x_zero_point), w, detail::row_sums(w.codes),
                                         b, kernel_size, args, nullptr);
   return detail::like_input(y, x);
 }

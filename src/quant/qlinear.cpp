@@ -190,12 +190,8 @@ Tensor linear_int8_static(const Tensor& x, double x_scale, int64_t x_zero_point,
   check_int8_weight(w, op);
   const detail::ActQParams in = detail::act_qparams(x_scale, x_zero_point, w.codes.device(), op);
   NoGradGuard no_grad;
-  const int64_t N = w.codes.size(0), K = w.codes.size(1);
-  Tensor zero;
-  const Tensor xq = detail::quantize_static_input(input_rows(x, K, w.codes.device(), kFloat32, op), in, &zero);
-  const Tensor y = int8_product(xq, in.scale, zero, false, w, row_sums(w.codes), bias_of(bias, N, x.device(), kFloat32,
-                                                                                         op));
-  return y.reshape(out_shape(x, N)).to(x.dtype());
+  const Tensor y = detail::int8_static_product(x, in, w, row_sums(w.codes), bias, op);
+  return y.reshape(out_shape(x, w.codes.size(0))).to(x.dtype());
 }
 
 Int4Weight quantize_weight_int4(const Tensor& weight, int64_t group_size, bool symmetric) {
@@ -253,13 +249,17 @@ Tensor Int8LinearForm::forward_layer(const nn::Linear& layer, const Tensor& inpu
   if (!act_) return int8_dynamic(input, weight_, row_sum, layer.bias, op);
   check_int8_weight(weight_, op);
   NoGradGuard no_grad;
-  const int64_t N = weight_.codes.size(0), K = weight_.codes.size(1);
-  const Tensor rows = input_rows(input, K, weight_.codes.device(), kFloat32, op);
+  const Tensor y = int8_static_product(input, act_->input, weight_, row_sum, layer.bias, op);
+  return finish_static(y, *act_).reshape(out_shape(input, weight_.codes.size(0))).to(input.dtype());
+}
+
+Tensor int8_static_product(const Tensor& x, const ActQParams& in, const Int8Weight& w, const Tensor& w_row_sum,
+                           const Tensor& bias, const char* op) {
+  const int64_t N = w.codes.size(0), K = w.codes.size(1);
   Tensor zero;
-  const Tensor xq = quantize_static_input(rows, act_->input, &zero);
-  const Tensor y = int8_product(xq, act_->input.scale.to(kFloat32).contiguous(), zero, false, weight_, row_sum,
-                                bias_of(layer.bias, N, input.device(), kFloat32, op));
-  return finish_static(y, *act_).reshape(out_shape(input, N)).to(input.dtype());
+  const Tensor xq = quantize_static_input(input_rows(x, K, w.codes.device(), kFloat32, op), in, &zero);
+  return int8_product(xq, in.scale.to(kFloat32).contiguous(), zero, false, w, w_row_sum,
+                      bias_of(bias, N, x.device(), kFloat32, op));
 }
 
 Int4LinearForm::Int4LinearForm(Int4Weight weight) : weight_(std::move(weight)) {
