@@ -153,8 +153,8 @@ Tensor conv2d_int8(const Tensor& x, double x_scale, int64_t x_zero_point, const 
   Tensor zero;
   const Tensor codes = detail::nhwc_codes(x4, in, &zero);
   const Tensor b = detail::bias_of(bias, w.codes.size(0), x.device(), kFloat32, op);
-  const Tensor y = detail::conv2d_codes(codes, in.scale, zero, static_cast<uint8_t>(x_zero_point), w, detail::row_sums(w.codes),
-                                        b, kernel_size, args, nullptr);
+  const Tensor y = detail::conv2d_codes(codes, in.scale, zero, static_cast<uint8_t>(x_zero_point), w,
+                                        detail::row_sums(w.codes), b, kernel_size, args, nullptr);
   return detail::like_input(y, x);
 }
 
