@@ -340,8 +340,9 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
                    (op.w < a.stride.w || op.w < a.dilation.w),
                "[conv_transpose2d] output_padding {} must be non-negative and smaller than stride {} or dilation {}",
                op, a.stride, a.dilation);
-  const int64_t oh = (input.size(2) - 1) * a.stride.h - 2 * a.padding.h + a.dilation.h * (weight.size(2) - 1) + op.h + 1;
-  const int64_t ow = (input.size(3) - 1) * a.stride.w - 2 * a.padding.w + a.dilation.w * (weight.size(3) - 1) + op.w + 1;
+  const Size2 st = a.stride, pd = a.padding, dl = a.dilation;
+  const int64_t oh = detail::conv_transpose_out(input.size(2), weight.size(2), st.h, pd.h, dl.h, op.h);
+  const int64_t ow = detail::conv_transpose_out(input.size(3), weight.size(3), st.w, pd.w, dl.w, op.w);
   STRATA_CHECK(input.size(2) > 0 && input.size(3) > 0 && oh > 0 && ow > 0,
                "[conv_transpose2d] input of shape {} with weight {}, stride {}, padding {} gives an empty output "
                "({}, {})",

@@ -128,11 +128,9 @@ Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor&
                "[conv_transpose3d] output_padding {} must be non-negative and smaller than stride {} or dilation {}",
                op, s, dl);
   const int64_t kd = weight.size(2), kh = weight.size(3), kw = weight.size(4), depth = input.size(2);
-  auto out_size = [](int64_t in, int64_t k, int64_t st, int64_t pd, int64_t dil, int64_t extra) {
-    return (in - 1) * st - 2 * pd + dil * (k - 1) + extra + 1;
-  };
-  const int64_t od = out_size(depth, kd, s.d, p.d, dl.d, op.d), oh = out_size(input.size(3), kh, s.h, p.h, dl.h, op.h),
-                ow = out_size(input.size(4), kw, s.w, p.w, dl.w, op.w);
+  const int64_t od = detail::conv_transpose_out(depth, kd, s.d, p.d, dl.d, op.d),
+                oh = detail::conv_transpose_out(input.size(3), kh, s.h, p.h, dl.h, op.h),
+                ow = detail::conv_transpose_out(input.size(4), kw, s.w, p.w, dl.w, op.w);
   STRATA_CHECK(od > 0 && oh > 0 && ow > 0,
                "[conv_transpose3d] input of shape {} with weight {}, stride {}, padding {} gives an empty output "
                "({}, {}, {})",
@@ -148,7 +146,7 @@ Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor&
   std::vector<int64_t> rows;
   for (int64_t t = 0; t < kd; ++t)
     for (int64_t i = 0; i < depth; ++i) rows.push_back(i * s.d + t * dl.d);
-  const int64_t full_depth = (depth - 1) * s.d + dl.d * (kd - 1) + 1 + op.d;
+  const int64_t full_depth = od + 2 * p.d;  // before the padding is cut
   // by_tap's dtype, not the input's: under autocast conv_transpose2d computes in lower precision
   Tensor y = index_add(zeros({n, full_depth, o, oh, ow}, by_tap.options()), 1, from_vector(rows).to(input.device()),
                        by_tap)

@@ -13,6 +13,11 @@ inline int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) 
   return span < 0 ? 0 : span / s + 1;
 }
 
+// Output size of a transposed convolution (its output_padding `extra` added on the far side).
+inline int64_t conv_transpose_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int64_t extra) {
+  return (in - 1) * s - 2 * p + d * (k - 1) + extra + 1;
+}
+
 inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the
