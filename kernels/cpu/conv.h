@@ -81,8 +81,8 @@ struct Conv3dGeometry {
 };
 
 /// The 3-d ConvProblem, float32 only: the same semantics with a depth dim, src
-/// (n, c_in, in...), weight (c_out, c_in / groups, k...), dst (n, c_out, out...). out may be
-/// below the largest output size (a transposed convolution's output_padding).
+/// (n, c_in, in...), weight (c_out, c_in / groups, k...), dst (n, c_out, out...), out the full
+/// output size (oneDNN refuses a smaller one at stride 1; the callers pad or crop).
 struct Conv3dProblem {
   Conv3dGeometry g;
   Array5 src, weight, dst;

@@ -10,7 +10,9 @@
 //   conv3d_backward_input   inputs (gy, w)         outputs (gx)
 //   conv3d_backward_weight  inputs (gy, x)         outputs (gw[, gbias])
 // with x (N, C, D, H, W), w (O, C / groups, kD, kH, kW), y (N, O, oD, oH, oW), params Conv3dArgs;
-// y may be smaller than the full output (a transposed convolution's output_padding). A
+// y is the full output of x. (A transposed convolution whose output_padding reaches past the
+// stride has a smaller one, which oneDNN refuses at stride 1; the ops below pad the gradient
+// with zeros to the full size, or crop a full result, instead.) A
 // transposed convolution is conv3d_backward_input, and its backward is conv3d and
 // conv3d_backward_weight with the roles of its input and output swapped.
 // Kernels: float32 on the CPU in a build with oneDNN (float16 and bfloat16 through it, as the
@@ -70,8 +72,8 @@ cpu::Conv3dGeometry geometry(const Tensor& x, const Tensor& w, const Tensor& y, 
     g.in[i] = x.size(2 + i), g.out[i] = y.size(2 + i), g.k[i] = w.size(2 + i);
     g.stride[i] = at(a.stride, i), g.pad[i] = at(a.padding, i), g.dil[i] = at(a.dilation, i);
     STRATA_CHECK(g.k[i] > 0 && g.stride[i] > 0 && g.dil[i] > 0 && g.pad[i] >= 0, "[conv3d] bad kernel arguments");
-    STRATA_CHECK(g.out[i] >= 1 && g.out[i] <= detail::conv_out(g.in[i], g.k[i], g.stride[i], g.pad[i], g.dil[i]),
-                 "[conv3d] output {} does not fit the input {}", y.shape(), x.shape());
+    STRATA_CHECK(g.out[i] >= 1 && g.out[i] == detail::conv_out(g.in[i], g.k[i], g.stride[i], g.pad[i], g.dil[i]),
+                 "[conv3d] output {} is not the full output of the input {}", y.shape(), x.shape());
   }
   return g;
 }
@@ -121,8 +123,27 @@ void cpu_conv3d_backward_weight(const KernelCall& call) {
 
 // ---- the three ops, without autograd -------------------------------------------------------------
 
+// The full output shape of convolving an input of shape `in` with a weight of shape `w`.
+Shape full_output(const Shape& in, const Shape& w, const F::Conv3dArgs& a) {
+  Shape s{in[0], w[0], 0, 0, 0};
+  for (int i = 0; i < 3; ++i) s[2 + i] = detail::conv_out(in[2 + i], w[2 + i], at(a.stride, i), at(a.padding, i),
+                                                          at(a.dilation, i));
+  return s;
+}
+
+// gy zero-padded at the end of each spatial dim to `full`: the missing outputs add nothing.
+Tensor padded_to(const Tensor& gy, const Shape& full) {
+  if (gy.shape() == full) return gy;
+  Tensor out = zeros(full, gy.options());
+  out.narrow(2, 0, gy.size(2)).narrow(3, 0, gy.size(3)).narrow(4, 0, gy.size(4)).copy_(gy);
+  return out;
+}
+
 Tensor forward_op(const Tensor& x, const Tensor& w, const Tensor& b, const F::Conv3dArgs& a, const Shape& out) {
   NoGradGuard no_grad;
+  const Shape full = full_output(x.shape(), w.shape(), a);
+  if (full != out)
+    return forward_op(x, w, b, a, full).narrow(2, 0, out[2]).narrow(3, 0, out[3]).narrow(4, 0, out[4]).contiguous();
   Tensor y = empty(out, x.options());
   if (y.numel() == 0 || x.numel() == 0) return b.defined() ? y.copy_(b.view({1, -1, 1, 1, 1}).expand(out)) : y.zero_();
   const Tensor ins[3] = {x.contiguous(), w.contiguous(), b.defined() ? b.contiguous() : b};
@@ -135,7 +156,7 @@ Tensor backward_input_op(const Shape& in, const Tensor& w, const Tensor& gy, con
   Tensor gx = empty(in, gy.options());
   if (gx.numel() == 0) return gx;
   if (gy.numel() == 0 || w.numel() == 0) return gx.zero_();
-  const Tensor ins[2] = {gy.contiguous(), w.contiguous()};
+  const Tensor ins[2] = {padded_to(gy, full_output(in, w.shape(), a)).contiguous(), w.contiguous()};
   run_kernel(OpId::conv3d_backward_input, gy.dtype(), KernelCall{ins, {&gx, 1}, &a});
   return gx;
 }
@@ -150,7 +171,7 @@ std::pair<Tensor, Tensor> backward_weight_op(const Tensor& x, const Shape& ws, c
     if (with_bias) outs[1].zero_();
     return {outs[0], outs[1]};
   }
-  const Tensor ins[2] = {gy.contiguous(), x.contiguous()};
+  const Tensor ins[2] = {padded_to(gy, full_output(x.shape(), ws, a)).contiguous(), x.contiguous()};
   run_kernel(OpId::conv3d_backward_weight, x.dtype(), KernelCall{ins, {outs, with_bias ? 2u : 1u}, &a});
   return {outs[0], outs[1]};
 }
