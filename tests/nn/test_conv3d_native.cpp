@@ -59,7 +59,7 @@ std::vector<Tensor> grads_of(const Fn3& f, const std::vector<Tensor>& inputs, co
       };
       numeric.push_back((loss(0.5) - loss(-0.5)) / 1.0);
     }
-    auto r = all_close(analytic[k], numeric, 1e-3, 1e-3);
+    auto r = all_close(analytic[k], numeric, 1e-4, 1e-4);
     if (!r) return r << " (input " << k << ")";
   }
   return ::testing::AssertionSuccess();
