@@ -90,8 +90,8 @@ struct Conv3dProblem {
 };
 
 /// The 3-d entry points, oneDNN only (the 3-d ops run composed of the 2-d ones in a build
-/// without it). They always handle a float32 problem: where oneDNN has no fast kernel for a
-/// 3-d geometry it runs its reference one, as the alternative is no faster.
+/// without it). With oneDNN they handle every float32 problem, taking whichever kernel oneDNN
+/// picks (there is no 3-d reference here to fall back to).
 bool conv3d_forward_dnnl(const Conv3dProblem& p);
 bool conv3d_backward_data_dnnl(const Conv3dProblem& p);
 bool conv3d_backward_weights_dnnl(const Conv3dProblem& p);
