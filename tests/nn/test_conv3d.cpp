@@ -1,6 +1,7 @@
-// conv3d and conv_transpose3d against direct float64 loops of PyTorch's definitions written here
-// (odd sizes; stride, padding, dilation and groups mixed per dim; with and without bias;
-// unbatched; float64, float32 and bfloat16), finite-difference gradients in float64, the
+// conv3d and conv_transpose3d against direct float64 loops of PyTorch's definitions
+// (volume_testing.h; odd sizes; stride, padding, dilation and groups mixed per dim; with and
+// without bias; unbatched; float64, float32 and bfloat16: with oneDNN the last two run the native
+// ops, float64 the composed path), finite-difference gradients in float64, the
 // Conv3d / ConvTranspose3d layers (PyTorch's parameter shapes, the padding modes), and bad
 // shapes and arguments.
 #include <algorithm>
