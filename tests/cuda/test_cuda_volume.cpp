@@ -100,3 +100,26 @@ TEST(CudaVolume, NativeConvMatchesCpuAndComposed) {
     F::set_native_conv3d(st::DeviceType::CUDA, true);
   }
 }
+
+// A 3-d problem of depth 1 right after the 2-d problem of the same sizes: the algorithm found for
+// the 4-d descriptors (Winograd, FFT: 2-d only) must not be reused for the 5-d ones.
+TEST(CudaVolume, NativeConvDepthOneAfterConv2d) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  st::cuda::set_allow_tf32(false);
+  struct Restore {
+    bool benchmark = st::cuda::benchmark_mode();
+    ~Restore() {
+      F::set_native_conv3d(st::DeviceType::CUDA, false);
+      st::cuda::set_benchmark_mode(benchmark);
+    }
+  } restore;
+  F::set_native_conv3d(st::DeviceType::CUDA, true);
+  for (bool benchmark : {false, true}) {
+    st::cuda::set_benchmark_mode(benchmark);
+    const Tensor x = random({8, 32, 28, 28}, st::kFloat32), w = random({32, 32, 3, 3}, st::kFloat32);
+    const Tensor y2 = F::conv2d(gpu(x), gpu(w), Tensor(), {.padding = 1});
+    const Tensor y3 = F::conv3d(gpu(x).unsqueeze(2), gpu(w).unsqueeze(2), Tensor(), {.padding = {0, 1, 1}});
+    expect_close(y2, y3.squeeze(2), benchmark ? "benchmark mode" : "heuristics", tol(st::kFloat32));
+  }
+}

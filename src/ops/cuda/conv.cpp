@@ -140,7 +140,7 @@ cuda_conv::ConvSignature signature(const ConvRun& r, int64_t count) {
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   return {r.device, r.kind, cudnn_type(r.dtype), r.nhwc, i(count), i(g.c), i(g.h), i(g.w), i(g.o), i(g.kh), i(g.kw),
           i(g.oh), i(g.ow), i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh), i(g.dw), i(g.groups), cuda::allow_tf32(),
-          cuda::deterministic(), cuda::benchmark_mode(), i(g.d), i(g.kd), i(g.od), i(g.pd), i(g.sd), i(g.dd)};
+          cuda::deterministic(), cuda::benchmark_mode(), i(g.d), i(g.kd), i(g.od), i(g.pd), i(g.sd), i(g.dd), g.rank};
 }
 
 // Runs the first candidate whose workspace can be allocated and that cuDNN accepts; beta = 1
