@@ -178,3 +178,47 @@ TEST(Conv3dNative, GradientsMatchComposedFloat64) {
     }
   }
 }
+
+// Geometries at the edges of what oneDNN describes: padding wider than the kernel's reach, a
+// stride past the kernel (windows skip inputs), the last window stopping far short of the padded
+// input (a negative right padding), a kernel as large as the padded input, transposed ones of each.
+TEST(Conv3dNative, EdgeGeometriesMatchLoop) {
+  SKIP_WITHOUT_NATIVE();
+  Generator g(85);
+  const ConvCase edges[] = {
+      {{1, 2, 3, 4, 2}, 3, 1, 1, {3, 2, 4}, 1, 1, true},
+      {{2, 2, 10, 9, 11}, 2, {2, 1, 3}, {7, 5, 4}, 0, 1, 1, true},
+      {{1, 3, 5, 4, 6}, 3, {2, 3, 2}, {3, 2, 5}, {2, 1, 3}, {3, 1, 2}, 3, false},
+      {{1, 2, 3, 3, 3}, 2, {5, 5, 3}, 1, 1, 1, 1, true},
+      {{2, 4, 3, 4, 3}, 4, 2, {3, 2, 4}, {1, 0, 2}, {2, 3, 1}, 4, true, {2, 2, 0}},
+  };
+  for (const ConvCase& c : edges) {
+    for (bool transposed : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} x ({}, {}, {}, {}, {}) kernel {} stride {} padding {} dilation {}",
+                               transposed ? "transposed" : "conv", c.x.n, c.x.c, c.x.d, c.x.h, c.x.w, c.kernel,
+                               c.stride, c.padding, c.dilation));
+      const Operands o = draw(c, transposed, g);
+      const F::Conv3dArgs a{c.stride, c.padding, c.dilation, c.groups};
+      const F::ConvTranspose3dArgs ta{c.stride, c.padding, c.output_padding, c.groups, c.dilation};
+      Shape shape;
+      if (transposed) {
+        const std::vector<double> want = conv_transpose3d_loop(o.x, o.w, o.b, ta, shape);
+        if (shape[2] < 1 || shape[3] < 1 || shape[4] < 1) continue;
+        EXPECT_TRUE(all_close(F::conv_transpose3d(f32(o.x), f32(o.w), f32(o.b), ta), want, 1e-5, 1e-5));
+      } else {
+        const std::vector<double> want = conv3d_loop(o.x, o.w, o.b, a, shape);
+        EXPECT_TRUE(all_close(F::conv3d(f32(o.x), f32(o.w), f32(o.b), a), want, 1e-5, 1e-5));
+      }
+      const Fn3 f = [&](const std::vector<Tensor>& t) {
+        return transposed ? F::conv_transpose3d(t[0], t[1], t[2], ta) : F::conv3d(t[0], t[1], t[2], a);
+      };
+      std::vector<Tensor> in64 = {o.x, o.w, o.b.defined() ? o.b : zeros({c.out_channels}, kFloat64)};
+      std::vector<Tensor> in32;
+      for (const Tensor& t : in64) in32.push_back(f32(t));
+      const Tensor cot = randn(f(in64).shape(), kFloat64, &g);
+      const std::vector<Tensor> want = grads_of(f, in64, cot);
+      const std::vector<Tensor> got = grads_of(f, in32, cot);
+      for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(all_close(got[k], values(want[k]), 1e-4, 1e-4)) << "input " << k;
+    }
+  }
+}
