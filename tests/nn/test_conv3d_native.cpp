@@ -136,8 +136,10 @@ TEST(Conv3dNative, NonContiguousOperands) {
   EXPECT_TRUE(all_close(F::conv3d(x, w, b, a), want, 1e-5, 1e-5));
   const Tensor t = randn({2, 4, 3, 5, 4}, kFloat32, &g).transpose(3, 4);  // (2, 4, 3, 4, 5)
   const F::ConvTranspose3dArgs ta{{2, 1, 2}, {0, 1, 1}, {1, 0, 1}, 1, 1};
-  EXPECT_TRUE(all_close(F::conv_transpose3d(t, w, Tensor(), ta),
-                        conv_transpose3d_loop(t.to(kFloat64), w.to(kFloat64), Tensor(), ta, shape), 1e-5, 1e-5));
+  const Tensor tb = randn({6}, kFloat32, &g).slice(0, 0, 6, 2);  // a strided bias of 3
+  ASSERT_FALSE(t.is_contiguous() || tb.is_contiguous());
+  EXPECT_TRUE(all_close(F::conv_transpose3d(t, w, tb, ta),
+                        conv_transpose3d_loop(t.to(kFloat64), w.to(kFloat64), tb.to(kFloat64), ta, shape), 1e-5, 1e-5));
 }
 
 TEST(Conv3dNative, CentralDifferenceGradients) {
@@ -221,4 +223,38 @@ TEST(Conv3dNative, EdgeGeometriesMatchLoop) {
       for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(all_close(got[k], values(want[k]), 1e-4, 1e-4)) << "input " << k;
     }
   }
+}
+
+// Problems that differ only in one 3-d parameter yet have the same operand shapes, back to back,
+// and a 2-d convolution beside its depth-1 3-d twin: each must build its own oneDNN primitive
+// (the cache key holds the rank and every parameter per dim), so each matches its own loop.
+TEST(Conv3dNative, SameShapesOtherParametersGetTheirOwnPrimitives) {
+  SKIP_WITHOUT_NATIVE();
+  Generator g(86);
+  const Tensor x = randn({1, 2, 5, 6, 5}, kFloat64, &g), w = randn({3, 2, 3, 3, 1}, kFloat64, &g);
+  const F::Conv3dArgs variants[] = {
+      {1, {1, 1, 0}, 1, 1}, {1, {2, 1, 0}, {2, 1, 1}, 1},    // padding and dilation of depth (same output)
+      {1, {1, 1, 0}, 1, 1}, {1, {1, 2, 0}, {1, 2, 1}, 1},    // of height
+      {{1, 1, 3}, {1, 1, 0}, 1, 1}, {{1, 1, 4}, {1, 1, 0}, 1, 1},  // stride of width 3 and 4: 2 outputs each
+  };
+  for (bool backward : {false, true})
+    for (const F::Conv3dArgs& a : variants) {
+      SCOPED_TRACE(fmt::format("stride {} padding {} dilation {}", a.stride, a.padding, a.dilation));
+      Shape shape;
+      const std::vector<double> want = conv3d_loop(x, w, Tensor(), a, shape);
+      const Tensor xf = f32(x).requires_grad_(), wf = f32(w).requires_grad_();
+      const Tensor y = F::conv3d(xf, wf, Tensor(), a);
+      EXPECT_TRUE(all_close(y, want, 1e-5, 1e-5));
+      if (!backward) continue;
+      const Tensor cot = randn(shape, kFloat32, &g);
+      const std::vector<Tensor> got = autograd::grad({y}, {xf, wf}, {cot});
+      const Fn3 conv = [&](const std::vector<Tensor>& t) { return F::conv3d(t[0], t[1], Tensor(), a); };
+      const std::vector<Tensor> ref = grads_of(conv, {x, w}, cot);  // float64: the composed path
+      for (size_t k = 0; k < 2; ++k) EXPECT_TRUE(all_close(got[k], values(ref[k]), 1e-4, 1e-4)) << "input " << k;
+    }
+  const Tensor x2 = x.select(2, 0), w2 = w.select(2, 1);
+  const Tensor y2 = F::conv2d(f32(x2), f32(w2), Tensor(), {.padding = {1, 0}});
+  const Tensor y3 = F::conv3d(f32(x2).unsqueeze(2), f32(w2).unsqueeze(2), Tensor(), {.padding = {0, 1, 0}});
+  EXPECT_TRUE(all_close(y3.squeeze(2), values(F::conv2d(x2, w2, Tensor(), {.padding = {1, 0}})), 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(y2, values(y3.squeeze(2)), 1e-5, 1e-5));
 }
