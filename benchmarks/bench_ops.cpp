@@ -74,13 +74,15 @@ Case conv_train(int64_t batch, bench::ConvShape c) {
           3 * flops};
 }
 
-Case conv3d_train(int64_t batch, bench::ConvShape c) {
+// native: strata's 3-d kernels (its default); else composed of conv2d (set_native_conv3d off)
+Case conv3d_train(int64_t batch, bench::ConvShape c, bool native) {
   double flops = 2.0 * batch * c.c_out * c.out_d() * c.out_h() * c.out_w() * c.c_in * c.kernel * c.kernel * c.kernel;
-  Workload w{Op::Conv3dTrain, batch};
+  Workload w{native ? Op::Conv3dTrain : Op::Conv3dComposedTrain, batch};
   w.conv = c;
-  return {fmt::format("conv3d_train_{0}x{0}x{0}_{1}to{2}_{3}x{4}_b{5}", c.kernel, c.c_in, c.c_out, c.d, c.h, batch),
-          fmt::format("conv3d fwd+bwd {0}x{0}x{0} {1}->{2} {3}x{4}x{5} b{6}", c.kernel, c.c_in, c.c_out, c.d, c.h,
-                      c.w, batch),
+  return {fmt::format("conv3d_train_{0}x{0}x{0}_{1}to{2}_{3}x{4}_b{5}{6}", c.kernel, c.c_in, c.c_out, c.d, c.h, batch,
+                      native ? "" : "_composed"),
+          fmt::format("conv3d fwd+bwd {0}x{0}x{0} {1}->{2} {3}x{4}x{5} b{6}{7}", c.kernel, c.c_in, c.c_out, c.d, c.h,
+                      c.w, batch, native ? "" : " composed"),
           w, Unit::GFlops, 3 * flops};
 }
 
@@ -154,9 +156,10 @@ const std::vector<Case>& cases() {
     c.push_back(conv_train(8, {.c_in = 128, .c_out = 128, .h = 28, .w = 28, .kernel = 3, .stride = 1, .pad = 1}));
     c.push_back(conv_train(8, {.c_in = 3, .c_out = 64, .h = 224, .w = 224, .kernel = 7, .stride = 2, .pad = 3}));
     c.push_back(conv_train(32, {.c_in = 64, .c_out = 64, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1}));
-    // a video / volume block (3-d over the 2-d kernels in strata: Note [3-d over 2-d])
-    c.push_back(
-        conv3d_train(4, {.c_in = 16, .c_out = 32, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1, .d = 16}));
+    // a video / volume block: native 3-d kernels, and composed of conv2d (Note [3-d over 2-d])
+    for (const bool native : {true, false})
+      c.push_back(conv3d_train(
+          4, {.c_in = 16, .c_out = 32, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1, .d = 16}, native));
     {
       // x read twice (statistics, then normalize), y written, dy read, dx written: 5 tensors
       const int64_t rows = 16 * 128, cols = 768;
@@ -286,6 +289,8 @@ int main(int argc, char** argv) {
       "momentum 0.9.\n"
       "sdpa: strata's nn::functional::scaled_dot_product_attention, fused (its default) or composed (with "
       "set_fused_attention off); LibTorch 1.13 has no fused SDPA, so its column is the composed math (matmul, "
-      "/ sqrt(d), masked_fill, softmax, matmul) in both rows.\n");
+      "/ sqrt(d), masked_fill, softmax, matmul) in both rows.\n"
+      "conv3d: strata's native 3-d kernels (its default) or composed of conv2d (with set_native_conv3d off); "
+      "LibTorch's column is at::conv3d in both rows.\n");
   return 0;
 }

@@ -145,12 +145,22 @@ Runner strata_runner(const Workload& w) {
       return train_step({x, weight}, [=] { return F::conv2d(x, weight, st::Tensor(), args); },
                         {w.b, c.c_out, c.out_h(), c.out_w()});
     }
-    case Op::Conv3dTrain: {
+    case Op::Conv3dTrain:
+    case Op::Conv3dComposedTrain: {
       const ConvShape& c = w.conv;
       st::Tensor x = leaf({w.b, c.c_in, c.d, c.h, c.w});
       st::Tensor weight = leaf({c.c_out, c.c_in, c.kernel, c.kernel, c.kernel});
       F::Conv3dArgs args{.stride = c.stride, .padding = c.pad};
-      return train_step({x, weight}, [=] { return F::conv3d(x, weight, st::Tensor(), args); },
+      const bool native = w.op == Op::Conv3dTrain;
+      return train_step({x, weight},
+                        [=] {
+                          // the switch is read by the forward alone; the backward follows what it recorded
+                          struct Restore {
+                            ~Restore() { F::set_native_conv3d(st::DeviceType::CPU, true); }
+                          } restore;
+                          F::set_native_conv3d(st::DeviceType::CPU, native);
+                          return F::conv3d(x, weight, st::Tensor(), args);
+                        },
                         {w.b, c.c_out, c.out_d(), c.out_h(), c.out_w()});
     }
     case Op::LayerNormTrain: {

@@ -167,7 +167,8 @@ class TorchPeer final : public Peer {
         return train_step({x, weight}, [=] { return at::conv2d(x, weight, {}, c.stride, c.pad); },
                           {w.b, c.c_out, c.out_h(), c.out_w()});
       }
-      case Op::Conv3dTrain: {
+      case Op::Conv3dTrain:
+      case Op::Conv3dComposedTrain: {
         const ConvShape& c = w.conv;
         at::Tensor x = leaf({w.b, c.c_in, c.d, c.h, c.w});
         at::Tensor weight = leaf({c.c_out, c.c_in, c.kernel, c.kernel, c.kernel});

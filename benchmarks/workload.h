@@ -43,6 +43,7 @@ enum class Op {
   LinearTrain,     // x (m, k) @ weight (n, k)^T + bias (n)
   Conv2dTrain,     // conv2d of x (b, conv.c_in, conv.h, conv.w), no bias (as in ResNet), NCHW
   Conv3dTrain,     // conv3d of x (b, conv.c_in, conv.d, conv.h, conv.w), no bias, NCDHW
+  Conv3dComposedTrain,  // the same with strata's native 3-d kernels switched off (LibTorch: the same)
   LayerNormTrain,  // layer_norm over the last dim of x (m, n), with weight and bias (n)
   SoftmaxTrain,    // softmax over the last dim of x (m, n)
   AttentionTrain,  // causal attention of q, k, v (b, m heads, n tokens, k head dim)
@@ -64,7 +65,7 @@ struct ConvShape {
 struct Workload {
   Op op;
   int64_t b = 1, m = 0, n = 0, k = 0;  // elementwise ops use n; reductions use m (rows) x n (cols)
-  ConvShape conv{};                    // Conv2dTrain and Conv3dTrain only
+  ConvShape conv{};                    // the Conv*Train workloads only
 };
 
 /// Allocates a workload's inputs and returns the function that runs one iteration; the

@@ -66,6 +66,38 @@ void conv_forward_ref(const ConvProblem& p);
 void conv_backward_data_ref(const ConvProblem& p);
 void conv_backward_weights_ref(const ConvProblem& p);
 
+/// A 5-d array indexed (n, c, d, h, w), with element strides in that order.
+struct Array5 {
+  void* data = nullptr;
+  int64_t stride[5] = {0, 0, 0, 0, 0};
+};
+
+/// A 3-d convolution's sizes; the spatial arrays are in (d, h, w) order.
+struct Conv3dGeometry {
+  int64_t n = 0, c_in = 0, c_out = 0, groups = 1;
+  int64_t in[3] = {0, 0, 0}, out[3] = {0, 0, 0}, k[3] = {1, 1, 1};
+  int64_t stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
+  bool operator==(const Conv3dGeometry&) const = default;
+};
+
+/// The 3-d ConvProblem, float32 only: the same semantics with a depth dim, src
+/// (n, c_in, in...), weight (c_out, c_in / groups, k...), dst (n, c_out, out...), out the full
+/// output size (oneDNN refuses a smaller one at stride 1; the callers pad or crop).
+struct Conv3dProblem {
+  Conv3dGeometry g;
+  Array5 src, weight, dst;
+  void* bias = nullptr;
+};
+
+/// The 3-d entry points, oneDNN only (the 3-d ops run composed of the 2-d ones in a build
+/// without it). With oneDNN they handle every float32 problem, taking whichever kernel oneDNN
+/// picks (there is no 3-d reference here to fall back to).
+bool conv3d_forward_dnnl(const Conv3dProblem& p);
+bool conv3d_backward_data_dnnl(const Conv3dProblem& p);
+bool conv3d_backward_weights_dnnl(const Conv3dProblem& p);
+/// Whether the build has oneDNN (the conv*_dnnl functions may return true).
+bool conv_dnnl_available();
+
 /// Number of cached oneDNN convolution primitives (0 without oneDNN); for tests of the bound.
 int64_t conv_dnnl_cache_size();
 

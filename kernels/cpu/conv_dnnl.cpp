@@ -1,6 +1,7 @@
 // The oneDNN convolution backend (f32): forward, backward-data and backward-weights
-// primitives on the caller's arrays, described to oneDNN by their real strides (NCHW or NHWC)
-// and reordered to and from the layouts its kernels want.
+// primitives on the caller's arrays, described to oneDNN by their real strides (NCHW or NHWC,
+// and NCDHW for the 3-d ones) and reordered to and from the layouts its kernels want. 2-d and
+// 3-d problems take one path, as rank 2 or 3 of one description (Nd).
 //
 // Note [Convolution primitive formats]
 // Every operand is declared to oneDNN as `any`, so it picks the layout its fastest kernel
@@ -20,6 +21,7 @@
 // oneDNN treats the padding as holding the zero point. Only on CPUs with VNNI (vpdpbusd): on
 // others oneDNN's int8 kernels multiply in int16 pairs (vpmaddubsw), which saturate, and the
 // sums must be exact.
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -42,17 +44,21 @@ constexpr size_t kCacheCapacity = 128;
 
 enum class Kind : uint8_t { Forward, BackwardData, BackwardWeights };
 
+// A problem of either rank (2-d or 3-d) in one form: with its kind and types, the cache's key.
+struct Nd {
+  int64_t rank = 2;  // spatial dims; the arrays below hold rank (spatial) or rank + 2 (strides) values
+  int64_t n = 0, c_in = 0, c_out = 0, groups = 1;
+  int64_t in[3] = {}, out[3] = {}, k[3] = {}, stride[3] = {}, pad[3] = {}, dil[3] = {};
+  int64_t src[5] = {}, weight[5] = {}, dst[5] = {};  // element strides
+  bool operator==(const Nd&) const = default;
+};
+
 struct Key {
   Kind kind;
   ConvType type;
   bool bias;
-  ConvGeometry g;
-  int64_t src[4], weight[4], dst[4];
-  bool operator==(const Key& o) const {
-    auto same = [](const int64_t* a, const int64_t* b) { return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]; };
-    return kind == o.kind && type == o.type && bias == o.bias && g == o.g && same(src, o.src) &&
-           same(weight, o.weight) && same(dst, o.dst);
-  }
+  Nd nd;
+  bool operator==(const Key&) const = default;
 };
 
 struct KeyHash {
@@ -60,11 +66,12 @@ struct KeyHash {
     uint64_t h = 1469598103934665603ull;
     auto mix = [&](int64_t v) { h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull; };
     mix(static_cast<int64_t>(k.kind) | (int64_t(k.bias) << 8) | (static_cast<int64_t>(k.type) << 16));
-    const ConvGeometry& g = k.g;
-    for (int64_t v : {g.n, g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kh, g.kw, g.stride_h, g.stride_w,
-                      g.pad_h, g.pad_w, g.dil_h, g.dil_w, g.groups})
-      mix(v);
-    for (int i = 0; i < 4; ++i) mix(k.src[i]), mix(k.weight[i]), mix(k.dst[i]);
+    const Nd& d = k.nd;
+    for (int64_t v : {d.rank, d.n, d.c_in, d.c_out, d.groups}) mix(v);
+    for (const int64_t* a : {d.in, d.out, d.k, d.stride, d.pad, d.dil})
+      for (int i = 0; i < 3; ++i) mix(a[i]);
+    for (const int64_t* a : {d.src, d.weight, d.dst})
+      for (int i = 0; i < 5; ++i) mix(a[i]);
     return static_cast<size_t>(h);
   }
 };
@@ -108,23 +115,34 @@ Types types_of(ConvType t) {
   return {dt::f32, dt::f32, dt::f32};
 }
 
-memory::desc strided(const memory::dims& dims, const int64_t* s, dt type) {
-  return memory::desc(dims, type, memory::dims(s, s + 4));
+// (n, c, spatial...) with the caller's strides.
+memory::desc activation_desc(const Nd& g, int64_t c, const int64_t* spatial, const int64_t* s, dt type) {
+  memory::dims dims{g.n, c};
+  dims.insert(dims.end(), spatial, spatial + g.rank);
+  return memory::desc(dims, type, memory::dims(s, s + g.rank + 2));
 }
 
-// Weights (c_out, Cg, kh, kw); grouped convolutions take them as (groups, Og, Cg, kh, kw).
-memory::desc weight_desc(const ConvGeometry& g, const int64_t* s, dt type) {
+// Weights (c_out, Cg, k...); grouped convolutions take them as (groups, Og, Cg, k...).
+memory::desc weight_desc(const Nd& g, dt type) {
   const int64_t cg = g.c_in / g.groups, og = g.c_out / g.groups;
-  if (g.groups == 1) return strided({g.c_out, cg, g.kh, g.kw}, s, type);
-  return memory::desc({g.groups, og, cg, g.kh, g.kw}, type, {og * s[0], s[0], s[1], s[2], s[3]});
+  const int64_t* s = g.weight;
+  memory::dims dims{g.c_out, cg}, strides(s, s + g.rank + 2);
+  dims.insert(dims.end(), g.k, g.k + g.rank);
+  if (g.groups > 1) {
+    dims[0] = og;
+    dims.insert(dims.begin(), g.groups);
+    strides.insert(strides.begin(), og * s[0]);
+  }
+  return memory::desc(dims, type, strides);
 }
-
 
 // oneDNN's right padding makes its output size formula exact; it may be negative when the
 // last window stops short of the padded input, as with PyTorch's floor rounding.
-memory::dims right_padding(const ConvGeometry& g) {
-  return {(g.h_out - 1) * g.stride_h + (g.kh - 1) * g.dil_h + 1 - g.h_in - g.pad_h,
-          (g.w_out - 1) * g.stride_w + (g.kw - 1) * g.dil_w + 1 - g.w_in - g.pad_w};
+memory::dims right_padding(const Nd& g) {
+  memory::dims r;
+  for (int64_t i = 0; i < g.rank; ++i)
+    r.push_back((g.out[i] - 1) * g.stride[i] + (g.k[i] - 1) * g.dil[i] + 1 - g.in[i] - g.pad[i]);
+  return r;
 }
 
 void bind(Operand& op, int arg, const memory::desc& user, const memory::desc& prim, bool is_output) {
@@ -141,21 +159,27 @@ void bind(Operand& op, int arg, const memory::desc& user, const memory::desc& pr
 }
 
 template <class PD>
-bool fast(const PD& pd) {
+bool is_fast(const PD& pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) != 0;  // the reference kernel is slower than ours
 }
 
 std::shared_ptr<const Entry> build(const Key& key) {
   auto entry = std::make_shared<Entry>();
-  const ConvGeometry& g = key.g;
-  const memory::dims strides{g.stride_h, g.stride_w}, dil{g.dil_h - 1, g.dil_w - 1}, pad_l{g.pad_h, g.pad_w};
+  const Nd& g = key.nd;
+  const memory::dims strides(g.stride, g.stride + g.rank), pad_l(g.pad, g.pad + g.rank);
+  memory::dims dil;
+  for (int64_t i = 0; i < g.rank; ++i) dil.push_back(g.dil[i] - 1);
   const memory::dims pad_r = right_padding(g);
   const Types t = types_of(key.type);
   const bool int8 = key.type == ConvType::U8S8;
   if (int8 && (key.kind != Kind::Forward || key.bias || !exact_int8())) return entry;
-  const memory::desc src = strided({g.n, g.c_in, g.h_in, g.w_in}, key.src, t.src);
-  const memory::desc dst = strided({g.n, g.c_out, g.h_out, g.w_out}, key.dst, t.dst);
-  const memory::desc wei = weight_desc(g, key.weight, t.weight);
+  const memory::desc src = activation_desc(g, g.c_in, g.in, g.src, t.src);
+  const memory::desc dst = activation_desc(g, g.c_out, g.out, g.dst, t.dst);
+  const memory::desc wei = weight_desc(g, t.weight);
+  // 2-d problems fall back to conv_ref.cpp; 3-d ones have no reference here and take what oneDNN
+  // picks (its gemm-based 3-d kernel covers every float32 geometry, so its slow reference one is
+  // not expected)
+  auto fast = [&](const auto& pd) { return g.rank == 3 || is_fast(pd); };
   const memory::desc sany(src.dims(), t.src, memory::format_tag::any);
   const memory::desc dany(dst.dims(), t.dst, memory::format_tag::any);
   const memory::desc wany(wei.dims(), t.weight, memory::format_tag::any);
@@ -223,12 +247,43 @@ class Buffer {
   size_t size_ = 0;
 };
 
-bool run(Kind kind, const ConvProblem& p) {
-  if (p.type == ConvType::F64) return false;
+// One call: the problem, its arrays and the src zero point (U8S8).
+struct Call {
+  ConvType type;
+  Nd nd;
+  void *src, *weight, *dst, *bias;
+  int32_t src_zero_point;
+};
+
+Nd nd_of(const ConvProblem& p) {
   const ConvGeometry& g = p.g;
-  if (g.n == 0 || g.c_in == 0 || g.c_out == 0 || g.h_out <= 0 || g.w_out <= 0) return false;
-  Key key{kind, p.type, p.bias != nullptr, g, {}, {}, {}};
-  for (int i = 0; i < 4; ++i) key.src[i] = p.src.stride[i], key.weight[i] = p.weight.stride[i], key.dst[i] = p.dst.stride[i];
+  Nd d{2, g.n, g.c_in, g.c_out, g.groups, {g.h_in, g.w_in}, {g.h_out, g.w_out}, {g.kh, g.kw},
+       {g.stride_h, g.stride_w}, {g.pad_h, g.pad_w}, {g.dil_h, g.dil_w}};
+  std::copy(p.src.stride, p.src.stride + 4, d.src);
+  std::copy(p.weight.stride, p.weight.stride + 4, d.weight);
+  std::copy(p.dst.stride, p.dst.stride + 4, d.dst);
+  return d;
+}
+
+Nd nd_of(const Conv3dProblem& p) {
+  const Conv3dGeometry& g = p.g;
+  Nd d{3, g.n, g.c_in, g.c_out, g.groups};
+  for (int i = 0; i < 3; ++i)
+    d.in[i] = g.in[i], d.out[i] = g.out[i], d.k[i] = g.k[i], d.stride[i] = g.stride[i], d.pad[i] = g.pad[i],
+    d.dil[i] = g.dil[i];
+  std::copy(p.src.stride, p.src.stride + 5, d.src);
+  std::copy(p.weight.stride, p.weight.stride + 5, d.weight);
+  std::copy(p.dst.stride, p.dst.stride + 5, d.dst);
+  return d;
+}
+
+bool run(Kind kind, const Call& p) {
+  if (p.type == ConvType::F64) return false;
+  const Nd& g = p.nd;
+  if (g.n == 0 || g.c_in == 0 || g.c_out == 0) return false;
+  for (int64_t i = 0; i < g.rank; ++i)
+    if (g.out[i] <= 0) return false;
+  const Key key{kind, p.type, p.bias != nullptr, g};
   std::shared_ptr<const Entry> entry = cache().find(key);
   if (!entry) {
     entry = build(key);
@@ -243,7 +298,7 @@ bool run(Kind kind, const ConvProblem& p) {
     std::unordered_map<int, dnnl::memory> args;
     std::vector<std::pair<const Operand*, std::pair<memory, memory>>> after;  // output reorders
     const Operand* ops[3] = {&entry->src, &entry->weight, &entry->dst};
-    void* data[3] = {p.src.data, p.weight.data, p.dst.data};
+    void* data[3] = {p.src, p.weight, p.dst};
     for (int i = 0; i < 3; ++i) {
       const Operand& op = *ops[i];
       memory user(op.user, eng, data[i]);
@@ -273,16 +328,27 @@ bool run(Kind kind, const ConvProblem& p) {
     for (auto& [op, mems] : after) op->reorder.execute(stream, mems.first, mems.second);
     stream.wait();
   } catch (const dnnl::error& e) {
-    throw std::runtime_error(std::string("[conv2d] oneDNN failed: ") + e.what());
+    throw std::runtime_error(std::string(g.rank == 3 ? "[conv3d]" : "[conv2d]") + " oneDNN failed: " + e.what());
   }
   return true;
 }
 
+Call call_of(const ConvProblem& p) {
+  return {p.type, nd_of(p), p.src.data, p.weight.data, p.dst.data, p.bias, p.src_zero_point};
+}
+Call call_of(const Conv3dProblem& p) {
+  return {ConvType::F32, nd_of(p), p.src.data, p.weight.data, p.dst.data, p.bias, 0};
+}
+
 }  // namespace
 
-bool conv_forward_dnnl(const ConvProblem& p) { return run(Kind::Forward, p); }
-bool conv_backward_data_dnnl(const ConvProblem& p) { return run(Kind::BackwardData, p); }
-bool conv_backward_weights_dnnl(const ConvProblem& p) { return run(Kind::BackwardWeights, p); }
+bool conv_forward_dnnl(const ConvProblem& p) { return run(Kind::Forward, call_of(p)); }
+bool conv_backward_data_dnnl(const ConvProblem& p) { return run(Kind::BackwardData, call_of(p)); }
+bool conv_backward_weights_dnnl(const ConvProblem& p) { return run(Kind::BackwardWeights, call_of(p)); }
+bool conv3d_forward_dnnl(const Conv3dProblem& p) { return run(Kind::Forward, call_of(p)); }
+bool conv3d_backward_data_dnnl(const Conv3dProblem& p) { return run(Kind::BackwardData, call_of(p)); }
+bool conv3d_backward_weights_dnnl(const Conv3dProblem& p) { return run(Kind::BackwardWeights, call_of(p)); }
+bool conv_dnnl_available() { return true; }
 
 int64_t conv_dnnl_cache_size() { return static_cast<int64_t>(cache().size()); }
 

@@ -17,14 +17,16 @@ namespace {
 using enum CastPolicy;
 
 // Sorted by name (checked once below) for a binary search.
-constexpr std::array<std::pair<std::string_view, CastPolicy>, 51> kPolicies{{
+constexpr std::array<std::pair<std::string_view, CastPolicy>, 53> kPolicies{{
     {"acos", Float32},
     {"asin", Float32},
     {"binary_cross_entropy", Float32},
     {"binary_cross_entropy_with_logits", Float32},
     {"bmm", LowerPrecision},
     {"conv2d", LowerPrecision},
+    {"conv3d", LowerPrecision},
     {"conv_transpose2d", LowerPrecision},
+    {"conv_transpose3d", LowerPrecision},
     {"cosh", Float32},
     {"cosine_embedding_loss", Float32},
     {"cosine_similarity", Float32},

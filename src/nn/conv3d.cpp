@@ -1,8 +1,11 @@
-// conv3d and conv_transpose3d over the 2-d convolutions, and the depth gather that the 3-d
-// pooling ops share (nn/pooling3d.cpp). The checks here name the 3-d shapes.
+// conv3d and conv_transpose3d: the argument checks (naming the 3-d shapes), then the native 3-d
+// ops (Note [Native 3-d convolution] in nn/conv3d_native.cpp) where they apply, else the
+// composition of the 2-d convolutions below; and the depth gather that the 3-d pooling ops share
+// (nn/pooling3d.cpp).
 //
 // Note [3-d over 2-d]
-// The 3-d convolutions and pooling ops are composed of their 2-d counterparts, which have CPU
+// The 3-d pooling ops, and the convolutions where no native 3-d kernel runs (float64 on the CPU,
+// builds without oneDNN, set_native_conv3d off), are composed of their 2-d counterparts, which have CPU
 // (oneDNN, im2col + GEMM) and CUDA (cuDNN) kernels for every floating dtype and their own
 // backward passes; autograd differentiates the composition:
 // - conv3d gathers the kD input slices that each output depth reads (one index_select along
@@ -19,6 +22,7 @@
 //   PyTorch's result, and so for adaptive average pooling.
 #include <algorithm>
 
+#include <strata/amp/autocast.hpp>
 #include <strata/nn/functional_conv3d.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
@@ -78,6 +82,8 @@ void check_bias(const char* op, const Tensor& b, int64_t out_channels) {
 }  // namespace
 
 Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv3dArgs& args) {
+  amp::detail::AutocastScope amp_scope("conv3d", input, weight, bias);
+  if (amp_scope.cast()) return conv3d(amp_scope[0], amp_scope[1], amp_scope[2], args);
   detail::check_conv_operands("conv3d", input, weight, bias, 3);
   STRATA_CHECK(input.numel() > 0, "[conv3d] expects a non-empty input, got shape {}", input.shape());
   check_args("conv3d", args.stride, args.padding, args.dilation, args.groups);
@@ -98,6 +104,7 @@ Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
                "[conv3d] input of shape {} is too small for kernel ({}, {}, {}) with padding {} and dilation {}: the "
                "output would be empty",
                input.shape(), kd, kh, kw, p, dl);
+  if (detail::native_conv3d_applies(input)) return detail::native_conv3d(input, weight, bias, args, {n, o, od, oh, ow});
   // each output depth's kD input slices as the channels of one image, grouped as the weight is
   const int64_t cg = c / g;
   const std::vector<int64_t> rows = detail::tap_depths(depth, od, kd, s.d, p.d, dl.d);
@@ -112,6 +119,8 @@ Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
 
 Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                         const ConvTranspose3dArgs& a) {
+  amp::detail::AutocastScope amp_scope("conv_transpose3d", input, weight, bias);
+  if (amp_scope.cast()) return conv_transpose3d(amp_scope[0], amp_scope[1], amp_scope[2], a);
   detail::check_conv_operands("conv_transpose3d", input, weight, bias, 3);
   STRATA_CHECK(input.numel() > 0, "[conv_transpose3d] expects a non-empty input, got shape {}", input.shape());
   check_args("conv_transpose3d", a.stride, a.padding, a.dilation, a.groups);
@@ -135,6 +144,8 @@ Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor&
                "[conv_transpose3d] input of shape {} with weight {}, stride {}, padding {} gives an empty output "
                "({}, {}, {})",
                input.shape(), weight.shape(), s, p, od, oh, ow);
+  if (detail::native_conv3d_applies(input))
+    return detail::native_conv_transpose3d(input, weight, bias, a, {n, o, od, oh, ow});
   // every input slice through the kD taps at once: (N * D, groups * kD * og, oh, ow)
   const Tensor slices = input.permute({0, 2, 1, 3, 4}).reshape({n * depth, c, input.size(3), input.size(4)});
   const Tensor flat_weight = weight.permute({0, 2, 1, 3, 4}).reshape({c, kd * og, kh, kw});

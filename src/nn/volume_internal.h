@@ -24,6 +24,19 @@ std::vector<int64_t> tap_depths(int64_t depth, int64_t out, int64_t k, int64_t s
 /// x (N, C, D, *) -> (N, C, rows.size(), *): the depth slices `rows`, a slice of `fill` for -1.
 Tensor gather_depths(const Tensor& x, std::vector<int64_t> rows, double fill);
 
+/// Whether conv3d and conv_transpose3d of x run the native 3-d ops (nn/conv3d_native.cpp): on for
+/// x's device (functional::set_native_conv3d) and a kernel for its dtype (or float32's, for the
+/// half types on the CPU).
+bool native_conv3d_applies(const Tensor& x);
+
+/// conv3d of a checked 5-d input through the native ops, its output of shape `out`; differentiable.
+Tensor native_conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const functional::Conv3dArgs& args,
+                     const Shape& out);
+
+/// conv_transpose3d of a checked 5-d input through the native ops, its output of shape `out`.
+Tensor native_conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                               const functional::ConvTranspose3dArgs& args, const Shape& out);
+
 /// x (N, C, D, H, W) -> (N, C, out, H, W): output depth o is sum_d weights[o * D + d] * x[:, :, d].
 Tensor depth_weighted(const Tensor& x, const std::vector<double>& weights, int64_t out);
 

@@ -2,7 +2,8 @@
 //   matmul   a (*, m, k), b (*, k, n) broadcast to one batch: 2 * batch * m * n * k (mm, bmm too)
 //   linear   x (rows, in), weight (out, in): 2 * rows * in * out (the bias add is not counted)
 //   conv2d   x, weight (O, C/groups, kh, kw) -> y (N, O, Ho, Wo): 2 * numel(y) * C/groups * kh * kw;
-//            its input gradient (gy, weight) costs the same, as does its weight gradient (gy, x)
+//            its input gradient (gy, weight) costs the same, as does its weight gradient (gy, x);
+//            conv3d the same with a depth dim (kd, Do)
 //   attention q (*, L, E), k (*, S, E), v (*, S, Ev): 2 * batch * L * S * (E + Ev); the backward
 //            (q, k, v, o, gy, lse) twice that, as torch counts it (the recomputed scores excluded).
 // Causal masks are not discounted, as in torch.
@@ -44,11 +45,15 @@ double kernel_flops(OpId op, const KernelCall& call) {
       if (!all_defined(call, 2, 1)) return 0;
       return 2 * numel(call.outputs[0]) * size(in[0], -1);
     case OpId::conv2d:  // y (N, O, Ho, Wo) from weight (O, C/g, kh, kw)
+    case OpId::conv3d:
     case OpId::conv2d_backward_input:  // gx from gy (N, O, Ho, Wo) and weight
-      if (!all_defined(call, 2, 1) || in[1].dim() != 4) return 0;
-      return 2 * numel(op == OpId::conv2d ? call.outputs[0] : in[0]) * numel(in[1]) / size(in[1], 0);
+    case OpId::conv3d_backward_input:
+      if (!all_defined(call, 2, 1) || in[1].dim() < 4) return 0;
+      return 2 * numel(op == OpId::conv2d || op == OpId::conv3d ? call.outputs[0] : in[0]) * numel(in[1]) /
+             size(in[1], 0);
     case OpId::conv2d_backward_weight:  // gw (O, C/g, kh, kw) from gy (N, O, Ho, Wo) and x
-      if (!all_defined(call, 2, 1) || call.outputs[0].dim() != 4) return 0;
+    case OpId::conv3d_backward_weight:
+      if (!all_defined(call, 2, 1) || call.outputs[0].dim() < 4) return 0;
       return 2 * numel(in[0]) * numel(call.outputs[0]) / size(call.outputs[0], 0);
     case OpId::attention:
       if (!all_defined(call, 3, 1)) return 0;

@@ -103,6 +103,10 @@ TEST(Profiler, FlopsMatchClosedFormCounts) {
   const int64_t cn = 2, cc = 4, ch = 9, cw = 8, co = 6, g = 2, kh = 3, kw = 3, s = 2, pad = 1;
   Tensor img = st::randn({cn, cc, ch, cw}, st::TensorOptions().requires_grad());
   Tensor filt = st::randn({co, cc / g, kh, kw}, st::TensorOptions().requires_grad());
+  // conv3d where it runs natively (composed, it would add conv2d events): depth 5, kernel depth 2
+  const bool conv3d_native = st::ext::has_kernel(st::OpId::conv3d, st::DeviceType::CPU, st::kFloat32);
+  Tensor vol = st::randn({cn, cc, 5, ch, cw}, st::TensorOptions().requires_grad());
+  Tensor filt3 = st::randn({co, cc / g, 2, kh, kw}, st::TensorOptions().requires_grad());
   prof::Profiler p({.with_flops = true});
   {
     prof::ProfileScope scope(p);
@@ -111,6 +115,8 @@ TEST(Profiler, FlopsMatchClosedFormCounts) {
     st::linear(x, w, bias);
     Tensor y = F::conv2d(img, filt, Tensor(), {.stride = s, .padding = pad, .groups = g});
     y.sum().backward();
+    if (conv3d_native)
+      F::conv3d(vol, filt3, Tensor(), {.stride = {1, s, s}, .padding = {0, pad, pad}, .groups = g}).sum().backward();
   }
   auto flops_in = [&](std::string_view range) {
     return children(p, only(p, range)).at(0)->flops;
@@ -123,8 +129,14 @@ TEST(Profiler, FlopsMatchClosedFormCounts) {
   EXPECT_DOUBLE_EQ(only(p, "conv2d").flops, conv);
   EXPECT_DOUBLE_EQ(only(p, "conv2d_backward_input").flops, conv);
   EXPECT_DOUBLE_EQ(only(p, "conv2d_backward_weight").flops, conv);
+  if (conv3d_native) {
+    const double conv3 = conv * 4 * 2;  // 4 output depths, 2 depth taps
+    EXPECT_DOUBLE_EQ(only(p, "conv3d").flops, conv3);
+    EXPECT_DOUBLE_EQ(only(p, "conv3d_backward_input").flops, conv3);
+    EXPECT_DOUBLE_EQ(only(p, "conv3d_backward_weight").flops, conv3);
+  }
   for (const auto& e : p.events())  // FLOPs are counted for the GEMM and convolution kernels only
-    if (e.name != "matmul" && e.name != "linear" && e.name.rfind("conv2d", 0) != 0) EXPECT_EQ(e.flops, 0) << e.name;
+    if (e.name != "matmul" && e.name != "linear" && e.name.rfind("conv", 0) != 0) EXPECT_EQ(e.flops, 0) << e.name;
   const auto avg = p.key_averages();
   EXPECT_DOUBLE_EQ(avg.at("matmul").flops, 2.0 * M * N * K + 2.0 * B * M * N * K);
   const auto& lin = avg.at("linear");

@@ -49,9 +49,10 @@
   X(max_pool2d_backward, 2, false) X(avg_pool2d, 1, true)                           \
   X(avg_pool2d_backward, 1, false) X(adaptive_avg_pool2d, 1, true)                  \
   X(adaptive_avg_pool2d_backward, 1, false) X(batch_norm, 5, true)                  \
-  X(batch_norm_backward, 5, false)                                                  \
+  X(batch_norm_backward, 5, false) X(conv3d, 3, true)                               \
+  X(conv3d_backward_input, 2, false) X(conv3d_backward_weight, 2, false)            \
   /* softmax gradients: (y, g) -> dx */                                             \
   X(softmax_backward, 2, false) X(log_softmax_backward, 2, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 117
+#define STRATA_NUM_BUILTIN_OPS 120

@@ -68,6 +68,13 @@ struct ConvTranspose3dArgs {
 STRATA_API Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
                                    const ConvTranspose3dArgs& args = {});
 
+/// Whether conv3d and conv_transpose3d run native 3-d kernels on tensors of `device` (oneDNN's
+/// 3-d convolutions on the CPU for float32, bfloat16 and float16; cuDNN's Nd ones on CUDA) rather
+/// than composed of the 2-d ones (docs/conv3d.md). On by default on the CPU; off on CUDA, whose
+/// 3-d cuDNN path has not yet run on a GPU. Process-wide, like torch.backends.cudnn.enabled.
+STRATA_API void set_native_conv3d(DeviceType device, bool enabled);
+STRATA_API bool native_conv3d_enabled(DeviceType device);
+
 // ---- pooling -----------------------------------------------------------------------------
 
 struct MaxPool3dArgs {

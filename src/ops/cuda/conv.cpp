@@ -1,6 +1,9 @@
-// CUDA kernels of conv2d, conv2d_backward_input and conv2d_backward_weight through cuDNN's
-// convolution API (src/nn/conv.cpp has the argument checks, shapes, autograd and the kernel
-// contracts; src/ops/cuda/conv_algorithms.cpp picks the algorithms).
+// CUDA kernels of conv2d, conv2d_backward_input and conv2d_backward_weight, and of their 3-d
+// counterparts conv3d, conv3d_backward_input and conv3d_backward_weight, through cuDNN's
+// convolution API (src/nn/conv.cpp and src/nn/conv3d_native.cpp have the argument checks,
+// shapes, autograd and the kernel contracts; src/ops/cuda/conv_algorithms.cpp picks the
+// algorithms). A 3-d problem is the 2-d one with a depth dim, described through cuDNN's Nd
+// descriptors; it always runs in NCDHW.
 //
 // Layout: the activations are described to cuDNN as they are, NCHW or NHWC (channels-last,
 // chosen when either activation is channels-last), with no copies when both are dense in
@@ -18,18 +21,21 @@
 // output_padding reaches past the stride) is computed full-size and cropped, and its
 // gradient zero-padded to full size.
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <span>
+#include <type_traits>
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/core/cuda.hpp>
-#include <strata/nn/functional_conv.hpp>
+#include <strata/nn/functional_conv3d.hpp>
 #include <strata/ops/creation.hpp>
 
 #include "core/cuda/cudnn.h"
 #include "core/registry_internal.h"
 #include "kernels/cuda/nn_ops.h"
 #include "ops/cuda/conv_algorithms.h"
+#include "ops/cuda/conv_geometry.h"
 #include "ops/cuda/launch.h"
 #include "ops/dispatch.h"
 
@@ -40,79 +46,7 @@ namespace {
 namespace F = nn::functional;
 using cuda_conv::ConvAlgorithm;
 using cuda_conv::ConvKind;
-
-struct Geometry {
-  int64_t n, c, h, w;  // input activation
-  int64_t o, kh, kw;   // filter (o, c / groups, kh, kw)
-  int64_t oh, ow;      // output activation
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-};
-
-int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  const int64_t span = in + 2 * p - d * (k - 1) - 1;
-  return span < 0 ? 0 : span / s + 1;
-}
-
-// The CPU launchers' checks (src/nn/conv.cpp), and one device and dtype for all operands.
-Geometry geometry(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, const F::Conv2dArgs& a) {
-  STRATA_CHECK(x.dim() == 4 && w.dim() == 4 && y.dim() == 4, "[{}] kernel needs 4-d operands, got {}, {}, {}", op,
-               x.shape(), w.shape(), y.shape());
-  STRATA_CHECK(x.dtype() == w.dtype() && y.dtype() == x.dtype() && x.device() == w.device() &&
-                   y.device() == x.device(),
-               "[{}] operands must share one dtype and device, got {} {}, {} {}, {} {}", op, x.dtype(), x.device(),
-               w.dtype(), w.device(), y.dtype(), y.device());
-  const Geometry g{x.size(0), x.size(1), x.size(2), x.size(3), y.size(1), w.size(2), w.size(3), y.size(2), y.size(3),
-                   a.stride.h, a.stride.w, a.padding.h, a.padding.w, a.dilation.h, a.dilation.w, a.groups};
-  STRATA_CHECK(g.groups > 0 && g.c % g.groups == 0 && g.o % g.groups == 0 && w.size(0) == g.o &&
-                   w.size(1) * g.groups == g.c && y.size(0) == g.n && g.kh > 0 && g.kw > 0,
-               "[{}] kernel operands do not match: x {}, w {}, y {}, groups {}", op, x.shape(), w.shape(), y.shape(),
-               g.groups);
-  STRATA_CHECK(g.sh > 0 && g.sw > 0 && g.dh > 0 && g.dw > 0 && g.ph >= 0 && g.pw >= 0 && g.sh <= INT_MAX &&
-                   g.sw <= INT_MAX && g.dh <= INT_MAX && g.dw <= INT_MAX && g.ph <= INT_MAX && g.pw <= INT_MAX,
-               "[{}] bad kernel arguments", op);
-  STRATA_CHECK(g.oh >= 1 && g.ow >= 1 && g.oh <= conv_out(g.h, g.kh, g.sh, g.ph, g.dh) &&
-                   g.ow <= conv_out(g.w, g.kw, g.sw, g.pw, g.dw),
-               "[{}] output {} does not fit the input {}", op, y.shape(), x.shape());
-  return g;
-}
-
-// The geometry cuDNN sees: the full output size.
-Geometry full_output(Geometry g) {
-  g.oh = conv_out(g.h, g.kh, g.sh, g.ph, g.dh);
-  g.ow = conv_out(g.w, g.kw, g.sw, g.pw, g.dw);
-  return g;
-}
-
-// ---- layouts ---------------------------------------------------------------------------------
-
-bool strictly_channels_last(const Tensor& t) {
-  return !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
-}
-
-MemoryFormat layout_for(const Tensor& a, const Tensor& b) {
-  return strictly_channels_last(a) || strictly_channels_last(b) ? MemoryFormat::ChannelsLast
-                                                                 : MemoryFormat::Contiguous;
-}
-
-Tensor dense(const Tensor& t, MemoryFormat f) { return t.is_contiguous(f) ? t : t.to(f); }
-
-Tensor empty_in(const Shape& s, const Tensor& like, MemoryFormat f) {
-  const TensorOptions o(like.dtype(), like.device());
-  if (f == MemoryFormat::Contiguous) return empty(s, o);
-  return empty({s[0], s[2], s[3], s[1]}, o).permute({0, 3, 1, 2});
-}
-
-// An output the kernel can write in layout f: `out` itself, or a temporary to copy back.
-Tensor writable(const Tensor& out, MemoryFormat f) { return out.is_contiguous(f) ? out : empty_in(out.shape(), out, f); }
-
-// dy zero-padded at the bottom and right to the full output size of g.
-Tensor padded_to_full(const Tensor& dy, const Geometry& g, MemoryFormat f) {
-  if (dy.size(2) == g.oh && dy.size(3) == g.ow) return dy;
-  Tensor full = empty_in({g.n, g.o, g.oh, g.ow}, dy, f);
-  full.zero_();
-  full.slice(2, 0, dy.size(2)).slice(3, 0, dy.size(3)).copy_(dy);
-  return full;
-}
+using namespace cuda_conv;  // the geometry and layouts of conv_geometry.h
 
 // ---- one cuDNN call --------------------------------------------------------------------------
 
@@ -148,11 +82,33 @@ struct ConvRun {
 // Runs f(first, count) over chunks of images small enough for cuDNN's 32-bit sizes.
 template <class Fn>
 void for_each_chunk(const Geometry& g, const char* op, const Fn& f) {
-  const int64_t per_image = std::max(g.c * g.h * g.w, g.o * g.oh * g.ow);
-  STRATA_CHECK(per_image <= INT_MAX && g.o * (g.c / g.groups) * g.kh * g.kw <= INT_MAX,
+  const int64_t per_image = std::max(g.in_volume(), g.out_volume());
+  STRATA_CHECK(per_image <= INT_MAX && g.o * (g.c / g.groups) * g.kd * g.kh * g.kw <= INT_MAX,
                "[{}] one image ({} values) or the filter is past cuDNN's 2^31-element limit", op, per_image);
   const int64_t step = std::max<int64_t>(1, std::min<int64_t>(g.n, INT_MAX / std::max<int64_t>(per_image, 1)));
   for (int64_t first = 0; first < g.n; first += step) f(first, std::min(step, g.n - first));
+}
+
+// The Nd descriptors of a 3-d problem over `count` images: dense NCDHW activations and filter.
+void describe_3d(const ConvRun& r, Descriptors& d, int64_t count, cudnnDataType_t dt, cudnnDataType_t compute) {
+  const Geometry& g = r.g;
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  const int x[5] = {i(count), i(g.c), i(g.d), i(g.h), i(g.w)}, y[5] = {i(count), i(g.o), i(g.od), i(g.oh), i(g.ow)};
+  const int w[5] = {i(g.o), i(g.c / g.groups), i(g.kd), i(g.kh), i(g.kw)};
+  auto strides = [](const int* dims, int* s) {
+    s[4] = 1;
+    for (int k = 3; k >= 0; --k) s[k] = s[k + 1] * dims[k + 1];
+  };
+  int xs[5], ys[5];
+  strides(x, xs);
+  strides(y, ys);
+  STRATA_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d.x.get(), dt, 5, x, xs), r.op);
+  STRATA_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d.y.get(), dt, 5, y, ys), r.op);
+  STRATA_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d.w.get(), dt, CUDNN_TENSOR_NCHW, 5, w), r.op);
+  const int pad[3] = {i(g.pd), i(g.ph), i(g.pw)}, stride[3] = {i(g.sd), i(g.sh), i(g.sw)};
+  const int dil[3] = {i(g.dd), i(g.dh), i(g.dw)};
+  STRATA_CUDNN_CHECK(
+      cudnnSetConvolutionNdDescriptor(d.conv.get(), 3, pad, stride, dil, CUDNN_CROSS_CORRELATION, compute), r.op);
 }
 
 cuda_conv::ConvCall describe(const ConvRun& r, Descriptors& d, int64_t first, int64_t count) {
@@ -160,18 +116,23 @@ cuda_conv::ConvCall describe(const ConvRun& r, Descriptors& d, int64_t first, in
   const cudnnDataType_t dt = cudnn_type(r.dtype);
   const cudnnTensorFormat_t f = r.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   const auto i = [](int64_t v) { return static_cast<int>(v); };  // checked by for_each_chunk and geometry
-  STRATA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.x.get(), f, dt, i(count), i(g.c), i(g.h), i(g.w)), r.op);
-  STRATA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.y.get(), f, dt, i(count), i(g.o), i(g.oh), i(g.ow)), r.op);
-  STRATA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d.w.get(), dt, f, i(g.o), i(g.c / g.groups), i(g.kh), i(g.kw)), r.op);
-  STRATA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d.conv.get(), i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh),
-                                                     i(g.dw), CUDNN_CROSS_CORRELATION,
-                                                     dt == CUDNN_DATA_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT),
-                     r.op);
+  const cudnnDataType_t compute = dt == CUDNN_DATA_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  if (g.rank == 3) {
+    describe_3d(r, d, count, dt, compute);
+  } else {
+    STRATA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.x.get(), f, dt, i(count), i(g.c), i(g.h), i(g.w)), r.op);
+    STRATA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.y.get(), f, dt, i(count), i(g.o), i(g.oh), i(g.ow)), r.op);
+    STRATA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d.w.get(), dt, f, i(g.o), i(g.c / g.groups), i(g.kh), i(g.kw)),
+                       r.op);
+    STRATA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d.conv.get(), i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh),
+                                                       i(g.dw), CUDNN_CROSS_CORRELATION, compute),
+                       r.op);
+  }
   STRATA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d.conv.get(), i(g.groups)), r.op);
   STRATA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), cuda_conv::initial_math(dt, cuda::allow_tf32())), r.op);
   const int64_t esize = static_cast<int64_t>(itemsize(r.dtype));
-  return {r.handle, d.x.get(), d.y.get(), d.w.get(), d.conv.get(), r.x + first * g.c * g.h * g.w * esize, r.w,
-          r.y + first * g.o * g.oh * g.ow * esize};
+  return {r.handle, d.x.get(), d.y.get(), d.w.get(), d.conv.get(), r.x + first * g.in_volume() * esize, r.w,
+          r.y + first * g.out_volume() * esize};
 }
 
 cuda_conv::ConvSignature signature(const ConvRun& r, int64_t count) {
@@ -179,7 +140,7 @@ cuda_conv::ConvSignature signature(const ConvRun& r, int64_t count) {
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   return {r.device, r.kind, cudnn_type(r.dtype), r.nhwc, i(count), i(g.c), i(g.h), i(g.w), i(g.o), i(g.kh), i(g.kw),
           i(g.oh), i(g.ow), i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh), i(g.dw), i(g.groups), cuda::allow_tf32(),
-          cuda::deterministic(), cuda::benchmark_mode()};
+          cuda::deterministic(), cuda::benchmark_mode(), i(g.d), i(g.kd), i(g.od), i(g.pd), i(g.sd), i(g.dd), g.rank};
 }
 
 // Runs the first candidate whose workspace can be allocated and that cuDNN accepts; beta = 1
@@ -273,16 +234,31 @@ void check_bias(const char* op, const Tensor* b, const Geometry& g, const Tensor
                x.device(), b->dtype(), b->shape(), b->device());
 }
 
-// ---- the three kernels -------------------------------------------------------------------------
+// ---- the three kernels, for 2-d (Args = F::Conv2dArgs) and 3-d (F::Conv3dArgs) problems -----------
 
-void forward_in(MemoryFormat f, bool& done, const Tensor& x0, const Tensor& w0, const Tensor* bias, Tensor& y,
-                const Geometry& g) {
-  const char* op = "conv2d";
+template <class Args>
+constexpr bool kIs3d = std::is_same_v<Args, F::Conv3dArgs>;
+template <class Args>
+constexpr const char* kForwardOp = kIs3d<Args> ? "conv3d" : "conv2d";
+template <class Args>
+constexpr const char* kBackwardInputOp = kIs3d<Args> ? "conv3d_backward_input" : "conv2d_backward_input";
+template <class Args>
+constexpr const char* kBackwardWeightOp = kIs3d<Args> ? "conv3d_backward_weight" : "conv2d_backward_weight";
+
+// The bias broadcast over an output of shape `shape`.
+Tensor bias_over(const Tensor& bias, const Shape& shape) {
+  Shape v(shape.size(), 1);
+  v[1] = bias.size(0);
+  return bias.view(v).expand(shape);
+}
+
+void forward_in(const char* op, MemoryFormat f, bool& done, const Tensor& x0, const Tensor& w0, const Tensor* bias,
+                Tensor& y, const Geometry& g) {
   const Geometry full = full_output(g);
-  const bool cropped = full.oh != g.oh || full.ow != g.ow;
-  Tensor out = cropped ? empty_in({g.n, g.o, full.oh, full.ow}, y, f) : writable(y, f);
+  const bool cropped = !full_size(y, full);
+  Tensor out = cropped ? empty_in(full_shape(full), y, f) : writable(y, f);
   if (x0.numel() == 0 || w0.numel() == 0) {  // nothing to convolve: the bias alone
-    if (bias) out.copy_(bias->view({1, g.o, 1, 1}).expand(out.shape()));
+    if (bias) out.copy_(bias_over(*bias, out.shape()));
     else out.zero_();
   } else {
     const Tensor x = dense(x0, f), w = dense(w0, f);
@@ -290,35 +266,36 @@ void forward_in(MemoryFormat f, bool& done, const Tensor& x0, const Tensor& w0, 
     done = run_chunks(r, false, [&](int64_t first, int64_t count) {
       if (!bias) return false;
       Tensor part = out.narrow(0, first, count);
-      part.copy_(bias->view({1, g.o, 1, 1}).expand(part.shape()));
+      part.copy_(bias_over(*bias, part.shape()));
       return true;
     });
     if (!done) return;
   }
   done = true;
-  if (cropped) y.copy_(out.slice(2, 0, g.oh).slice(3, 0, g.ow));
+  if (cropped) y.copy_(leading(out, g.od, g.oh, g.ow));
   else if (!out.is_same(y)) y.copy_(out);
 }
 
-void cuda_conv2d(const KernelCall& call) {
+template <class Args>
+void cuda_conv_forward(const KernelCall& call) {
   NoGradGuard no_grad;
+  const char* op = kForwardOp<Args>;
   const Tensor &x = call.inputs[0], &w = call.inputs[1];
   const Tensor* bias = optional_tensor(call.inputs, 2);
   Tensor& y = call.outputs[0];
-  const Geometry g = geometry("conv2d", x, w, y, call.param<F::Conv2dArgs>());
-  check_bias("conv2d", bias, g, x);
+  const Geometry g = geometry(op, x, w, y, call.param<Args>());
+  check_bias(op, bias, g, x);
   if (y.numel() == 0) return;
   cuda::DeviceGuard guard(y.device().index);
   bool done = false;
   const MemoryFormat f = layout_for(x, y);
-  forward_in(f, done, x, w, bias, y, g);
-  if (!done && f == MemoryFormat::ChannelsLast) forward_in(MemoryFormat::Contiguous, done, x, w, bias, y, g);
-  STRATA_CHECK(done, "[conv2d] cuDNN has no algorithm for input {}, weight {} ({})", x.shape(), w.shape(), x.dtype());
+  forward_in(op, f, done, x, w, bias, y, g);
+  if (!done && f == MemoryFormat::ChannelsLast) forward_in(op, MemoryFormat::Contiguous, done, x, w, bias, y, g);
+  STRATA_CHECK(done, "[{}] cuDNN has no algorithm for input {}, weight {} ({})", op, x.shape(), w.shape(), x.dtype());
 }
 
-void backward_input_in(MemoryFormat f, bool& done, const Tensor& gy0, const Tensor& w0, Tensor& gx,
+void backward_input_in(const char* op, MemoryFormat f, bool& done, const Tensor& gy0, const Tensor& w0, Tensor& gx,
                        const Geometry& g) {
-  const char* op = "conv2d_backward_input";
   const Geometry full = full_output(g);
   const Tensor gy = padded_to_full(dense(gy0, f), full, f), w = dense(w0, f);
   Tensor out = writable(gx, f);
@@ -327,11 +304,13 @@ void backward_input_in(MemoryFormat f, bool& done, const Tensor& gy0, const Tens
   if (done && !out.is_same(gx)) gx.copy_(out);
 }
 
-void cuda_conv2d_backward_input(const KernelCall& call) {
+template <class Args>
+void cuda_conv_backward_input(const KernelCall& call) {
   NoGradGuard no_grad;
+  const char* op = kBackwardInputOp<Args>;
   const Tensor &gy = call.inputs[0], &w = call.inputs[1];
   Tensor& gx = call.outputs[0];
-  const Geometry g = geometry("conv2d_backward_input", gx, w, gy, call.param<F::Conv2dArgs>());
+  const Geometry g = geometry(op, gx, w, gy, call.param<Args>());
   if (gx.numel() == 0) return;
   cuda::DeviceGuard guard(gx.device().index);
   if (gy.numel() == 0 || w.numel() == 0) {
@@ -340,15 +319,14 @@ void cuda_conv2d_backward_input(const KernelCall& call) {
   }
   bool done = false;
   const MemoryFormat f = layout_for(gx, gy);
-  backward_input_in(f, done, gy, w, gx, g);
-  if (!done && f == MemoryFormat::ChannelsLast) backward_input_in(MemoryFormat::Contiguous, done, gy, w, gx, g);
-  STRATA_CHECK(done, "[conv2d_backward_input] cuDNN has no algorithm for grad_output {}, weight {} ({})", gy.shape(),
-               w.shape(), gy.dtype());
+  backward_input_in(op, f, done, gy, w, gx, g);
+  if (!done && f == MemoryFormat::ChannelsLast) backward_input_in(op, MemoryFormat::Contiguous, done, gy, w, gx, g);
+  STRATA_CHECK(done, "[{}] cuDNN has no algorithm for grad_output {}, weight {} ({})", op, gy.shape(), w.shape(),
+               gy.dtype());
 }
 
-void backward_weight_in(MemoryFormat f, bool& done, const Tensor& gy0, const Tensor& x0, Tensor& gw,
+void backward_weight_in(const char* op, MemoryFormat f, bool& done, const Tensor& gy0, const Tensor& x0, Tensor& gw,
                         const Geometry& g) {
-  const char* op = "conv2d_backward_weight";
   const Geometry full = full_output(g);
   const Tensor gy = padded_to_full(dense(gy0, f), full, f), x = dense(x0, f);
   Tensor out = writable(gw, f);
@@ -357,31 +335,33 @@ void backward_weight_in(MemoryFormat f, bool& done, const Tensor& gy0, const Ten
   if (done && !out.is_same(gw)) gw.copy_(out);
 }
 
-// The bias gradient: gy summed over n, h and w (kernels/cuda/batch_norm.cu's channel sums).
-void bias_grad(const Tensor& gy0, Tensor& gb) {
+// The bias gradient: gy summed over n and the spatial dims (kernels/cuda/batch_norm.cu's channel sums).
+void bias_grad(const char* op, const Tensor& gy0, Tensor& gb) {
   const MemoryFormat f = strictly_channels_last(gy0) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
   const Tensor gy = dense(gy0, f);
-  const cuda_kernels::ChannelLayout l{gy.size(0), gy.size(1), gy.size(2) * gy.size(3),
-                                      f == MemoryFormat::ChannelsLast};
+  const int64_t volume = gy.numel() / std::max<int64_t>(gy.size(0) * gy.size(1), 1);
+  const cuda_kernels::ChannelLayout l{gy.size(0), gy.size(1), volume, f == MemoryFormat::ChannelsLast};
   Tensor scratch = empty({cuda_kernels::batch_norm_scratch_doubles(l)}, TensorOptions(kFloat64, gy.device()));
-  dispatch<DTypeSet::Floating>(gy.dtype(), "conv2d_backward_weight", [&](auto tag) {
+  dispatch<DTypeSet::Floating>(gy.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda_launch::check_launch(cuda_kernels::channel_sum<T>(l, cuda_launch::stream_for(gy),
                                                            static_cast<const T*>(gy.data()), static_cast<T*>(gb.data()),
                                                            static_cast<double*>(scratch.data())),
-                              "conv2d_backward_weight");
+                              op);
   });
 }
 
-void cuda_conv2d_backward_weight(const KernelCall& call) {
+template <class Args>
+void cuda_conv_backward_weight(const KernelCall& call) {
   NoGradGuard no_grad;
+  const char* op = kBackwardWeightOp<Args>;
   const Tensor &gy = call.inputs[0], &x = call.inputs[1];
   Tensor& gw = call.outputs[0];
   Tensor* gb = call.outputs.size() > 1 && call.outputs[1].defined() ? &call.outputs[1] : nullptr;
-  const Geometry g = geometry("conv2d_backward_weight", x, gw, gy, call.param<F::Conv2dArgs>());
-  check_bias("conv2d_backward_weight", gb, g, x);
+  const Geometry g = geometry(op, x, gw, gy, call.param<Args>());
+  check_bias(op, gb, g, x);
   cuda::DeviceGuard guard(gw.device().index);
-  if (gb) bias_grad(gy, *gb);
+  if (gb) bias_grad(op, gy, *gb);
   if (gw.numel() == 0) return;
   if (gy.numel() == 0 || x.numel() == 0) {
     gw.zero_();
@@ -389,10 +369,10 @@ void cuda_conv2d_backward_weight(const KernelCall& call) {
   }
   bool done = false;
   const MemoryFormat f = layout_for(x, gy);
-  backward_weight_in(f, done, gy, x, gw, g);
-  if (!done && f == MemoryFormat::ChannelsLast) backward_weight_in(MemoryFormat::Contiguous, done, gy, x, gw, g);
-  STRATA_CHECK(done, "[conv2d_backward_weight] cuDNN has no algorithm for input {}, grad_output {} ({})", x.shape(),
-               gy.shape(), x.dtype());
+  backward_weight_in(op, f, done, gy, x, gw, g);
+  if (!done && f == MemoryFormat::ChannelsLast) backward_weight_in(op, MemoryFormat::Contiguous, done, gy, x, gw, g);
+  STRATA_CHECK(done, "[{}] cuDNN has no algorithm for input {}, grad_output {} ({})", op, x.shape(), gy.shape(),
+               x.dtype());
 }
 
 }  // namespace
@@ -400,9 +380,12 @@ void cuda_conv2d_backward_weight(const KernelCall& call) {
 namespace detail {
 void register_cuda_conv_kernels(KernelTable& table) {
   constexpr auto CUDA = DeviceType::CUDA;
-  table.set(OpId::conv2d, CUDA, kFloatDTypes, cuda_conv2d);
-  table.set(OpId::conv2d_backward_input, CUDA, kFloatDTypes, cuda_conv2d_backward_input);
-  table.set(OpId::conv2d_backward_weight, CUDA, kFloatDTypes, cuda_conv2d_backward_weight);
+  table.set(OpId::conv2d, CUDA, kFloatDTypes, cuda_conv_forward<F::Conv2dArgs>);
+  table.set(OpId::conv2d_backward_input, CUDA, kFloatDTypes, cuda_conv_backward_input<F::Conv2dArgs>);
+  table.set(OpId::conv2d_backward_weight, CUDA, kFloatDTypes, cuda_conv_backward_weight<F::Conv2dArgs>);
+  table.set(OpId::conv3d, CUDA, kFloatDTypes, cuda_conv_forward<F::Conv3dArgs>);
+  table.set(OpId::conv3d_backward_input, CUDA, kFloatDTypes, cuda_conv_backward_input<F::Conv3dArgs>);
+  table.set(OpId::conv3d_backward_weight, CUDA, kFloatDTypes, cuda_conv_backward_weight<F::Conv3dArgs>);
 }
 }  // namespace detail
 

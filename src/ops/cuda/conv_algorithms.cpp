@@ -141,7 +141,7 @@ std::vector<ConvAlgorithm> timed_search(const ConvSignature& sig, const ConvCall
                                                                           : known;
     }
     case ConvKind::BackwardFilter: {
-      const int64_t filter = int64_t(sig.o) * (sig.c / sig.groups) * sig.kh * sig.kw;
+      const int64_t filter = int64_t(sig.o) * (sig.c / sig.groups) * sig.kd * sig.kh * sig.kw;
       Tensor scratch = empty({filter * element_size(sig.dtype)}, TensorOptions(kUInt8, Device::cuda(sig.device)));
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       const cudnnStatus_t st = cudnnFindConvolutionBackwardFilterAlgorithmEx(

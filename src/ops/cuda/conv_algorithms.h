@@ -29,6 +29,8 @@ struct ConvSignature {
   int oh = 0, ow = 0;              // output activation
   int pad_h = 0, pad_w = 0, stride_h = 0, stride_w = 0, dil_h = 0, dil_w = 0, groups = 1;
   bool tf32 = false, deterministic = false, benchmark = false;
+  int d = 1, kd = 1, od = 1, pad_d = 0, stride_d = 1, dil_d = 1;  // depth: 3-d convolutions only
+  int rank = 2;  // 4-d or 5-d descriptors: a depth-1 3-d problem may not take a 2-d one's algorithm
   auto operator<=>(const ConvSignature&) const = default;
 };
 

@@ -24,6 +24,9 @@ void no_cudnn(const KernelCall&) {
 constexpr char kConv2d[] = "conv2d";
 constexpr char kConv2dBackwardInput[] = "conv2d_backward_input";
 constexpr char kConv2dBackwardWeight[] = "conv2d_backward_weight";
+constexpr char kConv3d[] = "conv3d";
+constexpr char kConv3dBackwardInput[] = "conv3d_backward_input";
+constexpr char kConv3dBackwardWeight[] = "conv3d_backward_weight";
 
 std::atomic<bool> g_benchmark{false}, g_deterministic{false};
 
@@ -35,6 +38,9 @@ void register_cuda_conv_kernels(KernelTable& table) {
   table.set(OpId::conv2d, CUDA, kFloatDTypes, no_cudnn<kConv2d>);
   table.set(OpId::conv2d_backward_input, CUDA, kFloatDTypes, no_cudnn<kConv2dBackwardInput>);
   table.set(OpId::conv2d_backward_weight, CUDA, kFloatDTypes, no_cudnn<kConv2dBackwardWeight>);
+  table.set(OpId::conv3d, CUDA, kFloatDTypes, no_cudnn<kConv3d>);
+  table.set(OpId::conv3d_backward_input, CUDA, kFloatDTypes, no_cudnn<kConv3dBackwardInput>);
+  table.set(OpId::conv3d_backward_weight, CUDA, kFloatDTypes, no_cudnn<kConv3dBackwardWeight>);
 }
 }  // namespace detail
 
