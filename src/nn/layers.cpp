@@ -70,7 +70,14 @@ void Embedding::reset_parameters(Generator* gen) {
   }
 }
 
-Tensor Embedding::forward(const Tensor& indices) { return functional::embedding(indices, weight, padding_idx); }
+Tensor Embedding::forward(const Tensor& indices) {
+  if (form_.get()) return form_.get()->forward_layer(*this, indices);
+  return functional::embedding(indices, weight, padding_idx);
+}
+
+EmbeddingForm& Embedding::set_form(std::string name, std::unique_ptr<EmbeddingForm> form) {
+  return form_.set(*this, std::move(name), std::move(form));
+}
 
 // ---- Dropout and GELU --------------------------------------------------------------------------
 

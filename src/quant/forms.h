@@ -11,6 +11,7 @@
 
 #include <strata/nn/batchnorm.hpp>
 #include <strata/nn/conv.hpp>
+#include <strata/nn/embedding.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/quant/fake_quantize.hpp>
@@ -117,6 +118,10 @@ class Int4LinearForm : public nn::LinearForm {
  private:
   Int4Weight weight_;
 };
+
+/// The row-wise quantized form of an embedding layer's weight (8 or 4 bits; src/quant/qembedding.cpp).
+std::unique_ptr<nn::EmbeddingForm> rowwise_form(const nn::Embedding& layer, int bits);
+std::unique_ptr<nn::EmbeddingBagForm> rowwise_form(const nn::EmbeddingBag& layer, int bits);
 
 /// For Module::replacing_child of a form that keeps a pointer to its child `kept`: when set_submodule
 /// replaces that child, the pointer follows the new one, which must be a T, named `type` (a stale
