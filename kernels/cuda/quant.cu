@@ -68,7 +68,7 @@ __global__ void fake_quantize_kernel(const float* x, float* out, uint8_t* mask, 
     const int64_t c = channel_of(i, l);
     bool in = false;
     out[i] = qmath::fake_quantize_value(x[i], scale[c], 1.0f / scale[c], zp[c], qmin, qmax, &in);
-    mask[i] = in;
+    if (mask) mask[i] = in;
   }
 }
 

@@ -38,7 +38,8 @@ void run_quantize(const Tensor& x, const Tensor& q, ChannelLayout l, const Tenso
 /// q int8/uint8 -> out float32.
 void run_dequantize(const Tensor& q, const Tensor& out, ChannelLayout l, const Tensor& scale,
                     const Tensor& zero_point);
-/// x float32 -> out float32 and mask uint8 (1 where the straight-through gradient passes).
+/// x float32 -> out float32 and mask uint8 (1 where the straight-through gradient passes; undefined:
+/// not written).
 void run_fake_quantize(const Tensor& x, const Tensor& out, const Tensor& mask, ChannelLayout l, const Tensor& scale,
                        const Tensor& zero_point, int32_t qmin, int32_t qmax);
 
