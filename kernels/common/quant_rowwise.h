@@ -94,26 +94,38 @@ struct Bags {
   BagMode mode;
 };
 
+/// The ids of bag b: [*begin, *end).
+STRATA_HOST_DEVICE void bag_bounds(const Bags& g, int64_t b, int64_t* begin, int64_t* end) {
+  *begin = g.starts ? g.starts[b] : b;
+  *end = g.starts ? g.starts[b + 1] : b + 1;
+}
+
+/// acc with the value v of the bag's id i folded in (first: no id kept before it).
+STRATA_HOST_DEVICE double bag_fold(double acc, double v, const Bags& g, int64_t i, bool first) {
+  if (g.mode == BagMode::Max) return first || v > acc ? v : acc;
+  return acc + (g.weights ? static_cast<double>(g.weights[i]) : 1.0) * v;
+}
+
+/// The bag's result from its fold over `kept` ids (0 for an empty bag).
+STRATA_HOST_DEVICE float bag_result(double acc, int64_t kept, const Bags& g) {
+  return static_cast<float>(g.mode == BagMode::Mean && kept > 0 ? acc / static_cast<double>(kept) : acc);
+}
+
 /// Element k of bag b: its dequantized rows summed (weighted), averaged over the rows kept or
 /// their maximum, 0 for an empty bag. The sum is taken in float64 in index order and rounded
 /// once, so the result is the float64 reduction of the dequantized rows rounded to float32.
 STRATA_HOST_DEVICE float bag_element(const RowwiseTable& t, const Bags& g, int64_t b, int64_t k) {
   const int64_t bytes = rowwise_bytes(t.dim, t.bits);
-  const int64_t begin = g.starts ? g.starts[b] : b, end = g.starts ? g.starts[b + 1] : b + 1;
+  int64_t begin = 0, end = 0, kept = 0;
+  bag_bounds(g, b, &begin, &end);
   double acc = 0.0;
-  int64_t kept = 0;
   for (int64_t i = begin; i < end; ++i) {
     const int64_t id = g.ids[i];
     if (id == g.padding_idx) continue;
     const double v = rowwise_value(rowwise_code(t.codes + id * bytes, k, t.bits), RowQParams{t.scale[id], t.bias[id]});
-    if (g.mode == BagMode::Max) {
-      acc = kept == 0 || v > acc ? v : acc;
-    } else {
-      acc += (g.weights ? static_cast<double>(g.weights[i]) : 1.0) * v;
-    }
-    ++kept;
+    acc = bag_fold(acc, v, g, i, kept++ == 0);
   }
-  return static_cast<float>(g.mode == BagMode::Mean && kept > 0 ? acc / static_cast<double>(kept) : acc);
+  return bag_result(acc, kept, g);
 }
 
 }  // namespace strata::qmath

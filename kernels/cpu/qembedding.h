@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common/quant_rowwise.h"
 #include "kernels/cpu/parallel.h"
@@ -23,11 +24,27 @@ inline void quantize_rows_float_qparams(const float* w, int64_t rows, int64_t di
   });
 }
 
-/// out (bags, dim) float32: qmath::bag_element of every bag and element.
+/// out (bags, dim) float32: qmath::bag_element of every bag and element, computed a row at a time
+/// (each id's row read once, in order) with the same folds.
 inline void embedding_bag_rowwise(const qmath::RowwiseTable& t, const qmath::Bags& g, float* out) {
+  const int64_t bytes = qmath::rowwise_bytes(t.dim, t.bits);
   parallel_for(0, g.bags, std::max<int64_t>(1, 4096 / std::max<int64_t>(t.dim, 1)), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b)
-      for (int64_t k = 0; k < t.dim; ++k) out[b * t.dim + k] = qmath::bag_element(t, g, b, k);
+    std::vector<double> acc(static_cast<size_t>(t.dim));
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t begin = 0, end = 0, kept = 0;
+      qmath::bag_bounds(g, b, &begin, &end);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t id = g.ids[i];
+        if (id == g.padding_idx) continue;
+        const uint8_t* row = t.codes + id * bytes;
+        const qmath::RowQParams p{t.scale[id], t.bias[id]};
+        const bool first = kept++ == 0;
+        for (int64_t k = 0; k < t.dim; ++k)
+          acc[k] = qmath::bag_fold(acc[k], qmath::rowwise_value(qmath::rowwise_code(row, k, t.bits), p), g, i, first);
+      }
+      for (int64_t k = 0; k < t.dim; ++k) out[b * t.dim + k] = qmath::bag_result(acc[k], kept, g);
+    }
   });
 }
 

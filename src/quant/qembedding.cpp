@@ -95,9 +95,18 @@ Tensor checked_ids(const Tensor& indices, const RowwiseWeight& w, const char* op
   STRATA_CHECK(indices.device() == w.codes.device(), "[{}] indices are on {} and the table on {}", op,
                indices.device(), w.codes.device());
   const int64_t num = w.codes.size(0);
-  for (int64_t id : nn::detail::host_ints(indices))
-    STRATA_CHECK(id >= 0 && id < num, "[{}] index {} is out of range for {} embeddings", op, id, num);
-  return indices.to(kInt64).contiguous().reshape({-1});
+  const Tensor ids = indices.to(kInt64).contiguous().reshape({-1});
+  const auto check = [&](const int64_t* p, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      STRATA_CHECK(p[i] >= 0 && p[i] < num, "[{}] index {} is out of range for {} embeddings", op, p[i], num);
+  };
+  if (ids.device().is_cpu()) {
+    check(ids.data_ptr<int64_t>(), ids.numel());
+  } else {
+    const std::vector<int64_t> host = nn::detail::host_ints(ids);
+    check(host.data(), static_cast<int64_t>(host.size()));
+  }
+  return ids;
 }
 
 Tensor run_bags(const RowwiseWeight& w, const Tensor& ids, const Tensor& starts, const Tensor& weights, int64_t bags,
