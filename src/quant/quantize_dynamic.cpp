@@ -1,4 +1,5 @@
 // quantize_dynamic: see include/strata/quant/quantize.hpp.
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +55,18 @@ int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& o) {
                  "[{}] layer \"{}\" has in_features {} > 2^16, past which int8 sums could overflow", op, name,
                  layer->in_features);
   }
+  // the embeddings' forms made before any layer changes, so that one raising leaves the model as it was
+  const int bits = o.embeddings == EmbeddingDtype::UInt4 ? 4 : 8;
+  std::vector<std::pair<nn::Embedding*, std::unique_ptr<nn::EmbeddingForm>>> embedding_forms;
+  std::vector<std::pair<nn::EmbeddingBag*, std::unique_ptr<nn::EmbeddingBagForm>>> bag_forms;
+  for (const auto& [name, m] : embeddings) {
+    if (auto* e = dynamic_cast<nn::Embedding*>(m)) {
+      embedding_forms.emplace_back(e, detail::rowwise_form(*e, bits));
+    } else {
+      auto* bag = static_cast<nn::EmbeddingBag*>(m);
+      bag_forms.emplace_back(bag, detail::rowwise_form(*bag, bits));
+    }
+  }
   for (const auto& [name, layer] : layers) {
     if (int4) {
       layer->set_form("quantized", std::make_unique<detail::Int4LinearForm>(
@@ -63,15 +76,8 @@ int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& o) {
                       std::make_unique<detail::Int8LinearForm>(quantize_weight_int8(layer->weight), std::nullopt));
     }
   }
-  const int bits = o.embeddings == EmbeddingDtype::UInt4 ? 4 : 8;
-  for (const auto& [name, m] : embeddings) {
-    if (auto* e = dynamic_cast<nn::Embedding*>(m)) {
-      e->set_form("quantized", detail::rowwise_form(*e, bits));
-    } else {
-      auto* bag = static_cast<nn::EmbeddingBag*>(m);
-      bag->set_form("quantized", detail::rowwise_form(*bag, bits));
-    }
-  }
+  for (auto& [layer, form] : embedding_forms) layer->set_form("quantized", std::move(form));
+  for (auto& [layer, form] : bag_forms) layer->set_form("quantized", std::move(form));
   return static_cast<int64_t>(layers.size() + embeddings.size());
 }
 
