@@ -26,7 +26,7 @@ class Embedding;
 class EmbeddingBag;
 using EmbeddingForm = LayerForm<Embedding>;
 
-/// A form of an EmbeddingBag: its forward takes the bag's inputs (indices checked as 1-d or 2-d).
+/// A form of an EmbeddingBag: its forward takes the inputs of EmbeddingBag::forward as given.
 class EmbeddingBagForm : public Module {
  public:
   virtual Tensor forward_bags(const EmbeddingBag& layer, const Tensor& indices, const Tensor& offsets,
