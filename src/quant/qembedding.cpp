@@ -3,6 +3,7 @@
 // functional forms, and the forms quantize_dynamic gives nn::Embedding and nn::EmbeddingBag.
 #include <strata/quant/qembedding.hpp>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <strata/core/error.hpp>
 #include <strata/nn/embedding.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/ops/reduce.hpp>
 
 #include "kernels/cpu/qembedding.h"
 #include "nn/embedding_internal.h"
@@ -82,9 +84,10 @@ void check_rowwise(const RowwiseWeight& w, const char* op) {
                "[{}] expects uint8 codes (num, {}) for dim {} in {} bits, got {}", op,
                qmath::rowwise_bytes(w.dim, w.bits), w.dim, w.bits, w.codes.defined() ? w.codes.shape() : Shape{});
   for (const Tensor* t : {&w.scale, &w.bias})
-    STRATA_CHECK(t->defined() && t->dtype() == kFloat32 && t->shape() == Shape{w.codes.size(0)} &&
+    // floating, not only float32: Module::to(dtype) converts a form's floating buffers too
+    STRATA_CHECK(t->defined() && is_floating(t->dtype()) && t->shape() == Shape{w.codes.size(0)} &&
                      t->device() == w.codes.device(),
-                 "[{}] expects float32 scales and biases of shape ({}) on {}", op, w.codes.size(0), w.codes.device());
+                 "[{}] expects floating scales and biases of shape ({}) on {}", op, w.codes.size(0), w.codes.device());
 }
 
 // The indices as int64 on the table's device, every one checked against the table's rows.
@@ -115,7 +118,8 @@ Tensor run_bags(const RowwiseWeight& w, const Tensor& ids, const Tensor& starts,
   Tensor out = empty({bags, w.dim}, TensorOptions(kFloat32, w.codes.device()));
   const BagParams p{w.dim, padding_idx, w.bits, mode};
   detail::run(rowwise_ops().bag,
-              {w.codes.contiguous(), w.scale.contiguous(), w.bias.contiguous(), ids, starts, weights}, {out}, &p);
+              {w.codes.contiguous(), w.scale.to(kFloat32).contiguous(), w.bias.to(kFloat32).contiguous(), ids, starts,
+               weights}, {out}, &p);
   return out;
 }
 
@@ -143,6 +147,15 @@ RowwiseWeight quantize_embedding_weight(const Tensor& weight, int bits) {
   RowwiseWeight q{empty({num, qmath::rowwise_bytes(dim, bits)}, TensorOptions(kUInt8, w.device())), empty({num}, f32),
                   empty({num}, f32), bits, dim};
   detail::run(rowwise_ops().quantize, {w}, {q.codes, q.scale, q.bias}, &bits);
+  // a row whose finite values span more than float32 holds (max - min overflows) gets the scale inf
+  // and dequantizes to NaN: refused rather than kept
+  if (num > 0 && !std::isfinite(amax(q.scale).item<float>())) {
+    const Tensor scale = q.scale.to(kCPU).contiguous();
+    int64_t r = 0;
+    while (r + 1 < num && std::isfinite(scale.data_ptr<float>()[r])) ++r;
+    throw Error(fmt::format("[{}] row {} spans more than float32 holds (its max - min overflows): no scale "
+                            "dequantizes it", op, r));
+  }
   return q;
 }
 

@@ -150,3 +150,58 @@ TEST(HistogramObserver, CalibratesStaticQuantization) {
   EXPECT_TRUE(throws_with([] { q::HistogramObserver({}, 0); }, {"bins must be positive"}));
   EXPECT_TRUE(throws_with([] { q::HistogramObserver(q::per_channel_defaults()); }, {"per-tensor"}));
 }
+
+// Edge cases: a range spanning float32's (max - min overflows: the qparams stay finite and quantize it
+// within half a step), all-equal inputs (the qparams of that single value, as MinMax's; then the mass
+// moves with a growing range), infinities left out, and a state dict reloaded.
+TEST(HistogramObserver, EdgeCases) {
+  {
+    const std::vector<double> x = {-3e38, 3e38, 0, 1};
+    q::HistogramObserver hist;
+    q::MinMaxObserver minmax;
+    hist(st::from_vector(x).to(st::kFloat32));
+    minmax(st::from_vector(x).to(st::kFloat32));
+    for (const q::Observer* obs : {static_cast<const q::Observer*>(&hist), static_cast<const q::Observer*>(&minmax)}) {
+      const auto [scale, zero] = obs->calculate_qparams();
+      const double s = values(scale)[0], z = values(zero)[0];
+      ASSERT_TRUE(std::isfinite(s) && s > 0) << obs->name() << " scale " << s;
+      EXPECT_GE(z, 0);
+      EXPECT_LE(z, 255);
+      if (obs == &minmax) {
+        EXPECT_NEAR(s, 6e38 / 255, 1e-6 * s);
+        EXPECT_LE(mse(x, s, z), s * s / 4 * (1 + 1e-5));  // every value within half a step
+      }
+    }
+  }
+  {
+    q::HistogramObserver obs({}, 64);
+    obs(st::full({10}, 2.5));
+    obs(st::full({10}, 2.5));
+    q::MinMaxObserver minmax;
+    minmax(st::full({10}, 2.5));
+    EXPECT_EQ(values(obs.calculate_qparams().first), values(minmax.calculate_qparams().first));
+    EXPECT_EQ(values(obs.calculate_qparams().second), values(minmax.calculate_qparams().second));
+    obs(st::full({10}, -1.5));
+    const std::vector<double> h = values(obs.histogram);
+    EXPECT_EQ(h.front(), 10);
+    EXPECT_EQ(h.back(), 20);
+  }
+  {
+    q::HistogramObserver obs({}, 64);
+    const double inf = std::numeric_limits<double>::infinity();
+    obs(st::from_vector(std::vector<double>{1, 2, inf, -inf, 3}).to(st::kFloat32));
+    EXPECT_EQ(values(obs.min_val)[0], 1);
+    EXPECT_EQ(values(obs.max_val)[0], 3);
+    double count = 0;
+    for (double c : values(obs.histogram)) count += c;
+    EXPECT_EQ(count, 3);
+  }
+  {
+    st::manual_seed(55);
+    q::HistogramObserver a, b;
+    a(spiky(1000, 2, 20.0));
+    b.load_state_dict(a.state_dict());
+    EXPECT_EQ(values(b.calculate_qparams().first), values(a.calculate_qparams().first));
+    EXPECT_EQ(values(b.calculate_qparams().second), values(a.calculate_qparams().second));
+  }
+}

@@ -212,9 +212,76 @@ TEST(QuantEmbedding, BadInput) {
                           {"first offset must be 0"}));
   q::RowwiseWeight bad = qw;
   bad.scale = st::ones({4});
-  EXPECT_TRUE(throws_with([&] { q::embedding_rowwise(ids, bad); }, {"float32 scales and biases"}));
+  EXPECT_TRUE(throws_with([&] { q::embedding_rowwise(ids, bad); }, {"floating scales and biases"}));
   q::QuantizeOptions o;
   o.embeddings = static_cast<q::EmbeddingDtype>(7);
   st::nn::Embedding e(3, 2);
   EXPECT_TRUE(throws_with([&] { q::quantize_dynamic(e, o); }, {"unknown embedding dtype"}));
+}
+
+// A row from -3e38 to 3e38: max - min overflows float32 and no float32 scale dequantizes it (the
+// scale was inf and every value NaN): refused, naming the row; 1e38 wide still quantizes within half a step.
+TEST(QuantEmbedding, RowsSpanningFloat32sRange) {
+  st::Tensor w = st::zeros({3, 4});
+  {
+    st::NoGradGuard no_grad;
+    w.select(0, 0).copy_(st::from_vector(std::vector<double>{-1e38, 1e38, 0, 3e37}).to(st::kFloat32));
+  }
+  const std::vector<double> wv = values(w);
+  for (int bits : {8, 4}) {
+    const std::vector<double> deq = values(q::dequantize_embedding_weight(q::quantize_embedding_weight(w, bits)));
+    const double half_step = (wv[1] - wv[0]) / (bits == 8 ? 255 : 15) / 2;
+    for (size_t k = 0; k < 4; ++k)
+      EXPECT_LE(std::fabs(deq[k] - wv[k]), half_step * (1 + 1e-5)) << "bits " << bits << " col " << k;
+  }
+  {
+    st::NoGradGuard no_grad;
+    w.select(0, 2).copy_(st::from_vector(std::vector<double>{-3e38, 3e38, 0, 1}).to(st::kFloat32));
+  }
+  for (int bits : {8, 4})
+    EXPECT_TRUE(throws_with([&] { q::quantize_embedding_weight(w, bits); }, {"row 2 spans more than float32 holds"}));
+}
+
+TEST(QuantEmbedding, BadIndicesAndOffsets) {
+  const q::RowwiseWeight qw = q::quantize_embedding_weight(st::randn({5, 4}), 4);
+  const auto ints = [](std::vector<int64_t> v) { return st::from_vector(v); };
+  using Mode = st::nn::EmbeddingBagMode;
+  EXPECT_TRUE(throws_with([&] { q::embedding_rowwise(ints({2, -1}), qw); }, {"index -1 is out of range"}));
+  EXPECT_TRUE(throws_with([&] { q::embedding_rowwise(ints({7}).to(st::kInt32), qw); }, {"index 7 is out of range"}));
+  const st::Tensor ids = ints({0, 1, 2, 3});
+  EXPECT_TRUE(throws_with([&] { q::embedding_bag_rowwise(ints({0, -2}), qw, {ints({0})}); }, {"out of range"}));
+  EXPECT_TRUE(throws_with([&] { q::embedding_bag_rowwise(ids, qw, {ints({0, 3, 2, 4}), Mode::Sum, {}, true}); },
+                          {"ascending"}));
+  EXPECT_TRUE(throws_with([&] { q::embedding_bag_rowwise(ids, qw, {ints({1, 4}), Mode::Sum, {}, true}); },
+                          {"first offset must be 0"}));
+  EXPECT_TRUE(throws_with([&] { q::embedding_bag_rowwise(ids, qw, {ints({0, 3}), Mode::Sum, {}, true}); },
+                          {"last offset must be the number of indices"}));
+  EXPECT_TRUE(throws_with([&] { q::embedding_bag_rowwise(ids, qw, {ints({0, 5})}); }, {"at most the number"}));
+  EXPECT_TRUE(throws_with([&] { q::embedding_bag_rowwise(ids, qw, {ints({0, 2}), Mode::Sum, st::ones({3})}); },
+                          {"per_sample_weights must be floating, of the indices' shape"}));
+  EXPECT_TRUE(throws_with([&] { q::embedding_bag_rowwise(ids, qw, {ints({0, 2}), Mode::Sum, {}, false, 9}); },
+                          {"padding_idx 9 is out of range"}));
+  // int32 offsets, an empty bag first: Max gives 0 there, as torch
+  const auto out = values(q::embedding_bag_rowwise(ids, qw, {ints({0, 0}).to(st::kInt32), Mode::Max}));
+  EXPECT_EQ(std::vector<double>(out.begin(), out.begin() + 4), std::vector<double>(4, 0.0));
+}
+
+// Module::to(kFloat16) converts the form's floating buffers (scale and bias) as it does the int8 forms':
+// the layer then computes with the rounded qparams, within their rounding of the float32 result.
+TEST(QuantEmbedding, FormRunsAfterModuleToHalf) {
+  st::manual_seed(34);
+  st::nn::EmbeddingBag bag(10, 6, {.mode = st::nn::EmbeddingBagMode::Mean});
+  q::quantize_dynamic(bag, {.embeddings = q::EmbeddingDtype::UInt4});
+  const st::Tensor ids = st::from_vector(std::vector<int64_t>{0, 1, 2, 3, 9});
+  const st::Tensor offsets = st::from_vector(std::vector<int64_t>{0, 2});
+  const std::vector<double> before = values(bag(ids, offsets));
+  const std::vector<double> scale = values(bag.state_dict().at("quantized.weight_scale")),
+                            bias = values(bag.state_dict().at("quantized.weight_bias"));
+  bag.to(st::kFloat16);
+  ASSERT_EQ(bag.state_dict().at("quantized.weight_scale").dtype(), st::kFloat16);
+  double bound = 0;  // a half rounds within 2^-11 relative: |code * d_scale + d_bias|
+  for (size_t r = 0; r < scale.size(); ++r) bound = std::max(bound, (15 * scale[r] + std::fabs(bias[r])) / 2048);
+  const std::vector<double> after = values(bag(ids, offsets));
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_NEAR(after[i], before[i], bound * 1.01) << i;
 }
