@@ -132,6 +132,8 @@ EmbeddingBag::EmbeddingBag(int64_t num, int64_t dim, EmbeddingBagOptions o)
 }
 
 void EmbeddingBag::reset_parameters(Generator* gen) {
+  STRATA_CHECK(weight.defined(), "[EmbeddingBag] reset_parameters: the float weight was replaced by the form \"{}\"",
+               form_.name());
   init::normal_(weight, 0, 1, gen);
   if (options.padding_idx) {
     NoGradGuard no_grad;

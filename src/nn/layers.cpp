@@ -63,6 +63,8 @@ Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) : num_e
 }
 
 void Embedding::reset_parameters(Generator* gen) {
+  STRATA_CHECK(weight.defined(), "[Embedding] reset_parameters: the float weight was replaced by the form \"{}\"",
+               form_.name());
   init::normal_(weight, 0, 1, gen);
   if (padding_idx) {
     NoGradGuard no_grad;

@@ -285,3 +285,12 @@ TEST(QuantEmbedding, FormRunsAfterModuleToHalf) {
   ASSERT_EQ(after.size(), before.size());
   for (size_t i = 0; i < after.size(); ++i) EXPECT_NEAR(after[i], before[i], bound * 1.01) << i;
 }
+
+TEST(QuantEmbedding, ResetParametersOfAConvertedLayerRaises) {
+  st::nn::Embedding emb(6, 4);
+  st::nn::EmbeddingBag bag(6, 4);
+  q::quantize_dynamic(emb, {.embeddings = q::EmbeddingDtype::UInt8});
+  q::quantize_dynamic(bag, {.embeddings = q::EmbeddingDtype::UInt4});
+  EXPECT_TRUE(throws_with([&] { emb.reset_parameters(); }, {"[Embedding] reset_parameters", "\"quantized\""}));
+  EXPECT_TRUE(throws_with([&] { bag.reset_parameters(); }, {"[EmbeddingBag] reset_parameters", "\"quantized\""}));
+}
