@@ -75,11 +75,18 @@ void HistogramObserver::update(const Tensor&, const Tensor&) {
 }
 
 Tensor HistogramObserver::forward(const Tensor& x) {
+  checked_axis(x);
   NoGradGuard no_grad;
-  const auto [batch_lo, batch_hi] = batch_range(x);
-  const double lo = batch_lo.item<double>(), hi = batch_hi.item<double>();
-  if (lo > hi) return x;  // no finite value
   const std::vector<double> values = host_doubles(x);
+  // the finite range here (finite_aminmax gives a batch without finite values [0, 0], which would
+  // widen the range to 0)
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (double v : values)
+    if (std::isfinite(v)) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  if (lo > hi) return x;  // no finite value (or none at all), as PyTorch skips an empty batch
   std::vector<double> hist;
   double new_lo = lo, new_hi = hi;
   if (!observed()) {

@@ -48,12 +48,17 @@ bool Observer::observed() const {
   return min_val.numel() > 0 && le(min_val, max_val).all().item<bool>();
 }
 
-std::pair<Tensor, Tensor> Observer::batch_range(const Tensor& x) const {
+int64_t Observer::checked_axis(const Tensor& x) const {
   STRATA_CHECK(x.defined() && is_floating(x.dtype()), "[{}] observes floating tensors, got {}", name(),
                x.defined() ? fmt::format("{}", x.dtype()) : std::string("an undefined tensor"));
-  NoGradGuard no_grad;
   const int64_t axis = per_channel() ? options_.ch_axis : -1;
   STRATA_CHECK(axis < x.dim(), "[{}] ch_axis {} is out of range for an input of shape {}", name(), axis, x.shape());
+  return axis;
+}
+
+std::pair<Tensor, Tensor> Observer::batch_range(const Tensor& x) const {
+  const int64_t axis = checked_axis(x);
+  NoGradGuard no_grad;
   return finite_aminmax(x, axis);
 }
 

@@ -153,7 +153,7 @@ TEST(HistogramObserver, CalibratesStaticQuantization) {
 
 // Edge cases: a range spanning float32's (max - min overflows: the qparams stay finite and quantize it
 // within half a step), all-equal inputs (the qparams of that single value, as MinMax's; then the mass
-// moves with a growing range), infinities left out, and a state dict reloaded.
+// moves with a growing range), infinities and empty batches left out, and a state dict reloaded.
 TEST(HistogramObserver, EdgeCases) {
   {
     const std::vector<double> x = {-3e38, 3e38, 0, 1};
@@ -195,6 +195,15 @@ TEST(HistogramObserver, EdgeCases) {
     double count = 0;
     for (double c : values(obs.histogram)) count += c;
     EXPECT_EQ(count, 3);
+  }
+  {  // an empty batch or one without finite values observes nothing (the range stayed widened to 0)
+    q::HistogramObserver obs({}, 64);
+    obs(st::empty({0, 3}));
+    obs(st::full({4}, std::numeric_limits<float>::quiet_NaN()));
+    EXPECT_FALSE(values(obs.min_val)[0] <= values(obs.max_val)[0]);  // never observed: [+inf, -inf]
+    obs(st::from_vector(std::vector<double>{1, 2}).to(st::kFloat32));
+    EXPECT_EQ(values(obs.min_val)[0], 1);
+    EXPECT_EQ(values(obs.max_val)[0], 2);
   }
   {
     st::manual_seed(55);

@@ -58,6 +58,8 @@ class STRATA_API Observer : public nn::Module {
   bool observed() const;
   /// x's finite minimum and maximum (per channel along ch_axis for a per-channel observer), x checked.
   std::pair<Tensor, Tensor> batch_range(const Tensor& x) const;
+  /// x checked as an input of this observer; the axis of its channels (-1: per tensor).
+  int64_t checked_axis(const Tensor& x) const;
 
  private:
   ObserverOptions options_;
