@@ -134,5 +134,15 @@ TEST(CudaQuant, RowwiseEmbeddingsMatchTheCpu) {
                                                  false, 5});
       EXPECT_EQ(values(cpu), values(gpu));  // both reduce in float64 in index order
     }
+    // indices out of range raise on the GPU too (checked on the host before the kernel reads a row)
+    for (int64_t bad : {int64_t{23}, int64_t{-1}})
+      EXPECT_TRUE(st::testing::throws_with(
+          [&] { q::embedding_rowwise(st::from_vector(std::vector<int64_t>{0, bad}).cuda(), b); }, {"out of range"}));
   }
+  // a row whose max - min overflows float32 is refused on the GPU as on the CPU
+  st::Tensor wide = w.clone();
+  wide.select(0, 3).select(0, 0).fill_(-3e38);
+  wide.select(0, 3).select(0, 1).fill_(3e38);
+  EXPECT_TRUE(st::testing::throws_with([&] { q::quantize_embedding_weight(wide.cuda(), 4); },
+                                       {"row 3 spans more than float32 holds"}));
 }
