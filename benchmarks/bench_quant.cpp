@@ -6,7 +6,8 @@
 // float32 Conv2d (oneDNN) against the same layer after static quantization (quant::prepare, one
 // calibration batch, quant::convert: uint8 codes, oneDNN's int8 convolution, requantized output),
 // and against that layer with quant::set_onednn_int8_conv(false) (im2col and the int8 GEMM, the
-// reference path).
+// reference path). A third times a float32 nn::EmbeddingBag (sum of bags of 20 rows) against the
+// same table row-wise quantized to uint8 and to 4 bits (quantize_dynamic's embeddings).
 //
 //   bench_quant [--rounds R]        STRATA_BENCH_THREADS: threads (default 2)
 #include <algorithm>
@@ -81,6 +82,35 @@ void conv_table(int rounds) {
   }
 }
 
+void embedding_table(int rounds) {
+  fmt::print("\nrow-wise quantized EmbeddingBag (sum, bags of 20) vs float32 EmbeddingBag\n");
+  fmt::print("{:>7} {:>4} {:>5} | {:>10} {:>10} {:>10} | {:>9} {:>9} | {:>8} {:>8} {:>8}\n", "rows", "dim", "bags",
+             "f32 us", "uint8 us", "uint4 us", "uint8 x", "uint4 x", "f32 KiB", "u8 KiB", "u4 KiB");
+  const std::vector<std::array<int64_t, 3>> shapes = {{10000, 32, 256}, {100000, 64, 4096}, {200000, 128, 1024}};
+  for (auto [rows, dim, bags] : shapes) {
+    namespace q = st::quant;
+    st::manual_seed(0);
+    const st::nn::EmbeddingBagOptions sum{.mode = st::nn::EmbeddingBagMode::Sum};
+    st::nn::EmbeddingBag f32(rows, dim, sum), u8(rows, dim, sum), u4(rows, dim, sum);
+    u8.load_state_dict(f32.state_dict());
+    u4.load_state_dict(f32.state_dict());
+    q::quantize_dynamic(u8, {.embeddings = q::EmbeddingDtype::UInt8});
+    q::quantize_dynamic(u4, {.embeddings = q::EmbeddingDtype::UInt4});
+    const st::Tensor ids = st::randint(0, rows, {bags, 20});  // a bag per row
+    st::NoGradGuard no_grad;
+    std::vector<double> tf, t8, t4;
+    for (int r = 0; r < rounds; ++r) {
+      tf.push_back(time_once(f32, ids));
+      t8.push_back(time_once(u8, ids));
+      t4.push_back(time_once(u4, ids));
+    }
+    const double f = median(tf), a = median(t8), b = median(t4);
+    fmt::print("{:>7} {:>4} {:>5} | {:>10.1f} {:>10.1f} {:>10.1f} | {:>9.2f} {:>9.2f} | {:>8} {:>8} {:>8}\n", rows, dim,
+               bags, f * 1e6, a * 1e6, b * 1e6, f / a, f / b, state_bytes(f32) / 1024, state_bytes(u8) / 1024,
+               state_bytes(u4) / 1024);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,4 +149,5 @@ int main(int argc, char** argv) {
                state_bytes(i4) / 1024);
   }
   conv_table(rounds);
+  embedding_table(rounds);
 }

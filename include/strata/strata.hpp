@@ -98,6 +98,7 @@
 #include <strata/quant/fuse.hpp>
 #include <strata/quant/observer.hpp>
 #include <strata/quant/qat.hpp>
+#include <strata/quant/qembedding.hpp>
 #include <strata/quant/qtensor.hpp>
 #include <strata/quant/quantize.hpp>
 #include <strata/quant/quantize_static.hpp>

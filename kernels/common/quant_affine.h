@@ -87,7 +87,10 @@ STRATA_HOST_DEVICE QParams choose_qparams(float min_val, float max_val, int32_t 
     p.scale = p.scale > eps ? p.scale : eps;
     if (qmin >= 0) p.zero_point = (qmin == 0 && qmax == 255) ? 128 : (qmin + qmax) / 2;
   } else {
-    p.scale = (max_pos - min_neg) / static_cast<float>(qmax - qmin);
+    // max_pos - min_neg overflows for a range spanning most of float32's (a scale of inf, NaN
+    // dequantized); the difference of the quotients does not
+    const float span = max_pos - min_neg, levels = static_cast<float>(qmax - qmin);
+    p.scale = span - span == 0.0f ? span / levels : max_pos / levels - min_neg / levels;
     p.scale = p.scale > eps ? p.scale : eps;
     p.zero_point = static_cast<int32_t>(clamp_code(static_cast<float>(qmin) - rintf(min_neg / p.scale), qmin, qmax));
   }

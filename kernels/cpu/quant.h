@@ -50,6 +50,7 @@ void dequantize_affine(const Q* q, float* x, ChannelLayout l, const float* scale
 }
 
 /// out = fake_quantize(x); mask[i] = 1 where the gradient passes (straight-through estimator).
+/// mask may be null (a forward without gradient, as the static int8 layers' requantization).
 inline void fake_quantize(const float* x, float* out, uint8_t* mask, ChannelLayout l, const float* scale,
                           const int32_t* zero_point, int32_t qmin, int32_t qmax) {
   for_each_channel_run(l, [&](int64_t c, int64_t b, int64_t e) {
@@ -58,8 +59,12 @@ inline void fake_quantize(const float* x, float* out, uint8_t* mask, ChannelLayo
     const float* xs = x;
     float* os = out;
     uint8_t* ms = mask;
+    bool in = false;
+    if (ms == nullptr) {  // a loop of its own, so that both vectorize
+      for (int64_t i = b; i < e; ++i) os[i] = qmath::fake_quantize_value(xs[i], s, inv, z, lo, hi, &in);
+      return;
+    }
     for (int64_t i = b; i < e; ++i) {
-      bool in = false;
       os[i] = qmath::fake_quantize_value(xs[i], s, inv, z, lo, hi, &in);
       ms[i] = in;
     }

@@ -30,6 +30,22 @@ __global__ void quantize_kernel(const float* x, Q* q, ChannelLayout l, const flo
   }
 }
 
+__global__ void quantize_rowwise_kernel(const float* w, int64_t rows, int64_t dim, int bits, uint8_t* codes,
+                                        float* scale, float* bias) {
+  const int64_t bytes = qmath::rowwise_bytes(dim, bits);
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
+    const qmath::RowQParams p = qmath::quantize_row_float_qparams(w + r * dim, dim, bits, codes + r * bytes);
+    scale[r] = p.scale;
+    bias[r] = p.bias;
+  }
+}
+
+__global__ void embedding_bag_rowwise_kernel(qmath::RowwiseTable t, qmath::Bags g, float* out) {
+  const int64_t n = g.bags * t.dim;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = qmath::bag_element(t, g, i / t.dim, i % t.dim);
+}
+
 __global__ void im2col_kernel(const uint8_t* x, int64_t total, qmath::Im2colShape shape, uint8_t pad, uint8_t* cols) {
   const int64_t K = shape.cols();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x)
@@ -52,7 +68,7 @@ __global__ void fake_quantize_kernel(const float* x, float* out, uint8_t* mask, 
     const int64_t c = channel_of(i, l);
     bool in = false;
     out[i] = qmath::fake_quantize_value(x[i], scale[c], 1.0f / scale[c], zp[c], qmin, qmax, &in);
-    mask[i] = in;
+    if (mask) mask[i] = in;
   }
 }
 
@@ -282,6 +298,19 @@ template cudaError_t int4_linear<float>(const float*, const uint8_t*, const floa
                                         const float*, float*, int64_t, int64_t, int64_t, cudaStream_t);
 template cudaError_t int4_linear<BFloat16>(const BFloat16*, const uint8_t*, const float*, const uint8_t*, int64_t,
                                            const BFloat16*, BFloat16*, int64_t, int64_t, int64_t, cudaStream_t);
+
+cudaError_t quantize_rowwise(const float* w, int64_t rows, int64_t dim, int bits, uint8_t* codes, float* scale,
+                             float* bias, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  quantize_rowwise_kernel<<<grid_for(rows), kThreads, 0, s>>>(w, rows, dim, bits, codes, scale, bias);
+  return cudaGetLastError();
+}
+
+cudaError_t embedding_bag_rowwise(const qmath::RowwiseTable& t, const qmath::Bags& g, float* out, cudaStream_t s) {
+  if (g.bags * t.dim == 0) return cudaSuccess;
+  embedding_bag_rowwise_kernel<<<grid_for(g.bags * t.dim), kThreads, 0, s>>>(t, g, out);
+  return cudaGetLastError();
+}
 
 cudaError_t im2col_u8(const uint8_t* x, int64_t N, const qmath::Im2colShape& shape, uint8_t pad, uint8_t* cols,
                       cudaStream_t s) {

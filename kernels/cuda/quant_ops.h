@@ -11,6 +11,7 @@
 #include "../common/half.h"
 #include "../common/im2col.h"
 #include "../common/quant_affine.h"
+#include "../common/quant_rowwise.h"
 
 namespace strata::cuda_kernels::quant {
 
@@ -46,5 +47,11 @@ cudaError_t int4_linear(const T* x, const uint8_t* packed, const float* scale, c
 /// cols (N * OH * OW, kh * kw * Cg) uint8 gathered from the codes x (N, H, W, C) (kernels/common/im2col.h).
 cudaError_t im2col_u8(const uint8_t* x, int64_t N, const qmath::Im2colShape& shape, uint8_t pad, uint8_t* cols,
                       cudaStream_t s);
+
+/// The row-wise embedding kernels of kernels/cpu/qembedding.h (quantize_rows_float_qparams,
+/// embedding_bag_rowwise); the table's and bags' pointers are device memory.
+cudaError_t quantize_rowwise(const float* w, int64_t rows, int64_t dim, int bits, uint8_t* codes, float* scale,
+                             float* bias, cudaStream_t s);
+cudaError_t embedding_bag_rowwise(const qmath::RowwiseTable& t, const qmath::Bags& g, float* out, cudaStream_t s);
 
 }  // namespace strata::cuda_kernels::quant

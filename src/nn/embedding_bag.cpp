@@ -16,11 +16,11 @@
 #include <strata/ops/join.hpp>
 #include <strata/ops/reduce.hpp>
 
+#include "nn/embedding_internal.h"
+
 namespace strata::nn {
 
-namespace functional {
-
-namespace {
+namespace detail {
 
 std::vector<int64_t> host_ints(const Tensor& t) {
   const Tensor h = t.to(kCPU).to(kInt64).contiguous();
@@ -28,8 +28,7 @@ std::vector<int64_t> host_ints(const Tensor& t) {
   return std::vector<int64_t>(p, p + h.numel());
 }
 
-// The start of each bag and the number of indices, checked as torch checks them.
-std::vector<int64_t> bag_starts(const Tensor& indices, const EmbeddingBagArgs& a, int64_t* count) {
+std::vector<int64_t> bag_starts(const Tensor& indices, const functional::EmbeddingBagArgs& a, int64_t* count) {
   if (indices.dim() == 2) {
     STRATA_CHECK(!a.offsets.defined(), "[embedding_bag] 2-d indices are their own bags: offsets must not be given");
     std::vector<int64_t> starts;
@@ -59,7 +58,12 @@ std::vector<int64_t> bag_starts(const Tensor& indices, const EmbeddingBagArgs& a
   return starts;
 }
 
-}  // namespace
+}  // namespace detail
+
+namespace functional {
+
+using detail::bag_starts;
+using detail::host_ints;
 
 Tensor embedding_bag(const Tensor& indices, const Tensor& weight, const EmbeddingBagArgs& a) {
   STRATA_CHECK(indices.defined() && weight.defined(), "[embedding_bag] indices or weight is undefined");
@@ -128,6 +132,8 @@ EmbeddingBag::EmbeddingBag(int64_t num, int64_t dim, EmbeddingBagOptions o)
 }
 
 void EmbeddingBag::reset_parameters(Generator* gen) {
+  STRATA_CHECK(weight.defined(), "[EmbeddingBag] reset_parameters: the float weight was replaced by the form \"{}\"",
+               form_.name());
   init::normal_(weight, 0, 1, gen);
   if (options.padding_idx) {
     NoGradGuard no_grad;
@@ -136,11 +142,16 @@ void EmbeddingBag::reset_parameters(Generator* gen) {
 }
 
 Tensor EmbeddingBag::forward(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights) {
+  if (form_.get()) return form_.get()->forward_bags(*this, indices, offsets, per_sample_weights);
   return functional::embedding_bag(
       indices, weight, {offsets, options.mode, per_sample_weights, options.include_last_offset, options.padding_idx});
 }
 
 Tensor EmbeddingBag::forward(const Tensor& indices) { return forward(indices, Tensor()); }
+
+EmbeddingBagForm& EmbeddingBag::set_form(std::string name, std::unique_ptr<EmbeddingBagForm> form) {
+  return form_.set(*this, std::move(name), std::move(form));
+}
 
 Tensor EmbeddingBag::operator()(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights) {
   if (!hooks_active()) return forward(indices, offsets, per_sample_weights);

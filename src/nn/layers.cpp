@@ -63,6 +63,8 @@ Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) : num_e
 }
 
 void Embedding::reset_parameters(Generator* gen) {
+  STRATA_CHECK(weight.defined(), "[Embedding] reset_parameters: the float weight was replaced by the form \"{}\"",
+               form_.name());
   init::normal_(weight, 0, 1, gen);
   if (padding_idx) {
     NoGradGuard no_grad;
@@ -70,7 +72,14 @@ void Embedding::reset_parameters(Generator* gen) {
   }
 }
 
-Tensor Embedding::forward(const Tensor& indices) { return functional::embedding(indices, weight, padding_idx); }
+Tensor Embedding::forward(const Tensor& indices) {
+  if (form_.get()) return form_.get()->forward_layer(*this, indices);
+  return functional::embedding(indices, weight, padding_idx);
+}
+
+EmbeddingForm& Embedding::set_form(std::string name, std::unique_ptr<EmbeddingForm> form) {
+  return form_.set(*this, std::move(name), std::move(form));
+}
 
 // ---- Dropout and GELU --------------------------------------------------------------------------
 

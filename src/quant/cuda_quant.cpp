@@ -111,4 +111,16 @@ void im2col_u8(const Tensor& x, const qmath::Im2colShape& shape, uint8_t pad, co
   });
 }
 
+void quantize_rowwise(const Tensor& w, int bits, const Tensor& codes, const Tensor& scale, const Tensor& bias) {
+  launch(w, "quantize_embedding_weight", [&](cudaStream_t s) {
+    return ck::quantize_rowwise(ptr<float>(w), w.size(0), w.size(1), bits, ptr<uint8_t>(codes), ptr<float>(scale),
+                                ptr<float>(bias), s);
+  });
+}
+
+void embedding_bag_rowwise(const qmath::RowwiseTable& t, const qmath::Bags& g, const Tensor& out) {
+  launch(out, "embedding_bag_rowwise",
+         [&](cudaStream_t s) { return ck::embedding_bag_rowwise(t, g, ptr<float>(out), s); });
+}
+
 }  // namespace strata::quant::cuda_quant

@@ -6,6 +6,7 @@
 
 #include "kernels/common/im2col.h"
 #include "kernels/common/quant_affine.h"
+#include "kernels/common/quant_rowwise.h"
 
 namespace strata::quant::cuda_quant {
 
@@ -28,5 +29,10 @@ void int4_linear(const Tensor& x, const Tensor& packed, const Tensor& scale, con
                  const Tensor& bias, const Tensor& y);
 
 void im2col_u8(const Tensor& x, const qmath::Im2colShape& shape, uint8_t pad, const Tensor& cols);
+
+/// Row-wise embeddings: codes, scale and bias of w's rows; the bags of (t, g), whose pointers the
+/// caller took from tensors on out's device.
+void quantize_rowwise(const Tensor& w, int bits, const Tensor& codes, const Tensor& scale, const Tensor& bias);
+void embedding_bag_rowwise(const qmath::RowwiseTable& t, const qmath::Bags& g, const Tensor& out);
 
 }  // namespace strata::quant::cuda_quant

@@ -18,11 +18,6 @@ namespace cq = cpu::quant;
 
 namespace {
 
-template <class T>
-T* ptr(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data()) : nullptr;
-}
-
 // What the kernels take besides their tensors.
 struct AffineParams {
   ChannelLayout layout;
@@ -162,17 +157,6 @@ struct QuantOps {
       dequantize_int4, int4_linear, conv2d_int8_onednn;
 };
 
-// An op of `inputs` inputs with the CPU kernel `cpu` and the CUDA kernel `cuda` for each dtype
-// (the dtype run_kernel is called with: the op's first input's).
-OpId add_op(const char* name, int inputs, std::initializer_list<DType> dtypes, KernelFn cpu, KernelFn cuda) {
-  const OpId op = ext::register_op(name, inputs);
-  for (DType d : dtypes) {
-    ext::register_kernel(op, DeviceType::CPU, d, cpu);
-    ext::register_kernel(op, DeviceType::CUDA, d, cuda);
-  }
-  return op;
-}
-
 const QuantOps& quant_ops() {
   static const QuantOps ops = [] {
     namespace cu = cuda_quant;
@@ -223,13 +207,21 @@ const QuantOps& quant_ops() {
   return ops;
 }
 
-void run(OpId op, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,
-         const void* params = nullptr) {
+}  // namespace
+
+OpId add_op(const char* name, int inputs, std::initializer_list<DType> dtypes, KernelFn cpu, KernelFn cuda) {
+  const OpId op = ext::register_op(name, inputs);
+  for (DType d : dtypes) {
+    ext::register_kernel(op, DeviceType::CPU, d, cpu);
+    ext::register_kernel(op, DeviceType::CUDA, d, cuda);
+  }
+  return op;
+}
+
+void run(OpId op, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs, const void* params) {
   std::vector<Tensor> in(inputs), out(outputs);
   run_kernel(op, in.front().dtype(), KernelCall{in, out, params});
 }
-
-}  // namespace
 
 ChannelLayout layout_of(const Shape& shape, int64_t axis) {
   ChannelLayout l{1, 1, 1};

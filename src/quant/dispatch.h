@@ -4,6 +4,9 @@
 // zero points int32 (int4: uint8), one per channel, row or group.
 #pragma once
 
+#include <initializer_list>
+
+#include <strata/core/registry.hpp>
 #include <strata/core/tensor.hpp>
 
 #include "kernels/common/im2col.h"
@@ -14,6 +17,18 @@ namespace strata::quant::detail {
 
 using qmath::ChannelLayout;
 
+template <class T>
+T* ptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data()) : nullptr;
+}
+
+/// Registers an op of `inputs` inputs with the CPU kernel `cpu` and the CUDA kernel `cuda` for each
+/// dtype (the dtype run calls it with: the op's first input's).
+OpId add_op(const char* name, int inputs, std::initializer_list<DType> dtypes, KernelFn cpu, KernelFn cuda);
+/// Runs `op` through run_kernel (the path every op takes), with the kernel's parameters.
+void run(OpId op, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,
+         const void* params = nullptr);
+
 /// The (outer, channels, inner) view of `shape` for per-channel work along `axis` (-1: per tensor).
 ChannelLayout layout_of(const Shape& shape, int64_t axis);
 
@@ -23,7 +38,8 @@ void run_quantize(const Tensor& x, const Tensor& q, ChannelLayout l, const Tenso
 /// q int8/uint8 -> out float32.
 void run_dequantize(const Tensor& q, const Tensor& out, ChannelLayout l, const Tensor& scale,
                     const Tensor& zero_point);
-/// x float32 -> out float32 and mask uint8 (1 where the straight-through gradient passes).
+/// x float32 -> out float32 and mask uint8 (1 where the straight-through gradient passes; undefined:
+/// not written).
 void run_fake_quantize(const Tensor& x, const Tensor& out, const Tensor& mask, ChannelLayout l, const Tensor& scale,
                        const Tensor& zero_point, int32_t qmin, int32_t qmax);
 

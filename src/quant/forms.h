@@ -4,6 +4,7 @@
 // Conv2d): they differ only in the float forward of layer_ops.h.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include <strata/nn/batchnorm.hpp>
 #include <strata/nn/conv.hpp>
+#include <strata/nn/embedding.hpp>
 #include <strata/nn/functional.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/quant/fake_quantize.hpp>
@@ -55,26 +57,27 @@ Tensor bias_of(const Tensor& bias, int64_t N, const Device& device, DType dtype,
 void check_int8_weight(const Int8Weight& w, const char* op);
 /// A uint8 input's qparams, checked (the functional forms).
 ActQParams act_qparams(double scale, int64_t zero_point, const Device& device, const char* op);
-/// y float32 (N, out, OH, OW), a channels-last view, of the int8 convolution of uint8 codes (N, H, W,
-/// C), taps outside the image reading `pad` (the zero point); w.codes (out, C / groups * kH * kW);
-/// finished (ReLU, requantization) per `act` when given.
-Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad,
-                    const Int8Weight& w, const Tensor& w_row_sum, const Tensor& bias, nn::Size2 kernel,
-                    const nn::functional::Conv2dArgs& args, const StaticActivations* act);
-
-/// The sum of each weight row's codes, int32 (out), for the activations' zero points; computed
-/// again when the codes change (a load_state_dict writes them; Module::to or set_tensor gives them
-/// new memory), under a lock (threads may share a model for inference).
-class RowSums {
+/// A tensor derived from a weight's codes (their row sums, their im2col layout), computed again
+/// when the codes change (a load_state_dict writes them; Module::to or set_tensor gives them new
+/// memory), under a lock (threads may share a model for inference).
+class CodesCache {
  public:
-  Tensor of(const Tensor& codes);
+  Tensor of(const Tensor& codes, const std::function<Tensor(const Tensor&)>& derive);
 
  private:
   std::mutex mutex_;
-  Tensor sums_;
-  std::weak_ptr<Storage> storage_;  // the codes' memory and version sums_ was computed at
+  Tensor value_;
+  std::weak_ptr<Storage> storage_;  // the codes' memory and version value_ was derived at
   int64_t version_ = -1;
 };
+
+/// y float32 (N, out, OH, OW), a channels-last view, of the int8 convolution of uint8 codes (N, H, W,
+/// C), taps outside the image reading `pad` (the zero point); w.codes (out, C / groups * kH * kW);
+/// finished (ReLU, requantization) per `act` when given. The im2col path lays the weight out as its
+/// columns, (out, kH * kW * C / groups), kept in `layout` when given (a layer's form).
+Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad,
+                    const Int8Weight& w, const Tensor& w_row_sum, const Tensor& bias, nn::Size2 kernel,
+                    const nn::functional::Conv2dArgs& args, const StaticActivations* act, CodesCache* layout = nullptr);
 
 /// int8 weights; activations quantized per row at run time (dynamic), or with fixed qparams
 /// (static) when given. Buffers: weight_int8, weight_scale; static also those of register_static.
@@ -88,7 +91,7 @@ class Int8LinearForm : public nn::LinearForm {
  private:
   Int8Weight weight_;
   std::optional<StaticActivations> act_;
-  RowSums row_sums_;
+  CodesCache row_sums_;
 };
 
 /// A static int8 convolution: the input quantized with fixed qparams, im2col of its codes, the int8
@@ -103,7 +106,7 @@ class Int8Conv2dForm : public nn::Conv2dForm {
  private:
   Int8Weight weight_;
   StaticActivations act_;
-  RowSums row_sums_;
+  CodesCache row_sums_, im2col_layout_;
 };
 
 /// int4 weight only. Buffers: weight_int4, weight_scale, weight_zero_point (asymmetric).
@@ -117,6 +120,10 @@ class Int4LinearForm : public nn::LinearForm {
  private:
   Int4Weight weight_;
 };
+
+/// The row-wise quantized form of an embedding layer's weight (8 or 4 bits; src/quant/qembedding.cpp).
+std::unique_ptr<nn::EmbeddingForm> rowwise_form(const nn::Embedding& layer, int bits);
+std::unique_ptr<nn::EmbeddingBagForm> rowwise_form(const nn::EmbeddingBag& layer, int bits);
 
 /// For Module::replacing_child of a form that keeps a pointer to its child `kept`: when set_submodule
 /// replaces that child, the pointer follows the new one, which must be a T, named `type` (a stale

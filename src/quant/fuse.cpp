@@ -180,6 +180,24 @@ void FusedModule::replacing_child(nn::Module* old, nn::Module* now) {
   nn::Sequential::replacing_child(old, now);
 }
 
+void FusedModule::freeze_bn_stats() {
+  if (!has_batch_norm()) return;
+  bn_frozen_ = true;
+  (*this)[1].train(false);
+}
+
+void FusedModule::update_bn_stats() {
+  if (!has_batch_norm()) return;
+  bn_frozen_ = false;
+  (*this)[1].train(is_training());
+}
+
+nn::Module& FusedModule::train(bool on) {
+  nn::Sequential::train(on);
+  if (bn_frozen_) (*this)[1].train(false);
+  return *this;
+}
+
 std::string FusedModule::name() const {
   switch (kind_) {
     case FusedKind::ConvReLU2d: return "ConvReLU2d";

@@ -40,4 +40,11 @@ void int4_linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int
 
 void im2col_u8(const Tensor&, const qmath::Im2colShape&, uint8_t, const Tensor&) { no_cuda("conv2d_int8"); }
 
+void quantize_rowwise(const Tensor&, int, const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("quantize_embedding_weight");
+}
+void embedding_bag_rowwise(const qmath::RowwiseTable&, const qmath::Bags&, const Tensor&) {
+  no_cuda("embedding_bag_rowwise");
+}
+
 }  // namespace strata::quant::cuda_quant

@@ -48,16 +48,26 @@ bool Observer::observed() const {
   return min_val.numel() > 0 && le(min_val, max_val).all().item<bool>();
 }
 
-Tensor Observer::forward(const Tensor& x) {
+int64_t Observer::checked_axis(const Tensor& x) const {
   STRATA_CHECK(x.defined() && is_floating(x.dtype()), "[{}] observes floating tensors, got {}", name(),
                x.defined() ? fmt::format("{}", x.dtype()) : std::string("an undefined tensor"));
-  NoGradGuard no_grad;
   const int64_t axis = per_channel() ? options_.ch_axis : -1;
   STRATA_CHECK(axis < x.dim(), "[{}] ch_axis {} is out of range for an input of shape {}", name(), axis, x.shape());
-  auto [lo, hi] = finite_aminmax(x, axis);
+  return axis;
+}
+
+std::pair<Tensor, Tensor> Observer::batch_range(const Tensor& x) const {
+  const int64_t axis = checked_axis(x);
+  NoGradGuard no_grad;
+  return finite_aminmax(x, axis);
+}
+
+Tensor Observer::forward(const Tensor& x) {
+  NoGradGuard no_grad;
+  auto [lo, hi] = batch_range(x);
   if (per_channel() && min_val.shape() != lo.shape()) {
     STRATA_CHECK(min_val.numel() == 0, "[{}] observed {} channels, then an input of shape {} with {} along ch_axis "
-                 "{}", name(), min_val.numel(), x.shape(), lo.numel(), axis);
+                 "{}", name(), min_val.numel(), x.shape(), lo.numel(), options_.ch_axis);
     set_tensor("min_val", full(lo.shape(), std::numeric_limits<float>::infinity(), TensorOptions(lo.device())));
     set_tensor("max_val", full(lo.shape(), -std::numeric_limits<float>::infinity(), TensorOptions(lo.device())));
   }

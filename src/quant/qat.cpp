@@ -174,6 +174,36 @@ int64_t prepare(nn::Module& model, const StaticOptions& o) {
   return static_cast<int64_t>(layers.size());
 }
 
+namespace {
+
+// f(m) for every M at or under `module`.
+template <class M, class F>
+void for_each_of(nn::Module& module, F&& f) {
+  for (auto& [name, m] : module.named_modules())
+    if (auto* typed = dynamic_cast<M*>(m)) f(*typed);
+}
+
+}  // namespace
+
+void enable_observer(nn::Module& module) {
+  for_each_of<FakeQuantize>(module, [](FakeQuantize& fq) { fq.enable_observer(); });
+}
+void disable_observer(nn::Module& module) {
+  for_each_of<FakeQuantize>(module, [](FakeQuantize& fq) { fq.disable_observer(); });
+}
+void enable_fake_quant(nn::Module& module) {
+  for_each_of<FakeQuantize>(module, [](FakeQuantize& fq) { fq.enable_fake_quant(); });
+}
+void disable_fake_quant(nn::Module& module) {
+  for_each_of<FakeQuantize>(module, [](FakeQuantize& fq) { fq.disable_fake_quant(); });
+}
+void freeze_bn_stats(nn::Module& module) {
+  for_each_of<FusedModule>(module, [](FusedModule& f) { f.freeze_bn_stats(); });
+}
+void update_bn_stats(nn::Module& module) {
+  for_each_of<FusedModule>(module, [](FusedModule& f) { f.update_bn_stats(); });
+}
+
 int64_t convert(nn::Module& model) {
   std::vector<detail::QuantLayer> prepared;
   for (const auto& l : detail::quant_layers(model, nullptr)) {

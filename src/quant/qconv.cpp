@@ -33,10 +33,14 @@ namespace {
 // The reference: per group, im2col of the codes and the int8 Linear's GEMM; y (N * OH * OW, out).
 Tensor im2col_product(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad,
                       const Int8Weight& w, const Tensor& w_row_sum, const Tensor& bias, qmath::Im2colShape shape,
-                      int64_t groups) {
+                      int64_t groups, CodesCache* layout) {
   const int64_t out = w.codes.size(0), out_g = out / groups, rows = codes.size(0) * shape.OH * shape.OW;
-  // the weight's rows as (kH, kW, C / groups), the order of the columns
-  const Tensor wcodes = w.codes.reshape({out, shape.Cg, shape.kh, shape.kw}).permute({0, 2, 3, 1}).reshape({out, -1});
+  // the weight's rows as (kH, kW, C / groups), the order of the columns (contiguous: a group's rows
+  // are then a contiguous slice)
+  const auto lay_out = [&](const Tensor& c) {
+    return c.reshape({out, shape.Cg, shape.kh, shape.kw}).permute({0, 2, 3, 1}).contiguous().reshape({out, -1});
+  };
+  const Tensor wcodes = layout ? layout->of(w.codes, lay_out) : lay_out(w.codes);
   std::vector<Tensor> parts;
   for (int64_t g = 0; g < groups; ++g) {
     shape.c0 = g * shape.Cg;
@@ -55,7 +59,7 @@ Tensor im2col_product(const Tensor& codes, const Tensor& x_scale, const Tensor& 
 
 Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_zero, uint8_t pad, const Int8Weight& w,
                     const Tensor& w_row_sum, const Tensor& bias, nn::Size2 k, const nn::functional::Conv2dArgs& a,
-                    const StaticActivations* act) {
+                    const StaticActivations* act, CodesCache* layout) {
   const int64_t N = codes.size(0), H = codes.size(1), W = codes.size(2), C = codes.size(3);
   const int64_t G = a.groups, out = w.codes.size(0);
   const int64_t OH = (H + 2 * a.padding.h - a.dilation.h * (k.h - 1) - 1) / a.stride.h + 1;
@@ -74,7 +78,7 @@ Tensor conv2d_codes(const Tensor& codes, const Tensor& x_scale, const Tensor& x_
   if (!y.defined()) {
     const qmath::Im2colShape shape{C, H, W, 0, C / G, k.h, k.w, a.stride.h, a.stride.w, a.padding.h, a.padding.w,
                                    a.dilation.h, a.dilation.w, OH, OW};
-    y = im2col_product(codes, x_scale, x_zero, pad, w, w_row_sum, bias, shape, G);
+    y = im2col_product(codes, x_scale, x_zero, pad, w, w_row_sum, bias, shape, G, layout);
   }
   if (act) y = finish_static(y, *act);
   return y.reshape({N, OH, OW, out}).permute({0, 3, 1, 2});
@@ -138,7 +142,8 @@ Tensor Int8Conv2dForm::forward_layer(const nn::Conv2d& layer, const Tensor& inpu
   const auto pad = static_cast<uint8_t>(zero.item<int64_t>());
   const Tensor bias = bias_of(layer.bias, layer.out_channels, input.device(), kFloat32, op);
   const Tensor y = conv2d_codes(codes, act_.input.scale.to(kFloat32).contiguous(), zero, pad, weight_,
-                                row_sums_.of(weight_.codes), bias, layer.kernel_size, args, &act_);
+                                row_sums_.of(weight_.codes, row_sums), bias, layer.kernel_size, args, &act_,
+                                &im2col_layout_);
   return like_input(y, input).to(input.dtype());
 }
 

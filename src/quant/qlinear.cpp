@@ -60,8 +60,8 @@ Tensor finish_static(const Tensor& y, const StaticActivations& act) {
   const Tensor r = act.relu ? nn::functional::relu(y) : y;
   if (!act.output) return r;
   const ActQParams& o = *act.output;
-  Tensor out = empty(r.shape(), r.options()), mask = empty(r.shape(), TensorOptions(kUInt8, r.device()));
-  run_fake_quantize(r.contiguous(), out, mask, layout_of(r.shape(), -1), o.scale.to(kFloat32).contiguous(),
+  Tensor out = empty(r.shape(), r.options());  // no gradient: no straight-through mask
+  run_fake_quantize(r.contiguous(), out, Tensor(), layout_of(r.shape(), -1), o.scale.to(kFloat32).contiguous(),
                     o.zero_point.to(kInt32).contiguous(), o.range.quant_min, o.range.quant_max);
   return out;
 }
@@ -88,15 +88,15 @@ Tensor row_sums(const Tensor& codes) {
   return sum(codes.to(kInt32), {1}).to(kInt32).contiguous();
 }
 
-Tensor RowSums::of(const Tensor& codes) {
+Tensor CodesCache::of(const Tensor& codes, const std::function<Tensor(const Tensor&)>& derive) {
   std::lock_guard<std::mutex> lock(mutex_);
   // the version alone misses new memory (set_data keeps no count across storages)
   if (storage_.lock() != codes.storage() || version_ != codes.version()) {
-    sums_ = row_sums(codes);
+    value_ = derive(codes);
     storage_ = codes.storage();
     version_ = codes.version();
   }
-  return sums_;
+  return value_;
 }
 
 }  // namespace detail
@@ -245,7 +245,7 @@ Int8LinearForm::Int8LinearForm(Int8Weight weight, std::optional<StaticActivation
 
 Tensor Int8LinearForm::forward_layer(const nn::Linear& layer, const Tensor& input) {
   const char* op = "Linear(int8)";
-  const Tensor row_sum = row_sums_.of(weight_.codes);
+  const Tensor row_sum = row_sums_.of(weight_.codes, row_sums);
   if (!act_) return int8_dynamic(input, weight_, row_sum, layer.bias, op);
   check_int8_weight(weight_, op);
   NoGradGuard no_grad;

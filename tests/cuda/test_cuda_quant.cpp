@@ -112,3 +112,37 @@ TEST(CudaQuant, StaticInt8ConvAndConvertedModelMatchTheCpu) {
   }
   EXPECT_GE(same, g.size() * 9 / 10);
 }
+
+TEST(CudaQuant, RowwiseEmbeddingsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const st::Tensor w = ct::random({23, 9}, st::kFloat32, -3, 2);
+  const std::vector<int64_t> ids = {4, 22, 0, 0, 7, 13, 9, 1, 5, 5, 18};
+  const st::Tensor idx = st::from_vector(ids), offsets = st::from_vector(std::vector<int64_t>{0, 2, 2, 7});
+  const st::Tensor psw = ct::random({11}, st::kFloat32);
+  for (int bits : {8, 4}) {
+    const q::RowwiseWeight a = q::quantize_embedding_weight(w, bits), b = q::quantize_embedding_weight(w.cuda(), bits);
+    EXPECT_EQ(values(a.codes), values(b.codes));
+    EXPECT_EQ(values(a.scale), values(b.scale));
+    EXPECT_EQ(values(q::dequantize_embedding_weight(a)), values(q::dequantize_embedding_weight(b)));
+    EXPECT_EQ(values(q::embedding_rowwise(idx, a)), values(q::embedding_rowwise(idx.cuda(), b)));
+    for (auto mode : {st::nn::EmbeddingBagMode::Sum, st::nn::EmbeddingBagMode::Mean, st::nn::EmbeddingBagMode::Max}) {
+      const st::Tensor weights = mode == st::nn::EmbeddingBagMode::Sum ? psw : st::Tensor();
+      const auto cpu = q::embedding_bag_rowwise(idx, a, {offsets, mode, weights, false, 5});
+      const auto gpu = q::embedding_bag_rowwise(idx.cuda(), b,
+                                                {offsets.cuda(), mode, weights.defined() ? weights.cuda() : weights,
+                                                 false, 5});
+      EXPECT_EQ(values(cpu), values(gpu));  // both reduce in float64 in index order
+    }
+    // indices out of range raise on the GPU too (checked on the host before the kernel reads a row)
+    for (int64_t bad : {int64_t{23}, int64_t{-1}})
+      EXPECT_TRUE(st::testing::throws_with(
+          [&] { q::embedding_rowwise(st::from_vector(std::vector<int64_t>{0, bad}).cuda(), b); }, {"out of range"}));
+  }
+  // a row whose max - min overflows float32 is refused on the GPU as on the CPU
+  st::Tensor wide = w.clone();
+  wide.select(0, 3).select(0, 0).fill_(-3e38);
+  wide.select(0, 3).select(0, 1).fill_(3e38);
+  EXPECT_TRUE(st::testing::throws_with([&] { q::quantize_embedding_weight(wide.cuda(), 4); },
+                                       {"row 3 spans more than float32 holds"}));
+}

@@ -152,6 +152,28 @@ TEST(Conv2dInt8OneDnn, ConvertedModelsSameBits) {
   EXPECT_TRUE(same_both_ways([&] { return model(x.to(st::MemoryFormat::ChannelsLast)); }));
 }
 
+// The im2col path keeps the weight laid out as its columns with the layer; a load_state_dict of
+// other weights must reach the next forward.
+TEST(Conv2dInt8OneDnn, Im2colLayoutFollowsLoadedWeights) {
+  const auto converted = [](uint64_t seed) {
+    st::manual_seed(seed);
+    auto model = std::make_unique<nn::Sequential>(nn::Conv2d(6, 8, 3, {.padding = 1, .groups = 2}));
+    model->eval();
+    q::prepare(*model);
+    model->forward(st::randn({2, 6, 7, 7}));
+    q::convert(*model);
+    return model;
+  };
+  const auto a = converted(41), b = converted(42);
+  const st::Tensor x = st::randn({2, 6, 7, 7});
+  const std::vector<double> first = values(with_onednn(false, [&] { return (*a)(x); }));
+  EXPECT_EQ(values(with_onednn(false, [&] { return (*a)(x); })), first);
+  a->load_state_dict(b->state_dict());
+  const std::vector<double> loaded = values(with_onednn(false, [&] { return (*a)(x); }));
+  EXPECT_EQ(loaded, values(with_onednn(false, [&] { return (*b)(x); })));
+  EXPECT_NE(loaded, first);
+}
+
 // From 32 rows the int8 Linear takes oneDNN's integer GEMM (on CPUs with VNNI): its outputs equal
 // the float32 epilogue of the exact sums, written out here in float64, with extreme codes too.
 TEST(LinearInt8OneDnn, ManyRowsAreExact) {

@@ -26,13 +26,14 @@ class LayerForm : public Module {
 };
 
 /// The form a layer holds as a child; Layer befriends FormSlot<Layer>, which registers the form
-/// and drops the weight through Layer's protected Module calls.
-template <class Layer>
+/// and drops the weight through Layer's protected Module calls. Form is the base of the layer's
+/// forms (LayerForm<Layer>, or one whose forward takes more inputs, as EmbeddingBagForm).
+template <class Layer, class Form = LayerForm<Layer>>
 class FormSlot {
  public:
-  LayerForm<Layer>* get() const { return form_; }
+  Form* get() const { return form_; }
 
-  LayerForm<Layer>& set(Layer& layer, std::string name, std::unique_ptr<LayerForm<Layer>> form) {
+  Form& set(Layer& layer, std::string name, std::unique_ptr<Form> form) {
     STRATA_CHECK(form != nullptr, "[{}] the form is null", layer.name());
     STRATA_CHECK(form_ == nullptr, "[{}] already has the form \"{}\" ({}); a layer takes one form", layer.name(),
                  name_, form_ ? form_->name() : "");
@@ -46,14 +47,14 @@ class FormSlot {
     return *form_;
   }
 
-  std::unique_ptr<LayerForm<Layer>> take(Layer& layer) {
+  std::unique_ptr<Form> take(Layer& layer) {
     if (!form_) return nullptr;
     STRATA_CHECK(layer.weight.defined(), "[{}] the form \"{}\" replaced the float weight and cannot be taken off",
                  layer.name(), name_);
     std::unique_ptr<Module> owned = layer.unregister(name_);
     form_ = nullptr;
     name_.clear();
-    return std::unique_ptr<LayerForm<Layer>>(static_cast<LayerForm<Layer>*>(owned.release()));
+    return std::unique_ptr<Form>(static_cast<Form*>(owned.release()));
   }
 
   /// For Module::replacing_child: the form is replaced through set and take only.
@@ -64,7 +65,7 @@ class FormSlot {
   const std::string& name() const { return name_; }
 
  private:
-  LayerForm<Layer>* form_ = nullptr;  // owned by the layer as a child
+  Form* form_ = nullptr;  // owned by the layer as a child
   std::string name_;
 };
 

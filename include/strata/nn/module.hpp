@@ -103,7 +103,9 @@ class STRATA_API Module {
   /// Calls fn on every submodule (children first) and then on this module.
   Module& apply(const std::function<void(Module&)>& fn);
 
-  Module& train(bool on = true);
+  /// Sets training mode here and below; virtual so that a module may keep a child in eval (a fused
+  /// QAT module whose batch norm statistics are frozen).
+  virtual Module& train(bool on = true);
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 

@@ -38,6 +38,14 @@ class STRATA_API FusedModule : public nn::Sequential {
                                        kind_ == FusedKind::LinearBn1d; }
   bool has_relu() const { return kind_ == FusedKind::ConvReLU2d || kind_ == FusedKind::ConvBnReLU2d ||
                                  kind_ == FusedKind::LinearReLU; }
+  /// Batch norm statistics of a QAT module (fuse_modules_qat), as torch.ao.nn.intrinsic.qat's
+  /// ConvBn2d: frozen, the batch norm normalizes with its running statistics and stops updating
+  /// them, even in training mode (train() keeps it in eval); update_bn_stats undoes it. No-ops
+  /// without batch norm.
+  void freeze_bn_stats();
+  void update_bn_stats();
+  bool bn_frozen() const { return bn_frozen_; }
+  nn::Module& train(bool on = true) override;
 
  protected:
   /// The QAT form of the layer reads the batch norm: set_submodule cannot replace it while prepared.
@@ -45,6 +53,7 @@ class STRATA_API FusedModule : public nn::Sequential {
 
  private:
   FusedKind kind_;
+  bool bn_frozen_ = false;
 };
 
 /// Fuses each group of dotted names in eval form (batch norm folded); a group with batch norm

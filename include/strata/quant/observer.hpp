@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <strata/nn/module.hpp>
 #include <strata/quant/qtensor.hpp>
@@ -44,7 +45,7 @@ class STRATA_API Observer : public nn::Module {
   /// Records x's range (without gradient) and returns x.
   Tensor forward(const Tensor& x) override;
   /// (scale float32, zero_point int32), shaped as min_val.
-  std::pair<Tensor, Tensor> calculate_qparams() const;
+  virtual std::pair<Tensor, Tensor> calculate_qparams() const;
   QRange range() const { return range_; }
   const ObserverOptions& options() const { return options_; }
   bool per_channel() const { return is_per_channel(options_.qscheme); }
@@ -55,6 +56,10 @@ class STRATA_API Observer : public nn::Module {
   /// Folds one batch's range (shaped as min_val) into min_val and max_val.
   virtual void update(const Tensor& batch_min, const Tensor& batch_max) = 0;
   bool observed() const;
+  /// x's finite minimum and maximum (per channel along ch_axis for a per-channel observer), x checked.
+  std::pair<Tensor, Tensor> batch_range(const Tensor& x) const;
+  /// x checked as an input of this observer; the axis of its channels (-1: per tensor).
+  int64_t checked_axis(const Tensor& x) const;
 
  private:
   ObserverOptions options_;
@@ -97,6 +102,35 @@ class STRATA_API MovingAveragePerChannelMinMaxObserver : public MovingAverageMin
   explicit MovingAveragePerChannelMinMaxObserver(ObserverOptions options = per_channel_defaults(),
                                                  int64_t num_channels = 0);
   std::string name() const override { return "MovingAveragePerChannelMinMaxObserver"; }
+};
+
+/// PyTorch's HistogramObserver: a histogram of `bins` equal bins over the running [min, max]
+/// (re-binned when the range grows: each old bin is split into 16 and its parts moved to the new
+/// bins holding their centres), and qparams for the range [min', max'] of whole bins that
+/// minimizes the L2 error of quantizing that histogram, found by PyTorch's search (the bounds move
+/// inwards by quantiles of 1e-5 until the error grows). Per tensor; the work runs on the host.
+class STRATA_API HistogramObserver : public Observer {
+ public:
+  explicit HistogramObserver(ObserverOptions options = {}, int64_t bins = 2048);
+  Tensor forward(const Tensor& x) override;
+  std::pair<Tensor, Tensor> calculate_qparams() const override;
+  std::string name() const override { return "HistogramObserver"; }
+  int64_t bins() const { return bins_; }
+  /// The range calculate_qparams quantizes: (min', max'), as PyTorch's _non_linear_param_search.
+  std::pair<double, double> search_range() const;
+  /// The L2 error of quantizing the histogram to quant_max - quant_min + 1 levels spread over bins
+  /// [start_bin, end_bin] (values outside clamped), each bin's count spread uniformly over its width,
+  /// as PyTorch's _compute_quantization_error.
+  double quantization_error(int64_t start_bin, int64_t end_bin) const;
+
+  Tensor histogram;  // (bins) float32 counts
+
+ protected:
+  void update(const Tensor& batch_min, const Tensor& batch_max) override;
+
+ private:
+  double l2_error(const std::vector<double>& hist, double bin_width, int64_t start_bin, int64_t end_bin) const;
+  int64_t bins_;
 };
 
 }  // namespace strata::quant

@@ -37,6 +37,20 @@ struct QatOptions {
 /// Raises on a layer that is quantized or prepared already, or a Conv2d not padding with zeros.
 STRATA_API int64_t prepare_qat(nn::Module& model, const QatOptions& options = {});
 
+/// PyTorch's QAT switches (torch.ao.quantization.enable_observer, disable_observer,
+/// enable_fake_quant, disable_fake_quant; torch.ao.nn.intrinsic.qat.freeze_bn_stats,
+/// update_bn_stats): each acts on every FakeQuantize (or fused Conv-BN / Linear-BN module of
+/// fuse_modules_qat) at or under `module`, so both `disable_observer(model)` and PyTorch's
+/// `model.apply(quant::disable_observer)` work. A disabled observer keeps its range and the fake
+/// quant its last scale and zero point; frozen batch norm statistics stop changing and the folded
+/// weight of the QAT form keeps using them.
+STRATA_API void enable_observer(nn::Module& module);
+STRATA_API void disable_observer(nn::Module& module);
+STRATA_API void enable_fake_quant(nn::Module& module);
+STRATA_API void disable_fake_quant(nn::Module& module);
+STRATA_API void freeze_bn_stats(nn::Module& module);
+STRATA_API void update_bn_stats(nn::Module& module);
+
 /// Converts every layer prepared by prepare_qat or prepare (quantize_static.hpp) to int8, in place,
 /// and returns how many. QAT: int8 weights quantized with the weight observer's qparams (which must
 /// be per-channel symmetric along dim 0 with a signed range), static input quantization with the

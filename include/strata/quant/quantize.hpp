@@ -1,7 +1,8 @@
 // Post-training weight quantization of Linear layers, as torch.ao.quantization.quantize_dynamic:
 // int8 weights (per output channel, symmetric) with activations quantized to uint8 per row at run
 // time and a uint8 x int8 -> int32 GEMM, or int4 weight-only (group-wise along in_features,
-// two codes a byte) with a GEMM that dequantizes on the fly. See docs/quantization.md.
+// two codes a byte) with a GEMM that dequantizes on the fly; embedding tables row-wise (8 or 4
+// bits, qembedding.hpp) when asked. See docs/quantization.md.
 //
 //   quant::quantize_dynamic(model);                                       // every nn::Linear, int8
 //   quant::quantize_dynamic(model, {.dtype = quant::WeightDtype::Int4, .group_size = 64});
@@ -21,6 +22,9 @@
 namespace strata::quant {
 
 enum class WeightDtype { Int8, Int4 };
+/// Embedding tables: left float (PyTorch's default qconfig_spec), or quantized per row with float
+/// scale and bias to uint8 or to 4 bits (quint4x2) (qembedding.hpp).
+enum class EmbeddingDtype { None, UInt8, UInt4 };
 
 struct QuantizeOptions {
   WeightDtype dtype = WeightDtype::Int8;
@@ -28,11 +32,16 @@ struct QuantizeOptions {
   bool symmetric = true;     // int4: codes in [-8, 7] (no zero points) or [0, 15] with zero points
   /// Which layers to convert, by dotted name; null converts every nn::Linear.
   std::function<bool(const std::string& name, const nn::Linear& layer)> filter;
+  /// nn::Embedding and nn::EmbeddingBag layers (weight only; to quantize only them, give a filter
+  /// that refuses every Linear).
+  EmbeddingDtype embeddings = EmbeddingDtype::None;
+  /// Which embedding layers, by dotted name; null converts every one.
+  std::function<bool(const std::string& name, const nn::Module& layer)> embedding_filter;
 };
 
-/// Converts the Linear layers of `model` in place and returns how many it converted. Raises
-/// (before converting any) on a layer that is quantized already, or whose in_features the
-/// group size does not divide.
+/// Converts the Linear layers of `model` (and its embeddings, when options.embeddings says so) in
+/// place and returns how many it converted. Raises (before converting any) on a layer that is
+/// quantized already, or whose in_features the group size does not divide.
 STRATA_API int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& options = {});
 
 // ---- functional forms --------------------------------------------------------------------------
