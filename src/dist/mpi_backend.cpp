@@ -220,7 +220,8 @@ class MpiProcessGroup final : public ProcessGroup {
       return ints;
     };
     std::vector<int> send_displs, recv_displs;
-    std::vector<int> send_counts = as_ints(input_counts, send_displs), recv_counts = as_ints(output_counts, recv_displs);
+    std::vector<int> send_counts = as_ints(input_counts, send_displs);
+    std::vector<int> recv_counts = as_ints(output_counts, recv_displs);
     MPI_Comm comm = comm_;
     return run(std::move(finish), [=] {
       const MPI_Datatype type = mpi_type(input.dtype());
