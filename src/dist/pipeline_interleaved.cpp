@@ -23,11 +23,11 @@ constexpr int kGradientTag = 1;
 ScheduleInterleaved1F1B::ScheduleInterleaved1F1B(std::vector<nn::Module*> stages, PipelineOptions options)
     : PipelineSchedule(std::move(stages), std::move(options), "ScheduleInterleaved1F1B", kGradientTag) {
   const int64_t p = group_->size();
-  STRATA_CHECK(p >= 2, "[{}] needs at least 2 ranks: on one, run the stages in a row", name_);
   STRATA_CHECK(group_->backend() == "mpi",
                "[{}] needs sends that do not wait for their receive (the mpi backend); the {} backend's "
                "would need grouped send/recv, not done",
                name_, group_->backend());
+  STRATA_CHECK(p >= 2, "[{}] needs at least 2 ranks: on one, run the stages in a row", name_);
   STRATA_CHECK(chunks_ % p == 0,
                "[{}] {} micro-batches do not go through the stages in groups of one per rank: chunks must be a "
                "multiple of the {} ranks",
