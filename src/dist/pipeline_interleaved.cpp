@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <strata/ops/creation.hpp>
+
 namespace strata::dist {
 
 namespace {
@@ -32,6 +34,18 @@ ScheduleInterleaved1F1B::ScheduleInterleaved1F1B(std::vector<nn::Module*> stages
                "[{}] {} micro-batches do not go through the stages in groups of one per rank: chunks must be a "
                "multiple of the {} ranks",
                name_, chunks_, p);
+  // a rank with another layout would wait forever on messages that never come: every rank
+  // compares every rank's (stages, chunks) and raises alike (the constructor is collective)
+  std::vector<Tensor> layouts;
+  for (int64_t r = 0; r < p; ++r) layouts.push_back(empty({2}, TensorOptions(kInt64)));
+  group_->allgather(layouts, from_vector(std::vector<int64_t>{stages_per_rank(), chunks_}))->wait();
+  const int64_t* first = layouts.front().data_ptr<int64_t>();
+  for (int64_t r = 1; r < p; ++r) {
+    const int64_t* theirs = layouts[static_cast<size_t>(r)].data_ptr<int64_t>();
+    STRATA_CHECK(theirs[0] == first[0] && theirs[1] == first[1],
+                 "[{}] rank {} has {} stages and {} micro-batches, rank 0 {} and {}: every rank needs the same", name_,
+                 r, theirs[0], theirs[1], first[0], first[1]);
+  }
 }
 
 std::vector<PipelineSchedule::Action> ScheduleInterleaved1F1B::actions() const {

@@ -237,6 +237,13 @@ TEST(ScheduleInterleaved1F1B, ChunksTheScheduleCannotTakeRaise) {
   EXPECT_TRUE(testing::throws_with([&] { dist::ScheduleInterleaved1F1B({}, {.chunks = p}); }, {"no stage"}));
   EXPECT_TRUE(testing::throws_with([&] { dist::ScheduleInterleaved1F1B({&a, nullptr}, {.chunks = p}); },
                                    {"stage 1 is null"}));
+  // one rank with a stage more: every rank raises (the layouts are compared)
+  nn::Linear c(2, 2);
+  std::vector<nn::Module*> stages{&a, &b};
+  if (pg->rank() == p - 1) stages.push_back(&c);
+  const std::string last = fmt::format("rank {} has 3 stages", p - 1);
+  EXPECT_TRUE(testing::throws_with([&] { dist::ScheduleInterleaved1F1B(stages, {.chunks = p}); },
+                                   {last.c_str(), "rank 0 2 and", "every rank needs the same"}));
   auto alone = dist::new_group({0});  // collective: every rank makes it
   if (alone->is_member())
     EXPECT_TRUE(testing::throws_with(

@@ -138,6 +138,8 @@ class STRATA_API Schedule1F1B : public PipelineSchedule {
 class STRATA_API ScheduleInterleaved1F1B : public PipelineSchedule {
  public:
   /// `stages`: this rank's model chunks in model order (not owned; every rank the same number).
+  /// Collective: the ranks' numbers of stages and micro-batches are compared (all raise on a
+  /// mismatch).
   explicit ScheduleInterleaved1F1B(std::vector<nn::Module*> stages, PipelineOptions options = {});
 
  protected:
