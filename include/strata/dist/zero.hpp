@@ -334,6 +334,7 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
   void step_bucket(const GradBucket& bucket) {
     if (bucket.index == 0) {
       shards_.finish_broadcasts();  // any a pass that raised midway left in flight
+      sync_partition();             // groups added since (stepped where their parameters are bucketed)
       this->check_all_options();
       this->check_params();
       shards_.check_grads(this->name());
