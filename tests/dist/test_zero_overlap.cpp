@@ -100,6 +100,65 @@ TEST(ZeroOverlap, ParametersOutsideDDPAreRefused) {
   opt.step();  // not overlapping: step() still works
 }
 
+// A rank whose wrapped optimizer raises midway through an overlapped step (after some of its
+// parameters moved): the backward raises on every rank, none waits forever on a broadcast the
+// failing rank never started, the replicas stay equal, and the next backward steps normally.
+TEST(ZeroOverlap, AFailureInsideAnOverlappedStepRaisesOnEveryRank) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  auto net = make_chain(13);
+  dist::DistributedDataParallel ddp(*net, {.bucket_cap_mb = 1e-4});
+  dist::ZeroRedundancyOptimizer<dist_testing::FlakySGD> opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+  opt.overlap_with_ddp(ddp);
+  Tensor x = randn({4, 6}, TensorOptions(kFloat64)), y = randn({4, 5}, TensorOptions(kFloat64));
+  auto train = [&] { F::mse_loss(ddp(x), y).backward(); };
+  train();
+  opt.zero_grad();
+  if (r == n - 1) {  // fails at its last parameter: the earlier ones (if any) have stepped
+    ASSERT_NE(opt.local_optimizer(), nullptr);
+    opt.local_optimizer()->fail = true;
+    opt.local_optimizer()->fail_at = static_cast<int>(opt.local_optimizer()->param_groups()[0].params.size());
+  }
+  auto before = snapshot(*net);
+  EXPECT_TRUE(testing::throws_with(train, {r == n - 1 ? "flaky update" : "step failed on rank"}));
+  bool moved = false;
+  for (size_t k = 0; k < before.size(); ++k) {
+    dist_testing::expect_same_on_every_rank(*pg, net->parameters()[k]);
+    moved = moved || !equal(net->parameters()[k], before[k]);
+  }
+  EXPECT_TRUE(moved);  // the shards of the ranks that did not fail
+  if (r == n - 1) opt.local_optimizer()->fail = false;
+  opt.zero_grad();
+  before = snapshot(*net);
+  train();
+  for (size_t k = 0; k < before.size(); ++k) {
+    dist_testing::expect_same_on_every_rank(*pg, net->parameters()[k]);
+    EXPECT_FALSE(equal(net->parameters()[k], before[k])) << "param " << k;
+  }
+}
+
+// What step() checks before any parameter changes (here an invalid lr on the last rank alone)
+// raises on every rank from the backward; the failing rank's shard keeps its values and every
+// rank receives them.
+TEST(ZeroOverlap, BadOptionsOnOneRankRaiseOnEveryRank) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  auto net = make_chain(17);
+  dist::DistributedDataParallel ddp(*net, {.bucket_cap_mb = 1e-4});
+  Zero opt(net->parameters(), {.lr = 0.01});
+  opt.overlap_with_ddp(ddp);
+  auto before = snapshot(*net);
+  if (r == n - 1) opt.param_groups()[0].options.lr = -1;
+  Tensor x = randn({4, 6}, TensorOptions(kFloat64)), y = randn({4, 5}, TensorOptions(kFloat64));
+  EXPECT_TRUE(testing::throws_with([&] { F::mse_loss(ddp(x), y).backward(); },
+                                   {r == n - 1 ? "lr" : "step failed on rank"}));
+  auto params = net->parameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    dist_testing::expect_same_on_every_rank(*pg, params[k]);
+    if (opt.rank_of(params[k]) == n - 1) EXPECT_TRUE(equal(params[k], before[k])) << "param " << k;
+  }
+}
+
 // The optimizer may be destroyed before the DDP wrapper: the backward then only reduces.
 TEST(ZeroOverlap, AnOptimizerGoneFirstLeavesDDPAlone) {
   auto pg = dist_testing::group();

@@ -253,20 +253,17 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
   /// parameter must be in one of ddp's buckets; `ddp` must outlive the training (this optimizer
   /// may go first: its hook then does nothing). The wrapped optimizer must update each parameter
   /// from its own state only (all the built-in ones), as it steps a bucket's parameters at a time.
+  /// An error (step()'s checks, or the wrapped optimizer's) raises from the backward on every
+  /// rank, once all buckets are written: the failing rank's shard is left as it was, but the
+  /// other ranks' shards have stepped (step() changes nothing when its checks fail); every rank
+  /// still holds the same parameters.
   void overlap_with_ddp(DistributedDataParallel& ddp) {
     sync_partition();
     std::unordered_set<const TensorImpl*> bucketed;
     for (const Tensor& p : ddp.parameters())
       if (p.requires_grad()) bucketed.insert(p.impl_ptr().get());
-    size_t index = 0;
-    for (size_t g = 0; g < this->num_param_groups(); ++g)
-      for (const Tensor& p : this->group_params(g)) {
-        STRATA_CHECK(bucketed.count(p.impl_ptr().get()),
-                     "[ZeroRedundancyOptimizer] overlap_with_ddp: parameter {} is in none of DDP's buckets, so no "
-                     "backward would step it",
-                     index);
-        ++index;
-      }
+    check_bucketed(bucketed);
+    bucketed_ = std::move(bucketed);
     overlapping_ = true;
     std::weak_ptr<bool> alive = alive_;
     ddp.register_bucket_hook([this, alive](const GradBucket& bucket) {
@@ -329,18 +326,41 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
       local_->param_groups()[g].options = this->param_groups()[g].options;
   }
 
+  // Every parameter is one of DDP's (`bucketed`), or no backward would step it.
+  void check_bucketed(const std::unordered_set<const TensorImpl*>& bucketed) const {
+    size_t index = 0;
+    for (size_t g = 0; g < this->num_param_groups(); ++g)
+      for (const Tensor& p : this->group_params(g)) {
+        STRATA_CHECK(bucketed.count(p.impl_ptr().get()),
+                     "[ZeroRedundancyOptimizer] overlap_with_ddp: parameter {} is in none of DDP's buckets, so no "
+                     "backward would step it",
+                     index);
+        ++index;
+      }
+  }
+
   // overlap_with_ddp's hook: bucket 0 checks what step() checks first; the last bucket waits for
-  // every broadcast started, so the backward returns with the parameters in place
+  // every broadcast started, so the backward returns with the parameters in place. A rank's error
+  // is held, not raised (the others would wait forever on its broadcasts): the rank stops
+  // stepping, still broadcasts its shard as it is, and at the last bucket every rank raises
+  // alike, as step() does after a failed local step. There is no agreement before bucket 0's
+  // step, as step() has: queued behind every bucket's allreduce, it would end the overlap.
   void step_bucket(const GradBucket& bucket) {
     if (bucket.index == 0) {
       shards_.finish_broadcasts();  // any a pass that raised midway left in flight
-      sync_partition();             // groups added since (stepped where their parameters are bucketed)
-      this->check_all_options();
-      this->check_params();
-      shards_.check_grads(this->name());
-      sync_options();
+      overlap_error_ = nullptr;
+      try {
+        sync_partition();  // groups added since (stepped where their parameters are bucketed)
+        check_bucketed(bucketed_);
+        this->check_all_options();
+        this->check_params();
+        shards_.check_grads(this->name());
+        sync_options();
+      } catch (...) {
+        overlap_error_ = std::current_exception();
+      }
     }
-    if (local_) {
+    if (local_ && !overlap_error_) {
       // the wrapped optimizer steps the parameters whose grad is defined: the others' are hidden
       std::unordered_set<const TensorImpl*> in_bucket;
       for (const Tensor& p : bucket.parameters) in_bucket.insert(p.impl_ptr().get());
@@ -349,19 +369,18 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
         for (const Tensor& p : local_->group_params(g))
           if (!in_bucket.count(p.impl_ptr().get()) && p.grad().defined()) hidden.emplace_back(p, p.grad());
       for (auto& [p, grad] : hidden) p.set_grad(Tensor());
-      std::exception_ptr error;
       try {
         local_->step();
       } catch (...) {
-        error = std::current_exception();
+        overlap_error_ = std::current_exception();
       }
       for (auto& [p, grad] : hidden) p.set_grad(grad);
-      if (error) std::rethrow_exception(error);
     }
     shards_.start_broadcasts(bucket.parameters);
     if (!bucket.is_last) return;
     shards_.finish_broadcasts();
     ++steps_;
+    shards_.agree(std::exchange(overlap_error_, nullptr), "step");
   }
 
   detail::ZeroShards shards_;
@@ -369,6 +388,8 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
   std::optional<optim::StateDict> consolidated_;
   int64_t steps_ = 0, consolidated_at_ = 0;
   bool overlapping_ = false;
+  std::unordered_set<const TensorImpl*> bucketed_;  // DDP's parameters, under overlap_with_ddp
+  std::exception_ptr overlap_error_;                // this rank's, in the overlapped step in progress
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // held weakly by the bucket hook
 };
 
