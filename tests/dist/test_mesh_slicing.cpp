@@ -2,6 +2,8 @@
 // ("pp", "dp", "tp") one, mesh["dp"] and mesh.slice({...}) hold the ranks that share this rank's
 // other coordinates (worked out here from the row-major layout), in order; their groups are the
 // parent's and reduce over exactly those ranks; nested slices agree; bad names raise.
+#include <optional>
+
 #include "dist/dist_testing.h"
 
 namespace strata {
@@ -45,6 +47,21 @@ TEST(DeviceMeshSlicing, RowsAndColumnsOfATwoByTwoMesh) {
   EXPECT_EQ(both.ranks(), mesh.ranks());
   EXPECT_EQ(both.get_coordinate(), mesh.get_coordinate());
   EXPECT_EQ(both.get_all_groups(), mesh.get_all_groups());
+}
+
+// A slice holds the parent's groups itself: it works on once the parent is gone.
+TEST(DeviceMeshSlicing, ASliceOutlivesItsParent) {
+  auto world = dist_testing::group();
+  ASSERT_EQ(world->size(), 4) << "run with mpirun -np 4";
+  const int r = world->rank(), j = r % 2;
+  std::optional<dist::DeviceMesh> dp;
+  {
+    auto mesh = dist::init_device_mesh("cpu", {2, 2}, {"dp", "tp"});
+    dp = mesh["dp"];
+  }
+  EXPECT_EQ(dp->ranks(), (std::vector<int>{j, 2 + j}));
+  EXPECT_EQ(dp->get_rank(), r);
+  EXPECT_EQ(sum_of_ranks(dp->get_group()), j + (2 + j));
 }
 
 TEST(DeviceMeshSlicing, ThreeDimsNestedSlicesAndErrors) {

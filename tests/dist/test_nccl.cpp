@@ -125,8 +125,8 @@ TEST(Nccl, UnevenAllToAllMatchesTheMpiGroupAndInterleavedPipelinesRaise) {
   std::vector<int64_t> in_splits, out_splits;
   std::vector<Tensor> la, lb, oa, ob;
   for (int k = 0; k < n; ++k) {
-    in_splits.push_back((r + 2 * k) % 3);  // rows to rank k
-    out_splits.push_back((k + 2 * r) % 3);
+    in_splits.push_back((r + 2 * k) % 3 + 1);  // rows to rank k: at least one, so one rank exchanges some
+    out_splits.push_back((k + 2 * r) % 3 + 1);
     la.push_back(full({(r + 2 * k) % 3 + 1}, 10.0 * r + k, TensorOptions(kFloat32)));
     lb.push_back(la.back().to(dev));
     oa.push_back(zeros({(k + 2 * r) % 3 + 1}, TensorOptions(kFloat32)));
