@@ -32,10 +32,14 @@ PipelineSchedule::PipelineSchedule(std::vector<nn::Module*> stages, PipelineOpti
                                    int gradient_tag)
     : group_(detail::group_or_default(options.process_group)), chunks_(options.chunks), name_(name),
       stages_(std::move(stages)), gradient_tag_(gradient_tag) {
-  STRATA_CHECK(chunks_ > 0, "[{}] chunks must be positive, got {}", name_, chunks_);
-  STRATA_CHECK(!stages_.empty(), "[{}] this rank holds no stage", name_);
-  for (size_t c = 0; c < stages_.size(); ++c) STRATA_CHECK(stages_[c] != nullptr, "[{}] stage {} is null", name_, c);
+  check_arguments(name_, stages_, chunks_);
   device_ = stage_device(*stages_.front());
+}
+
+void PipelineSchedule::check_arguments(const char* name, const std::vector<nn::Module*>& stages, int64_t chunks) {
+  STRATA_CHECK(chunks > 0, "[{}] chunks must be positive, got {}", name, chunks);
+  STRATA_CHECK(!stages.empty(), "[{}] this rank holds no stage", name);
+  for (size_t c = 0; c < stages.size(); ++c) STRATA_CHECK(stages[c] != nullptr, "[{}] stage {} is null", name, c);
 }
 
 std::vector<Tensor> PipelineSchedule::split(const Tensor& t, const char* what) const {

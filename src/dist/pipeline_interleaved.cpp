@@ -8,9 +8,12 @@
 #include <strata/dist/pipeline.hpp>
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include <strata/ops/creation.hpp>
+
+#include "dist/working_copy.h"
 
 namespace strata::dist {
 
@@ -22,31 +25,48 @@ constexpr int kGradientTag = 1;
 
 }  // namespace
 
-ScheduleInterleaved1F1B::ScheduleInterleaved1F1B(std::vector<nn::Module*> stages, PipelineOptions options)
-    : PipelineSchedule(std::move(stages), std::move(options), "ScheduleInterleaved1F1B", kGradientTag) {
-  const int64_t p = group_->size();
-  STRATA_CHECK(group_->backend() == "mpi",
+// The constructor is collective: a rank whose arguments differ from the others' (or that it
+// cannot take) would leave them waiting, in this comparison or in the first step's receives, so
+// every rank's (stages, chunks, whether its own checks failed) is gathered before the base
+// class sees the arguments, and every rank raises alike: its own error, or one naming the rank.
+std::vector<nn::Module*> ScheduleInterleaved1F1B::agreed_stages(std::vector<nn::Module*> stages,
+                                                                const PipelineOptions& options) {
+  const char* name = "ScheduleInterleaved1F1B";
+  auto group = detail::group_or_default(options.process_group);
+  const int64_t p = group->size(), chunks = options.chunks;
+  STRATA_CHECK(group->backend() == "mpi",
                "[{}] needs sends that do not wait for their receive (the mpi backend); the {} backend's "
                "would need grouped send/recv, not done",
-               name_, group_->backend());
-  STRATA_CHECK(p >= 2, "[{}] needs at least 2 ranks: on one, run the stages in a row", name_);
-  STRATA_CHECK(chunks_ % p == 0,
-               "[{}] {} micro-batches do not go through the stages in groups of one per rank: chunks must be a "
-               "multiple of the {} ranks",
-               name_, chunks_, p);
-  // a rank with another layout would wait forever on messages that never come: every rank
-  // compares every rank's (stages, chunks) and raises alike (the constructor is collective)
+               name, group->backend());
+  STRATA_CHECK(p >= 2, "[{}] needs at least 2 ranks: on one, run the stages in a row", name);
+  std::exception_ptr error;
+  try {
+    check_arguments(name, stages, chunks);
+    STRATA_CHECK(chunks % p == 0,
+                 "[{}] {} micro-batches do not go through the stages in groups of one per rank: chunks must be a "
+                 "multiple of the {} ranks",
+                 name, chunks, p);
+  } catch (...) {
+    error = std::current_exception();
+  }
   std::vector<Tensor> layouts;
-  for (int64_t r = 0; r < p; ++r) layouts.push_back(empty({2}, TensorOptions(kInt64)));
-  group_->allgather(layouts, from_vector(std::vector<int64_t>{stages_per_rank(), chunks_}))->wait();
+  for (int64_t r = 0; r < p; ++r) layouts.push_back(empty({3}, TensorOptions(kInt64)));
+  const std::vector<int64_t> mine{static_cast<int64_t>(stages.size()), chunks, error ? 1 : 0};
+  group->allgather(layouts, from_vector(mine))->wait();
+  if (error) std::rethrow_exception(error);
   const int64_t* first = layouts.front().data_ptr<int64_t>();
-  for (int64_t r = 1; r < p; ++r) {
+  for (int64_t r = 0; r < p; ++r) {
     const int64_t* theirs = layouts[static_cast<size_t>(r)].data_ptr<int64_t>();
+    STRATA_CHECK(theirs[2] == 0, "[{}] rank {} raised on its arguments (its error names them)", name, r);
     STRATA_CHECK(theirs[0] == first[0] && theirs[1] == first[1],
-                 "[{}] rank {} has {} stages and {} micro-batches, rank 0 {} and {}: every rank needs the same", name_,
+                 "[{}] rank {} has {} stages and {} micro-batches, rank 0 {} and {}: every rank needs the same", name,
                  r, theirs[0], theirs[1], first[0], first[1]);
   }
+  return stages;
 }
+
+ScheduleInterleaved1F1B::ScheduleInterleaved1F1B(std::vector<nn::Module*> stages, PipelineOptions options)
+    : PipelineSchedule(agreed_stages(std::move(stages), options), options, "ScheduleInterleaved1F1B", kGradientTag) {}
 
 std::vector<PipelineSchedule::Action> ScheduleInterleaved1F1B::actions() const {
   const int64_t p = group_->size(), v = stages_per_rank(), rank = group_->rank();

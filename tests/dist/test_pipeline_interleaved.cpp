@@ -244,6 +244,20 @@ TEST(ScheduleInterleaved1F1B, ChunksTheScheduleCannotTakeRaise) {
   const std::string last = fmt::format("rank {} has 3 stages", p - 1);
   EXPECT_TRUE(testing::throws_with([&] { dist::ScheduleInterleaved1F1B(stages, {.chunks = p}); },
                                    {last.c_str(), "rank 0 2 and", "every rank needs the same"}));
+  // arguments only one rank gets wrong: that rank raises its error, every other rank names it
+  // (instead of waiting for it in the comparison of the layouts)
+  const bool odd_one = pg->rank() == p - 1;
+  const std::string failed = fmt::format("rank {}", p - 1);
+  const std::vector<std::pair<std::vector<nn::Module*>, int64_t>> wrong_on_the_last{
+      {{&a, &b}, odd_one ? p + 1 : p}, {odd_one ? std::vector<nn::Module*>{} : std::vector<nn::Module*>{&a}, p},
+      {{&a, &b}, odd_one ? 0 : p}};
+  const std::vector<const char*> causes{"multiple of the", "no stage", "chunks must be positive"};
+  for (size_t k = 0; k < causes.size(); ++k) {
+    const auto& [wrong_stages, wrong_chunks] = wrong_on_the_last[k];
+    EXPECT_TRUE(testing::throws_with(
+        [&] { dist::ScheduleInterleaved1F1B(wrong_stages, {.chunks = wrong_chunks}); },
+        {"[ScheduleInterleaved1F1B]", odd_one ? causes[k] : failed.c_str()}));
+  }
   auto alone = dist::new_group({0});  // collective: every rank makes it
   if (alone->is_member())
     EXPECT_TRUE(testing::throws_with(

@@ -81,6 +81,8 @@ class STRATA_API PipelineSchedule {
   /// neighbours exchange both in one direction needs them apart.
   PipelineSchedule(std::vector<nn::Module*> stages, PipelineOptions options, const char* name,
                    int gradient_tag = 0);
+  /// Raises (on this rank) unless `chunks` is positive and `stages` are some, none null.
+  static void check_arguments(const char* name, const std::vector<nn::Module*>& stages, int64_t chunks);
   /// This rank's forwards and backwards, in order: every (stage, micro-batch) once each, its
   /// forward first, in an order that lets the ranks' blocking receives meet.
   virtual std::vector<Action> actions() const = 0;
@@ -138,12 +140,15 @@ class STRATA_API Schedule1F1B : public PipelineSchedule {
 class STRATA_API ScheduleInterleaved1F1B : public PipelineSchedule {
  public:
   /// `stages`: this rank's model chunks in model order (not owned; every rank the same number).
-  /// Collective: the ranks' numbers of stages and micro-batches are compared (all raise on a
-  /// mismatch).
+  /// Collective: the ranks' numbers of stages and micro-batches are compared, and every rank
+  /// raises when they differ or when any rank's arguments are wrong.
   explicit ScheduleInterleaved1F1B(std::vector<nn::Module*> stages, PipelineOptions options = {});
 
  protected:
   std::vector<Action> actions() const override;
+
+ private:
+  static std::vector<nn::Module*> agreed_stages(std::vector<nn::Module*> stages, const PipelineOptions& options);
 };
 
 }  // namespace strata::dist
