@@ -2,7 +2,10 @@
 // they run on, and the agreement of the ranks' sizes. An uneven exchange cannot be checked by one
 // rank alone (rank i's count for j must be j's count for i), and a backend given disagreeing
 // counts truncates, leaves part of a buffer unwritten or hangs, so the counts of every rank are
-// gathered first and compared on every rank alike: all raise, or none does.
+// gathered first and compared on every rank alike: all raise, or none does. A rank's own mistakes
+// travel with its counts, so they raise on every rank too.
+#include <algorithm>
+#include <exception>
 #include <numeric>
 
 #include <strata/dist/process_group.hpp>
@@ -39,20 +42,30 @@ std::vector<int64_t> split_sizes(const char* op, const char* what, const std::ve
 
 }  // namespace
 
-void ProcessGroup::check_counts_agree(const char* op, const char* unit, const std::vector<int64_t>& output_counts,
+void ProcessGroup::check_counts_agree(const char* op, const char* unit, std::exception_ptr local_error,
+                                      const std::vector<int64_t>& output_counts,
                                       const std::vector<int64_t>& input_counts, Device device) {
   const int n = size();
-  std::vector<int64_t> mine(input_counts);
-  mine.insert(mine.end(), output_counts.begin(), output_counts.end());
+  // [failed, what it sends to each rank, what it expects from each]; counts unknown after an error
+  std::vector<int64_t> mine(2 * static_cast<size_t>(n) + 1, 0);
+  mine[0] = local_error ? 1 : 0;
+  if (!local_error) {
+    std::copy(input_counts.begin(), input_counts.end(), mine.begin() + 1);
+    std::copy(output_counts.begin(), output_counts.end(), mine.begin() + 1 + n);
+  }
   std::vector<Tensor> all;
-  for (int r = 0; r < n; ++r) all.push_back(empty({2 * n}, TensorOptions(kInt64, device)));
+  for (int r = 0; r < n; ++r) all.push_back(empty({2 * n + 1}, TensorOptions(kInt64, device)));
   allgather(all, from_vector(mine).to(device))->wait();
-  std::vector<Tensor> counts;  // rank r's: what it sends to each rank, then what it expects from each
+  if (local_error) std::rethrow_exception(local_error);
+  std::vector<Tensor> counts;
   for (const Tensor& t : all) counts.push_back(t.cpu());
+  auto at = [&](int rank, int64_t k) { return counts[static_cast<size_t>(rank)].data_ptr<int64_t>()[k]; };
+  for (int i = 0; i < n; ++i)
+    STRATA_CHECK(at(i, 0) == 0, "[{}] rank {} raised on its arguments (its error names them): nothing was exchanged",
+                 op, i);
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
-      const int64_t sent = counts[static_cast<size_t>(i)].data_ptr<int64_t>()[j];
-      const int64_t expected = counts[static_cast<size_t>(j)].data_ptr<int64_t>()[n + i];
+      const int64_t sent = at(i, 1 + j), expected = at(j, 1 + n + i);
       STRATA_CHECK(sent == expected, "[{}] rank {} sends {} {} to rank {}, which expects {} from it: the ranks' sizes "
                    "disagree", op, i, sent, unit, j, expected);
     }
@@ -60,24 +73,33 @@ void ProcessGroup::check_counts_agree(const char* op, const char* unit, const st
 }
 
 std::shared_ptr<Work> ProcessGroup::alltoall(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) {
-  check_member("all_to_all");
-  STRATA_CHECK(static_cast<int>(inputs.size()) == size(), "[all_to_all] {} input tensors given for {} ranks",
+  const char* op = "all_to_all";
+  check_member(op);
+  // what the agreement needs (a tensor of the backend's device) raises here alone; every later
+  // mistake raises on every rank
+  STRATA_CHECK(static_cast<int>(inputs.size()) == size(), "[{}] {} input tensors given for {} ranks", op,
                inputs.size(), size());
-  STRATA_CHECK(static_cast<int>(outputs.size()) == size(), "[all_to_all] {} output tensors given for {} ranks",
-               outputs.size(), size());
   const Tensor& like = inputs.front();
+  check_tensor(op, like);
   std::vector<int64_t> input_counts, output_counts;
-  for (const auto* list : {&inputs, &outputs}) {
-    for (size_t r = 0; r < list->size(); ++r) {
-      const Tensor& t = (*list)[r];
-      const char* what = list == &inputs ? "input" : "output";
-      check_tensor("all_to_all", t);
-      STRATA_CHECK(t.dtype() == like.dtype() && t.device() == like.device(), "[all_to_all] {} {} is {} on {}, "
-                   "expected input 0's {} on {}", what, r, t.dtype(), t.device(), like.dtype(), like.device());
-      (list == &inputs ? input_counts : output_counts).push_back(t.numel());
+  std::exception_ptr error;
+  try {
+    STRATA_CHECK(static_cast<int>(outputs.size()) == size(), "[{}] {} output tensors given for {} ranks", op,
+                 outputs.size(), size());
+    for (const auto* list : {&inputs, &outputs}) {
+      for (size_t r = 0; r < list->size(); ++r) {
+        const Tensor& t = (*list)[r];
+        const char* what = list == &inputs ? "input" : "output";
+        check_tensor(op, t);
+        STRATA_CHECK(t.dtype() == like.dtype() && t.device() == like.device(), "[{}] {} {} is {} on {}, expected "
+                     "input 0's {} on {}", op, what, r, t.dtype(), t.device(), like.dtype(), like.device());
+        (list == &inputs ? input_counts : output_counts).push_back(t.numel());
+      }
     }
+  } catch (...) {
+    error = std::current_exception();
   }
-  check_counts_agree("all_to_all", "elements", output_counts, input_counts, like.device());
+  check_counts_agree(op, "elements", error, output_counts, input_counts, like.device());
   Tensor in = detail::stack_flat(inputs, like.dtype());
   const int64_t received = std::accumulate(output_counts.begin(), output_counts.end(), int64_t{0});
   Tensor out = empty({received}, like.options());
@@ -103,17 +125,24 @@ std::shared_ptr<Work> ProcessGroup::alltoall_base(const Tensor& output, const Te
                                                   const std::vector<int64_t>& output_split_sizes,
                                                   const std::vector<int64_t>& input_split_sizes) {
   const char* op = "all_to_all_single";
-  check_tensor(op, input);
-  check_tensor(op, output);
-  STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(),
-               "[{}] the output is {} on {}, the input {} on {}", op, output.dtype(), output.device(), input.dtype(),
-               input.device());
-  std::vector<int64_t> in_rows = split_sizes(op, "input", input_split_sizes, input, size());
-  std::vector<int64_t> out_rows = split_sizes(op, "output", output_split_sizes, output, size());
-  STRATA_CHECK(Shape(input.shape().begin() + 1, input.shape().end()) ==
-                   Shape(output.shape().begin() + 1, output.shape().end()),
-               "[{}] the output's shape {} and the input's {} differ beyond dim 0", op, output.shape(), input.shape());
-  check_counts_agree(op, "rows", out_rows, in_rows, input.device());
+  check_tensor(op, input);  // the agreement runs on the input's device: raises here alone
+  std::vector<int64_t> in_rows, out_rows;
+  std::exception_ptr error;
+  try {
+    check_tensor(op, output);
+    STRATA_CHECK(output.dtype() == input.dtype() && output.device() == input.device(),
+                 "[{}] the output is {} on {}, the input {} on {}", op, output.dtype(), output.device(), input.dtype(),
+                 input.device());
+    in_rows = split_sizes(op, "input", input_split_sizes, input, size());
+    out_rows = split_sizes(op, "output", output_split_sizes, output, size());
+    STRATA_CHECK(Shape(input.shape().begin() + 1, input.shape().end()) ==
+                     Shape(output.shape().begin() + 1, output.shape().end()),
+                 "[{}] the output's shape {} and the input's {} differ beyond dim 0", op, output.shape(),
+                 input.shape());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  check_counts_agree(op, "rows", error, out_rows, in_rows, input.device());
   int64_t row = 1;  // elements per row
   for (int64_t d = 1; d < input.dim(); ++d) row *= input.size(d);
   for (auto* counts : {&in_rows, &out_rows})

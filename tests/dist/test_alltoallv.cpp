@@ -136,7 +136,7 @@ TEST(AllToAllUneven, LocalMistakesRaise) {
 }
 
 // Rank 0 sends rank 1 one row more than rank 1 expects: only rank 1 could see it locally, yet
-// every rank raises the same error, and the group goes on.
+// every rank raises the same error; so does a mistake one rank makes alone; the group goes on.
 TEST(AllToAllUneven, SizesThatDisagreeAcrossRanksRaiseOnEveryRank) {
   auto pg = group();
   const int r = pg->rank(), n = pg->size();
@@ -154,6 +154,20 @@ TEST(AllToAllUneven, SizesThatDisagreeAcrossRanksRaiseOnEveryRank) {
   }
   EXPECT_TRUE(testing::throws_with([&] { dist::all_to_all(outputs, inputs); },
                                    {"rank 0 sends 3 elements to rank 1, which expects 2"}));
+  // a mistake only the last rank makes and sees: it raises its error, every other rank names it
+  const bool odd_one = r == n - 1;
+  const std::string failed = fmt::format("rank {} raised", n - 1);
+  std::vector<int64_t> wrong_sum(static_cast<size_t>(n), 1);
+  if (odd_one) wrong_sum[0] = 2;
+  EXPECT_TRUE(testing::throws_with([&] { dist::all_to_all_single(out, zeros({n, 2}), out_splits, wrong_sum); },
+                                   {"[all_to_all_single]", odd_one ? "input split sizes sum to" : failed.c_str()}));
+  std::vector<Tensor> sent, mixed;
+  for (int k = 0; k < n; ++k) {
+    sent.push_back(zeros({2}));
+    mixed.push_back(zeros({2}, TensorOptions(odd_one && k == n - 1 ? kFloat64 : kFloat32)));
+  }
+  EXPECT_TRUE(testing::throws_with([&] { dist::all_to_all(mixed, sent); },
+                                   {"[all_to_all]", odd_one ? "float64" : failed.c_str()}));
   Tensor one = ones({2}, TensorOptions(kInt32));
   dist::all_reduce(one);
   EXPECT_EQ(values(one), std::vector<double>(2, n));

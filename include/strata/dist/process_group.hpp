@@ -179,10 +179,12 @@ class STRATA_API ProcessGroup {
   void check_list(const char* op, const char* what, const std::vector<Tensor>& list, const Tensor& like) const;
   void check_peer(const char* op, int peer, const char* what) const;
   void check_member(const char* op) const;
-  /// Gathers every rank's send and receive counts (`unit`: what they count) and raises, on every
-  /// rank alike, where rank i's count for j is not j's for i.
-  void check_counts_agree(const char* op, const char* unit, const std::vector<int64_t>& output_counts,
-                          const std::vector<int64_t>& input_counts, Device device);
+  /// Gathers every rank's send and receive counts (`unit`: what they count) and whether its own
+  /// checks raised (`local_error`), and raises on every rank alike where some rank's did (its
+  /// error there, one naming it elsewhere) or where rank i's count for j is not j's for i.
+  void check_counts_agree(const char* op, const char* unit, std::exception_ptr local_error,
+                          const std::vector<int64_t>& output_counts, const std::vector<int64_t>& input_counts,
+                          Device device);
 };
 
 /// Creates the default group: "mpi" (rank and size from the MPI launcher) or "nccl" (one CUDA
