@@ -86,22 +86,30 @@ TEST(AllToAllUneven, ListOfTensorsOfDifferentSizesPerPeer) {
   auto pg = group();
   const int r = pg->rank(), n = pg->size();
   for (DType d : kAllDTypes)
-    for (Layout layout : kLayouts) {
-      SCOPED_TRACE(fmt::format("{} {}", d, testing::layout_name(layout)));
-      std::vector<Tensor> inputs, outputs;
-      for (int k = 0; k < n; ++k) {
-        // rows(r, k) + 1 rows of kWidth to rank k; what rank k sends arrives as one flat tensor
-        inputs.push_back(make([&](int64_t i) { return sent_value(r, k, i / kWidth, i % kWidth); }, d, layout,
-                              Shape{rows(r, k) + 1, kWidth}));
-        outputs.push_back(make([](int64_t) { return -1.0; }, d, Layout::Contiguous, Shape{(rows(k, r) + 1) * kWidth}));
+    for (Layout layout : kLayouts)
+      for (bool async : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {}{}", d, testing::layout_name(layout), async ? " async" : ""));
+        std::vector<Tensor> outputs;
+        std::shared_ptr<dist::Work> work;
+        {  // the inputs are gone before an async exchange is waited for
+          std::vector<Tensor> inputs;
+          for (int k = 0; k < n; ++k) {
+            // rows(r, k) + 1 rows of kWidth to rank k; what rank k sends arrives as one flat tensor
+            inputs.push_back(make([&](int64_t i) { return sent_value(r, k, i / kWidth, i % kWidth); }, d, layout,
+                                  Shape{rows(r, k) + 1, kWidth}));
+            outputs.push_back(
+                make([](int64_t) { return -1.0; }, d, Layout::Contiguous, Shape{(rows(k, r) + 1) * kWidth}));
+          }
+          work = dist::all_to_all(outputs, inputs, nullptr, async);
+        }
+        ASSERT_EQ(work != nullptr, async);
+        if (work) work->wait();
+        for (int k = 0; k < n; ++k) {
+          auto from = [&](int64_t i) { return sent_value(k, r, i / kWidth, i % kWidth); };
+          EXPECT_EQ(values(outputs[static_cast<size_t>(k)]), expect(from, d, Shape{(rows(k, r) + 1) * kWidth}))
+              << "from " << k;
+        }
       }
-      dist::all_to_all(outputs, inputs);
-      for (int k = 0; k < n; ++k) {
-        auto from = [&](int64_t i) { return sent_value(k, r, i / kWidth, i % kWidth); };
-        EXPECT_EQ(values(outputs[static_cast<size_t>(k)]), expect(from, d, Shape{(rows(k, r) + 1) * kWidth}))
-            << "from " << k;
-      }
-    }
 }
 
 TEST(AllToAllUneven, LocalMistakesRaise) {
