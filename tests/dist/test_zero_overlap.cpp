@@ -98,6 +98,17 @@ TEST(ZeroOverlap, ParametersOutsideDDPAreRefused) {
   Zero opt(params, {.lr = 0.01});
   EXPECT_TRUE(testing::throws_with([&] { opt.overlap_with_ddp(ddp); }, {"parameter 6", "none of DDP's buckets"}));
   opt.step();  // not overlapping: step() still works
+  // a group added after overlap_with_ddp with a parameter outside DDP: the next backward raises
+  // (on every rank: each sees it) before any parameter changes
+  Zero overlapped(net->parameters(), {.lr = 0.01});
+  overlapped.overlap_with_ddp(ddp);
+  overlapped.add_param_group(Zero::Group({extra}, {.lr = 0.01}));
+  auto before = snapshot(*net);
+  EXPECT_TRUE(testing::throws_with(
+      [&] { F::mse_loss(ddp(ones({2, 6}, TensorOptions(kFloat64))), zeros({2, 5}, TensorOptions(kFloat64))).backward(); },
+      {"parameter 6", "none of DDP's buckets"}));
+  auto after = net->parameters();
+  for (size_t k = 0; k < after.size(); ++k) EXPECT_TRUE(equal(after[k], before[k])) << "param " << k;
 }
 
 // A rank whose wrapped optimizer raises midway through an overlapped step (after some of its
