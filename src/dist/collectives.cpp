@@ -1,6 +1,6 @@
-// The rooted collectives (reduce, gather, scatter) and all-to-all: argument checks shared by
-// every backend and the working copies they run on (see process_group.cpp for the others and
-// Note [Half reductions]).
+// The rooted collectives (reduce, gather, scatter): argument checks shared by every backend and
+// the working copies they run on (see process_group.cpp for the others and Note [Half
+// reductions], alltoall.cpp for all-to-all).
 #include <strata/dist/process_group.hpp>
 
 #include "dist/working_copy.h"
@@ -63,29 +63,6 @@ std::shared_ptr<Work> ProcessGroup::scatter(const Tensor& output, const std::vec
   return scatter_impl(work, stacked, src, [output, work] { write_back(output, work); });
 }
 
-std::shared_ptr<Work> ProcessGroup::alltoall(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) {
-  STRATA_CHECK(!inputs.empty(), "[all_to_all] {} input tensors given for {} ranks", inputs.size(), size());
-  check_list("all_to_all", "input", inputs, inputs.front());
-  check_list("all_to_all", "output", outputs, inputs.front());
-  Tensor in = detail::stack_flat(inputs, inputs.front().dtype());
-  Tensor out = empty(in.shape(), in.options());
-  return alltoall_impl(out, in, [outputs, out] { detail::write_back_chunks(outputs, out); });
-}
-
-std::shared_ptr<Work> ProcessGroup::alltoall_base(const Tensor& output, const Tensor& input) {
-  check_tensor("all_to_all_single", input);
-  check_tensor("all_to_all_single", output);
-  STRATA_CHECK(input.dim() >= 1 && input.shape()[0] % size() == 0,
-               "[all_to_all_single] the input's dim 0 must split into {} equal chunks, its shape is {}", size(),
-               input.shape());
-  STRATA_CHECK(output.shape() == input.shape() && output.dtype() == input.dtype() && output.device() == input.device(),
-               "[all_to_all_single] the output is {} {} on {}, expected the input's {} {} on {}", output.shape(),
-               output.dtype(), output.device(), input.shape(), input.dtype(), input.device());
-  Tensor in = working_copy(input, input.dtype(), true);
-  Tensor out = working_copy(output, output.dtype(), false);
-  return alltoall_impl(out, in, [output, out] { write_back(output, out); });
-}
-
 std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op, std::shared_ptr<ProcessGroup> group,
                              bool async_op) {
   return finish_call(group_or_default(group)->reduce(tensor, dst, op), async_op);
@@ -99,17 +76,6 @@ std::shared_ptr<Work> gather(const Tensor& tensor, const std::vector<Tensor>& ga
 std::shared_ptr<Work> scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, int src,
                               std::shared_ptr<ProcessGroup> group, bool async_op) {
   return finish_call(group_or_default(group)->scatter(tensor, scatter_list, src), async_op);
-}
-
-std::shared_ptr<Work> all_to_all(const std::vector<Tensor>& output_tensor_list,
-                                 const std::vector<Tensor>& input_tensor_list, std::shared_ptr<ProcessGroup> group,
-                                 bool async_op) {
-  return finish_call(group_or_default(group)->alltoall(output_tensor_list, input_tensor_list), async_op);
-}
-
-std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& input, std::shared_ptr<ProcessGroup> group,
-                                        bool async_op) {
-  return finish_call(group_or_default(group)->alltoall_base(output, input), async_op);
 }
 
 }  // namespace strata::dist

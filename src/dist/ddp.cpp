@@ -102,6 +102,10 @@ DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { reducer_->sync = previous
 
 DistributedDataParallel::NoSyncGuard DistributedDataParallel::no_sync() { return NoSyncGuard(reducer_); }
 
+void DistributedDataParallel::register_bucket_hook(std::function<void(const GradBucket&)> hook) {
+  reducer_->bucket_hook = std::move(hook);
+}
+
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_assignment() const {
   return reducer_->bucket_params();
 }

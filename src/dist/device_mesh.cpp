@@ -1,5 +1,7 @@
 // DeviceMesh: coordinates in a row-major grid of the world's ranks, and one group per dim, made
 // by splitting the default group once per dim (every rank is in exactly one group of each dim).
+// A slice keeps some dims: the ranks it holds are those that share this rank's coordinate on the
+// dims it drops, and the group along a kept dim is the parent's (the same set of ranks).
 #include <strata/dist/device_mesh.hpp>
 
 #include <algorithm>
@@ -12,6 +14,12 @@ std::string join(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
   return "[" + s + "]";
+}
+
+std::string quoted(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "'" : ", '") + n + "'";
+  return s.empty() ? std::string("unnamed") : s;
 }
 
 }  // namespace
@@ -35,6 +43,7 @@ DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> dim_name
     STRATA_CHECK(std::count(dim_names_.begin(), dim_names_.end(), dim_names_[d]) == 1,
                  "[DeviceMesh] the dim name '{}' is given twice", dim_names_[d]);
   }
+  for (int r = 0; r < world->size(); ++r) ranks_.push_back(r);
   // row-major coordinate of this rank
   coordinate_.assign(shape_.size(), 0);
   for (int d = ndim() - 1, rest = world->rank(); d >= 0; --d) {
@@ -58,13 +67,58 @@ DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> dim_name
 int DeviceMesh::rank_at(const std::vector<int>& coordinate) const {
   STRATA_CHECK(coordinate.size() == shape_.size(), "[DeviceMesh] a coordinate of {} indices for a {}-dim mesh",
                coordinate.size(), shape_.size());
-  int rank = 0;
+  int index = 0;
   for (size_t d = 0; d < shape_.size(); ++d) {
     STRATA_CHECK(coordinate[d] >= 0 && coordinate[d] < shape_[d], "[DeviceMesh] coordinate {} is outside shape {}",
                  join(coordinate), join(shape_));
-    rank = rank * shape_[d] + coordinate[d];
+    index = index * shape_[d] + coordinate[d];
   }
-  return rank;
+  return ranks_[static_cast<size_t>(index)];
+}
+
+int DeviceMesh::get_rank() const { return rank_at(coordinate_); }
+
+std::shared_ptr<ProcessGroup> DeviceMesh::get_group() const {
+  STRATA_CHECK(ndim() == 1, "[DeviceMesh] get_group() without a dim needs a 1-D mesh, this one has {} dims", ndim());
+  return groups_.front();
+}
+
+int DeviceMesh::get_local_rank() const {
+  STRATA_CHECK(ndim() == 1, "[DeviceMesh] get_local_rank() without a dim needs a 1-D mesh, this one has {} dims",
+               ndim());
+  return coordinate_.front();
+}
+
+DeviceMesh DeviceMesh::slice(const std::vector<std::string>& dim_names) const {
+  STRATA_CHECK(!dim_names.empty(), "[DeviceMesh] a slice needs at least one dim name");
+  std::vector<int> kept;
+  for (const std::string& name : dim_names) {
+    const int d = dim_index(name);
+    STRATA_CHECK(kept.empty() || d > kept.back(),
+                 "[DeviceMesh] the slice's dims must be named once each, in the mesh's order ({}), got '{}' after "
+                 "'{}'",
+                 quoted(dim_names_), name, dim_names_[static_cast<size_t>(kept.back())]);
+    kept.push_back(d);
+  }
+  DeviceMesh sub;
+  for (int d : kept) {
+    sub.shape_.push_back(shape_[static_cast<size_t>(d)]);
+    sub.dim_names_.push_back(dim_names_[static_cast<size_t>(d)]);
+    sub.coordinate_.push_back(coordinate_[static_cast<size_t>(d)]);
+    sub.groups_.push_back(groups_[static_cast<size_t>(d)]);
+  }
+  // the kept dims' coordinates, row-major, with the dropped ones fixed at this rank's
+  std::vector<int> at = coordinate_;
+  const int count = sub.size();
+  for (int index = 0; index < count; ++index) {
+    for (int k = static_cast<int>(kept.size()) - 1, rest = index; k >= 0; --k) {
+      const int d = kept[static_cast<size_t>(k)];
+      at[static_cast<size_t>(d)] = rest % shape_[static_cast<size_t>(d)];
+      rest /= shape_[static_cast<size_t>(d)];
+    }
+    sub.ranks_.push_back(rank_at(at));
+  }
+  return sub;
 }
 
 void DeviceMesh::check_dim(int dim) const {
@@ -73,10 +127,8 @@ void DeviceMesh::check_dim(int dim) const {
 
 int DeviceMesh::dim_index(const std::string& dim_name) const {
   auto it = std::find(dim_names_.begin(), dim_names_.end(), dim_name);
-  std::string names;
-  for (const auto& n : dim_names_) names += (names.empty() ? "'" : ", '") + n + "'";
   STRATA_CHECK(it != dim_names_.end(), "[DeviceMesh] no dim named '{}' (the mesh's dims: {})", dim_name,
-               names.empty() ? std::string("unnamed") : names);
+               quoted(dim_names_));
   return static_cast<int>(it - dim_names_.begin());
 }
 

@@ -35,6 +35,10 @@ class NonMemberGroup final : public ProcessGroup {
   std::shared_ptr<FutureWork> gather_impl(const Tensor&, const Tensor&, int, Finish) override { unreachable(); }
   std::shared_ptr<FutureWork> scatter_impl(const Tensor&, const Tensor&, int, Finish) override { unreachable(); }
   std::shared_ptr<FutureWork> alltoall_impl(const Tensor&, const Tensor&, Finish) override { unreachable(); }
+  std::shared_ptr<FutureWork> alltoallv_impl(const Tensor&, const Tensor&, std::vector<int64_t>, std::vector<int64_t>,
+                                             Finish) override {
+    unreachable();
+  }
   std::shared_ptr<ProcessGroup> split_impl(int, int, std::vector<int>) override { unreachable(); }
   std::shared_ptr<FutureWork> barrier_impl() override { unreachable(); }
   std::shared_ptr<FutureWork> send_impl(const Tensor&, int, int, Finish) override { unreachable(); }

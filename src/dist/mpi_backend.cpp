@@ -206,6 +206,30 @@ class MpiProcessGroup final : public ProcessGroup {
       detail::mpi_check(MPI_Alltoall(input.data(), n, type, output.data(), n, type, comm), "MPI_Alltoall");
     });
   }
+  std::shared_ptr<FutureWork> alltoallv_impl(const Tensor& output, const Tensor& input,
+                                             std::vector<int64_t> output_counts, std::vector<int64_t> input_counts,
+                                             std::function<void()> finish) override {
+    mpi_count(input);  // the displacements are ints too: the whole buffers must fit
+    mpi_count(output);
+    auto as_ints = [](const std::vector<int64_t>& counts, std::vector<int>& displacements) {
+      std::vector<int> ints;
+      for (int64_t c : counts) {
+        displacements.push_back(ints.empty() ? 0 : displacements.back() + ints.back());
+        ints.push_back(static_cast<int>(c));
+      }
+      return ints;
+    };
+    std::vector<int> send_displs, recv_displs;
+    std::vector<int> send_counts = as_ints(input_counts, send_displs);
+    std::vector<int> recv_counts = as_ints(output_counts, recv_displs);
+    MPI_Comm comm = comm_;
+    return run(std::move(finish), [=] {
+      const MPI_Datatype type = mpi_type(input.dtype());
+      detail::mpi_check(MPI_Alltoallv(input.data(), send_counts.data(), send_displs.data(), type, output.data(),
+                                      recv_counts.data(), recv_displs.data(), type, comm),
+                        "MPI_Alltoallv");
+    });
+  }
   std::shared_ptr<ProcessGroup> split_impl(int color, int key, std::vector<int> global_ranks) override {
     std::shared_ptr<ProcessGroup> group;
     detail::mpi_run_sync([&] {  // collective over this group: in order with its collectives

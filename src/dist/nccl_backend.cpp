@@ -178,6 +178,26 @@ class NcclProcessGroup final : public ProcessGroup {
       });
     });
   }
+  std::shared_ptr<FutureWork> alltoallv_impl(const Tensor& output, const Tensor& input,
+                                             std::vector<int64_t> output_counts, std::vector<int64_t> input_counts,
+                                             std::function<void()> finish) override {
+    return run({output, input}, std::move(finish), false, [&](cudaStream_t s) {
+      grouped([&] {  // PyTorch's NCCL alltoall_base with split sizes: a send and a receive per peer
+        const ncclDataType_t type = nccl_type(input.dtype());
+        const size_t itemsize = input.itemsize();
+        char* in = static_cast<char*>(input.data());
+        char* out = static_cast<char*>(output.data());
+        for (int r = 0; r < size_; ++r) {
+          const auto sent = static_cast<size_t>(input_counts[static_cast<size_t>(r)]);
+          const auto received = static_cast<size_t>(output_counts[static_cast<size_t>(r)]);
+          nccl_check(ncclSend(in, sent, type, r, comm_, s), "ncclSend (all_to_all, split sizes)");
+          nccl_check(ncclRecv(out, received, type, r, comm_, s), "ncclRecv (all_to_all, split sizes)");
+          in += sent * itemsize;
+          out += received * itemsize;
+        }
+      });
+    });
+  }
   std::shared_ptr<ProcessGroup> split_impl(int color, int key, std::vector<int> global_ranks) override {
     ncclComm_t comm = nullptr;
     cuda::DeviceGuard guard(device_);

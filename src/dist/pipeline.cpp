@@ -28,10 +28,18 @@ Device stage_device(nn::Module& stage) {
 
 }  // namespace
 
-PipelineSchedule::PipelineSchedule(nn::Module& stage, PipelineOptions options, const char* name)
-    : group_(detail::group_or_default(options.process_group)), chunks_(options.chunks), stage_(stage),
-      name_(name), device_(stage_device(stage)) {
-  STRATA_CHECK(chunks_ > 0, "[{}] chunks must be positive, got {}", name_, chunks_);
+PipelineSchedule::PipelineSchedule(std::vector<nn::Module*> stages, PipelineOptions options, const char* name,
+                                   int gradient_tag)
+    : group_(detail::group_or_default(options.process_group)), chunks_(options.chunks), name_(name),
+      stages_(std::move(stages)), gradient_tag_(gradient_tag) {
+  check_arguments(name_, stages_, chunks_);
+  device_ = stage_device(*stages_.front());
+}
+
+void PipelineSchedule::check_arguments(const char* name, const std::vector<nn::Module*>& stages, int64_t chunks) {
+  STRATA_CHECK(chunks > 0, "[{}] chunks must be positive, got {}", name, chunks);
+  STRATA_CHECK(!stages.empty(), "[{}] this rank holds no stage", name);
+  for (size_t c = 0; c < stages.size(); ++c) STRATA_CHECK(stages[c] != nullptr, "[{}] stage {} is null", name, c);
 }
 
 std::vector<Tensor> PipelineSchedule::split(const Tensor& t, const char* what) const {
@@ -44,12 +52,12 @@ std::vector<Tensor> PipelineSchedule::split(const Tensor& t, const char* what) c
 
 Tensor PipelineSchedule::receive_activation() {
   Tensor header = zeros({kMaxDims + 2}, TensorOptions(kInt64, device_));
-  group_->recv(header, group_->rank() - 1)->wait();
+  group_->recv(header, previous_rank())->wait();
   Tensor h = header.cpu();
   const int64_t* p = h.data_ptr<int64_t>();
   Shape shape(p + 2, p + 2 + p[0]);
   Tensor t = empty(shape, TensorOptions(static_cast<DType>(p[1]), device_));
-  group_->recv(t, group_->rank() - 1)->wait();
+  group_->recv(t, previous_rank())->wait();
   return t;
 }
 
@@ -60,8 +68,8 @@ void PipelineSchedule::send_activation(const Tensor& out) {
   header[0] = out.dim();
   header[1] = static_cast<int64_t>(out.dtype());
   for (int64_t d = 0; d < out.dim(); ++d) header[static_cast<size_t>(d) + 2] = out.size(d);
-  sends_.push_back(group_->send(from_vector(header).to(device_), group_->rank() + 1));
-  sends_.push_back(group_->send(out.detach().contiguous(), group_->rank() + 1));
+  sends_.push_back(group_->send(from_vector(header).to(device_), next_rank()));
+  sends_.push_back(group_->send(out.detach().contiguous(), next_rank()));
 }
 
 void PipelineSchedule::wait_sends() {
@@ -70,59 +78,62 @@ void PipelineSchedule::wait_sends() {
 }
 
 Tensor PipelineSchedule::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn) {
-  const int rank = group_->rank();
   std::vector<Tensor> inputs, targets;
   if (is_first()) inputs = split(input, "input");
   if (is_last()) {
     targets = split(target, "target");
     STRATA_CHECK(loss_fn != nullptr, "[{}] the last stage needs a loss function", name_);
   }
-  // a micro-batch's stage input and output (and through them its graph) live from its forward
-  // to its backward
+  // the stage input and output of a (local stage, micro-batch) (and through them its graph) live
+  // from its forward to its backward; slot c * chunks + m
   const size_t n = static_cast<size_t>(chunks_);
-  std::vector<Tensor> xs(n), outs(n), losses(n);
+  std::vector<Tensor> xs(n * stages_.size()), outs(n * stages_.size()), losses(n);
   std::vector<Tensor> detached_losses(n);  // keep no graph
   int64_t in_flight = 0;
   max_in_flight_ = 0;
   Tensor held;  // an output whose send waits for the next backward's receive
-  auto run_forward = [&](size_t m, bool send_later) {
-    Tensor x = is_first() ? inputs[m] : receive_activation();
-    if (!is_first() && is_floating(x.dtype())) x.requires_grad_();
-    Tensor out = stage_(x);
-    if (is_last()) {
+  auto run_forward = [&](const Action& a) {
+    const size_t m = static_cast<size_t>(a.micro_batch), slot = static_cast<size_t>(a.local_stage) * n + m;
+    Tensor x = first_stage(a.local_stage) ? inputs[m] : receive_activation();
+    if (!first_stage(a.local_stage) && is_floating(x.dtype())) x.requires_grad_();
+    Tensor out = (*stages_[static_cast<size_t>(a.local_stage)])(x);
+    if (last_stage(a.local_stage)) {
       Tensor loss = loss_fn(out, targets[m]);
       STRATA_CHECK(loss.numel() == 1, "[{}] the loss must have one element, got shape {}", name_, loss.shape());
       losses[m] = loss / static_cast<double>(chunks_);
       detached_losses[m] = losses[m].detach();
-    } else if (send_later) {
+    } else if (a.send_after_next_receive) {
       held = out;
     } else {
       send_activation(out);
     }
-    xs[m] = x;
-    outs[m] = out;
+    xs[slot] = x;
+    outs[slot] = out;
     max_in_flight_ = std::max(max_in_flight_, ++in_flight);
   };
-  auto run_backward = [&](size_t m) {
-    if (is_last()) {
+  auto run_backward = [&](const Action& a) {
+    const size_t m = static_cast<size_t>(a.micro_batch), slot = static_cast<size_t>(a.local_stage) * n + m;
+    if (last_stage(a.local_stage)) {
       losses[m].backward();
     } else {
-      Tensor grad = empty(outs[m].shape(), outs[m].options());
-      std::shared_ptr<Work> received = group_->recv(grad, rank + 1);
+      Tensor grad = empty(outs[slot].shape(), outs[slot].options());
+      std::shared_ptr<Work> received = group_->recv(grad, next_rank(), gradient_tag_);
       if (held.defined()) send_activation(std::exchange(held, Tensor()));
       received->wait();
-      outs[m].backward(grad);
+      outs[slot].backward(grad);
     }
-    if (!is_first()) {
-      Tensor g = xs[m].requires_grad() && xs[m].grad().defined() ? xs[m].grad() : zeros_like(xs[m]);
-      sends_.push_back(group_->send(g.contiguous(), rank - 1));
+    if (!first_stage(a.local_stage)) {
+      const Tensor& x = xs[slot];
+      Tensor g = x.requires_grad() && x.grad().defined() ? x.grad() : zeros_like(x);
+      sends_.push_back(group_->send(g.contiguous(), previous_rank(), gradient_tag_));
     }
-    xs[m] = outs[m] = losses[m] = Tensor();
+    xs[slot] = outs[slot] = Tensor();
+    losses[m] = Tensor();
     --in_flight;
   };
   for (const Action& a : actions()) {
-    if (a.forward) run_forward(static_cast<size_t>(a.micro_batch), a.send_after_next_receive);
-    else run_backward(static_cast<size_t>(a.micro_batch));
+    if (a.forward) run_forward(a);
+    else run_backward(a);
   }
   if (held.defined()) send_activation(held);  // a schedule that ends on such a forward (none does)
   wait_sends();
@@ -140,19 +151,18 @@ Tensor PipelineSchedule::forward(const Tensor& input) {
   std::vector<Tensor> inputs, outputs;
   if (is_first()) inputs = split(input, "input");
   for (int64_t m = 0; m < chunks_; ++m) {
-    Tensor x = is_first() ? inputs[static_cast<size_t>(m)] : receive_activation();
-    Tensor out = stage_(x);
-    if (is_last()) {
-      outputs.push_back(out);
-      continue;
+    for (int64_t c = 0; c < stages_per_rank(); ++c) {
+      Tensor x = first_stage(c) ? inputs[static_cast<size_t>(m)] : receive_activation();
+      Tensor out = (*stages_[static_cast<size_t>(c)])(x);
+      if (last_stage(c)) outputs.push_back(out);
+      else send_activation(out);
     }
-    send_activation(out);
   }
   wait_sends();
   return is_last() ? cat(outputs, 0) : Tensor();
 }
 
-GPipe::GPipe(nn::Module& stage, PipelineOptions options) : PipelineSchedule(stage, std::move(options), "GPipe") {}
+GPipe::GPipe(nn::Module& stage, PipelineOptions options) : PipelineSchedule({&stage}, std::move(options), "GPipe") {}
 
 std::vector<PipelineSchedule::Action> GPipe::actions() const {
   std::vector<Action> order;
@@ -162,7 +172,7 @@ std::vector<PipelineSchedule::Action> GPipe::actions() const {
 }
 
 Schedule1F1B::Schedule1F1B(nn::Module& stage, PipelineOptions options)
-    : PipelineSchedule(stage, std::move(options), "Schedule1F1B") {}
+    : PipelineSchedule({&stage}, std::move(options), "Schedule1F1B") {}
 
 // Megatron-LM's forward_backward_pipelining_without_interleaving: rank k's warm-up fills the
 // pipeline below it (stages - k - 1 forwards), so its first backward arrives just as its next

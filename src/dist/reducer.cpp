@@ -167,14 +167,27 @@ void Reducer::finish_backward() {
     Tensor host = used.cpu();
     std::copy_n(host.data_ptr<int32_t>(), host.numel(), used_here.begin());
   }
-  for (size_t b = 0; b < works_.size(); ++b) works_[b]->wait();
-  works_.clear();
-  for (size_t k = 0; k < params_.size(); ++k) {
-    if (find_unused_ && used_here[k] == 0) continue;  // unused on every rank: .grad untouched
-    const Tensor& g = params_[k].grad();
-    if (g.defined()) g.copy_(slot_view(k));
-    else params_[k].set_grad(slot_view(k).clone());
+  // bucket by bucket, so a bucket hook works on one while the later ones are still reduced
+  std::exception_ptr hook_error;
+  for (size_t b = 0; b < works_.size(); ++b) {
+    works_[b]->wait();
+    std::vector<Tensor> bucket;
+    for (size_t k : bucket_params_[b]) {
+      bucket.push_back(params_[k]);
+      if (find_unused_ && used_here[k] == 0) continue;  // unused on every rank: .grad untouched
+      const Tensor& g = params_[k].grad();
+      if (g.defined()) g.copy_(slot_view(k));
+      else params_[k].set_grad(slot_view(k).clone());
+    }
+    if (!bucket_hook || hook_error) continue;
+    try {
+      bucket_hook(GradBucket{b, b + 1 == works_.size(), std::move(bucket)});
+    } catch (...) {
+      hook_error = std::current_exception();  // the remaining buckets are still waited for and written
+    }
   }
+  works_.clear();
+  if (hook_error) std::rethrow_exception(hook_error);
 }
 
 }  // namespace strata::dist::detail

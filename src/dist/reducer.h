@@ -2,9 +2,11 @@
 // backward step that waits for them (Note [DDP buckets] in reducer.cpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include <strata/dist/ddp.hpp>
 #include <strata/dist/process_group.hpp>
 
 namespace strata::dist::detail {
@@ -25,6 +27,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void forget_unused() { outside_graph_.clear(); }
 
   bool sync = true;  // false under no_sync()
+  std::function<void(const GradBucket&)> bucket_hook;  // DistributedDataParallel::register_bucket_hook
   const std::vector<std::vector<size_t>>& bucket_params() const { return bucket_params_; }
   size_t started_during_backward() const { return started_during_backward_; }
 

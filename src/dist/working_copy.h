@@ -30,20 +30,27 @@ inline void write_back(const Tensor& t, const Tensor& work) {
   t.detach().copy_(work.view(t.shape()));
 }
 
-// The tensors of `list` laid end to end in one contiguous tensor of `dtype`.
+// The tensors of `list` (of any sizes) laid end to end in one contiguous tensor of `dtype`.
 inline Tensor stack_flat(const std::vector<Tensor>& list, DType dtype) {
-  const int64_t n = list.front().numel();
-  Tensor stacked = empty({n * static_cast<int64_t>(list.size())}, list.front().options().dtype(dtype));
+  int64_t total = 0;
+  for (const Tensor& t : list) total += t.numel();
+  Tensor stacked = empty({total}, list.front().options().dtype(dtype));
   NoGradGuard no_grad;
-  for (size_t r = 0; r < list.size(); ++r)
-    stacked.narrow(0, static_cast<int64_t>(r) * n, n).view(list[r].shape()).copy_(list[r].detach());
+  int64_t at = 0;
+  for (const Tensor& t : list) {
+    stacked.narrow(0, at, t.numel()).view(t.shape()).copy_(t.detach());
+    at += t.numel();
+  }
   return stacked;
 }
 
-// Writes chunk r of the flat `stacked` into list[r].
+// Writes the flat `stacked`, list's tensors laid end to end, back into them.
 inline void write_back_chunks(const std::vector<Tensor>& list, const Tensor& stacked) {
-  const int64_t n = list.front().numel();
-  for (size_t r = 0; r < list.size(); ++r) write_back(list[r], stacked.narrow(0, static_cast<int64_t>(r) * n, n));
+  int64_t at = 0;
+  for (const Tensor& t : list) {
+    write_back(t, stacked.narrow(0, at, t.numel()));
+    at += t.numel();
+  }
 }
 
 inline std::shared_ptr<ProcessGroup> group_or_default(std::shared_ptr<ProcessGroup> group) {

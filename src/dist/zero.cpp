@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include <strata/ops/creation.hpp>
 #include <strata/ops/join.hpp>
@@ -53,6 +54,7 @@ void ZeroShards::assign(const std::vector<std::vector<Tensor>>& groups) {
       *least += ps[k].numel();
     }
     for (size_t k = 0; k < ps.size(); ++k) {
+      global_index_.emplace(ps[k].impl_ptr().get(), owner_.size());
       const bool mine = owners[k] == group_->rank();
       local_of_global_.push_back(mine ? static_cast<int64_t>(local_to_global_.size()) : -1);
       if (mine) local_to_global_.push_back(owner_.size());
@@ -85,28 +87,51 @@ void ZeroShards::check_grads(const std::string& name) const {
     }
 }
 
-void ZeroShards::broadcast_params() const {
+void ZeroShards::start_broadcast(std::vector<Tensor> params, int owner) {
   NoGradGuard no_grad;
+  int64_t numel = 0;
+  for (const Tensor& p : params) numel += p.numel();
+  const bool sending = group_->rank() == owner;
+  std::vector<Tensor> flat_parts;
+  if (sending)
+    for (const Tensor& p : params) flat_parts.push_back(p.detach().reshape({-1}));
+  Tensor flat = sending ? cat(flat_parts, 0) : empty({numel}, params.front().options());
+  in_flight_.push_back({group_->broadcast(flat, owner), flat, sending ? std::vector<Tensor>{} : std::move(params)});
+}
+
+void ZeroShards::finish_broadcasts() {
+  NoGradGuard no_grad;
+  std::vector<Broadcast> started = std::move(in_flight_);
+  in_flight_.clear();
+  for (Broadcast& b : started) {
+    b.work->wait();
+    int64_t offset = 0;
+    for (const Tensor& p : b.params) {
+      p.detach().copy_(b.flat.narrow(0, offset, p.numel()).view(p.shape()));
+      offset += p.numel();
+    }
+  }
+}
+
+void ZeroShards::start_broadcasts(const std::vector<Tensor>& params) {
+  for (int owner = 0; owner < group_->size(); ++owner) {
+    std::vector<Tensor> owned;
+    for (const Tensor& p : params) {
+      auto it = global_index_.find(p.impl_ptr().get());
+      if (it != global_index_.end() && owner_[it->second] == owner) owned.push_back(p);
+    }
+    if (!owned.empty()) start_broadcast(std::move(owned), owner);
+  }
+}
+
+void ZeroShards::broadcast_params() {
   std::vector<Tensor> bucket;
   size_t bytes = 0;
   int owner = 0;
   auto flush = [&] {
     if (bucket.empty()) return;
-    int64_t numel = 0;
-    for (const Tensor& p : bucket) numel += p.numel();
-    std::vector<Tensor> flat_parts;
-    if (group_->rank() == owner)
-      for (const Tensor& p : bucket) flat_parts.push_back(p.detach().reshape({-1}));
-    Tensor flat = group_->rank() == owner ? cat(flat_parts, 0) : empty({numel}, bucket.front().options());
-    group_->broadcast(flat, owner)->wait();
-    if (group_->rank() != owner) {
-      int64_t offset = 0;
-      for (const Tensor& p : bucket) {
-        p.detach().copy_(flat.narrow(0, offset, p.numel()).view(p.shape()));
-        offset += p.numel();
-      }
-    }
-    bucket.clear();
+    start_broadcast(std::exchange(bucket, {}), owner);
+    finish_broadcasts();
     bytes = 0;
   };
   for (owner = 0; owner < group_->size(); ++owner) {

@@ -3,6 +3,8 @@
 // initialization) on the per-rank losses averaged, which every rank computes here on its own.
 // Buckets are forced small so there are several; gradient accumulation under no_sync; a
 // parameter that one rank does not use and one that no rank uses; BatchNorm's buffers.
+#include <numeric>
+
 #include "dist/dist_testing.h"
 
 namespace strata {
@@ -117,6 +119,52 @@ TEST(DDP, BucketsStartDuringTheBackwardPass) {
   auto net2 = make_net(pg->rank());
   dist::DistributedDataParallel ddp2(*net2);
   EXPECT_EQ(ddp2.bucket_assignment().size(), 1u);
+}
+
+// register_bucket_hook: each bucket once, in index order, the last one marked, with its
+// parameters, whose .grad already holds the average when the hook runs; the buckets still start
+// during the backward; a hook that raises makes backward() raise after every bucket is written.
+TEST(DDP, BucketHookSeesEachBucketAveragedInOrder) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank(), n = pg->size();
+  auto net = make_net(r), ref = make_net(0);
+  for (const Tensor& p : net->never.parameters()) p.requires_grad_(false);
+  dist::DistributedDataParallel ddp(*net, {.bucket_cap_mb = 200.0 / (1 << 20)});
+  const auto buckets = ddp.bucket_assignment();
+  ASSERT_GE(buckets.size(), 3u);
+  const std::vector<Tensor> params = net->parameters(), ref_params = ref->parameters();
+  Batch b = global_batch(0), mine = shard(b, r, n);
+  reference_loss(*ref, b, n, [](int) { return true; }).backward();
+  std::vector<size_t> seen;
+  int throw_at = -1;
+  ddp.register_bucket_hook([&](const dist::GradBucket& bucket) {
+    EXPECT_EQ(bucket.is_last, bucket.index + 1 == buckets.size());
+    const auto& want = buckets.at(bucket.index);
+    EXPECT_EQ(bucket.parameters.size(), want.size());
+    for (size_t i = 0; i < want.size() && i < bucket.parameters.size(); ++i) {
+      EXPECT_TRUE(bucket.parameters[i].is_same(params[want[i]])) << "bucket " << bucket.index;
+      EXPECT_TRUE(allclose(params[want[i]].grad(), ref_params[want[i]].grad(), 1e-12, 1e-13))
+          << "bucket " << bucket.index << " param " << want[i];
+    }
+    seen.push_back(bucket.index);
+    if (static_cast<int>(bucket.index) == throw_at) throw Error("hook failed");
+  });
+  std::vector<size_t> in_order(buckets.size());
+  std::iota(in_order.begin(), in_order.end(), size_t{0});
+  for (int pass = 0; pass < 3; ++pass) {
+    SCOPED_TRACE(fmt::format("pass {}", pass));
+    throw_at = pass == 1 ? 1 : -1;
+    seen.clear();
+    net->zero_grad();
+    auto backward = [&] { F::mse_loss(ddp(mine.x), mine.y).backward(); };
+    if (pass == 1) EXPECT_TRUE(testing::throws_with(backward, {"hook failed"}));
+    else backward();
+    const std::vector<size_t> want = pass == 1 ? std::vector<size_t>{0, 1} : in_order;
+    EXPECT_EQ(seen, want);
+    EXPECT_EQ(ddp.buckets_started_during_backward(), buckets.size());
+    for (size_t k = 0; k + 2 < params.size(); ++k)  // every bucket written, even after a raise
+      EXPECT_TRUE(allclose(params[k].grad(), ref_params[k].grad(), 1e-12, 1e-13)) << "param " << k;
+  }
 }
 
 TEST(DDP, NoSyncAccumulationEqualsTheUnsplitRun) {

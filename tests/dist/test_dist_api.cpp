@@ -16,6 +16,7 @@ TEST(DistApi, NothingWorksBeforeInitProcessGroup) {
   EXPECT_TRUE(throws_with([&] { dist::DistributedDataParallel ddp(layer); }, {"no default process group"}));
   EXPECT_TRUE(throws_with([&] { dist::GPipe pipe(layer); }, {"no default process group"}));
   EXPECT_TRUE(throws_with([&] { dist::Schedule1F1B pipe(layer); }, {"no default process group"}));
+  EXPECT_TRUE(throws_with([&] { dist::ScheduleInterleaved1F1B pipe({&layer}); }, {"no default process group"}));
   EXPECT_TRUE(throws_with([&] { dist::ZeroRedundancyOptimizer<optim::SGD> opt(layer.parameters()); },
                           {"no default process group"}));
   EXPECT_TRUE(throws_with([] { dist::ColumnParallelLinear(2, 2); }, {"no default process group"}));

@@ -3,6 +3,8 @@
 // layouts, gives what the MPI group (tested against closed forms in test_collectives.cpp) gives
 // on the same values on the CPU; DDP on a CUDA model keeps training like its CPU twin, and so
 // does ZeroRedundancyOptimizer (its broadcasts, error agreement and state exchange on NCCL).
+#include <numeric>
+
 #include "dist/dist_testing.h"
 
 namespace strata {
@@ -109,6 +111,40 @@ TEST(Nccl, RootedCollectivesAndAllToAllMatchTheMpiGroup) {
       gpu->alltoall(tb, ib)->wait();
       for (int k = 0; k < n; ++k) EXPECT_EQ(values(tb[k]), values(ta[k]));
     }
+}
+
+// all_to_all_single with split sizes (one send and receive per peer, grouped) and all_to_all with
+// different sizes per peer, against the MPI group on the same values; the interleaved pipeline
+// schedule refuses NCCL
+TEST(Nccl, UnevenAllToAllMatchesTheMpiGroupAndInterleavedPipelinesRaise) {
+  SKIP_WITHOUT_NCCL();
+  auto cpu = dist_testing::group();
+  auto gpu = nccl_group();
+  const int r = cpu->rank(), n = cpu->size();
+  const Device dev = Device::cuda(r % cuda::device_count());
+  std::vector<int64_t> in_splits, out_splits;
+  std::vector<Tensor> la, lb, oa, ob;
+  for (int k = 0; k < n; ++k) {
+    in_splits.push_back((r + 2 * k) % 3 + 1);  // rows to rank k: at least one, so one rank exchanges some
+    out_splits.push_back((k + 2 * r) % 3 + 1);
+    la.push_back(full({(r + 2 * k) % 3 + 1}, 10.0 * r + k, TensorOptions(kFloat32)));
+    lb.push_back(la.back().to(dev));
+    oa.push_back(zeros({(k + 2 * r) % 3 + 1}, TensorOptions(kFloat32)));
+    ob.push_back(oa.back().to(dev));
+  }
+  const int64_t in_rows = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
+  const int64_t out_rows = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
+  Tensor a = arange(in_rows * 2, TensorOptions(kFloat64)).view({in_rows, 2}) + 100.0 * r;
+  Tensor b = a.to(dev), ra = zeros({out_rows, 2}, TensorOptions(kFloat64)), rb = ra.to(dev);
+  cpu->alltoall_base(ra, a, out_splits, in_splits)->wait();
+  gpu->alltoall_base(rb, b, out_splits, in_splits)->wait();
+  EXPECT_EQ(values(rb), values(ra));
+  cpu->alltoall(oa, la)->wait();
+  gpu->alltoall(ob, lb)->wait();
+  for (int k = 0; k < n; ++k) EXPECT_EQ(values(ob[static_cast<size_t>(k)]), values(oa[static_cast<size_t>(k)]));
+  nn::Linear stage(2, 2);
+  EXPECT_TRUE(testing::throws_with(
+      [&] { dist::ScheduleInterleaved1F1B({&stage}, {.chunks = 2, .process_group = gpu}); }, {"nccl"}));
 }
 
 TEST(Nccl, SendRecvRing) {

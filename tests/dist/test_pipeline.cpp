@@ -4,47 +4,16 @@
 // than stages; 1F1B's gradients equal GPipe's, and it holds at most stages - rank micro-batches'
 // activations at once (counted by the stage itself: forwards whose backward has not arrived).
 #include "dist/dist_testing.h"
+#include "dist/pipeline_blocks.h"
 
 namespace strata {
 namespace {
 
 namespace F = nn::functional;
 
-// Block k of the chain: Linear then tanh, except the last block, which is Linear alone.
-// Each forward under autograd counts one more micro-batch alive until the gradient of its
-// output arrives in the backward.
-struct Block : nn::Module {
-  nn::Linear fc;
-  bool last;
-  std::shared_ptr<int64_t> live = std::make_shared<int64_t>(0), peak = std::make_shared<int64_t>(0);
-  Block(int k, int blocks, Generator* gen) : fc(k == 0 ? 5 : 7, k == blocks - 1 ? 3 : 7, {.generator = gen}),
-                                             last(k == blocks - 1) {
-    register_module("fc", fc);
-    to(kFloat64);
-  }
-  Tensor forward(const Tensor& x) override {
-    Tensor out = last ? fc(x) : tanh(fc(x));
-    if (out.requires_grad()) {
-      *peak = std::max(*peak, ++*live);
-      out.register_hook([live = live](const Tensor&) {
-        --*live;
-        return Tensor();
-      });
-    }
-    return out;
-  }
-};
-
-std::unique_ptr<Block> make_block(int k, int blocks) {
-  Generator gen(40 + static_cast<uint64_t>(k));
-  return std::make_unique<Block>(k, blocks, &gen);
-}
-
-std::vector<Tensor> grads(nn::Module& m) {
-  std::vector<Tensor> g;
-  for (const Tensor& p : m.parameters()) g.push_back(p.grad());
-  return g;
-}
+using pipeline_testing::Block;
+using pipeline_testing::grads;
+using pipeline_testing::make_block;
 
 template <class Schedule>
 void trains_like_the_whole_chain(int64_t chunks) {

@@ -61,13 +61,6 @@ void expect_bitwise_equal(const std::vector<Tensor>& got, const std::vector<Tens
   for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(equal(got[k], want[k])) << what << " " << k;
 }
 
-// Every rank's copy of `t` equals rank 0's, bit for bit.
-void expect_same_on_every_rank(dist::ProcessGroup& pg, const Tensor& t) {
-  Tensor root = t.clone();
-  pg.broadcast(root, 0)->wait();
-  EXPECT_TRUE(equal(root, t));
-}
-
 // A file name every rank agrees on (rank 0's process id), for a checkpoint rank 0 writes.
 std::string shared_temp_path(dist::ProcessGroup& pg, const char* stem) {
   Tensor id = full({1}, static_cast<int64_t>(::getpid()), TensorOptions(kInt64));
@@ -130,7 +123,7 @@ TEST(Zero, SGDMomentumUnderDDPTrainsLikeOneProcessOnTheWholeBatch) {
     auto got = net->parameters(), want = ref->parameters();
     for (size_t k = 0; k < got.size(); ++k) {
       EXPECT_TRUE(allclose(got[k], want[k], 1e-12, 1e-13)) << "parameter " << k;
-      expect_same_on_every_rank(*pg, got[k]);
+      dist_testing::expect_same_on_every_rank(*pg, got[k]);
     }
   }
 }
@@ -318,25 +311,11 @@ TEST(Zero, LoadCheckpointOnEveryRankResumesExactlyAndRollsBackARefusal) {
   if (r == 0) std::filesystem::remove(path);
 }
 
-// SGD whose update raises at the second parameter it updates once `fail` is set: a failure inside
-// the wrapped optimizer's step after some of its parameters moved.
-struct FlakySGD : optim::SGD {
-  using optim::SGD::SGD;
-  bool fail = false;
-  int updates = 0;
-
- protected:
-  void update(size_t group, const Tensor& param, const Tensor& grad, optim::ParamState& state) override {
-    if (fail && ++updates == 2) throw Error("flaky update");
-    optim::SGD::update(group, param, grad, state);
-  }
-};
-
 TEST(Zero, AFailureInsideTheWrappedStepRaisesEverywhereAndKeepsTheReplicasEqual) {
   auto pg = dist_testing::group();
   const int r = pg->rank(), n = pg->size();
   auto net = make_net(7);
-  dist::ZeroRedundancyOptimizer<FlakySGD> opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+  dist::ZeroRedundancyOptimizer<dist_testing::FlakySGD> opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
   train_step(*net, opt, 0);
   opt.consolidate_state_dict(0);
   // the greedy partition of these 8 parameters gives the last rank of 2 or 4 several of them
@@ -352,7 +331,7 @@ TEST(Zero, AFailureInsideTheWrappedStepRaisesEverywhereAndKeepsTheReplicasEqual)
   // the shards that stepped (and the failing rank's first parameter) moved on every rank alike
   bool moved = false;
   for (size_t k = 0; k < before.size(); ++k) {
-    expect_same_on_every_rank(*pg, net->parameters()[k]);
+    dist_testing::expect_same_on_every_rank(*pg, net->parameters()[k]);
     moved = moved || !equal(net->parameters()[k], before[k]);
   }
   EXPECT_TRUE(moved);

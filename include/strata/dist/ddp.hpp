@@ -50,6 +50,14 @@ struct DDPOptions {
   bool find_unused_parameters = false;
 };
 
+/// A bucket whose averaged gradients are in .grad (torch's GradBucket, as a communication hook
+/// sees it once its allreduce is done).
+struct GradBucket {
+  size_t index;                    // launch order, 0 first
+  bool is_last;                    // the backward's last bucket
+  std::vector<Tensor> parameters;  // its parameters
+};
+
 /// Wraps a module (not owned: it must outlive the wrapper) for data-parallel training.
 /// Construction is collective: every rank must construct it, with the same model.
 class STRATA_API DistributedDataParallel {
@@ -92,6 +100,12 @@ class STRATA_API DistributedDataParallel {
     bool previous_;
   };
   [[nodiscard]] NoSyncGuard no_sync();
+
+  /// Runs `hook` for each bucket, in index order, at the end of every synchronized backward, as
+  /// soon as that bucket's averages are in .grad, while the later buckets' allreduces may still
+  /// be in flight (ZeroRedundancyOptimizer::overlap_with_ddp steps from it). One hook at a time;
+  /// null removes it. A hook that raises raises from backward() once every bucket is written.
+  void register_bucket_hook(std::function<void(const GradBucket&)> hook);
 
   /// The buckets, as indices into parameters() (those that require grad), in launch order.
   std::vector<std::vector<size_t>> bucket_assignment() const;

@@ -8,7 +8,13 @@
 //
 // Rank r sits at the coordinate of r in the row-major grid (torch's arange(world).view(shape)).
 // Creating a mesh is collective: every rank creates the same one, in the same order as its
-// other collectives.
+// other collectives. Slicing one is not: `mesh["dp"]` or `mesh.slice({"dp", "tp"})` is the
+// sub-mesh of the ranks that share this rank's coordinate on the other dims, whose groups are
+// the parent's (as torch's mesh["dp"]):
+//
+//   auto mesh = dist::init_device_mesh("cpu", {2, 2, 2}, {"pp", "dp", "tp"});   // -np 8
+//   dist::DeviceMesh dp_tp = mesh.slice({"dp", "tp"});   // this "pp" stage's 2 x 2 ranks
+//   dist::DeviceMesh dp = mesh["dp"];                      // 1-D: dp.get_group(), dp.get_local_rank()
 #pragma once
 
 #include <memory>
@@ -41,12 +47,30 @@ class STRATA_API DeviceMesh {
   std::shared_ptr<ProcessGroup> get_group(const std::string& dim_name) const;
   /// The global rank at `coordinate`.
   int rank_at(const std::vector<int>& coordinate) const;
+  /// This rank's global rank.
+  int get_rank() const;
+  /// The global ranks of the mesh in row-major order of its coordinates (torch's mesh.mesh.flatten()).
+  const std::vector<int>& ranks() const { return ranks_; }
+  /// The groups along every dim, in dim order (torch's get_all_groups()).
+  const std::vector<std::shared_ptr<ProcessGroup>>& get_all_groups() const { return groups_; }
+  /// A 1-D mesh's group and this rank's index in it (torch's get_group() and get_local_rank()
+  /// without a dim); raise on a mesh of more dims.
+  std::shared_ptr<ProcessGroup> get_group() const;
+  int get_local_rank() const;
+
+  /// The sub-mesh over the named dims (named in the mesh's order, each once): the ranks whose
+  /// coordinates on the other dims are this rank's, with the parent's groups along the kept dims.
+  /// Local: no communication, so ranks may slice differently.
+  DeviceMesh slice(const std::vector<std::string>& dim_names) const;
+  DeviceMesh operator[](const std::string& dim_name) const { return slice({dim_name}); }
 
  private:
+  DeviceMesh() = default;
   int dim_index(const std::string& dim_name) const;
   void check_dim(int dim) const;
 
   std::vector<int> shape_;
+  std::vector<int> ranks_;  // row-major
   std::vector<std::string> dim_names_;
   std::vector<int> coordinate_;
   std::vector<std::shared_ptr<ProcessGroup>> groups_;

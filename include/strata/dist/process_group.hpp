@@ -108,11 +108,23 @@ class STRATA_API ProcessGroup {
   /// Each rank's `output` becomes `src`'s inputs[rank()] (inputs: size() tensors of output's
   /// shape and dtype, on `src` only; the other ranks pass none).
   std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& inputs, int src);
-  /// outputs[r] becomes rank r's inputs[rank()]; both hold size() tensors of one shape and dtype.
+  /// outputs[r] becomes rank r's inputs[rank()]; both hold size() tensors of one dtype, of any
+  /// sizes (torch's all_to_all): outputs[r] must have as many elements as rank r sends this rank.
+  /// Every rank's sizes are gathered first (one small allgather, waited for) and checked against
+  /// each other, so a disagreement raises on every rank.
   std::shared_ptr<Work> alltoall(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs);
   /// Equal splits of dim 0: `input` is size() chunks along dim 0, chunk r going to rank r;
   /// `output` (input's shape and dtype) receives rank r's chunk rank() as its chunk r.
   std::shared_ptr<Work> alltoall_base(const Tensor& output, const Tensor& input);
+  /// Split sizes (torch's all_to_all_single with output_split_sizes, input_split_sizes): the
+  /// first input_split_sizes[0] rows (dim 0) of `input` go to rank 0, the next ones to rank 1...;
+  /// `output`'s dim 0 receives output_split_sizes[r] rows from rank r, in rank order. An empty
+  /// list splits that tensor's dim 0 into equal parts. Both tensors share dtype, device and every
+  /// dim but 0. As for alltoall, every rank's split sizes are checked against the others' first:
+  /// rank i's input_split_sizes[j] must be rank j's output_split_sizes[i].
+  std::shared_ptr<Work> alltoall_base(const Tensor& output, const Tensor& input,
+                                      const std::vector<int64_t>& output_split_sizes,
+                                      const std::vector<int64_t>& input_split_sizes);
   /// Completes once every rank has entered it.
   std::shared_ptr<Work> barrier();
   /// Point to point: `tensor` goes to rank `dst`, which receives it with recv(src, same tag).
@@ -144,6 +156,12 @@ class STRATA_API ProcessGroup {
   /// `output` and `input` hold size() equal chunks, chunk r of input going to rank r.
   virtual std::shared_ptr<FutureWork> alltoall_impl(const Tensor& output, const Tensor& input,
                                                     std::function<void()> finish) = 0;
+  /// `input` holds input_counts[r] elements for rank r end to end, in rank order; `output`
+  /// receives output_counts[r] elements from rank r the same way (counts already agreed).
+  virtual std::shared_ptr<FutureWork> alltoallv_impl(const Tensor& output, const Tensor& input,
+                                                     std::vector<int64_t> output_counts,
+                                                     std::vector<int64_t> input_counts,
+                                                     std::function<void()> finish) = 0;
   /// Collective over this group: splits it as MPI_Comm_split does (ranks with one `color` form a
   /// group, ordered by `key`); a negative color leaves this rank out (the result is null).
   /// `global_ranks` are the new group's members in their group-rank order.
@@ -161,6 +179,12 @@ class STRATA_API ProcessGroup {
   void check_list(const char* op, const char* what, const std::vector<Tensor>& list, const Tensor& like) const;
   void check_peer(const char* op, int peer, const char* what) const;
   void check_member(const char* op) const;
+  /// Gathers every rank's send and receive counts (`unit`: what they count) and whether its own
+  /// checks raised (`local_error`), and raises on every rank alike where some rank's did (its
+  /// error there, one naming it elsewhere) or where rank i's count for j is not j's for i.
+  void check_counts_agree(const char* op, const char* unit, std::exception_ptr local_error,
+                          const std::vector<int64_t>& output_counts, const std::vector<int64_t>& input_counts,
+                          Device device);
 };
 
 /// Creates the default group: "mpi" (rank and size from the MPI launcher) or "nccl" (one CUDA
@@ -218,6 +242,13 @@ STRATA_API std::shared_ptr<Work> all_to_all(const std::vector<Tensor>& output_te
                                             std::shared_ptr<ProcessGroup> group = nullptr, bool async_op = false);
 /// torch.distributed.all_to_all_single with equal splits of dim 0.
 STRATA_API std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& input,
+                                                   std::shared_ptr<ProcessGroup> group = nullptr,
+                                                   bool async_op = false);
+/// torch.distributed.all_to_all_single with output_split_sizes and input_split_sizes (rows of
+/// dim 0 per rank; an empty list: equal splits), see ProcessGroup::alltoall_base.
+STRATA_API std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& input,
+                                                   const std::vector<int64_t>& output_split_sizes,
+                                                   const std::vector<int64_t>& input_split_sizes,
                                                    std::shared_ptr<ProcessGroup> group = nullptr,
                                                    bool async_op = false);
 STRATA_API void barrier(std::shared_ptr<ProcessGroup> group = nullptr);

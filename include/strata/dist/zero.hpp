@@ -22,10 +22,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include <strata/autograd/grad_mode.hpp>
+#include <strata/dist/ddp.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/optim/optimizer.hpp>
 
@@ -63,7 +66,14 @@ class STRATA_API ZeroShards {
   /// Raises, on every rank alike, when a gradient's shape, dtype or device is not its parameter's.
   void check_grads(const std::string& name) const;
   /// Every rank receives each owner's parameters from it.
-  void broadcast_params() const;
+  void broadcast_params();
+  /// The same for the parameters among `params` (others are skipped), without waiting: one
+  /// broadcast per owner that has some, in rank order; finish_broadcasts() waits for all started
+  /// and writes the received values into the parameters.
+  void start_broadcasts(const std::vector<Tensor>& params);
+  void finish_broadcasts();
+  /// Whether `param` is one of the parameters assigned so far.
+  bool holds(const Tensor& param) const { return global_index_.count(param.impl_ptr().get()) > 0; }
   /// Raises, on every rank, when some rank's `error` is set: that error on its own rank, one
   /// naming the first failing rank elsewhere. Collective.
   void agree(std::exception_ptr error, const char* what) const;
@@ -86,6 +96,15 @@ class STRATA_API ZeroShards {
   std::vector<int64_t> local_of_global_;     // -1 when another rank owns it
   std::vector<size_t> local_to_global_;
   std::vector<int64_t> numel_per_rank_;
+  std::unordered_map<const TensorImpl*, size_t> global_index_;
+  struct Broadcast {
+    std::shared_ptr<Work> work;
+    Tensor flat;
+    std::vector<Tensor> params;  // written from `flat` once it arrives (on the ranks that receive)
+  };
+  std::vector<Broadcast> in_flight_;
+  /// Starts the broadcast of `params` (one dtype and device) from `owner`.
+  void start_broadcast(std::vector<Tensor> params, int owner);
 };
 
 template <class O>
@@ -117,6 +136,9 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
 
   /// Steps this rank's parameters with the wrapped optimizer, then broadcasts every rank's.
   Tensor step(const std::function<Tensor()>& closure = {}) override {
+    STRATA_CHECK(!overlapping_,
+                 "[ZeroRedundancyOptimizer] step: with overlap_with_ddp the steps run in DDP's backward, bucket by "
+                 "bucket; take step() out of the training loop");
     Tensor loss;
     // what every rank can check alone, agreed on before any parameter changes
     std::exception_ptr error;
@@ -223,6 +245,32 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
     };
   }
 
+  /// PyTorch's overlap_with_ddp with hook_with_zero_step: from now on every synchronized backward
+  /// of `ddp` steps the parameters itself, bucket by bucket: as each bucket's averaged gradients
+  /// arrive, this rank steps its parameters in it and the owners' broadcasts of the bucket start,
+  /// while the later buckets are still reduced; the backward returns with every parameter
+  /// updated, identical on every rank, and step() is no longer called (it raises). Every
+  /// parameter must be in one of ddp's buckets; `ddp` must outlive the training (this optimizer
+  /// may go first: its hook then does nothing). The wrapped optimizer must update each parameter
+  /// from its own state only (all the built-in ones), as it steps a bucket's parameters at a time.
+  /// An error (step()'s checks, or the wrapped optimizer's) raises from the backward on every
+  /// rank, once all buckets are written: the failing rank's shard is left as it was, but the
+  /// other ranks' shards have stepped (step() changes nothing when its checks fail); every rank
+  /// still holds the same parameters.
+  void overlap_with_ddp(DistributedDataParallel& ddp) {
+    sync_partition();
+    std::unordered_set<const TensorImpl*> bucketed;
+    for (const Tensor& p : ddp.parameters())
+      if (p.requires_grad()) bucketed.insert(p.impl_ptr().get());
+    check_bucketed(bucketed);
+    bucketed_ = std::move(bucketed);
+    overlapping_ = true;
+    std::weak_ptr<bool> alive = alive_;
+    ddp.register_bucket_hook([this, alive](const GradBucket& bucket) {
+      if (alive.lock()) step_bucket(bucket);
+    });
+  }
+
   /// The wrapped optimizer over this rank's parameters (its state is this rank's shard); null
   /// when the rank owns no parameter.
   Opt* local_optimizer() { return local_.get(); }
@@ -278,10 +326,71 @@ class ZeroRedundancyOptimizer : public optim::OptimizerFor<decltype(detail::opti
       local_->param_groups()[g].options = this->param_groups()[g].options;
   }
 
+  // Every parameter is one of DDP's (`bucketed`), or no backward would step it.
+  void check_bucketed(const std::unordered_set<const TensorImpl*>& bucketed) const {
+    size_t index = 0;
+    for (size_t g = 0; g < this->num_param_groups(); ++g)
+      for (const Tensor& p : this->group_params(g)) {
+        STRATA_CHECK(bucketed.count(p.impl_ptr().get()),
+                     "[ZeroRedundancyOptimizer] overlap_with_ddp: parameter {} is in none of DDP's buckets, so no "
+                     "backward would step it",
+                     index);
+        ++index;
+      }
+  }
+
+  // overlap_with_ddp's hook: bucket 0 checks what step() checks first; the last bucket waits for
+  // every broadcast started, so the backward returns with the parameters in place. A rank's error
+  // is held, not raised (the others would wait forever on its broadcasts): the rank stops
+  // stepping, still broadcasts its shard as it is, and at the last bucket every rank raises
+  // alike, as step() does after a failed local step. There is no agreement before bucket 0's
+  // step, as step() has: queued behind every bucket's allreduce, it would end the overlap.
+  void step_bucket(const GradBucket& bucket) {
+    if (bucket.index == 0) {
+      shards_.finish_broadcasts();  // any a pass that raised midway left in flight
+      overlap_error_ = nullptr;
+      try {
+        sync_partition();  // groups added since (stepped where their parameters are bucketed)
+        check_bucketed(bucketed_);
+        this->check_all_options();
+        this->check_params();
+        shards_.check_grads(this->name());
+        sync_options();
+      } catch (...) {
+        overlap_error_ = std::current_exception();
+      }
+    }
+    if (local_ && !overlap_error_) {
+      // the wrapped optimizer steps the parameters whose grad is defined: the others' are hidden
+      std::unordered_set<const TensorImpl*> in_bucket;
+      for (const Tensor& p : bucket.parameters) in_bucket.insert(p.impl_ptr().get());
+      std::vector<std::pair<Tensor, Tensor>> hidden;
+      for (size_t g = 0; g < local_->num_param_groups(); ++g)
+        for (const Tensor& p : local_->group_params(g))
+          if (!in_bucket.count(p.impl_ptr().get()) && p.grad().defined()) hidden.emplace_back(p, p.grad());
+      for (auto& [p, grad] : hidden) p.set_grad(Tensor());
+      try {
+        local_->step();
+      } catch (...) {
+        overlap_error_ = std::current_exception();
+      }
+      for (auto& [p, grad] : hidden) p.set_grad(grad);
+    }
+    shards_.start_broadcasts(bucket.parameters);
+    if (!bucket.is_last) return;
+    shards_.finish_broadcasts();
+    ++steps_;
+    shards_.agree(std::exchange(overlap_error_, nullptr), "step");
+  }
+
   detail::ZeroShards shards_;
   std::unique_ptr<Opt> local_;
   std::optional<optim::StateDict> consolidated_;
   int64_t steps_ = 0, consolidated_at_ = 0;
+  bool overlapping_ = false;
+  std::unordered_set<const TensorImpl*> bucketed_;  // DDP's parameters, under overlap_with_ddp
+  std::exception_ptr overlap_error_;                // this rank's, in the overlapped step in progress
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // held weakly by the bucket hook
 };
 
 }  // namespace strata::dist
