@@ -1,0 +1,240 @@
+// DependencyGraph (include/strata/compress/depgraph.hpp): the trace, unit importance, selection
+// and the rebuild of every member's layers. The walk is in depgraph_trace.cpp, the labels and
+// groups in depgraph_labels.cpp.
+#include <strata/compress/depgraph.hpp>
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/core/error.hpp>
+#include <strata/nn/batchnorm.hpp>
+#include <strata/nn/conv.hpp>
+#include <strata/nn/linear.hpp>
+#include <strata/nn/normalization.hpp>
+#include <strata/ops/creation.hpp>
+
+#include "compress/depgraph_internal.h"
+#include "compress/prune_internal.h"
+
+namespace strata::compress {
+
+namespace {
+
+// Puts every module in eval mode for the trace (batch norm statistics stay as they are) and
+// gives each its own mode back, and takes the forward hooks off, however the trace ends.
+class TraceScope {
+ public:
+  TraceScope(nn::Module& model, detail::TraceModules& modules) {
+    for (auto& [name, m] : model.named_modules()) {
+      modes_.emplace_back(m, m->is_training());
+      hooks_.push_back(m->register_forward_hook([&modules](nn::Module& mod, const Tensor&, const Tensor& out) {
+        if (out.defined() && out.grad_fn()) modules.by_node[out.grad_fn().get()].push_back(&mod);
+      }));
+      for (auto& [pname, p] : m->named_parameters(false))
+        if (pname == "weight" && p.defined()) modules.by_weight.emplace(p.impl_ptr().get(), m);
+    }
+    model.eval();
+  }
+  ~TraceScope() {
+    for (auto& h : hooks_) h.remove();
+    for (auto& [m, training] : modes_) m->train(training), void();
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  std::vector<std::pair<nn::Module*, bool>> modes_;
+  std::vector<nn::RemovableHandle> hooks_;
+};
+
+std::unique_ptr<DependencyGraph::Traced> trace(nn::Module& model, const Tensor& example,
+                                               const DependencyOptions& options) {
+  STRATA_CHECK(example.defined(), "[DependencyGraph] the example input is undefined");
+  detail::Labels labels;
+  detail::TraceModules modules;
+  {
+    Tensor x = example.detach();
+    if (is_floating(x.dtype())) x.requires_grad_(true);  // so the graph starts at the input
+    EnableGradGuard grad;
+    TraceScope scope(model, modules);
+    const Tensor y = model(x);
+    detail::follow_channels(labels, modules, x, y);
+  }
+  return detail::build_groups(labels, model, options);
+}
+
+// Per-index scores of one member's channels.
+std::vector<double> member_scores(const GroupMember& m, Importance kind) {
+  auto along = [&](const Tensor& w, int64_t dim) { return detail::host_values(channel_importance(w, kind, dim)); };
+  if (auto* c = dynamic_cast<nn::Conv2d*>(m.module)) {
+    if (m.role == ChannelRole::Out) return along(c->weight, 0);
+    // a grouped convolution's weight has no column per input channel: its rows count for the unit
+    if (c->options.groups == 1) return along(c->weight, 1);
+    return std::vector<double>(static_cast<size_t>(c->in_channels), 0.0);
+  }
+  if (auto* l = dynamic_cast<nn::Linear*>(m.module)) return along(l->weight, m.role == ChannelRole::Out ? 0 : 1);
+  Tensor w;
+  if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m.module)) w = bn->weight;
+  if (auto* ln = dynamic_cast<nn::LayerNorm*>(m.module)) w = ln->weight;
+  return w.defined() ? along(w, 0) : std::vector<double>(static_cast<size_t>(m.channels), 0.0);
+}
+
+Tensor kept_index(int64_t n, const std::set<int64_t>& removed) {
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < n; ++i)
+    if (!removed.count(i)) kept.push_back(i);
+  return from_vector(kept);
+}
+
+void shrink_conv(nn::Conv2d& c, const std::map<ChannelRole, std::set<int64_t>>& roles) {
+  const int64_t groups = c.options.groups, in_per = c.in_channels / groups, out_per = c.out_channels / groups;
+  if (auto it = roles.find(ChannelRole::Out); it != roles.end()) {
+    const Tensor index = kept_index(c.out_channels, it->second);
+    detail::take_slices(c.weight, 0, index);
+    detail::take_slices(c.bias, 0, index);
+    c.out_channels = index.numel();
+  }
+  if (auto it = roles.find(ChannelRole::In); it != roles.end()) {
+    const Tensor index = kept_index(c.in_channels, it->second);
+    if (groups == 1) detail::take_slices(c.weight, 1, index);
+    c.in_channels = index.numel();
+  }
+  if (groups == 1) return;
+  // whole groups went (Note [Channel labels]): in and out shrink by the same number of them
+  c.options.groups = c.out_channels / out_per;
+  STRATA_CHECK(c.out_channels % out_per == 0 && c.in_channels == c.options.groups * in_per,
+               "[DependencyGraph] internal: grouped Conv2d left with {} in and {} out channels in {} groups",
+               c.in_channels, c.out_channels, c.options.groups);
+}
+
+void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>& roles) {
+  if (auto* c = dynamic_cast<nn::Conv2d*>(m)) return shrink_conv(*c, roles);
+  for (const auto& [role, removed] : roles) {
+    if (auto* l = dynamic_cast<nn::Linear*>(m)) {
+      const bool out = role == ChannelRole::Out;
+      const Tensor index = kept_index(out ? l->out_features : l->in_features, removed);
+      detail::take_slices(l->weight, out ? 0 : 1, index);
+      if (out) detail::take_slices(l->bias, 0, index);
+      (out ? l->out_features : l->in_features) = index.numel();
+    } else if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m)) {
+      const Tensor index = kept_index(bn->num_features, removed);
+      for (const Tensor& t : {bn->weight, bn->bias, bn->running_mean, bn->running_var}) detail::take_slices(t, 0, index);
+      bn->num_features = index.numel();
+    } else if (auto* ln = dynamic_cast<nn::LayerNorm*>(m)) {
+      const Tensor index = kept_index(ln->normalized_shape[0], removed);
+      for (const Tensor& t : {ln->weight, ln->bias}) detail::take_slices(t, 0, index);
+      ln->normalized_shape = {index.numel()};
+    }
+  }
+}
+
+// Removes from every member the units each group does not keep.
+void remove_units(const DependencyGraph::Traced& traced, const std::vector<std::vector<int64_t>>& keep) {
+  std::map<nn::Module*, std::map<ChannelRole, std::set<int64_t>>> removal;  // channels per layer and role
+  for (size_t g = 0; g < keep.size(); ++g) {
+    const std::set<int64_t> kept(keep[g].begin(), keep[g].end());
+    for (size_t u = 0; u < traced.units[g].size(); ++u)
+      if (!kept.count(static_cast<int64_t>(u)))
+        for (const detail::UnitEntry& e : traced.units[g][u]) removal[e.module][e.role].insert(e.index);
+  }
+  for (const auto& [m, roles] : removal) shrink_layer(m, roles);
+}
+
+}  // namespace
+
+DependencyGraph::DependencyGraph(nn::Module& model, const Tensor& example_input, DependencyOptions options)
+    : model_(&model), example_(example_input), options_(std::move(options)) {
+  retrace();
+}
+
+DependencyGraph::~DependencyGraph() = default;
+DependencyGraph::DependencyGraph(DependencyGraph&&) noexcept = default;
+DependencyGraph& DependencyGraph::operator=(DependencyGraph&&) noexcept = default;
+
+void DependencyGraph::retrace() { traced_ = trace(*model_, example_, options_); }
+
+const std::vector<DependencyGroup>& DependencyGraph::groups() const { return traced_->groups; }
+
+std::string DependencyGraph::report() const {
+  std::string out;
+  for (size_t g = 0; g < groups().size(); ++g) out += fmt::format("group {}: {}\n", g, groups()[g].to_string());
+  return out;
+}
+
+std::vector<double> DependencyGraph::importance(size_t g, Importance kind) const {
+  STRATA_CHECK(g < groups().size(), "[DependencyGraph] group {} is out of range: there are {}", g, groups().size());
+  std::map<std::pair<nn::Module*, ChannelRole>, std::vector<double>> scores;
+  for (const GroupMember& m : groups()[g].members) scores[{m.module, m.role}] = member_scores(m, kind);
+  std::vector<double> units;
+  for (const auto& entries : traced_->units[g]) {
+    double sum = 0;
+    for (const detail::UnitEntry& e : entries) sum += scores.at({e.module, e.role})[static_cast<size_t>(e.index)];
+    units.push_back(sum);
+  }
+  return units;
+}
+
+std::vector<std::vector<int64_t>> DependencyGraph::select(Amount ratio, const GraphPruning& how) const {
+  STRATA_CHECK(how.min_units >= 1, "[DependencyGraph] min_units must be >= 1, got {}", how.min_units);
+  STRATA_CHECK(!how.global || how.ratios.empty(), "[DependencyGraph] per-group ratios need global = false");
+  std::vector<std::vector<int64_t>> keep(groups().size());
+  std::vector<std::vector<double>> scores;
+  std::vector<size_t> prunable;
+  for (size_t g = 0; g < groups().size(); ++g) {
+    for (int64_t u = 0; u < groups()[g].size; ++u) keep[g].push_back(u);
+    if (!groups()[g].prunable()) continue;
+    prunable.push_back(g);
+    scores.push_back(importance(g, how.importance));
+  }
+  if (how.global) {
+    int64_t total = 0;
+    for (const auto& s : scores) total += static_cast<int64_t>(s.size());
+    const auto kept = detail::keep_after_removing(scores, ratio.of(total, "DependencyGraph"), how.min_units,
+                                                  "DependencyGraph");
+    for (size_t i = 0; i < prunable.size(); ++i) keep[prunable[i]] = kept[i];
+    return keep;
+  }
+  for (size_t i = 0; i < prunable.size(); ++i) {
+    const DependencyGroup& group = groups()[prunable[i]];
+    Amount amount = ratio;
+    for (const GroupMember& m : group.members)
+      if (auto it = how.ratios.find(m.module); it != how.ratios.end() && m.role == ChannelRole::Out)
+        amount = Amount(it->second);
+    // a fraction of a small group removes what it can; a count must be met
+    int64_t k = amount.of(group.size, "DependencyGraph");
+    if (amount.is_fraction()) k = std::min(k, std::max<int64_t>(group.size - how.min_units, 0));
+    keep[prunable[i]] = detail::keep_after_removing({scores[i]}, k, how.min_units, "DependencyGraph")[0];
+  }
+  return keep;
+}
+
+void DependencyGraph::prune_group(size_t g, const std::vector<int64_t>& keep) {
+  STRATA_CHECK(g < groups().size(), "[DependencyGraph] group {} is out of range: there are {}", g, groups().size());
+  const DependencyGroup& group = groups()[g];
+  STRATA_CHECK(group.prunable(), "[DependencyGraph] group {} cannot be pruned: {}", g, group.unprunable_reason);
+  STRATA_CHECK(!keep.empty(), "[DependencyGraph] every unit of group {} would be removed: keep at least one", g);
+  std::set<int64_t> kept;
+  for (int64_t u : keep) {
+    STRATA_CHECK(u >= 0 && u < group.size, "[DependencyGraph] unit {} is out of range for group {} of {} units", u, g,
+                 group.size);
+    STRATA_CHECK(kept.insert(u).second, "[DependencyGraph] unit {} is listed twice", u);
+  }
+  std::vector<std::vector<int64_t>> all(groups().size());
+  for (size_t other = 0; other < all.size(); ++other)
+    for (int64_t u = 0; u < groups()[other].size; ++u) all[other].push_back(u);
+  all[g].assign(kept.begin(), kept.end());
+  remove_units(*traced_, all);
+  retrace();
+}
+
+std::vector<std::vector<int64_t>> DependencyGraph::prune(Amount ratio, const GraphPruning& how) {
+  const std::vector<std::vector<int64_t>> keep = select(ratio, how);
+  remove_units(*traced_, keep);
+  retrace();
+  return keep;
+}
+
+}  // namespace strata::compress
