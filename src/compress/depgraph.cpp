@@ -121,7 +121,8 @@ void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>&
       (out ? l->out_features : l->in_features) = index.numel();
     } else if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m)) {
       const Tensor index = kept_index(bn->num_features, removed);
-      for (const Tensor& t : {bn->weight, bn->bias, bn->running_mean, bn->running_var}) detail::take_slices(t, 0, index);
+      for (const Tensor& t : {bn->weight, bn->bias, bn->running_mean, bn->running_var})
+        detail::take_slices(t, 0, index);
       bn->num_features = index.numel();
     } else if (auto* ln = dynamic_cast<nn::LayerNorm*>(m)) {
       const Tensor index = kept_index(ln->normalized_shape[0], removed);

@@ -164,7 +164,8 @@ namespace strata::compress {
 std::string DependencyGroup::to_string() const {
   std::vector<std::string> parts;
   for (const GroupMember& m : members)
-    parts.push_back(fmt::format("{}.{}({})", m.name.empty() ? "<model>" : m.name, detail::role_name(m.role), m.channels));
+    parts.push_back(
+        fmt::format("{}.{}({})", m.name.empty() ? "<model>" : m.name, detail::role_name(m.role), m.channels));
   return fmt::format("{} units: {}{}", size, fmt::join(parts, ", "),
                      prunable() ? "" : " - not prunable: " + unprunable_reason);
 }

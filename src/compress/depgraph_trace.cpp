@@ -32,10 +32,10 @@ const std::set<std::string> kElementwise = {
     "gelu_tanh", "silu", "square", "reciprocal", "pow_scalar", "clamp", "leaky_relu", "erf", "log1p", "expm1",
     "dropout", "copy", "to", "clone", "contiguous", "log2", "log10", "exp2"};
 // Ops that keep the dims up to the channel dim and work within each channel (pools, reductions
-// over the positions, padding of the positions).
-const std::set<std::string> kWithinChannel = {"avg_pool2d", "max_pool2d", "adaptive_avg_pool2d",
-                                              "adaptive_max_pool2d", "mean", "sum", "amax", "amin", "pad"};
-const std::set<std::string> kReshapes = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "expand"};
+// over the positions, padding of the positions, a squeeze-excitation's broadcast).
+const std::set<std::string> kWithinChannel = {"avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+                                              "mean", "sum", "amax", "amin", "pad", "expand"};
+const std::set<std::string> kReshapes = {"view", "reshape", "flatten", "squeeze", "unsqueeze"};
 
 int64_t product(const Shape& s, size_t from) {
   return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(std::min(from, s.size())), s.end(), int64_t{1},
