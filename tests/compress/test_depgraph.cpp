@@ -1,4 +1,5 @@
-// Traced dependency groups: a residual network (plain and fused residual adds), a depthwise-
+// Traced dependency groups: a residual network (plain and fused residual adds), a squeeze-
+// excitation gate, a depthwise-
 // separable branch with a grouped convolution and a concatenation, flattened into a Linear.
 // After pruning, each model computes what its twin computes with the same channels zeroed by
 // hand (float64, 1e-12); the groups found are the ones the architecture implies; importance
@@ -234,4 +235,46 @@ TEST(DependencyGraph, DepthwiseGroupedAndConcatMatchTheZeroedNetwork) {
     EXPECT_TRUE(all_close((*pruned)(x), values((*zeroed)(x)), 1e-12, 1e-12)) << "train " << train;
   }
   expect_trains(*pruned, x, 3);
+}
+
+namespace {
+
+// A squeeze-excitation gate: h = relu(c(x)); h * sigmoid(fc2(relu(fc1(mean(h))))), viewed as
+// (N, C, 1, 1) and broadcast over the positions; then a 1x1 head and a mean.
+struct SqueezeExcite : nn::Module {
+  nn::Conv2d c, head;
+  nn::Linear fc1, fc2;
+  explicit SqueezeExcite(Generator& g)
+      : c(3, 6, 3, {.padding = 1, .generator = &g}), head(6, 2, 1, {.generator = &g}), fc1(6, 3, {.generator = &g}),
+        fc2(3, 6, {.generator = &g}) {
+    register_module("c", c), register_module("fc1", fc1), register_module("fc2", fc2), register_module("head", head);
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = F::relu(c(x));
+    const Tensor gate = F::sigmoid(fc2(F::relu(fc1(h.mean({2, 3})))));
+    return head(h * gate.view({x.size(0), fc2.out_features, 1, 1})).mean({2, 3});
+  }
+};
+
+}  // namespace
+
+TEST(DependencyGraph, SqueezeExciteGateTiesItsChannelsToTheGatedOnes) {
+  Generator g(24);
+  const Tensor x = randn({2, 3, 5, 5}, kFloat64, &g);
+  auto [pruned, zeroed] = twins<SqueezeExcite>(x);
+  compress::DependencyGraph graph(*pruned, x);
+  using R = compress::ChannelRole;
+  const size_t gated = group_of(graph, &pruned->c, R::Out), squeezed = group_of(graph, &pruned->fc1, R::Out);
+  for (auto [m, role] : std::vector<std::pair<nn::Module*, R>>{{&pruned->fc1, R::In}, {&pruned->fc2, R::Out},
+                                                                {&pruned->head, R::In}})
+    EXPECT_EQ(group_of(graph, m, role), gated) << graph.report();
+  EXPECT_EQ(group_of(graph, &pruned->fc2, R::In), squeezed);
+  const auto keep = graph.prune(0.5);
+  SqueezeExcite& z = *zeroed;
+  zero_rows({z.c.weight, z.c.bias}, complement(6, keep[gated]));
+  zero_rows({z.fc1.weight, z.fc1.bias}, complement(3, keep[squeezed]));
+  EXPECT_EQ(pruned->fc2.weight.shape(), (Shape{3, 1}));  // round(1.5) = 2 of fc1's 3 go, half to even
+  EXPECT_EQ(pruned->head.weight.shape(), (Shape{2, 3, 1, 1}));
+  NoGradGuard no_grad;
+  EXPECT_TRUE(all_close((*pruned)(x), values((*zeroed)(x)), 1e-12, 1e-12));
 }
