@@ -40,7 +40,7 @@ class TraceScope {
   }
   ~TraceScope() {
     for (auto& h : hooks_) h.remove();
-    for (auto& [m, training] : modes_) m->train(training), void();
+    for (auto& [m, training] : modes_) m->train(training);
   }
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
@@ -181,6 +181,14 @@ std::vector<double> DependencyGraph::importance(size_t g, Importance kind) const
 std::vector<std::vector<int64_t>> DependencyGraph::select(Amount ratio, const GraphPruning& how) const {
   STRATA_CHECK(how.min_units >= 1, "[DependencyGraph] min_units must be >= 1, got {}", how.min_units);
   STRATA_CHECK(!how.global || how.ratios.empty(), "[DependencyGraph] per-group ratios need global = false");
+  for (const auto& [layer, fraction] : how.ratios) {
+    const bool found = std::any_of(groups().begin(), groups().end(), [&, layer = layer](const DependencyGroup& g) {
+      return std::any_of(g.members.begin(), g.members.end(),
+                         [&](const GroupMember& m) { return m.module == layer && m.role == ChannelRole::Out; });
+    });
+    STRATA_CHECK(found, "[DependencyGraph] a ratio is given for {}, whose outputs no traced group holds",
+                 layer != nullptr ? layer->name() : "a null layer");
+  }
   std::vector<std::vector<int64_t>> keep(groups().size());
   std::vector<std::vector<double>> scores;
   std::vector<size_t> prunable;

@@ -1,6 +1,6 @@
 // Traced dependency groups: a residual network (plain and fused residual adds), a squeeze-
-// excitation gate, a depthwise-
-// separable branch with a grouped convolution and a concatenation, flattened into a Linear.
+// excitation gate, a depthwise-separable branch with a grouped convolution and a concatenation,
+// flattened into a Linear.
 // After pruning, each model computes what its twin computes with the same channels zeroed by
 // hand (float64, 1e-12); the groups found are the ones the architecture implies; importance
 // against sums computed here; the pruned models train.

@@ -160,6 +160,7 @@ TEST(DependencyGraphLimits, BadArgumentsRaise) {
   EXPECT_TRUE(throws_with([&] { graph.select(0.5, {.min_units = 0}); }, {"min_units"}));
   EXPECT_TRUE(throws_with([&] { graph.select(0.5, {.global = true, .ratios = {{&net.l1, 0.1}}}); }, {"global"}));
   EXPECT_TRUE(throws_with([&] { graph.select(12, {.global = true}); }, {"asks for 12"}));
+  EXPECT_TRUE(throws_with([&] { graph.select(0.5, {.ratios = {{&net.ln, 0.1}}}); }, {"no traced group holds"}));
   EXPECT_EQ(net.l1.out_features, 8);  // nothing changed
 
   struct Detached : nn::Module {
