@@ -5,6 +5,7 @@
 // reason, so their groups are not pruned.
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <numeric>
 #include <set>
 
@@ -118,6 +119,20 @@ class Walk {
     return it == modules_.by_weight.end() ? nullptr : dynamic_cast<M*>(it->second);
   }
 
+  // Whether the node reads the layer's own parameters (inputs 1, 2: weight, bias) rather than a
+  // tensor computed from them or another layer's; a parameter that needs no grad cannot be told.
+  static bool reads_own(const Node& n, std::initializer_list<Tensor> params) {
+    size_t i = 1;
+    for (const Tensor& p : params) {
+      if (i >= n.next_edges.size()) break;
+      const autograd::Edge& e = n.next_edges[i++];
+      if (!e.valid()) continue;
+      auto* acc = dynamic_cast<autograd::AccumulateGrad*>(e.node.get());
+      if (acc == nullptr || !p.defined() || acc->leaf().get() != p.impl_ptr().get()) return false;
+    }
+    return true;
+  }
+
   void unknown(const Node& n, const std::string& why) {
     for (size_t i = 0; i < n.next_edges.size(); ++i) {
       const Channels c = input(n, i);
@@ -149,6 +164,7 @@ class Walk {
     auto* m = module_of<nn::Conv2d>(n);
     if (m == nullptr || !m->weight.defined())
       return unknown(n, m ? "a Conv2d whose weight a form replaced" : "a conv2d called outside an nn::Conv2d");
+    if (!reads_own(n, {m->weight, m->bias})) return unknown(n, "a Conv2d computing with weights not its own");
     const int64_t in = m->in_channels, out = m->out_channels, groups = m->options.groups;
     const auto& in_labels = labels_.layer(m, ChannelRole::In, in);
     const auto& out_labels = labels_.layer(m, ChannelRole::Out, out);
@@ -167,6 +183,7 @@ class Walk {
     auto* m = module_of<nn::Linear>(n);
     if (m == nullptr || !m->weight.defined())
       return unknown(n, m ? "a Linear whose weight a form replaced" : "a linear called outside an nn::Linear");
+    if (!reads_own(n, {m->weight, m->bias})) return unknown(n, "a Linear computing with weights not its own");
     const int64_t last = static_cast<int64_t>(in_shape(n, 0).size()) - 1;
     labels_.unite(labels_at(input(n, 0), last, m->in_features, "a Linear"),
                   labels_.layer(m, ChannelRole::In, m->in_features));
@@ -176,7 +193,8 @@ class Walk {
 
   void batch_norm(const Node& n) {
     auto* m = module_of<nn::BatchNormBase>(n);
-    if (m == nullptr) return unknown(n, "a batch_norm called outside an nn::BatchNorm");
+    if (m == nullptr || !reads_own(n, {m->weight, m->bias}))
+      return unknown(n, "a batch_norm called outside an nn::BatchNorm or with weights not its own");
     const int64_t c = m->num_features;
     const std::vector<int64_t> x = labels_at(input(n, 0), 1, c, "a BatchNorm");
     labels_.unite(x, labels_.layer(m, ChannelRole::Norm, c));
@@ -188,7 +206,8 @@ class Walk {
 
   void layer_norm(const Node& n) {
     auto* m = module_of<nn::LayerNorm>(n);
-    if (m == nullptr) return unknown(n, "a layer_norm called outside an nn::LayerNorm");
+    if (m == nullptr || !reads_own(n, {m->weight, m->bias}))
+      return unknown(n, "a layer_norm called outside an nn::LayerNorm or with weights not its own");
     const Channels x = input(n, 0);
     const int64_t rank = static_cast<int64_t>(in_shape(n, 0).size());
     const int64_t first_normalized = rank - static_cast<int64_t>(m->normalized_shape.size());

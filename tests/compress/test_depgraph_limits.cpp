@@ -94,6 +94,24 @@ TEST(DependencyGraphLimits, WhatTheTracerCannotFollowIsNotPruned) {
   EXPECT_EQ(net(x).shape(), (Shape{2, 2}));
 }
 
+TEST(DependencyGraphLimits, LayerWeightsUsedWithOtherTensorsAreNotFollowed) {
+  // l2's weight with a bias of another owner, called without l2: cutting l2's rows would leave
+  // the bias whole, so l1's group, which l2 reads, is not pruned
+  struct Borrowed : nn::Module {
+    nn::Linear l1{4, 6}, l2{6, 3};
+    Tensor other_bias;
+    Borrowed() {
+      register_module("l1", l1), register_module("l2", l2);
+      other_bias = register_parameter("other_bias", zeros({3}));
+    }
+    Tensor forward(const Tensor& x) override { return F::linear(F::relu(l1(x)), l2.weight, other_bias); }
+  } net;
+  compress::DependencyGraph graph(net, randn({2, 4}));
+  const auto& hidden = graph.groups()[group_of(graph, &net.l1, R::Out)];
+  EXPECT_NE(hidden.unprunable_reason.find("a Linear computing with weights not its own"), std::string::npos)
+      << graph.report();
+}
+
 TEST(DependencyGraphLimits, GlobalRankingAgainstSumsComputedHere) {
   Generator g(31);
   Mlp net(g);
