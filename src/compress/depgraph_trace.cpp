@@ -227,8 +227,9 @@ class Walk {
     for (size_t i = 0; i < n.next_edges.size(); ++i) {
       const Channels c = input(n, i);
       const Shape& s = in_shape(n, i);
-      if (!c.followed() || s[static_cast<size_t>(c.dim)] == 1) continue;
+      if (!c.followed()) continue;
       const int64_t d = c.dim + static_cast<int64_t>(out.size() - s.size());
+      if (s[static_cast<size_t>(c.dim)] == 1 && out[static_cast<size_t>(d)] != 1) continue;  // broadcast
       if (dim != -1 && d != dim) return -2;
       dim = d;
     }
@@ -249,7 +250,7 @@ class Walk {
     for (size_t i = 0; i < n.next_edges.size(); ++i) {
       const Shape& s = in_shape(n, i);
       const int64_t d = dim - static_cast<int64_t>(out.size() - s.size());
-      if (d < 0 || s[static_cast<size_t>(d)] == 1) {  // broadcast along the channels: ties none
+      if (d < 0 || (s[static_cast<size_t>(d)] == 1 && out[static_cast<size_t>(dim)] != 1)) {  // broadcast: ties none
         const Channels c = input(n, i);
         if (c.followed()) labels_.mark(c.labels, "broadcast by op '" + n.name() + "'");
         continue;
@@ -288,6 +289,8 @@ class Walk {
 
   void cat(const Node& n) {
     const Shape& out = out_shape(n);
+    for (const autograd::TensorMeta& m : n.input_meta)
+      if (m.shape.size() != out.size()) return unknown(n, "a cat of tensors of another rank than its output");
     int64_t dim = -1;  // the dim the inputs are joined along
     for (size_t d = 0; d < out.size() && dim < 0; ++d) {
       int64_t total = 0;

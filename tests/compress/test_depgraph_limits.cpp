@@ -112,6 +112,29 @@ TEST(DependencyGraphLimits, LayerWeightsUsedWithOtherTensorsAreNotFollowed) {
       << graph.report();
 }
 
+TEST(DependencyGraphLimits, ABroadcastChannelTiesNothing) {
+  // a spatial gate: one channel broadcast over h's six; h's group still prunes
+  struct SpatialGate : nn::Module {
+    nn::Conv2d c{3, 6, 1}, gate{6, 1, 1}, head{6, 2, 1};
+    SpatialGate() { register_module("c", c), register_module("gate", gate), register_module("head", head); }
+    Tensor forward(const Tensor& x) override {
+      const Tensor h = F::relu(c(x));
+      return head(h * F::sigmoid(gate(h)));
+    }
+  } net;
+  const Tensor x = randn({2, 3, 4, 4});
+  compress::DependencyGraph graph(net, x);
+  const size_t h = group_of(graph, &net.c, R::Out);
+  EXPECT_EQ(group_of(graph, &net.gate, R::In), h);
+  EXPECT_EQ(group_of(graph, &net.head, R::In), h);
+  EXPECT_TRUE(graph.groups()[h].prunable()) << graph.report();
+  EXPECT_NE(graph.groups()[group_of(graph, &net.gate, R::Out)].unprunable_reason.find("broadcast by op 'mul'"),
+            std::string::npos) << graph.report();
+  graph.prune(0.5);
+  EXPECT_EQ(net.gate.weight.shape(), (Shape{1, 3, 1, 1}));
+  EXPECT_EQ(net(x).shape(), (Shape{2, 2, 4, 4}));
+}
+
 TEST(DependencyGraphLimits, GlobalRankingAgainstSumsComputedHere) {
   Generator g(31);
   Mlp net(g);
