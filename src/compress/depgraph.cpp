@@ -4,6 +4,7 @@
 #include <strata/compress/depgraph.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include <fmt/format.h>
@@ -31,7 +32,9 @@ class TraceScope {
     for (auto& [name, m] : model.named_modules()) {
       modes_.emplace_back(m, m->is_training());
       hooks_.push_back(m->register_forward_hook([&modules](nn::Module& mod, const Tensor&, const Tensor& out) {
-        if (out.defined() && out.grad_fn()) modules.by_node[out.grad_fn().get()].push_back(&mod);
+        if (!out.defined() || !out.grad_fn()) return;
+        modules.by_node[out.grad_fn().get()].push_back(&mod);
+        modules.results.push_back(out.grad_fn());
       }));
       for (auto& [pname, p] : m->named_parameters(false))
         if (pname == "weight" && p.defined()) modules.by_weight.emplace(p.impl_ptr().get(), m);
@@ -132,6 +135,48 @@ void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>&
   }
 }
 
+// What pruning changes in the traced layers (their tensors' values and gradients, their sizes),
+// put back by restore() when the smaller model fails, so a failed prune changes nothing.
+class LayerSnapshot {
+ public:
+  explicit LayerSnapshot(const DependencyGraph::Traced& traced) {
+    std::set<nn::Module*> seen;
+    for (const DependencyGroup& g : traced.groups)
+      for (const GroupMember& m : g.members)
+        if (seen.insert(m.module).second) save(*m.module);
+  }
+  void restore() const {
+    NoGradGuard no_grad;
+    for (const auto& [handle, value, grad] : tensors_) {
+      handle.set_data(value);
+      if (handle.requires_grad()) handle.set_grad(grad);
+    }
+    for (const auto& put_back : sizes_) put_back();
+  }
+
+ private:
+  void save(nn::Module& m) {
+    for (const auto& list : {m.named_parameters(false), m.named_buffers(false)})
+      for (const auto& [name, t] : list)
+        if (t.defined()) tensors_.push_back({t, t.detach(), t.requires_grad() ? t.grad() : Tensor()});
+    if (auto* c = dynamic_cast<nn::Conv2d*>(&m))
+      sizes_.push_back([c, in = c->in_channels, out = c->out_channels, groups = c->options.groups] {
+        c->in_channels = in, c->out_channels = out, c->options.groups = groups;
+      });
+    if (auto* l = dynamic_cast<nn::Linear*>(&m))
+      sizes_.push_back([l, in = l->in_features, out = l->out_features] { l->in_features = in, l->out_features = out; });
+    if (auto* bn = dynamic_cast<nn::BatchNormBase*>(&m))
+      sizes_.push_back([bn, n = bn->num_features] { bn->num_features = n; });
+    if (auto* ln = dynamic_cast<nn::LayerNorm*>(&m))
+      sizes_.push_back([ln, shape = ln->normalized_shape] { ln->normalized_shape = shape; });
+  }
+  struct Saved {
+    Tensor handle, value, grad;
+  };
+  std::vector<Saved> tensors_;
+  std::vector<std::function<void()>> sizes_;
+};
+
 // Removes from every member the units each group does not keep.
 void remove_units(const DependencyGraph::Traced& traced, const std::vector<std::vector<int64_t>>& keep) {
   std::map<nn::Module*, std::map<ChannelRole, std::set<int64_t>>> removal;  // channels per layer and role
@@ -156,6 +201,18 @@ DependencyGraph::DependencyGraph(DependencyGraph&&) noexcept = default;
 DependencyGraph& DependencyGraph::operator=(DependencyGraph&&) noexcept = default;
 
 void DependencyGraph::retrace() { traced_ = trace(*model_, example_, options_); }
+
+void DependencyGraph::remove_and_retrace(const std::vector<std::vector<int64_t>>& keep) {
+  const LayerSnapshot before(*traced_);
+  try {
+    remove_units(*traced_, keep);
+    retrace();
+  } catch (const std::exception& e) {
+    before.restore();
+    strata::detail::throw_error("[DependencyGraph] the pruned model failed on the example input, so nothing was pruned "
+                        "(a size fixed in its forward, a layer the trace did not see?): {}", e.what());
+  }
+}
 
 const std::vector<DependencyGroup>& DependencyGraph::groups() const { return traced_->groups; }
 
@@ -235,14 +292,12 @@ void DependencyGraph::prune_group(size_t g, const std::vector<int64_t>& keep) {
   for (size_t other = 0; other < all.size(); ++other)
     for (int64_t u = 0; u < groups()[other].size; ++u) all[other].push_back(u);
   all[g].assign(kept.begin(), kept.end());
-  remove_units(*traced_, all);
-  retrace();
+  remove_and_retrace(all);
 }
 
 std::vector<std::vector<int64_t>> DependencyGraph::prune(Amount ratio, const GraphPruning& how) {
   const std::vector<std::vector<int64_t>> keep = select(ratio, how);
-  remove_units(*traced_, keep);
-  retrace();
+  remove_and_retrace(keep);
   return keep;
 }
 

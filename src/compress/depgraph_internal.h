@@ -67,10 +67,14 @@ class Labels {
 struct TraceModules {
   std::map<const autograd::Node*, std::vector<nn::Module*>> by_node;
   std::map<const TensorImpl*, nn::Module*> by_weight;
+  /// Every module call's result, held (so no node is freed and its address reused): a result
+  /// the model does not return (an auxiliary head kept aside) still reads channels.
+  std::vector<std::shared_ptr<autograd::Node>> results;
 };
 
-/// Follows the channels from `input` (the traced leaf) through the graph of `output`, and
-/// marks the output's channels as the model's.
+/// Follows the channels from `input` (the traced leaf) through the graphs of `output` and of
+/// every module call's result, and marks the output's channels as the model's and those of the
+/// results nothing reads as results.
 void follow_channels(Labels& labels, const TraceModules& modules, const Tensor& input, const Tensor& output);
 
 }  // namespace strata::compress::detail

@@ -126,6 +126,20 @@ std::unique_ptr<DependencyGraph::Traced> build_groups(Labels& labels, nn::Module
   std::sort(grouped.begin(), grouped.end(),
             [&](const auto& a, const auto& b) { return key(units[a[0]][0]) < key(units[b[0]][0]); });
 
+  // a parameter two layers hold (weight tying) cannot be cut for one of them alone
+  std::map<const TensorImpl*, std::pair<nn::Module*, std::string>> owner;  // parameter -> (layer, its name)
+  std::map<nn::Module*, std::string> shared;                               // layer -> why
+  for (const auto& [name, m] : named)
+    for (const auto& [pname, p] : m->named_parameters(false)) {
+      if (!p.defined()) continue;
+      auto [it, first] = owner.try_emplace(p.impl_ptr().get(), m, pname);
+      if (first || it->second.first == m) continue;
+      const std::string& other = where.at(it->second.first).second;
+      shared.try_emplace(m, fmt::format("'{}' shares its parameter '{}' with '{}'", name, pname, other));
+      shared.try_emplace(it->second.first,
+                         fmt::format("'{}' shares its parameter '{}' with '{}'", other, it->second.second, name));
+    }
+
   auto traced = std::make_unique<DependencyGraph::Traced>();
   for (const auto& us : grouped) {
     DependencyGroup group;
@@ -147,6 +161,7 @@ std::unique_ptr<DependencyGraph::Traced> build_groups(Labels& labels, nn::Module
       const bool guarded = std::find(options.protected_layers.begin(), options.protected_layers.end(), m.module) !=
                            options.protected_layers.end();
       if (guarded && m.role == ChannelRole::Out) why.insert(fmt::format("'{}' is a protected layer", m.name));
+      if (auto it = shared.find(m.module); it != shared.end()) why.insert(it->second);
       if (is_pruned(*m.module)) why.insert(fmt::format("'{}' has a pruning mask (compress::remove it first)", m.name));
     }
     std::vector<std::string> shown(why.begin(), why.end());

@@ -21,9 +21,9 @@
 
 namespace strata::compress::detail {
 
-namespace {
-
 using autograd::Node;
+
+namespace {
 
 // Ops applied element by element, with broadcasting: channel c of the output reads channel c of
 // every input that has the channel dim (Note [Channel labels]).
@@ -36,6 +36,8 @@ const std::set<std::string> kElementwise = {
 // over the positions, padding of the positions, a squeeze-excitation's broadcast).
 const std::set<std::string> kWithinChannel = {"avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
                                               "mean", "sum", "amax", "amin", "pad", "expand"};
+const std::set<std::string> kPools = {"avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"};
+const std::set<std::string> kReductions = {"mean", "sum", "amax", "amin"};
 const std::set<std::string> kReshapes = {"view", "reshape", "flatten", "squeeze", "unsqueeze"};
 
 int64_t product(const Shape& s, size_t from) {
@@ -47,6 +49,26 @@ bool same_prefix(const Shape& a, const Shape& b, size_t n) {
   return a.size() >= n && b.size() >= n && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin());
 }
 
+// Whether a reduction of `in` to `out` could have reduced one of the dims 0..channel_dim (other
+// than keeping a dim of size 1 as it is): the node records no dims, and a sum over 4 channels
+// of (N, 4, 4, W) has the shape of one over its 4 rows.
+bool may_reduce_channels(const Shape& in, const Shape& out, size_t channel_dim) {
+  const size_t rank = in.size();
+  if (rank > 16) return true;
+  for (uint32_t dims = 1; dims < (1u << rank); ++dims)
+    for (bool keepdim : {false, true}) {
+      Shape got;
+      bool touches = false;
+      for (size_t i = 0; i < rank; ++i) {
+        const bool reduced = (dims >> i) & 1u;
+        if (!reduced || keepdim) got.push_back(reduced ? 1 : in[i]);
+        touches = touches || (reduced && i <= channel_dim && (in[i] != 1 || !keepdim));
+      }
+      if (touches && got == out) return true;
+    }
+  return false;
+}
+
 class Walk {
  public:
   Walk(Labels& labels, const TraceModules& modules, const Tensor& input)
@@ -56,26 +78,41 @@ class Walk {
       input_channels_.labels = labels.fresh(input.size(input_channels_.dim), "the model's input channels");
   }
 
-  Channels run(const std::shared_ptr<Node>& root, uint32_t output_nr) {
-    for (Node* n : forward_order(root)) visit(*n);
-    return state(root.get(), output_nr);
+  // Visits every node reachable from the roots (the model's output first); marks the channels
+  // of the results no visited node reads, but the model's output, which is returned.
+  Channels run(const std::vector<Node*>& roots, uint32_t output_nr) {
+    const std::vector<Node*> order = forward_order(roots);
+    std::set<const Node*> read;
+    for (Node* n : order) {
+      visit(*n);
+      for (const autograd::Edge& e : n->next_edges) read.insert(e.node.get());
+    }
+    for (Node* n : order)
+      if (n != roots[0] && !read.count(n))
+        for (uint32_t j = 0; j < n->output_meta.size(); ++j)
+          if (const Channels c = state(n, j); c.followed())
+            labels_.mark(c.labels, "a result the model computes but does not return");
+    return state(roots[0], output_nr);
   }
 
  private:
-  // Every node reachable from root, each after the nodes that produce its inputs.
-  static std::vector<Node*> forward_order(const std::shared_ptr<Node>& root) {
+  // Every node reachable from the roots, each after the nodes that produce its inputs.
+  static std::vector<Node*> forward_order(const std::vector<Node*>& roots) {
     std::vector<Node*> order;
-    std::set<Node*> seen{root.get()};
-    std::vector<std::pair<Node*, size_t>> stack{{root.get(), 0}};
-    while (!stack.empty()) {
-      auto& [n, next] = stack.back();
-      if (next < n->next_edges.size()) {
-        Node* child = n->next_edges[next++].node.get();
-        if (child != nullptr && seen.insert(child).second) stack.emplace_back(child, 0);
-        continue;
+    std::set<Node*> seen;
+    for (Node* root : roots) {
+      if (!seen.insert(root).second) continue;
+      std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
+      while (!stack.empty()) {
+        auto& [n, next] = stack.back();
+        if (next < n->next_edges.size()) {
+          Node* child = n->next_edges[next++].node.get();
+          if (child != nullptr && seen.insert(child).second) stack.emplace_back(child, 0);
+          continue;
+        }
+        order.push_back(n);
+        stack.pop_back();
       }
-      order.push_back(n);
-      stack.pop_back();
     }
     return order;
   }
@@ -265,8 +302,12 @@ class Walk {
   void within_channel(const Node& n) {
     const Channels x = input(n, 0);
     if (!x.followed()) return set(n, x);
-    if (!same_prefix(in_shape(n, 0), out_shape(n), static_cast<size_t>(x.dim) + 1))
-      return unknown(n, fmt::format("op '{}' changing the channel dim", n.name()));
+    const Shape &in = in_shape(n, 0), &out = out_shape(n);
+    const auto d = static_cast<size_t>(x.dim);
+    if (!same_prefix(in, out, d + 1) || (kPools.count(n.name()) && d + 2 >= in.size()) ||
+        (kReductions.count(n.name()) && may_reduce_channels(in, out, d)))
+      return unknown(n, fmt::format("op '{}' from {} to {}, which may change the channel dim {}", n.name(),
+                                    fmt::join(in, "x"), fmt::join(out, "x"), d));
     set(n, x);
   }
 
@@ -330,7 +371,9 @@ void follow_channels(Labels& labels, const TraceModules& modules, const Tensor& 
   STRATA_CHECK(output.grad_fn() != nullptr,
                "[DependencyGraph] the model's output does not depend on its input: there is nothing to trace");
   Walk walk(labels, modules, input);
-  const Channels out = walk.run(output.grad_fn(), output.impl().autograd->output_nr);
+  std::vector<Node*> roots{output.grad_fn().get()};
+  for (const auto& result : modules.results) roots.push_back(result.get());
+  const Channels out = walk.run(roots, output.impl().autograd->output_nr);
   if (out.followed()) labels.mark(out.labels, "the model's output");
 }
 

@@ -86,7 +86,8 @@ class STRATA_API DependencyGraph {
   /// (a fraction or count of units, per group or global) is removed. Changes nothing.
   std::vector<std::vector<int64_t>> select(Amount ratio, const GraphPruning& how = {}) const;
   /// Removes the units of group `g` not in `keep` from every member, then traces again, so
-  /// the groups describe the smaller model (unit numbers restart at 0).
+  /// the groups describe the smaller model (unit numbers restart at 0). When the smaller model
+  /// fails on the example input, the model and the groups are left as they were, and it raises.
   void prune_group(size_t g, const std::vector<int64_t>& keep);
   /// select, then removes the units every group does not keep, then traces again; returns
   /// what each of the groups (as they were before) kept.
@@ -96,6 +97,9 @@ class STRATA_API DependencyGraph {
 
  private:
   void retrace();
+  /// Removes the units each group does not keep and traces again; when that raises (the smaller
+  /// model fails its forward), puts every layer back as it was and raises.
+  void remove_and_retrace(const std::vector<std::vector<int64_t>>& keep);
   nn::Module* model_;
   Tensor example_;
   DependencyOptions options_;
