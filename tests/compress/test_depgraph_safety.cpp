@@ -98,6 +98,19 @@ TEST(DependencyGraphSafety, AResultTheModelDoesNotReturnStillTiesWhatItReads) {
   EXPECT_EQ(net.aux_out.shape(), (Shape{2, 3, 4, 4}));
 }
 
+TEST(DependencyGraphSafety, ALayerReadingADetachedResultKeepsItsProducer) {
+  // the trace cannot see that head reads c's channels through the detach: c's result, which no
+  // traced op reads, keeps its channels
+  struct Detaching : nn::Module {
+    nn::Conv2d c{3, 6, 1}, head{6, 2, 1};
+    Detaching() { register_module("c", c), register_module("head", head); }
+    Tensor forward(const Tensor& x) override { return head(F::relu(c(x)).detach()); }
+  } net;
+  compress::DependencyGraph graph(net, randn({2, 3, 4, 4}));
+  const auto& channels = graph.groups()[group_of(graph, &net.c, R::Out)];
+  EXPECT_NE(channels.unprunable_reason.find("does not return"), std::string::npos) << graph.report();
+}
+
 TEST(DependencyGraphSafety, APruneWhoseModelFailsLeavesEverythingAsItWas) {
   // the forward views h with a hard-coded channel count, which only the unpruned model has
   struct HardCoded : nn::Module {
