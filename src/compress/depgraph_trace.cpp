@@ -32,8 +32,8 @@ const std::set<std::string> kElementwise = {
     "exp",  "log",   "sqrt",   "rsqrt", "sin",     "cos",     "tanh",       "sigmoid",    "relu",  "gelu",
     "gelu_tanh", "silu", "square", "reciprocal", "pow_scalar", "clamp", "leaky_relu", "erf", "log1p", "expm1",
     "dropout", "copy", "to", "clone", "contiguous", "log2", "log10", "exp2"};
-// Ops that keep the dims up to the channel dim and work within each channel (pools, reductions
-// over the positions, padding of the positions, a squeeze-excitation's broadcast).
+// Ops that work within each channel (pools, reductions over other dims, padding of the
+// positions, a squeeze-excitation's broadcast); reductions and expands may move the channel dim.
 const std::set<std::string> kWithinChannel = {"avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
                                               "mean", "sum", "amax", "amin", "pad", "expand"};
 const std::set<std::string> kPools = {"avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"};
@@ -49,24 +49,28 @@ bool same_prefix(const Shape& a, const Shape& b, size_t n) {
   return a.size() >= n && b.size() >= n && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin());
 }
 
-// Whether a reduction of `in` to `out` could have reduced one of the dims 0..channel_dim (other
-// than keeping a dim of size 1 as it is): the node records no dims, and a sum over 4 channels
-// of (N, 4, 4, W) has the shape of one over its 4 rows.
-bool may_reduce_channels(const Shape& in, const Shape& out, size_t channel_dim) {
+// Where the channel dim of `in` lands when a reduction gives `out` (the node records no dims):
+// the same dim for every set of reduced dims (kept as 1 or dropped) that gives `out`, or -1 when
+// one of them reduces the channels or puts them elsewhere (a sum over the 4 channels of
+// (N, 4, 4, W) has the shape of one over its 4 rows).
+int64_t reduced_channel_dim(const Shape& in, const Shape& out, size_t channel_dim) {
   const size_t rank = in.size();
-  if (rank > 16) return true;
-  for (uint32_t dims = 1; dims < (1u << rank); ++dims)
+  if (rank > 16) return -1;
+  int64_t lands = -1;
+  for (uint32_t dims = 0; dims < (1u << rank); ++dims)
     for (bool keepdim : {false, true}) {
       Shape got;
-      bool touches = false;
+      int64_t at = -1;
       for (size_t i = 0; i < rank; ++i) {
         const bool reduced = (dims >> i) & 1u;
+        if (i == channel_dim && (!reduced || (keepdim && in[i] == 1))) at = static_cast<int64_t>(got.size());
         if (!reduced || keepdim) got.push_back(reduced ? 1 : in[i]);
-        touches = touches || (reduced && i <= channel_dim && (in[i] != 1 || !keepdim));
       }
-      if (touches && got == out) return true;
+      if (got != out) continue;
+      if (at < 0 || (lands >= 0 && at != lands)) return -1;
+      lands = at;
     }
-  return false;
+  return lands;
 }
 
 class Walk {
@@ -304,11 +308,17 @@ class Walk {
     if (!x.followed()) return set(n, x);
     const Shape &in = in_shape(n, 0), &out = out_shape(n);
     const auto d = static_cast<size_t>(x.dim);
-    if (!same_prefix(in, out, d + 1) || (kPools.count(n.name()) && d + 2 >= in.size()) ||
-        (kReductions.count(n.name()) && may_reduce_channels(in, out, d)))
+    int64_t at = same_prefix(in, out, d + 1) ? x.dim : -1;  // where the channels land
+    if (kReductions.count(n.name())) at = reduced_channel_dim(in, out, d);
+    if (n.name() == "expand") {  // right-aligned; a single channel made many is not followed
+      at = x.dim + static_cast<int64_t>(out.size() - in.size());
+      if (out[static_cast<size_t>(at)] != in[d]) at = -1;
+    }
+    if (kPools.count(n.name()) && d + 2 >= in.size()) at = -1;  // pooled with the positions
+    if (at < 0)
       return unknown(n, fmt::format("op '{}' from {} to {}, which may change the channel dim {}", n.name(),
                                     fmt::join(in, "x"), fmt::join(out, "x"), d));
-    set(n, x);
+    set(n, Channels{at, x.labels, {}});
   }
 
   void reshape(const Node& n) {

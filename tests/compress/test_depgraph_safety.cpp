@@ -3,6 +3,7 @@
 // the model computes but does not return; and a prune whose smaller model fails its forward,
 // which must leave the model (values, handles, gradients, sizes) and the groups as they were.
 #include <algorithm>
+#include <tuple>
 
 #include "gradcheck.h"
 
@@ -49,6 +50,34 @@ TEST(DependencyGraphSafety, ASumOverTheChannelsIsNotTakenForOneOverThePositions)
   graph.prune(0.5);
   EXPECT_EQ(net.c.out_channels, 4);
   EXPECT_EQ(net.fc.in_features, 20);
+}
+
+TEST(DependencyGraphSafety, ReductionsAndExpandsMoveTheChannelDimWhereItLands) {
+  // (N, T, D) features: a mean over the tokens moves them from dim 2 to dim 1, an expand that
+  // adds a leading dim moves them back; each Linear reads the features of the one before
+  struct Tokens : nn::Module {
+    nn::Linear l1{3, 6}, l2{6, 5}, l3{5, 2};
+    Tokens() { register_module("l1", l1), register_module("l2", l2), register_module("l3", l3); }
+    Tensor forward(const Tensor& x) override {
+      const Tensor pooled = F::relu(l1(x)).mean({1});  // (N, 6)
+      return l3(F::relu(l2(pooled)).expand({4, x.size(0), l2.out_features}));
+    }
+  } net, zeroed;
+  zeroed.load_state_dict(net.state_dict());
+  const Tensor x = randn({2, 7, 3});
+  compress::DependencyGraph graph(net, x);
+  const size_t first = group_of(graph, &net.l1, R::Out), second = group_of(graph, &net.l2, R::Out);
+  EXPECT_EQ(group_of(graph, &net.l2, R::In), first) << graph.report();
+  EXPECT_EQ(group_of(graph, &net.l3, R::In), second) << graph.report();
+  EXPECT_TRUE(graph.groups()[first].prunable() && graph.groups()[second].prunable()) << graph.report();
+  const auto keep = graph.prune(0.5);
+  EXPECT_EQ(net.l2.weight.shape(), (Shape{3, 3}));
+  // the pruned model computes what the whole one computes with the removed features zeroed
+  NoGradGuard no_grad;
+  for (auto [layer, g, n] : {std::tuple{&zeroed.l1, first, 6}, std::tuple{&zeroed.l2, second, 5}})
+    for (int64_t u = 0; u < n; ++u)
+      if (!std::count(keep[g].begin(), keep[g].end(), u)) layer->weight.select(0, u).zero_(), layer->bias[u].zero_();
+  EXPECT_TRUE(strata::testing::all_close(net(x), values(zeroed(x)), 1e-5, 1e-6));
 }
 
 TEST(DependencyGraphSafety, LayersSharingAWeightAreNotPruned) {
