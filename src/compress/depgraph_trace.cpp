@@ -204,7 +204,8 @@ class Walk {
   void conv(const Node& n) {
     auto* m = module_of<nn::Conv2d>(n);
     if (m == nullptr || !m->weight.defined())
-      return unknown(n, m ? "a Conv2d whose weight a form replaced" : "a conv2d called outside an nn::Conv2d");
+      return unknown(n, m ? "a Conv2d whose weight a form replaced"
+                          : "a conv2d called outside the model's nn::Conv2d layers");
     if (!reads_own(n, {m->weight, m->bias})) return unknown(n, "a Conv2d computing with weights not its own");
     const int64_t in = m->in_channels, out = m->out_channels, groups = m->options.groups;
     const auto& in_labels = labels_.layer(m, ChannelRole::In, in);
@@ -223,7 +224,8 @@ class Walk {
   void linear(const Node& n) {
     auto* m = module_of<nn::Linear>(n);
     if (m == nullptr || !m->weight.defined())
-      return unknown(n, m ? "a Linear whose weight a form replaced" : "a linear called outside an nn::Linear");
+      return unknown(n, m ? "a Linear whose weight a form replaced"
+                          : "a linear called outside the model's nn::Linear layers");
     if (!reads_own(n, {m->weight, m->bias})) return unknown(n, "a Linear computing with weights not its own");
     const int64_t last = static_cast<int64_t>(in_shape(n, 0).size()) - 1;
     labels_.unite(labels_at(input(n, 0), last, m->in_features, "a Linear"),

@@ -205,8 +205,11 @@ TEST(DependencyGraph, DepthwiseGroupedAndConcatMatchTheZeroedNetwork) {
     EXPECT_EQ(group_of(graph, m, R::Out), chain) << graph.report();
   const size_t branch = group_of(graph, &pruned->b, R::Out);
   EXPECT_EQ(graph.groups()[branch].size, 5);
-  for (const auto& m : graph.groups()[branch].members)
-    if (m.module == &pruned->mix) EXPECT_EQ(m.channels, 5);
+  const auto& members = graph.groups()[branch].members;
+  const auto mix_in = std::find_if(members.begin(), members.end(),
+                                   [&](const auto& m) { return m.module == &pruned->mix && m.role == R::In; });
+  ASSERT_NE(mix_in, members.end()) << graph.report();
+  EXPECT_EQ(mix_in->channels, 5);
   const size_t head = group_of(graph, &pruned->mix, R::Out);
   EXPECT_EQ(group_of(graph, &pruned->fc, R::In), head);
   EXPECT_EQ(graph.groups()[head].size, 4);  // each a block of 4 of fc's features

@@ -140,6 +140,22 @@ TEST(DependencyGraphSafety, ALayerReadingADetachedResultKeepsItsProducer) {
   EXPECT_NE(channels.unprunable_reason.find("does not return"), std::string::npos) << graph.report();
 }
 
+TEST(DependencyGraphSafety, ALayerOutsideTheModelIsNotFollowed) {
+  // a Linear the model calls but does not register: pruning it would cut a layer the model does
+  // not own, so the channels it reads stay
+  nn::Linear outside{6, 2};
+  struct Borrowing : nn::Module {
+    nn::Linear l1{4, 6};
+    nn::Linear* head;
+    explicit Borrowing(nn::Linear* head) : head(head) { register_module("l1", l1); }
+    Tensor forward(const Tensor& x) override { return (*head)(F::relu(l1(x))); }
+  } net(&outside);
+  compress::DependencyGraph graph(net, randn({2, 4}));
+  const auto& hidden = graph.groups()[group_of(graph, &net.l1, R::Out)];
+  EXPECT_NE(hidden.unprunable_reason.find("a linear called outside the model's nn::Linear layers"), std::string::npos)
+      << graph.report();
+}
+
 TEST(DependencyGraphSafety, APruneWhoseModelFailsLeavesEverythingAsItWas) {
   // the forward views h with a hard-coded channel count, which only the unpruned model has
   struct HardCoded : nn::Module {
