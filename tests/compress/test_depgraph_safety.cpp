@@ -63,15 +63,24 @@ TEST(DependencyGraphSafety, ReductionsAndExpandsMoveTheChannelDimWhereItLands) {
       return l3(F::relu(l2(pooled)).expand({4, x.size(0), l2.out_features}));
     }
   } net, zeroed;
-  zeroed.load_state_dict(net.state_dict());
   const Tensor x = randn({2, 7, 3});
   compress::DependencyGraph graph(net, x);
   const size_t first = group_of(graph, &net.l1, R::Out), second = group_of(graph, &net.l2, R::Out);
   EXPECT_EQ(group_of(graph, &net.l2, R::In), first) << graph.report();
   EXPECT_EQ(group_of(graph, &net.l3, R::In), second) << graph.report();
   EXPECT_TRUE(graph.groups()[first].prunable() && graph.groups()[second].prunable()) << graph.report();
+  optim::SGD before(net.parameters(), {.lr = 0.1, .momentum = 0.9});
+  F::mse_loss(net(x), zeros({4, 2, 2})).backward();
+  before.step();
+  zeroed.load_state_dict(net.state_dict());
+  const Tensor handle = net.l2.weight;
   const auto keep = graph.prune(0.5);
   EXPECT_EQ(net.l2.weight.shape(), (Shape{3, 3}));
+  // the parameters keep their handles; an optimizer made before pruning says its state is stale
+  EXPECT_EQ(net.l2.weight.impl_ptr(), handle.impl_ptr());
+  EXPECT_FALSE(net.l2.weight.grad().defined());
+  F::mse_loss(net(x), zeros({4, 2, 2})).backward();
+  EXPECT_TRUE(throws_with([&] { before.step(); }, {"momentum_buffer", "replaced after the optimizer was built"}));
   // the pruned model computes what the whole one computes with the removed features zeroed
   NoGradGuard no_grad;
   for (auto [layer, g, n] : {std::tuple{&zeroed.l1, first, 6}, std::tuple{&zeroed.l2, second, 5}})
