@@ -193,6 +193,11 @@ void remove_units(const DependencyGraph::Traced& traced, const std::vector<std::
 
 DependencyGraph::DependencyGraph(nn::Module& model, const Tensor& example_input, DependencyOptions options)
     : model_(&model), example_(example_input), options_(std::move(options)) {
+  const auto named = model.named_modules();
+  for (nn::Module* layer : options_.protected_layers)
+    STRATA_CHECK(std::any_of(named.begin(), named.end(), [&](const auto& m) { return m.second == layer; }),
+                 "[DependencyGraph] a protected layer ({}) is not a module of the model",
+                 layer != nullptr ? layer->name() : "null");
   retrace();
 }
 

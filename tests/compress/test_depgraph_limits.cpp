@@ -203,6 +203,9 @@ TEST(DependencyGraphLimits, BadArgumentsRaise) {
   EXPECT_TRUE(throws_with([&] { graph.select(12, {.global = true}); }, {"asks for 12"}));
   EXPECT_TRUE(throws_with([&] { graph.select(0.5, {.ratios = {{&net.ln, 0.1}}}); }, {"no traced group holds"}));
   EXPECT_EQ(net.l1.out_features, 8);  // nothing changed
+  nn::Linear stranger{6, 8};
+  EXPECT_TRUE(throws_with([&] { compress::DependencyGraph(net, x, {.protected_layers = {&stranger}}); },
+                          {"protected layer", "not a module of the model"}));
 
   struct Detached : nn::Module {
     Tensor forward(const Tensor& x) override { return x.detach() * 2.0; }
