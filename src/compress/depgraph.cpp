@@ -214,8 +214,10 @@ void DependencyGraph::remove_and_retrace(const std::vector<std::vector<int64_t>>
     retrace();
   } catch (const std::exception& e) {
     before.restore();
-    strata::detail::throw_error("[DependencyGraph] the pruned model failed on the example input, so nothing was pruned "
-                        "(a size fixed in its forward, a layer the trace did not see?): {}", e.what());
+    strata::detail::throw_error(
+        "[DependencyGraph] the pruned model failed on the example input, so nothing was pruned (a size fixed in "
+        "its forward, a layer the trace did not see?): {}",
+        e.what());
   }
 }
 
