@@ -135,6 +135,26 @@ void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>&
   }
 }
 
+// How many channels the layer has along `role`.
+int64_t layer_channels(const nn::Module* m, ChannelRole role) {
+  const bool out = role == ChannelRole::Out;
+  if (const auto* c = dynamic_cast<const nn::Conv2d*>(m)) return out ? c->out_channels : c->in_channels;
+  if (const auto* l = dynamic_cast<const nn::Linear*>(m)) return out ? l->out_features : l->in_features;
+  if (const auto* bn = dynamic_cast<const nn::BatchNormBase*>(m)) return bn->num_features;
+  if (const auto* ln = dynamic_cast<const nn::LayerNorm*>(m)) return ln->normalized_shape.back();
+  return -1;
+}
+
+// The entry of a layer whose every channel along its role the unit holds (removing the unit
+// would leave the layer with none, as a branch read by one group of a grouped convolution), or null.
+const detail::UnitEntry* emptied_layer(const std::vector<detail::UnitEntry>& unit) {
+  std::map<std::pair<nn::Module*, ChannelRole>, int64_t> held;
+  for (const detail::UnitEntry& e : unit) ++held[{e.module, e.role}];
+  for (const detail::UnitEntry& e : unit)
+    if (held[{e.module, e.role}] == layer_channels(e.module, e.role)) return &e;
+  return nullptr;
+}
+
 // What pruning changes in the traced layers (their tensors' values and gradients, their sizes),
 // put back by restore() when the smaller model fails, so a failed prune changes nothing.
 class LayerSnapshot {
@@ -253,21 +273,43 @@ std::vector<std::vector<int64_t>> DependencyGraph::select(Amount ratio, const Gr
     STRATA_CHECK(found, "[DependencyGraph] a ratio is given for {}, whose outputs no traced group holds",
                  layer != nullptr ? layer->name() : "a null layer");
   }
-  std::vector<std::vector<int64_t>> keep(groups().size());
-  std::vector<std::vector<double>> scores;
+  // per prunable group, its removable units (not those holding all of a layer's channels), their
+  // scores, how many of them stay for the group to keep min_units, and how many can go
   std::vector<size_t> prunable;
+  std::vector<std::vector<int64_t>> removable;
+  std::vector<std::vector<double>> scores;
+  std::vector<int64_t> stay, can_go;
+  int64_t total = 0, total_can_go = 0;
   for (size_t g = 0; g < groups().size(); ++g) {
-    for (int64_t u = 0; u < groups()[g].size; ++u) keep[g].push_back(u);
     if (!groups()[g].prunable()) continue;
     prunable.push_back(g);
-    scores.push_back(importance(g, how.importance));
+    const std::vector<double> all = importance(g, how.importance);
+    auto& units = removable.emplace_back();
+    auto& s = scores.emplace_back();
+    for (int64_t u = 0; u < groups()[g].size; ++u)
+      if (emptied_layer(traced_->units[g][static_cast<size_t>(u)]) == nullptr)
+        units.push_back(u), s.push_back(all[static_cast<size_t>(u)]);
+    const auto whole = groups()[g].size - static_cast<int64_t>(units.size());
+    stay.push_back(std::max<int64_t>(how.min_units - whole, 0));
+    can_go.push_back(std::max<int64_t>(static_cast<int64_t>(units.size()) - stay.back(), 0));
+    total += groups()[g].size, total_can_go += can_go.back();
   }
+  std::vector<std::vector<int64_t>> keep(groups().size());
+  for (size_t g = 0; g < groups().size(); ++g)
+    for (int64_t u = 0; u < groups()[g].size; ++u) keep[g].push_back(u);
+  auto remove = [&](size_t i, const std::vector<int64_t>& kept) {  // kept: indices into removable[i]
+    std::set<int64_t> gone(removable[i].begin(), removable[i].end());
+    for (int64_t j : kept) gone.erase(removable[i][static_cast<size_t>(j)]);
+    std::erase_if(keep[prunable[i]], [&](int64_t u) { return gone.count(u) > 0; });
+  };
+  const std::string why =
+      fmt::format("each group keeps {} units, and a unit holding all of a layer's channels stays", how.min_units);
   if (how.global) {
-    int64_t total = 0;
-    for (const auto& s : scores) total += static_cast<int64_t>(s.size());
-    const auto kept = detail::keep_after_removing(scores, ratio.of(total, "DependencyGraph"), how.min_units,
-                                                  "DependencyGraph");
-    for (size_t i = 0; i < prunable.size(); ++i) keep[prunable[i]] = kept[i];
+    const int64_t k = ratio.of(total, "DependencyGraph");
+    STRATA_CHECK(k <= total_can_go, "[DependencyGraph] the amount asks for {} units but only {} can go ({})", k,
+                 total_can_go, why);
+    const auto kept = detail::keep_after_removing(scores, k, stay, "DependencyGraph");
+    for (size_t i = 0; i < prunable.size(); ++i) remove(i, kept[i]);
     return keep;
   }
   for (size_t i = 0; i < prunable.size(); ++i) {
@@ -278,8 +320,10 @@ std::vector<std::vector<int64_t>> DependencyGraph::select(Amount ratio, const Gr
         amount = Amount(it->second);
     // a fraction of a small group removes what it can; a count must be met
     int64_t k = amount.of(group.size, "DependencyGraph");
-    if (amount.is_fraction()) k = std::min(k, std::max<int64_t>(group.size - how.min_units, 0));
-    keep[prunable[i]] = detail::keep_after_removing({scores[i]}, k, how.min_units, "DependencyGraph")[0];
+    if (amount.is_fraction()) k = std::min(k, can_go[i]);
+    STRATA_CHECK(k <= can_go[i], "[DependencyGraph] the amount asks for {} units of group {} but only {} can go ({})",
+                 k, prunable[i], can_go[i], why);
+    remove(i, detail::keep_after_removing({scores[i]}, k, {stay[i]}, "DependencyGraph")[0]);
   }
   return keep;
 }
@@ -298,6 +342,14 @@ void DependencyGraph::prune_group(size_t g, const std::vector<int64_t>& keep) {
   std::vector<std::vector<int64_t>> all(groups().size());
   for (size_t other = 0; other < all.size(); ++other)
     for (int64_t u = 0; u < groups()[other].size; ++u) all[other].push_back(u);
+  for (int64_t u = 0; u < group.size; ++u)
+    if (const detail::UnitEntry* e = emptied_layer(traced_->units[g][static_cast<size_t>(u)]); e && !kept.count(u)) {
+      const auto m = std::find_if(group.members.begin(), group.members.end(),
+                                  [&](const GroupMember& member) { return member.module == e->module; });
+      STRATA_CHECK(false, "[DependencyGraph] unit {} of group {} holds every {} channel of '{}': removing it would "
+                   "leave the layer with none", u, g, e->role == ChannelRole::In ? "input" : "output",
+                   m != group.members.end() ? m->name : "?");
+    }
   all[g].assign(kept.begin(), kept.end());
   remove_and_retrace(all);
 }

@@ -8,6 +8,8 @@
 #include <set>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/core/error.hpp>
 #include <strata/nn/conv.hpp>
@@ -124,14 +126,14 @@ std::vector<std::vector<int64_t>> select_channels(const std::vector<ChannelGroup
   }
   int64_t total = 0;
   for (const auto& v : scores) total += static_cast<int64_t>(v.size());
-  return detail::keep_after_removing(scores, amount.of(total, "select_channels"), selection.min_channels,
-                                     "select_channels");
+  return detail::keep_after_removing(scores, amount.of(total, "select_channels"),
+                                     std::vector<int64_t>(groups.size(), selection.min_channels), "select_channels");
 }
 
 namespace detail {
 
 std::vector<std::vector<int64_t>> keep_after_removing(const std::vector<std::vector<double>>& scores, int64_t k,
-                                                      int64_t min_left, std::string_view op) {
+                                                      const std::vector<int64_t>& min_left, std::string_view op) {
   std::vector<std::tuple<double, size_t, int64_t>> ranked;  // (score, list, entry)
   std::vector<int64_t> left;                                // entries each list still has
   for (size_t g = 0; g < scores.size(); ++g) {
@@ -145,13 +147,13 @@ std::vector<std::vector<int64_t>> keep_after_removing(const std::vector<std::vec
   int64_t done = 0;
   for (const auto& [score, g, c] : ranked) {
     if (done == k) break;
-    if (left[g] <= min_left) continue;
+    if (left[g] <= min_left[g]) continue;
     removed[g][static_cast<size_t>(c)] = 1;
     --left[g];
     ++done;
   }
-  STRATA_CHECK(done == k, "[{}] the amount asks for {} channels but only {} can go while each group keeps {}", op, k,
-               done, min_left);
+  STRATA_CHECK(done == k, "[{}] the amount asks for {} channels but only {} can go while the groups keep {}", op, k,
+               done, fmt::join(min_left, ", "));
   std::vector<std::vector<int64_t>> keep(scores.size());
   for (size_t g = 0; g < scores.size(); ++g)
     for (size_t c = 0; c < removed[g].size(); ++c)

@@ -165,6 +165,44 @@ TEST(DependencyGraphSafety, ALayerOutsideTheModelIsNotFollowed) {
       << graph.report();
 }
 
+TEST(DependencyGraphSafety, NoUnitThatHoldsAllOfALayersChannelsIsRemoved) {
+  // a and b feed one group each of a grouped convolution: each unit is all of a's or all of b's
+  // channels, which stay (a layer left with no channels); d's 4 channels feed 2 groups of grp2
+  struct Branches : nn::Module {
+    nn::Conv2d a{3, 3, 1}, b{3, 3, 1}, grp{6, 4, 1, {.groups = 2}}, d{3, 4, 1}, grp2{4, 4, 1, {.groups = 2}};
+    nn::Conv2d head{8, 2, 1};
+    Branches() {
+      register_module("a", a), register_module("b", b), register_module("grp", grp);
+      register_module("d", d), register_module("grp2", grp2), register_module("head", head);
+    }
+    Tensor forward(const Tensor& x) override {
+      return head(cat({F::relu(grp(cat({a(x), b(x)}, 1))), F::relu(grp2(d(x)))}, 1));
+    }
+  } net;
+  const Tensor x = randn({2, 3, 4, 4});
+  compress::DependencyGraph graph(net, x);
+  const size_t branches = group_of(graph, &net.a, R::Out), split = group_of(graph, &net.d, R::Out);
+  EXPECT_EQ(group_of(graph, &net.b, R::Out), branches) << graph.report();
+  EXPECT_EQ(graph.groups()[branches].size, 2);
+  EXPECT_EQ(graph.groups()[split].size, 2);
+  const auto keep = graph.select(0.5);
+  EXPECT_EQ(keep[branches], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(keep[split].size(), 1u);
+  const auto global = graph.select(1, {.global = true});  // only the split group has a unit to spare
+  EXPECT_EQ(global[branches].size(), 2u);
+  EXPECT_EQ(global[split].size(), 1u);
+  EXPECT_TRUE(throws_with([&] { graph.select(2, {.global = true}); }, {"asks for 2", "only 1 can go"}));
+  EXPECT_TRUE(throws_with([&] { graph.select(1); }, {"asks for 1", "only 0 can go"}));  // a count per group
+  EXPECT_TRUE(throws_with([&] { graph.prune_group(branches, {0}); }, {"every", "'b'"}));
+  EXPECT_EQ(net.b.out_channels, 3);
+  graph.prune(0.5);
+  EXPECT_EQ(net.a.out_channels, 3);
+  EXPECT_EQ(net.b.out_channels, 3);
+  EXPECT_EQ(net.d.out_channels, 2);
+  EXPECT_EQ(net.grp2.options.groups, 1);
+  EXPECT_EQ(net(x).shape(), (Shape{2, 2, 4, 4}));
+}
+
 TEST(DependencyGraphSafety, APruneWhoseModelFailsLeavesEverythingAsItWas) {
   // the forward views h with a hard-coded channel count, which only the unpruned model has
   struct HardCoded : nn::Module {
