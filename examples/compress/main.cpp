@@ -128,14 +128,16 @@ int main(int argc, char** argv) {
     std::printf("student: %lld parameters, test accuracy %.2f%%\n", static_cast<long long>(student.num_parameters()),
                 accuracy(student, d));
 
-    // physical pruning of both hidden layers, ranked together by Taylor importance
+    // physical pruning of both hidden layers, their groups traced from one forward, ranked
+    // together by Taylor importance
     st::nn::Linear &fc1 = layer(student, "0"), &fc2 = layer(student, "2"), &fc3 = layer(student, "4");
     student.zero_grad();
     kd.loss(d.x_train, d.y_train).backward();
-    const std::vector<C::ChannelGroup> groups{{&fc1, nullptr, {&fc2}}, {&fc2, nullptr, {&fc3}}};
-    const auto kept = C::prune_channels(groups, o.shrink, {.importance = C::Importance::Taylor});
-    std::printf("shrunk: hidden %zu and %zu units, %lld parameters, test accuracy %.2f%%\n", kept[0].size(),
-                kept[1].size(), static_cast<long long>(student.num_parameters()), accuracy(student, d));
+    C::DependencyGraph graph(student, d.x_train.narrow(0, 0, 8));
+    graph.prune(o.shrink, {.importance = C::Importance::Taylor, .global = true});
+    std::printf("shrunk: hidden %lld and %lld units, %lld parameters, test accuracy %.2f%%\n",
+                static_cast<long long>(fc1.out_features), static_cast<long long>(fc2.out_features),
+                static_cast<long long>(student.num_parameters()), accuracy(student, d));
     train("finetune", student, d, o.steps, g, distill);
     std::printf("shrunk and fine-tuned: test accuracy %.2f%%\n", accuracy(student, d));
 

@@ -88,6 +88,7 @@
 #include <strata/memory/checkpoint.hpp>
 #include <strata/memory/compress.hpp>
 
+#include <strata/compress/depgraph.hpp>
 #include <strata/compress/distill.hpp>
 #include <strata/compress/heads.hpp>
 #include <strata/compress/prune.hpp>

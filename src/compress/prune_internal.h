@@ -26,6 +26,11 @@ std::vector<uint8_t> kept_entries(nn::Module& module, const std::string& name, c
 /// Ranks scores ascending with NaN above every number, as torch.topk does (so a NaN weight is
 /// not pruned first), as the strict weak order std::stable_sort needs.
 inline bool score_less(double x, double y) { return !std::isnan(x) && (std::isnan(y) || x < y); }
+/// What each list of scores keeps (ascending indices) when the `k` smallest scores of all the
+/// lists together are removed, list i keeping at least `min_left[i]` (an entry that would take a
+/// list below is passed over); raises Error naming `op` when k cannot be met so.
+std::vector<std::vector<int64_t>> keep_after_removing(const std::vector<std::vector<double>>& scores, int64_t k,
+                                                      const std::vector<int64_t>& min_left, std::string_view op);
 /// The `k` entries of `candidates` with the smallest scores; ties go to the lower index.
 std::vector<int64_t> smallest(const std::vector<double>& scores, const std::vector<int64_t>& candidates, int64_t k);
 /// Installs `keep` (1 keeps, 0 prunes; the parameter's numel, C order) as the parameter's

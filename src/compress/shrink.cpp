@@ -8,6 +8,8 @@
 #include <set>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/core/error.hpp>
 #include <strata/nn/conv.hpp>
@@ -103,8 +105,7 @@ std::vector<std::vector<int64_t>> select_channels(const std::vector<ChannelGroup
   STRATA_CHECK(selection.scores.empty() || selection.scores.size() == groups.size(),
                "[select_channels] {} score tensors for {} groups", selection.scores.size(), groups.size());
   std::set<nn::Module*> producers, norms, consumers;
-  std::vector<std::tuple<double, size_t, int64_t>> ranked;  // (score, group, channel)
-  std::vector<int64_t> left;                                // channels each group still has
+  std::vector<std::vector<double>> scores;  // per group, per channel
   for (size_t g = 0; g < groups.size(); ++g) {
     check_group(groups[g]);
     STRATA_CHECK(producers.insert(groups[g].producer).second, "[select_channels] {} is the producer of two groups",
@@ -116,36 +117,51 @@ std::vector<std::vector<int64_t>> select_channels(const std::vector<ChannelGroup
     for (nn::Module* m : groups[g].consumers)
       STRATA_CHECK(consumers.insert(m).second, "[select_channels] {} is a consumer in two groups", m->name());
     const int64_t channels = num_channels(groups[g]);
-    const Tensor scores = selection.scores.empty() ? channel_importance(layer_weight(groups[g].producer, "producer"),
-                                                                        selection.importance)
-                                                   : selection.scores[g];
-    STRATA_CHECK(scores.defined() && scores.numel() == channels, "[select_channels] group {} has {} channels but {} "
-                 "scores", g, channels, scores.defined() ? scores.numel() : 0);
-    const std::vector<double> v = detail::host_values(scores);
-    for (int64_t c = 0; c < channels; ++c) ranked.emplace_back(v[static_cast<size_t>(c)], g, c);
-    left.push_back(channels);
+    const Tensor s = selection.scores.empty() ? channel_importance(layer_weight(groups[g].producer, "producer"),
+                                                                   selection.importance)
+                                              : selection.scores[g];
+    STRATA_CHECK(s.defined() && s.numel() == channels, "[select_channels] group {} has {} channels but {} "
+                 "scores", g, channels, s.defined() ? s.numel() : 0);
+    scores.push_back(detail::host_values(s));
+  }
+  int64_t total = 0;
+  for (const auto& v : scores) total += static_cast<int64_t>(v.size());
+  return detail::keep_after_removing(scores, amount.of(total, "select_channels"),
+                                     std::vector<int64_t>(groups.size(), selection.min_channels), "select_channels");
+}
+
+namespace detail {
+
+std::vector<std::vector<int64_t>> keep_after_removing(const std::vector<std::vector<double>>& scores, int64_t k,
+                                                      const std::vector<int64_t>& min_left, std::string_view op) {
+  std::vector<std::tuple<double, size_t, int64_t>> ranked;  // (score, list, entry)
+  std::vector<int64_t> left;                                // entries each list still has
+  for (size_t g = 0; g < scores.size(); ++g) {
+    for (size_t c = 0; c < scores[g].size(); ++c) ranked.emplace_back(scores[g][c], g, static_cast<int64_t>(c));
+    left.push_back(static_cast<int64_t>(scores[g].size()));
   }
   std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& a, const auto& b) { return detail::score_less(std::get<0>(a), std::get<0>(b)); });
-  const int64_t k = amount.of(static_cast<int64_t>(ranked.size()), "select_channels");
-  std::vector<std::vector<uint8_t>> removed(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) removed[g].assign(static_cast<size_t>(left[g]), 0);
+                   [](const auto& a, const auto& b) { return score_less(std::get<0>(a), std::get<0>(b)); });
+  std::vector<std::vector<uint8_t>> removed(scores.size());
+  for (size_t g = 0; g < scores.size(); ++g) removed[g].assign(scores[g].size(), 0);
   int64_t done = 0;
   for (const auto& [score, g, c] : ranked) {
     if (done == k) break;
-    if (left[g] <= selection.min_channels) continue;
+    if (left[g] <= min_left[g]) continue;
     removed[g][static_cast<size_t>(c)] = 1;
     --left[g];
     ++done;
   }
-  STRATA_CHECK(done == k, "[select_channels] amount asks for {} channels but only {} can go while each group keeps {}",
-               k, done, selection.min_channels);
-  std::vector<std::vector<int64_t>> keep(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g)
+  STRATA_CHECK(done == k, "[{}] the amount asks for {} channels but only {} can go while the groups keep {}", op, k,
+               done, fmt::join(min_left, ", "));
+  std::vector<std::vector<int64_t>> keep(scores.size());
+  for (size_t g = 0; g < scores.size(); ++g)
     for (size_t c = 0; c < removed[g].size(); ++c)
       if (!removed[g][c]) keep[g].push_back(static_cast<int64_t>(c));
   return keep;
 }
+
+}  // namespace detail
 
 void mask_channels(const ChannelGroup& group, const std::vector<int64_t>& keep) {
   const std::vector<int64_t> kept = checked_keep(group, keep);

@@ -1,0 +1,98 @@
+// What the dependency-graph files share (include/strata/compress/depgraph.hpp).
+//
+// Note [Channel labels]: the trace gives every channel it meets a label. A layer's output
+// channels, a norm's channels and a layer's input channels get labels of their own, which carry
+// the layer's entry (module, role, index); an op that ties channels together (a residual add, a
+// BatchNorm over them, a depthwise convolution, a consumer reading them) unites their labels.
+// A united class of labels is one unit: its entries are removed together. Channels the trace
+// cannot follow get labels carrying a reason, which makes their whole group unprunable. Units
+// that share a (module, role) form a group.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/autograd/graph.hpp>
+#include <strata/compress/depgraph.hpp>
+
+namespace strata::compress::detail {
+
+/// One channel of one layer: removed with its unit.
+struct UnitEntry {
+  nn::Module* module = nullptr;
+  ChannelRole role = ChannelRole::Out;
+  int64_t index = 0;
+};
+
+/// A tensor's channels as the trace follows them: labels along `dim`, or, when dim < 0, a
+/// tensor the trace does not follow, and why.
+struct Channels {
+  int64_t dim = -1;
+  std::vector<int64_t> labels;
+  std::string reason;
+  bool followed() const { return dim >= 0; }
+};
+
+/// The labels of one trace (Note [Channel labels]).
+class Labels {
+ public:
+  /// `n` new labels; with a reason, channels the trace cannot follow.
+  std::vector<int64_t> fresh(int64_t n, const std::string& reason = {});
+  /// The labels of a layer's channels along `role`, made (with their entries) on first use, so
+  /// a layer called twice ties both calls' channels.
+  const std::vector<int64_t>& layer(nn::Module* module, ChannelRole role, int64_t n);
+  void unite(int64_t a, int64_t b);
+  void unite(const std::vector<int64_t>& a, const std::vector<int64_t>& b);  // pairwise, same length
+  void mark(int64_t label, const std::string& reason);
+  void mark(const std::vector<int64_t>& labels, const std::string& reason);
+  int64_t find(int64_t label);
+  const std::vector<UnitEntry>& entries(int64_t label) const { return entries_[static_cast<size_t>(label)]; }
+  const std::vector<std::string>& reasons(int64_t label) const { return reasons_[static_cast<size_t>(label)]; }
+  int64_t size() const { return static_cast<int64_t>(parent_.size()); }
+
+ private:
+  std::vector<int64_t> parent_;
+  std::vector<std::vector<UnitEntry>> entries_;
+  std::vector<std::vector<std::string>> reasons_;
+  std::map<std::pair<nn::Module*, ChannelRole>, std::vector<int64_t>> layers_;
+};
+
+/// How the trace finds the layer behind an op's node: the modules whose call returned the
+/// node's output (forward hooks), or the module owning the weight the node reads (a layer's
+/// method called directly, as BatchNorm's forward_relu, runs no hooks).
+struct TraceModules {
+  std::map<const autograd::Node*, std::vector<nn::Module*>> by_node;
+  std::map<const TensorImpl*, nn::Module*> by_weight;
+  /// Every module call's result, held (so no node is freed and its address reused): a result
+  /// the model does not return (an auxiliary head kept aside) still reads channels.
+  std::vector<std::shared_ptr<autograd::Node>> results;
+};
+
+/// Follows the channels from `input` (the traced leaf) through the graphs of `output` and of
+/// every module call's result, and marks the output's channels as the model's and those of the
+/// results nothing reads as results.
+void follow_channels(Labels& labels, const TraceModules& modules, const Tensor& input, const Tensor& output);
+
+}  // namespace strata::compress::detail
+
+namespace strata::compress {
+
+/// A trace's groups and, per group, its units' entries.
+struct DependencyGraph::Traced {
+  std::vector<DependencyGroup> groups;
+  std::vector<std::vector<std::vector<detail::UnitEntry>>> units;  // [group][unit] -> entries
+};
+
+namespace detail {
+/// The units (classes of labels with entries) grouped by shared (module, role), in the order of
+/// `model`'s modules; a group is unprunable for its units' reasons, a protected layer's output
+/// channels, or a member with a pruning mask.
+std::unique_ptr<DependencyGraph::Traced> build_groups(Labels& labels, nn::Module& model,
+                                                      const DependencyOptions& options);
+}  // namespace detail
+
+}  // namespace strata::compress
