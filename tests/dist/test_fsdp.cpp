@@ -182,7 +182,8 @@ TEST(Fsdp, BadWrappingRaises) {
   EXPECT_THROW(FSDP(*net, {.wrap_modules = {net.get()}}), Error);  // the root is always the root unit
   {
     FSDP inner(net->b1);
-    EXPECT_THROW(FSDP(*net, blocks(ShardingStrategy::FullShard)), Error);  // wrappers do not nest
+    EXPECT_TRUE(testing::throws_with([&] { FSDP(*net, blocks(ShardingStrategy::FullShard)); },
+                                     {"'b1'", "already inside another"}));  // wrappers do not nest
     EXPECT_THROW(FSDP(net->b1), Error);                                     // nor wrap one module twice
   }
   // a tied weight whose two modules land in different units: in two units, or used outside its own
@@ -191,13 +192,13 @@ TEST(Fsdp, BadWrappingRaises) {
     TiedNet tied;
     std::vector<nn::Module*> units;
     for (int k : wrap) units.push_back(k == 0 ? static_cast<nn::Module*>(&tied.embed) : &tied.head);
-    EXPECT_THROW(FSDP(tied, {.wrap_modules = units}), Error);
+    EXPECT_TRUE(testing::throws_with([&] { FSDP(tied, {.wrap_modules = units}); }, {"must lie inside one unit"}));
   }
   // two parameters sharing memory (not one tensor): flattening would untie them
   manual_seed(1);
   auto shared = make_net(2);
   shared->head.bias.set_data(shared->embed.bias.narrow(0, 0, 5));
-  EXPECT_THROW(FSDP(*shared, {}), Error);
+  EXPECT_TRUE(testing::throws_with([&] { FSDP(*shared, {}); }, {"sharing memory", "'head.bias'"}));
 }
 
 // A tie inside one unit is one parameter: trained as the plain model trains it.
@@ -219,6 +220,68 @@ TEST(Fsdp, ATiedWeightInsideOneUnitTrainsLikeOneProcess) {
     ref_opt.zero_grad();
   }
   expect_close_dicts(fsdp.full_state_dict(false), ref.state_dict(), 1e-12);
+}
+
+// The root's forward uses a block's weight after the block has run.
+struct OutsideUse : nn::Module {
+  Block block;
+  nn::Linear head{8, 5};
+  OutsideUse() {
+    register_module("block", block);
+    register_module("head", head);
+    to(kFloat64);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = embed(x);
+    Tensor y = block(h);  // first: the block gathers its weight
+    return head(y + F::linear(h, block.fc.weight));
+  }
+  static Tensor embed(const Tensor& x) { return cat({x, x.narrow(1, 0, 2)}, 1); }  // 6 -> 8 columns
+};
+
+// FullShard has freed the block's parameters when the root uses them: a clear error. ShardGradOp
+// keeps them until the backward ends, so the use is the plain model's.
+TEST(Fsdp, AParameterUsedOutsideItsUnitRaisesUnderFullShardAndWorksUnderShardGradOp) {
+  auto pg = dist_testing::group();
+  Batch b = local_batch(0, *pg);
+  {
+    manual_seed(3);
+    OutsideUse net;
+    FSDP fsdp(net, {.wrap_modules = {&net.block}});
+    EXPECT_TRUE(testing::throws_with([&] { fsdp(b.x); }, {"used outside its unit"}));
+  }
+  manual_seed(3);
+  OutsideUse net, ref;
+  ref.load_state_dict(net.state_dict());
+  FSDP fsdp(net, {.sharding_strategy = ShardingStrategy::ShardGradOp, .wrap_modules = {&net.block}});
+  optim::SGD opt(fsdp.parameters(), {.lr = 0.1}), ref_opt(ref.parameters(), {.lr = 0.1});
+  for (int step = 0; step < 2; ++step) {
+    Batch part = local_batch(step, *pg), all = batch(step);
+    F::mse_loss(fsdp(part.x), part.y).backward();
+    F::mse_loss(ref(all.x), all.y).backward();
+    for (auto* o : {static_cast<optim::Optimizer*>(&opt), static_cast<optim::Optimizer*>(&ref_opt)}) {
+      o->step();
+      o->zero_grad();
+    }
+  }
+  expect_close_dicts(fsdp.full_state_dict(false), ref.state_dict(), 1e-12);
+}
+
+// A unit of frozen parameters has a shard that needs no grad and is never reduced.
+TEST(Fsdp, AFrozenUnitStaysAsItWasWhileTheRestTrains) {
+  auto pg = dist_testing::group();
+  auto net = make_net(12), ref = make_net(12);
+  for (Net* n : {net.get(), ref.get()})
+    for (const Tensor& p : n->b1.parameters()) p.requires_grad_(false);
+  FSDP fsdp(*net, blocks(ShardingStrategy::FullShard));
+  EXPECT_FALSE(fsdp.parameters()[1].requires_grad());
+  optim::AdamW opt(fsdp.parameters(), {.lr = 0.01}), ref_opt(ref->parameters(), {.lr = 0.01});
+  for (int step = 0; step < 3; ++step) {
+    fsdp_step(fsdp, opt, step);
+    reference_step(*ref, ref_opt, step);
+  }
+  EXPECT_FALSE(fsdp.parameters()[1].grad().defined());
+  expect_close_dicts(fsdp.full_state_dict(false), ref->state_dict(), 1e-12);
 }
 
 TEST(Fsdp, FrozenAndTrainableParametersInOneUnitRaise) {

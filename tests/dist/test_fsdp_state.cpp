@@ -2,6 +2,10 @@
 // model's and loads back; the full optimizer state dict is a plain AdamW's over the model's
 // parameters, and resuming from both continues bit for bit; sharded state dicts round-trip and
 // refuse another world size, rank or model; summon_full_params writes changes back.
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "dist/fsdp_testing.h"
 
 namespace strata {
@@ -88,6 +92,46 @@ TEST(FsdpState, FullOptimizerStateIsThePlainAdamWsAndResumesBitForBit) {
     const optim::StateDict after = fsdp2.full_optim_state_dict(opt2, false);
     EXPECT_EQ(after.scalars.at("state.0.step"), 5);
   }
+}
+
+// io checkpoints hold plain models and optimizers: the full dicts go into plain copies, which
+// rank 0 saves; every rank reads the file back and resumes bit for bit.
+TEST(FsdpState, ResumesThroughAnIoCheckpointOfThePlainModelAndOptimizer) {
+  auto pg = dist_testing::group();
+  auto net = make_net(60);
+  FSDP fsdp(*net, blocks(ShardingStrategy::FullShard));
+  optim::AdamW opt(fsdp.parameters(), {.lr = 0.03});
+  for (int step = 0; step < 2; ++step) fsdp_step(fsdp, opt, step);
+  const nn::StateDict model = fsdp.full_state_dict();
+  const optim::StateDict state = fsdp.full_optim_state_dict(opt);
+  Tensor id = full({1}, static_cast<int64_t>(::getpid()), TensorOptions(kInt64));
+  pg->broadcast(id, 0)->wait();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / fmt::format("strata_fsdp_{}.ckpt", id.item<int64_t>())).string();
+  if (pg->rank() == 0) {
+    auto plain = make_net(0);
+    plain->load_state_dict(model);
+    optim::AdamW plain_opt(plain->parameters(), {});
+    plain_opt.load_state_dict(state);
+    io::save_checkpoint(path, {.model = plain.get(), .optimizer = &plain_opt}, {.step = 2});
+  }
+  pg->barrier()->wait();
+  auto plain = make_net(1);
+  optim::AdamW plain_opt(plain->parameters(), {});
+  io::TrainingState resumed{.model = plain.get(), .optimizer = &plain_opt};
+  EXPECT_EQ(io::load_checkpoint(path, resumed).step, 2);
+  pg->barrier()->wait();
+  if (pg->rank() == 0) std::filesystem::remove(path);
+  auto net2 = make_net(61);
+  FSDP fsdp2(*net2, blocks(ShardingStrategy::FullShard));
+  optim::AdamW opt2(fsdp2.parameters(), {});
+  fsdp2.load_full_state_dict(plain->state_dict());
+  fsdp2.load_full_optim_state_dict(opt2, plain_opt.state_dict());
+  for (int step = 2; step < 4; ++step) {
+    fsdp_step(fsdp, opt, step);
+    fsdp_step(fsdp2, opt2, step);
+  }
+  for (size_t u = 0; u < 3; ++u) EXPECT_TRUE(equal(fsdp2.parameters()[u], fsdp.parameters()[u])) << u;
 }
 
 TEST(FsdpState, ShardedStateDictRoundTripsAndRefusesAnotherLayout) {
