@@ -78,7 +78,8 @@ optim::StateDict FullyShardedDataParallel::full_optim_state_dict(const optim::Op
   for (const auto& [key, v] : local.scalars) {
     if (parse_state_key(key, index, name)) {
       const size_t u = layout.unit_of.at(index);
-      for (size_t k = 0; k < units[u].params.size(); ++k) out.scalars[state_key(layout.plain_index.at({u, k}), name)] = v;
+      for (size_t k = 0; k < units[u].params.size(); ++k)
+        out.scalars[state_key(layout.plain_index.at({u, k}), name)] = v;
     } else {
       out.scalars[key] = is_num_params(key, group) ? static_cast<double>(layout.plain.at(group).size()) : v;
     }
