@@ -167,10 +167,15 @@ void FsdpRuntime::on_gradient(size_t u) {
 
 void FsdpRuntime::reset() {
   if (!in_backward_ || !pass_alive_.expired()) return;
-  for (FlatUnit& unit : units_) {
+  // The pass raised midway: what it accumulated on the module's parameters is partial (the shards'
+  // .grad never saw it), so it is dropped with the reductions in flight, and every unit freed.
+  for (size_t u = 0; u < units_.size(); ++u) {
+    FlatUnit& unit = units_[u];
     if (unit.work) unit.work->wait();
     unit.work.reset();
     unit.flat_grad = unit.reduced = Tensor();
+    for (const Tensor& p : unit.params) p.set_grad(Tensor());
+    free(u);
   }
   in_backward_ = false;
 }

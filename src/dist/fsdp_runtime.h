@@ -64,7 +64,8 @@ class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
   std::any pack(const Tensor& t);
   Tensor unpack(const std::any& packed);
 
-  /// Before a forward: forgets a backward pass that raised before its end.
+  /// Before a forward or backward: forgets a backward pass that raised before its end, dropping the
+  /// gradients it left on the module's parameters (no_sync's accumulated ones too).
   void reset();
   bool sync = true;  // false under no_sync()
   bool summoned = false;  // inside summon_full_params()

@@ -125,6 +125,31 @@ TEST(Fsdp, NoSyncAccumulationEqualsTheLargerBatch) {
   }
 }
 
+// A backward that raises after some units were reduced leaves nothing behind: the next step is
+// the plain model's first.
+TEST(Fsdp, ABackwardThatRaisesMidwayLeavesTheNextStepExact) {
+  auto pg = dist_testing::group();
+  for (ShardingStrategy strategy : all_strategies()) {
+    auto net = make_net(7), ref = make_net(7);
+    FSDP fsdp(*net, blocks(strategy));
+    bool fail = true;
+    net->b1.register_forward_hook([&](nn::Module&, const Tensor&, const Tensor& out) {
+      if (out.requires_grad())
+        out.register_hook([&](const Tensor&) -> Tensor {
+          if (fail) throw Error("injected");  // after b2's and the head's gradients
+          return Tensor();
+        });
+    });
+    Batch b = local_batch(0, *pg);
+    EXPECT_THROW(F::mse_loss(fsdp(b.x), b.y).backward(), Error);
+    fail = false;
+    optim::AdamW opt(fsdp.parameters(), {.lr = 0.01}), ref_opt(ref->parameters(), {.lr = 0.01});
+    fsdp_step(fsdp, opt, 0);
+    reference_step(*ref, ref_opt, 0);
+    expect_close_dicts(fsdp.full_state_dict(false), ref->state_dict(), 1e-12);
+  }
+}
+
 TEST(Fsdp, ClipGradNormEqualsThePlainModelsClip) {
   auto pg = dist_testing::group();
   for (double norm_type : {2.0, 1.0, std::numeric_limits<double>::infinity()}) {
