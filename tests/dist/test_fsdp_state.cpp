@@ -94,6 +94,34 @@ TEST(FsdpState, FullOptimizerStateIsThePlainAdamWsAndResumesBitForBit) {
   }
 }
 
+// Groups of whole units: group g of the full dict holds the parameters of group g's units, in
+// the module's order, as a plain AdamW with those groups writes it.
+TEST(FsdpState, FullOptimizerStateKeepsTheGroupsOfUnits) {
+  auto pg = dist_testing::group();
+  auto net = make_net(35), ref = make_net(35);
+  FSDP fsdp(*net, blocks(ShardingStrategy::ShardGradOp));
+  const auto shards = fsdp.parameters();
+  using G = optim::AdamW::Group;
+  optim::AdamW opt({G({shards[0]}, {.lr = 0.01}), G({shards[1], shards[2]}, {.lr = 0.03, .weight_decay = 0})});
+  auto params = [&](std::initializer_list<nn::Module*> ms) {
+    std::vector<Tensor> out;
+    for (nn::Module* m : ms)
+      for (const Tensor& p : m->parameters()) out.push_back(p);
+    return out;
+  };
+  optim::AdamW ref_opt({G(params({&ref->embed, &ref->head}), {.lr = 0.01}),
+                        G(params({&ref->b1, &ref->b2}), {.lr = 0.03, .weight_decay = 0})});
+  for (int step = 0; step < 2; ++step) {
+    fsdp_step(fsdp, opt, step);
+    reference_step(*ref, ref_opt, step);
+  }
+  const optim::StateDict got = fsdp.full_optim_state_dict(opt, false), want = ref_opt.state_dict();
+  EXPECT_EQ(got.scalars, want.scalars);
+  ASSERT_EQ(got.tensors.size(), want.tensors.size());
+  for (const auto& [key, t] : want.tensors) EXPECT_TRUE(allclose(got.tensors.at(key), t, 1e-11, 1e-14)) << key;
+  expect_close_dicts(fsdp.full_state_dict(false), ref->state_dict(), 1e-12);
+}
+
 // io checkpoints hold plain models and optimizers: the full dicts go into plain copies, which
 // rank 0 saves; every rank reads the file back and resumes bit for bit.
 TEST(FsdpState, ResumesThroughAnIoCheckpointOfThePlainModelAndOptimizer) {
