@@ -28,6 +28,11 @@ std::set<const nn::Module*>& wrapped_modules() {
   return modules;
 }
 
+// A saved tensor the caller's saved-tensor hooks packed.
+struct OuterSave {
+  std::any packed;
+};
+
 bool is_inside(const std::string& name, const std::string& ancestor) {
   return ancestor.empty() || name.rfind(ancestor + ".", 0) == 0;
 }
@@ -183,14 +188,21 @@ FullyShardedDataParallel::~FullyShardedDataParallel() {
 std::unique_ptr<autograd::SavedTensorHooksGuard> FullyShardedDataParallel::begin_forward() {
   STRATA_CHECK(!runtime_->summoned, "[FullyShardedDataParallel] forward inside summon_full_params(); run it outside");
   runtime_->reset();
+  runtime_->begin_forward_pass();
+  // The wrapper keeps the tensors aliasing gathered parameters itself and hands every other one to
+  // the caller's hooks, if any are active (activation checkpointing or compression around it).
+  auto [outer_pack, outer_unpack] = autograd::current_saved_tensor_hooks();
   std::weak_ptr<detail::FsdpRuntime> weak = runtime_;
   return std::make_unique<autograd::SavedTensorHooksGuard>(
-      [weak](const Tensor& t) -> std::any {
-        if (auto self = weak.lock()) return self->pack(t);
-        return t;
+      [weak, outer_pack = std::move(outer_pack)](const Tensor& t) -> std::any {
+        std::any packed = t;
+        if (auto self = weak.lock()) packed = self->pack(t);
+        if (outer_pack && std::any_cast<Tensor>(&packed)) return OuterSave{outer_pack(t)};
+        return packed;
       },
-      [weak](const std::any& packed) -> Tensor {
+      [weak, outer_unpack = std::move(outer_unpack)](const std::any& packed) -> Tensor {
         if (const auto* t = std::any_cast<Tensor>(&packed)) return *t;
+        if (const auto* outer = std::any_cast<OuterSave>(&packed)) return outer_unpack(outer->packed);
         auto self = weak.lock();
         STRATA_CHECK(self != nullptr, "[FullyShardedDataParallel] the backward needs a unit's parameters, but the "
                      "wrapper is gone; keep it alive until the backward has run");

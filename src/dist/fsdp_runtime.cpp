@@ -20,6 +20,8 @@
 // ShardGradOp units.
 #include "dist/fsdp_runtime.h"
 
+#include <algorithm>
+
 #include <strata/autograd/autograd.hpp>
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/ops/creation.hpp>
@@ -55,6 +57,9 @@ void FsdpRuntime::install() {
     unit.shard = cat(parts, 0).narrow(0, rank * length, length).clone();
     if (unit.requires_grad) unit.shard.requires_grad_(true);
     for (const Tensor& p : unit.params) p.set_data(empty({0}, options));
+    unit.used.assign(unit.params.size(), false);
+    unit.awaited.assign(unit.params.size(), false);
+    for (size_t k = 0; k < unit.params.size(); ++k) param_at_[unit.params[k].impl_ptr().get()] = {u, k};
     if (!sharded()) gather(u);  // NoShard: the parameters are views of the shard, for good
   }
   std::weak_ptr<FsdpRuntime> weak = weak_from_this();
@@ -68,10 +73,10 @@ void FsdpRuntime::install() {
           if (auto self = weak.lock()) self->post_forward(u, outputs);
         },
         false, /*always_call=*/true));
-    for (const Tensor& p : units_[u].params)
+    for (size_t k = 0; k < units_[u].params.size(); ++k)
       if (units_[u].requires_grad)
-        p.register_post_accumulate_grad_hook([weak, u](const Tensor&) {
-          if (auto self = weak.lock()) self->on_gradient(u);
+        units_[u].params[k].register_post_accumulate_grad_hook([weak, u, k](const Tensor&) {
+          if (auto self = weak.lock()) self->on_gradient(u, k);
         });
   }
 }
@@ -83,7 +88,10 @@ void FsdpRuntime::uninstall() {
 
 void FsdpRuntime::gather(size_t u) {
   FlatUnit& unit = units_[u];
-  if (unit.full.defined()) return;
+  if (unit.full.defined()) {
+    if (!sharded() || unit.gathered_version == unit.shard.version()) return;
+    free(u);  // the shard changed since (an optimizer step after a forward whose backward never came)
+  }
   NoGradGuard no_grad;
   if (!sharded()) {
     unit.full = unit.shard.detach();
@@ -95,6 +103,7 @@ void FsdpRuntime::gather(size_t u) {
     group_->allgather(parts, unit.shard.detach())->wait();
     unit.full = full;
   }
+  unit.gathered_version = unit.shard.version();
   gathered_[unit.full.storage().get()] = u;
   for (size_t k = 0; k < unit.params.size(); ++k)
     unit.params[k].set_data(unit.full.narrow(0, unit.offsets[k], unit.numels[k]).view(unit.shapes[k]));
@@ -114,6 +123,7 @@ void FsdpRuntime::write_back(size_t u) {
   NoGradGuard no_grad;
   const int64_t length = unit.shard.numel();
   unit.shard.detach().copy_(unit.full.narrow(0, group_->rank() * length, length));
+  unit.gathered_version = unit.shard.version();  // `full` still holds its values
 }
 
 std::any FsdpRuntime::pack(const Tensor& t) {
@@ -140,6 +150,7 @@ void FsdpRuntime::pre_forward(size_t u) {
 void FsdpRuntime::post_forward(size_t u, const std::vector<Tensor>& outputs) {
   const bool grad_mode = autograd::is_grad_enabled();
   std::weak_ptr<FsdpRuntime> weak = weak_from_this();
+  if (grad_mode && !in_backward_) trace_used(outputs);  // not a recomputation inside the backward
   if (grad_mode)
     for (const Tensor& out : outputs)
       if (out.defined() && out.requires_grad() && !out.is_leaf())
@@ -147,7 +158,33 @@ void FsdpRuntime::post_forward(size_t u, const std::vector<Tensor>& outputs) {
           if (auto self = weak.lock()) self->pre_backward(u);
           return Tensor();
         });
-  if (strategy_ == ShardingStrategy::FullShard || !grad_mode) free(u);
+  // ShardGradOp keeps a unit whole for the backward of a training forward only: an eval forward
+  // (whose backward, if one comes, gathers again) must not hold the memory until the next backward
+  if (strategy_ == ShardingStrategy::FullShard || !grad_mode || !units_[u].module->is_training()) free(u);
+}
+
+// Marks the parameters in the graph of a unit's outputs as used in this pass: a unit's reduction
+// waits for exactly these (a parameter unused on this rank's batch would otherwise hold it back to
+// the end of the backward, and this rank would issue it after gathers that other ranks issue later).
+void FsdpRuntime::trace_used(const std::vector<Tensor>& outputs) {
+  std::vector<std::shared_ptr<autograd::Node>> stack;
+  for (const Tensor& out : outputs)
+    if (out.defined() && out.requires_grad()) stack.push_back(autograd::gradient_edge(out).node);
+  while (!stack.empty()) {
+    std::shared_ptr<autograd::Node> node = std::move(stack.back());
+    stack.pop_back();
+    if (!node || !traced_.insert(node->sequence_nr).second) continue;  // walked from an earlier unit
+    if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(node.get())) {
+      if (const auto it = param_at_.find(acc->leaf().get()); it != param_at_.end())
+        units_[it->second.first].used[it->second.second] = true;
+      continue;
+    }
+    for (const autograd::Edge& e : node->next_edges) stack.push_back(e.node);
+  }
+}
+
+void FsdpRuntime::begin_forward_pass() {
+  if (!in_backward_) traced_.clear();
 }
 
 void FsdpRuntime::pre_backward(size_t u) {
@@ -155,13 +192,15 @@ void FsdpRuntime::pre_backward(size_t u) {
   gather(u);
 }
 
-void FsdpRuntime::on_gradient(size_t u) {
+void FsdpRuntime::on_gradient(size_t u, size_t k) {
   begin_backward();
   FlatUnit& unit = units_[u];
-  STRATA_CHECK(unit.grads_pending > 0 && !unit.done,
-               "[FullyShardedDataParallel] unit '{}' received more gradients than it has parameters in one backward "
-               "pass; FSDP reduces each gradient once per pass (use no_sync() for passes that only accumulate)",
-               unit.name);
+  STRATA_CHECK(!unit.done,
+               "[FullyShardedDataParallel] parameter '{}' received a gradient after unit '{}' had reduced its "
+               "gradients in this backward pass: it was used outside the graph of the unit's outputs",
+               unit.param_names[k], unit.name);
+  if (!unit.awaited[k]) return;  // not seen in a forward's graph: flattened with the others at unit_done
+  unit.awaited[k] = false;
   if (--unit.grads_pending == 0) unit_done(u);
 }
 
@@ -185,7 +224,9 @@ void FsdpRuntime::begin_backward() {
   if (in_backward_) return;
   in_backward_ = true;
   for (FlatUnit& unit : units_) {
-    unit.grads_pending = unit.requires_grad ? unit.params.size() : 0;
+    unit.awaited = unit.requires_grad ? unit.used : std::vector<bool>(unit.params.size(), false);
+    unit.grads_pending = static_cast<size_t>(std::count(unit.awaited.begin(), unit.awaited.end(), true));
+    unit.used.assign(unit.params.size(), false);
     unit.done = false;
   }
   next_reduction_ = 0;
@@ -238,6 +279,7 @@ void FsdpRuntime::start_ready_reductions() {
 
 void FsdpRuntime::finish_backward() {
   in_backward_ = false;
+  traced_.clear();
   for (size_t u = 0; u < units_.size(); ++u) unit_done(u);  // the gradients that never arrived
   NoGradGuard no_grad;
   for (FlatUnit& unit : units_) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <strata/dist/fsdp.hpp>
@@ -27,6 +28,9 @@ struct FlatUnit {
   bool requires_grad = false;
   Tensor shard;  // the leaf the optimizer steps: [padded / shards]
   Tensor full;   // the gathered flat parameter [padded]; undefined while freed
+  int64_t gathered_version = 0;  // the shard's version when `full` was gathered from it
+  std::vector<bool> used;        // per parameter: in the graph of a forward since the last backward
+  std::vector<bool> awaited;     // per parameter: its gradient is still due in this backward
   // the backward pass in progress
   size_t grads_pending = 0;
   bool done = false;   // every gradient in (or counted missing at the end)
@@ -67,6 +71,8 @@ class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
   /// Before a forward or backward: forgets a backward pass that raised before its end, dropping the
   /// gradients it left on the module's parameters (no_sync's accumulated ones too).
   void reset();
+  /// At the start of a wrapper forward: forgets which graph nodes the units' outputs were traced through.
+  void begin_forward_pass();
   bool sync = true;  // false under no_sync()
   bool summoned = false;  // inside summon_full_params()
   std::vector<bool> gathered_before_summon;
@@ -75,7 +81,8 @@ class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
   void pre_forward(size_t u);
   void post_forward(size_t u, const std::vector<Tensor>& outputs);
   void pre_backward(size_t u);
-  void on_gradient(size_t u);
+  void on_gradient(size_t u, size_t k);
+  void trace_used(const std::vector<Tensor>& outputs);
   void begin_backward();
   void unit_done(size_t u);
   void start_ready_reductions();
@@ -86,6 +93,8 @@ class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
   std::vector<FlatUnit> units_;
   std::unordered_map<const Storage*, size_t> gathered_;  // a gathered flat parameter's storage -> unit
   std::vector<nn::RemovableHandle> handles_;
+  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> param_at_;  // -> (unit, index)
+  std::unordered_set<uint64_t> traced_;  // sequence numbers of the nodes trace_used has walked
   bool in_backward_ = false;
   std::weak_ptr<void> pass_alive_;  // expired when the pass raised (the engine drops its callback)
   size_t next_reduction_ = 0;       // units reduce last first, the same order on every rank
