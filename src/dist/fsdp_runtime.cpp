@@ -4,7 +4,8 @@
 // layers keep), and FSDP only changes what they point at (Tensor::set_data): the parts of the
 // gathered flat parameter while the unit is gathered, a 0-element tensor while it is freed. So
 // autograd accumulates a full gradient into each parameter's .grad as for a plain module, and a
-// post-accumulate hook counts them. When a unit's gradients are all in, they are flattened into
+// post-accumulate hook counts them. When a unit's gradients are all in (those of the parameters
+// the forward's graph reached: trace_used), they are flattened into
 // one padded buffer (the parameters' .grad dropped), the unit is freed under FullShard, and its
 // reduction (reduce_scatter with Avg into this rank's part; allreduce under NoShard) starts, in
 // the fixed order last unit first, a unit that is ready waiting for those before it, so every

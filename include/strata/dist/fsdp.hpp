@@ -84,7 +84,8 @@ class STRATA_API FullyShardedDataParallel {
   FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
 
   /// Runs the module's forward; the tensors its ops save for the backward that alias a unit's
-  /// gathered parameters are kept as references and re-gathered in the backward.
+  /// gathered parameters are kept as references and re-gathered in the backward; the others go to
+  /// the caller's saved-tensor hooks when some are active (activation checkpointing around it).
   Tensor forward(const Tensor& input);
   Tensor operator()(const Tensor& input) { return forward(input); }
   /// The same for a forward of any other signature: `fn` calls the module and returns its output.
