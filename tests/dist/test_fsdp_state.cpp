@@ -184,6 +184,8 @@ TEST(FsdpState, ShardedStateDictRoundTripsAndRefusesAnotherLayout) {
   refused("_fsdp.unit.1.numel", full({}, 73, i64));             // another model
   refused("_fsdp.unit.2.shard", zeros({3}, TensorOptions(kFloat64)));
   refused("_fsdp.unit.3.shard", zeros({1}, TensorOptions(kFloat64)));  // a unit this wrapper lacks
+  for (size_t u = 0; u < 3; ++u)  // nothing half-written: the shards still hold ref's values
+    EXPECT_TRUE(equal(fsdp.parameters()[u], reference_shard(fsdp, u, *ref, [](const Tensor& p) { return p; }))) << u;
   fsdp.load_sharded_state_dict(saved);
   for (size_t u = 0; u < 3; ++u) EXPECT_TRUE(equal(fsdp.parameters()[u], before[u])) << u;
 }
