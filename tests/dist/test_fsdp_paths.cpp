@@ -166,5 +166,35 @@ TEST(FsdpPaths, TheCallersSavedTensorHooksAroundTheWrapperStillApply) {
   }
 }
 
+// Activation checkpointing inside the forward: around two child units and the root unit's own
+// layer, which the recomputation in the backward runs again.
+struct CheckpointedNet : Net {
+  Tensor forward(const Tensor& x) override {
+    Tensor h = tanh(embed(x));
+    h = memory::checkpoint([this, x](const Tensor& y) { return b2(b1(y) * tanh(embed(x))); }, h);
+    return head(h);
+  }
+};
+
+TEST(FsdpPaths, CheckpointingInsideTheForwardTrainsLikeOneProcess) {
+  auto pg = dist_testing::group();
+  for (ShardingStrategy strategy : all_strategies()) {
+    manual_seed(25);
+    CheckpointedNet net, ref;
+    ref.load_state_dict(net.state_dict());
+    FSDP fsdp(net, blocks(strategy));
+    int b1_calls = 0;
+    auto counting = net.b1.register_forward_pre_hook([&](nn::Module&, const Tensor&) { ++b1_calls; });
+    optim::SGD opt(fsdp.parameters(), {.lr = 0.1}), ref_opt(ref.parameters(), {.lr = 0.1});
+    for (int step = 0; step < 3; ++step) {
+      fsdp_step(fsdp, opt, step);
+      reference_step(ref, ref_opt, step);
+    }
+    EXPECT_EQ(b1_calls, 6);  // each forward and its recomputation
+    expect_trains_like(fsdp, ref, 1e-12);
+    counting.remove();
+  }
+}
+
 }  // namespace
 }  // namespace strata
