@@ -3,7 +3,8 @@
 // The full state dict is the one a plain optimizer of the same type writes over the module's own
 // parameters: each shard's tensors are gathered, unflattened and cut into the unit's parameters,
 // and its scalars repeated for each of them. Loading cuts the other way, so a full state dict
-// loads at any world size. State tensors of another shape (not per element) are repeated.
+// loads at any world size. Scalar state tensors are repeated; a state laid over the flat shard in
+// blocks (Adam8bit's quantization scales) has no per-parameter form and is refused.
 #include <strata/dist/fsdp.hpp>
 
 #include <map>
@@ -84,9 +85,18 @@ optim::StateDict FullyShardedDataParallel::full_optim_state_dict(const optim::Op
       out.scalars[key] = is_num_params(key, group) ? static_cast<double>(layout.plain.at(group).size()) : v;
     }
   }
+  for (const auto& [key, t] : local.tensors) {  // checked before any collective: every rank raises alike
+    STRATA_CHECK(parse_state_key(key, index, name), "[FullyShardedDataParallel] unexpected optimizer state '{}'", key);
+    const detail::FlatUnit& unit = units[layout.unit_of.at(index)];
+    STRATA_CHECK((t.dim() == 1 && t.numel() == unit.shard.numel()) || t.numel() <= 1,
+                 "[FullyShardedDataParallel] full_optim_state_dict: {}'s state '{}' of unit '{}' has shape {}, neither "
+                 "one value per element of the shard ({}) nor a scalar: laid over the flat shard in blocks, it has no "
+                 "per-parameter form; save the optimizer's own state_dict() on each rank instead",
+                 local.type, name, unit.name, t.shape(), unit.shard.numel());
+  }
   NoGradGuard no_grad;
   for (const auto& [key, t] : local.tensors) {  // the same keys, in the same order, on every rank
-    STRATA_CHECK(parse_state_key(key, index, name), "[FullyShardedDataParallel] unexpected optimizer state '{}'", key);
+    parse_state_key(key, index, name);
     const size_t u = layout.unit_of.at(index);
     const detail::FlatUnit& unit = units[u];
     const bool per_element = t.dim() == 1 && t.numel() == unit.shard.numel();

@@ -124,6 +124,22 @@ TEST(FsdpState, FullOptimizerStateKeepsTheGroupsOfUnits) {
 
 // io checkpoints hold plain models and optimizers: the full dicts go into plain copies, which
 // rank 0 saves; every rank reads the file back and resumes bit for bit.
+// Adam8bit keeps one quantization scale per block of the flat shard: no plain layout exists, so
+// the full optimizer state dict refuses it on every rank instead of cutting the scales wrongly.
+TEST(FsdpState, FullOptimizerStateRefusesStateLaidOverTheShardInBlocks) {
+  auto pg = dist_testing::group();
+  auto net = make_net(60);
+  FSDP fsdp(*net, blocks(ShardingStrategy::FullShard));
+  optim::Adam8bit opt(fsdp.parameters(), {.lr = 1e-3, .min_8bit_size = 1, .block_size = 4});
+  fsdp_step(fsdp, opt, 0);
+  try {
+    fsdp.full_optim_state_dict(opt);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exp_avg_absmax"), std::string::npos) << e.what();
+  }
+}
+
 TEST(FsdpState, ResumesThroughAnIoCheckpointOfThePlainModelAndOptimizer) {
   auto pg = dist_testing::group();
   auto net = make_net(60);
