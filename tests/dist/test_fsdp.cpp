@@ -89,7 +89,10 @@ TEST(Fsdp, GatheredParametersLiveOnlyWhileTheirUnitRuns) {
       EXPECT_FALSE(p.grad().defined());  // flattened into the shards' grads
     }
     for (const Tensor& s : fsdp.parameters()) EXPECT_TRUE(s.grad().defined());
-    // without grad mode no unit keeps its parameters after its forward
+    // without grad mode no unit keeps its parameters after its forward, even one that a forward
+    // with grad had left gathered (ShardGradOp) for a backward
+    Tensor pending = fsdp(b.x);
+    for (size_t u = 0; u < 3; ++u) EXPECT_EQ(fsdp.is_gathered(u), !full_shard) << u;
     {
       NoGradGuard no_grad;
       fsdp(b.x);
