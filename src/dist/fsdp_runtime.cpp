@@ -145,6 +145,7 @@ Tensor FsdpRuntime::unpack(const std::any& packed) {
 void FsdpRuntime::pre_forward(size_t u) {
   STRATA_CHECK(!summoned, "[FullyShardedDataParallel] unit '{}' was called inside summon_full_params(); run the "
                "forward outside it", units_[u].name);
+  if (units_[u].name.empty()) begin_forward_pass();  // the root called directly, not through the wrapper
   gather(u);
 }
 
