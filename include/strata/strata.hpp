@@ -80,6 +80,7 @@
 
 #include <strata/dist/ddp.hpp>
 #include <strata/dist/device_mesh.hpp>
+#include <strata/dist/fsdp.hpp>
 #include <strata/dist/pipeline.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/dist/tensor_parallel.hpp>

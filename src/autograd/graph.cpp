@@ -44,6 +44,12 @@ SavedTensorHooksGuard::SavedTensorHooksGuard(std::function<std::any(const Tensor
 }
 SavedTensorHooksGuard::~SavedTensorHooksGuard() { t_saved_hooks.pop_back(); }
 
+std::pair<std::function<std::any(const Tensor&)>, std::function<Tensor(const std::any&)>>
+current_saved_tensor_hooks() {
+  if (t_saved_hooks.empty()) return {};
+  return {t_saved_hooks.back().pack, t_saved_hooks.back().unpack};
+}
+
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) : defined_(t.defined()), is_output_(is_output) {
   if (!defined_) return;
   requires_grad_ = t.requires_grad();

@@ -13,6 +13,7 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/join.hpp>
 
+#include "dist/model_sync.h"
 #include "dist/working_copy.h"
 #include "optim/state_keys.h"
 
@@ -151,13 +152,7 @@ void ZeroShards::broadcast_params() {
 }
 
 void ZeroShards::agree(std::exception_ptr error, const char* what) const {
-  const Device device = params_device();
-  Tensor first = full({1}, error ? group_->rank() : group_->size(), TensorOptions(kInt32, device));
-  group_->allreduce(first, ReduceOp::Min)->wait();
-  const int failed = first.cpu().item<int32_t>();
-  if (error) std::rethrow_exception(error);
-  STRATA_CHECK(failed == group_->size(), "[ZeroRedundancyOptimizer] {} failed on rank {} (its error names the cause)",
-               what, failed);
+  agree_on_error(*group_, std::move(error), params_device(), "ZeroRedundancyOptimizer", what);
 }
 
 Device ZeroShards::params_device() const {

@@ -2,7 +2,8 @@
 // mpirun with one rank per GPU: each collective on CUDA tensors, in several dtypes and
 // layouts, gives what the MPI group (tested against closed forms in test_collectives.cpp) gives
 // on the same values on the CPU; DDP on a CUDA model keeps training like its CPU twin, and so
-// does ZeroRedundancyOptimizer (its broadcasts, error agreement and state exchange on NCCL).
+// does ZeroRedundancyOptimizer (its broadcasts, error agreement and state exchange on NCCL), and
+// FullyShardedDataParallel (its gathers, reduce-scatters, clipping and state dicts).
 #include <numeric>
 
 #include "dist/dist_testing.h"
@@ -212,6 +213,39 @@ TEST(Nccl, ZeroOnCudaMatchesItsCpuTwin) {
   EXPECT_EQ(g.scalars, c.scalars);
   ASSERT_EQ(g.tensors.size(), c.tensors.size());
   for (const auto& [key, t] : c.tensors) EXPECT_TRUE(allclose(g.tensors.at(key).cpu(), t, 1e-12, 1e-12)) << key;
+}
+
+TEST(Nccl, FsdpOnCudaMatchesItsCpuTwin) {
+  SKIP_WITHOUT_NCCL();
+  const int r = dist_testing::group()->rank();
+  const Device dev = Device::cuda(r % cuda::device_count());
+  manual_seed(13);
+  nn::Sequential cpu_net(nn::Linear(6, 5), nn::Tanh(), nn::Linear(5, 3));
+  cpu_net.to(kFloat64);
+  nn::Sequential gpu_net(nn::Linear(6, 5), nn::Tanh(), nn::Linear(5, 3));
+  gpu_net.to(kFloat64);
+  gpu_net.load_state_dict(cpu_net.state_dict());
+  gpu_net.to(dev);
+  const auto policy = dist::module_wrap_policy<nn::Linear>();
+  dist::FullyShardedDataParallel cpu_fsdp(cpu_net, {.auto_wrap_policy = policy});
+  dist::FullyShardedDataParallel gpu_fsdp(gpu_net, {.process_group = nccl_group(), .auto_wrap_policy = policy});
+  optim::AdamW cpu_opt(cpu_fsdp.parameters(), {.lr = 0.01}), gpu_opt(gpu_fsdp.parameters(), {.lr = 0.01});
+  Tensor x = inputs(r, kFloat64, Layout::Contiguous, kCPU);
+  for (int step = 0; step < 3; ++step) {
+    cpu_fsdp(x).square().sum().backward();
+    gpu_fsdp(x.to(dev)).square().sum().backward();
+    EXPECT_NEAR(gpu_fsdp.clip_grad_norm_(1.0), cpu_fsdp.clip_grad_norm_(1.0), 1e-9);
+    cpu_opt.step();
+    gpu_opt.step();
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+  }
+  const nn::StateDict g = gpu_fsdp.full_state_dict(false), c = cpu_fsdp.full_state_dict(false);
+  for (const auto& [key, t] : c) EXPECT_TRUE(allclose(g.at(key).cpu(), t, 1e-12, 1e-12)) << key;
+  const optim::StateDict go = gpu_fsdp.full_optim_state_dict(gpu_opt, false);
+  const optim::StateDict co = cpu_fsdp.full_optim_state_dict(cpu_opt, false);
+  EXPECT_EQ(go.scalars, co.scalars);
+  for (const auto& [key, t] : co.tensors) EXPECT_TRUE(allclose(go.tensors.at(key).cpu(), t, 1e-12, 1e-12)) << key;
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end check of the data-parallel example under mpirun with 2 ranks: the loss must fall
 # clearly, the accuracy on the three spirals must be well above chance (33%), and both ranks
-# must end with identical parameters; with --zero (sharded optimizer state) every epoch's line is
-# the same as without; a bad option is refused before MPI starts.
+# must end with identical parameters; with --zero (sharded optimizer state) and with --fsdp (sharded
+# parameters, gradients and state) every epoch's line is the same as without; a bad option is
+# refused before MPI starts.
 # usage: distributed_test.sh MPIEXEC DISTRIBUTED_TRAIN WORK_DIR
 set -euo pipefail
 mpiexec=$1 example=$2 work=$3
@@ -25,6 +26,10 @@ awk -v a="$acc" 'BEGIN { exit !(a > 80) }' || fail "accuracy $acc% is not well a
 "$mpiexec" --oversubscribe -np 2 "$example" --epochs 30 --batch 30 --bucket-mb 0.01 --zero > zero.txt
 diff <(grep '^epoch' out.txt) <(grep '^epoch' zero.txt) || fail "--zero trained differently"
 [[ $(grep -c 'parameters identical on all 2 ranks' zero.txt) == 2 ]] || fail "the ranks' parameters differ (--zero)"
+
+"$mpiexec" --oversubscribe -np 2 "$example" --epochs 30 --batch 30 --fsdp > fsdp.txt
+diff <(grep '^epoch' out.txt) <(grep '^epoch' fsdp.txt) || fail "--fsdp trained differently"
+[[ $(grep -c 'parameters identical on all 2 ranks' fsdp.txt) == 2 ]] || fail "the ranks' parameters differ (--fsdp)"
 
 set +e
 "$example" --epochs 0 2>err.txt

@@ -173,4 +173,9 @@ class STRATA_API SavedTensorHooksGuard {
   SavedTensorHooksGuard& operator=(const SavedTensorHooksGuard&) = delete;
 };
 
+/// The innermost saved-tensor hooks active on this thread (both empty when none), for hooks that
+/// keep some tensors themselves and hand the others on to those around them.
+STRATA_API std::pair<std::function<std::any(const Tensor&)>, std::function<Tensor(const std::any&)>>
+current_saved_tensor_hooks();
+
 }  // namespace strata::autograd

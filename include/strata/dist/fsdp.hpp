@@ -1,0 +1,184 @@
+// FullyShardedDataParallel (ZeRO-2 and ZeRO-3), as torch.distributed.fsdp.FullyShardedDataParallel
+// with use_orig_params=False. The model is cut into units (the root module and the submodules a
+// policy picks); each unit's parameters are flattened into one flat parameter, padded to a
+// multiple of the world size, and each rank keeps only its shard of it: the leaf tensors
+// parameters() returns, which any strata optimizer steps. A unit's full parameters are gathered
+// (all_gather) for its forward and again for its backward, and its gradients are averaged over
+// the ranks and scattered (reduce_scatter, Avg) into the shards' .grad (docs/fsdp.md).
+//
+//   dist::init_process_group("mpi");
+//   Net net;
+//   dist::FullyShardedDataParallel fsdp(net, {.auto_wrap_policy = dist::module_wrap_policy<Block>()});
+//   optim::AdamW opt(fsdp.parameters(), {.lr = 1e-3});      // this rank's shards only
+//   for (...) {
+//     Tensor loss = nn::functional::cross_entropy(fsdp(x_local), y_local);
+//     loss.backward();                                      // shards' .grad: the mean over ranks
+//     fsdp.clip_grad_norm_(1.0);                             // the norm over every shard
+//     opt.step();
+//     opt.zero_grad();
+//   }
+//   nn::StateDict model = fsdp.full_state_dict();             // the plain model's, on rank 0
+//   optim::StateDict state = fsdp.full_optim_state_dict(opt); // a plain AdamW's over net.parameters()
+//
+// Construction, forward, backward, full_state_dict, load_*, summon_full_params and the optimizer
+// state calls are collective: every rank calls them in the same order.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <strata/autograd/graph.hpp>
+#include <strata/dist/process_group.hpp>
+#include <strata/nn/module.hpp>
+#include <strata/optim/optimizer.hpp>
+
+namespace strata::dist {
+
+namespace detail {
+class FsdpRuntime;
+}
+
+/// What each rank keeps between uses (torch.distributed.fsdp.ShardingStrategy).
+enum class ShardingStrategy : uint8_t {
+  FullShard,    ///< ZeRO-3: parameters, gradients and optimizer state sharded; parameters gathered
+                ///< for each unit's forward and again for its backward, freed after each
+  ShardGradOp,  ///< ZeRO-2: gathered for the forward and kept whole until the backward ends
+  NoShard,      ///< DDP: every rank keeps everything; gradients all-reduced
+};
+
+/// Decides whether a submodule becomes a unit of its own: (its dotted name, the module, the number
+/// of parameter elements it holds that no unit below it holds). Called children before parents.
+using AutoWrapPolicy = std::function<bool(const std::string& name, nn::Module& module, int64_t unwrapped_numel)>;
+
+/// torch's size_based_auto_wrap_policy: a submodule becomes a unit when it holds at least
+/// `min_num_params` parameter elements not already in a unit below it.
+STRATA_API AutoWrapPolicy size_based_auto_wrap_policy(int64_t min_num_params);
+/// torch's ModuleWrapPolicy: every submodule of one of the types M... becomes a unit.
+template <class... M> AutoWrapPolicy module_wrap_policy() {
+  return [](const std::string&, nn::Module& m, int64_t) { return ((dynamic_cast<M*>(&m) != nullptr) || ...); };
+}
+
+struct FSDPOptions {
+  /// The group to shard over; the default group when null.
+  std::shared_ptr<ProcessGroup> process_group = nullptr;
+  ShardingStrategy sharding_strategy = ShardingStrategy::FullShard;
+  /// Picks the units below the root; with neither this nor wrap_modules, the root is the only unit.
+  AutoWrapPolicy auto_wrap_policy = nullptr;
+  /// Units named explicitly (submodules of the wrapped module), besides what the policy picks.
+  std::vector<nn::Module*> wrap_modules;
+  /// Broadcast rank 0's parameters and buffers at construction (torch's sync_module_states).
+  bool sync_module_states = true;
+};
+
+/// Wraps a module (not owned: it must outlive the wrapper) for fully sharded data-parallel
+/// training. After construction the module's parameters are placeholders that FSDP fills with
+/// the gathered values while they are needed (0-element tensors otherwise, under FullShard and
+/// ShardGradOp); use summon_full_params() to see or change them, full_state_dict() to save them.
+class STRATA_API FullyShardedDataParallel {
+ public:
+  explicit FullyShardedDataParallel(nn::Module& module, FSDPOptions options = {});
+  ~FullyShardedDataParallel();
+  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
+  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
+
+  /// Runs the module's forward; the tensors its ops save for the backward that alias a unit's
+  /// gathered parameters are kept as references and re-gathered in the backward; the others go to
+  /// the caller's saved-tensor hooks when some are active (activation checkpointing around it).
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  /// The same for a forward of any other signature: `fn` calls the module and returns its output.
+  template <class F> auto forward_with(F&& fn) {
+    auto scope = begin_forward();
+    try {
+      return std::forward<F>(fn)();
+    } catch (const Error& e) {
+      rethrow_forward_error(e);
+    }
+  }
+
+  /// This rank's shards, one flat 1-d leaf per unit (unit order), for the optimizer.
+  std::vector<Tensor> parameters() const;
+  nn::Module& module() { return module_; }
+  std::shared_ptr<ProcessGroup> process_group() const;
+  ShardingStrategy sharding_strategy() const;
+  FullyShardedDataParallel& train(bool on = true);
+  FullyShardedDataParallel& eval() { return train(false); }
+
+  /// The units' module names ("" for the root), in unit order (pre-order of the module tree).
+  std::vector<std::string> unit_names() const;
+  /// The dotted names (as the root's named_parameters()) of the parameters unit `unit` manages.
+  std::vector<std::string> unit_parameter_names(size_t unit) const;
+  /// Whether unit `unit`'s full parameters exist now on this rank.
+  bool is_gathered(size_t unit) const;
+
+  /// While the guard lives, backward passes only accumulate the full, unreduced gradients on the
+  /// module's parameters (no communication; a FullShard unit still frees its parameters); the
+  /// first backward after it reduces the accumulated sum (torch's `with fsdp.no_sync():`).
+  class STRATA_API NoSyncGuard {
+   public:
+    explicit NoSyncGuard(std::shared_ptr<detail::FsdpRuntime> runtime);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    std::shared_ptr<detail::FsdpRuntime> runtime_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync();
+
+  /// Every unit gathered while the guard lives, so the module's parameters hold the full values
+  /// (torch's summon_full_params). With writeback, changes made to them reach the shards when it
+  /// ends. Entering is collective; parameters must not be used under autograd meanwhile.
+  class STRATA_API FullParamsGuard {
+   public:
+    FullParamsGuard(std::shared_ptr<detail::FsdpRuntime> runtime, bool writeback);
+    ~FullParamsGuard();
+    FullParamsGuard(const FullParamsGuard&) = delete;
+    FullParamsGuard& operator=(const FullParamsGuard&) = delete;
+
+   private:
+    std::shared_ptr<detail::FsdpRuntime> runtime_;
+    bool writeback_;
+  };
+  [[nodiscard]] FullParamsGuard summon_full_params(bool writeback = true);
+
+  /// Clips the shards' gradients by the norm of all of them taken together (every rank's), as
+  /// optim::clip_grad_norm_ on the whole model would, and returns that norm. Collective.
+  double clip_grad_norm_(double max_norm, double norm_type = 2.0);
+
+  /// The plain module's state dict (its names, shapes and buffers), with cloned values; on rank 0
+  /// only when rank0_only (empty elsewhere). Collective.
+  nn::StateDict full_state_dict(bool rank0_only = true);
+  /// Loads a plain module's state dict (every rank passes the same one). On any mismatch every
+  /// rank raises and nothing changes. Collective.
+  void load_full_state_dict(const nn::StateDict& dict, bool strict = true);
+  /// This rank's part: "_fsdp.world_size", "_fsdp.rank", per unit u "_fsdp.unit.<u>.numel" (int64
+  /// scalars) and "_fsdp.unit.<u>.shard" (the shard), and the module's persistent buffers under
+  /// their names. Local: no communication.
+  nn::StateDict sharded_state_dict() const;
+  /// Loads what sharded_state_dict() wrote on the same rank of a group of the same size over the
+  /// same model; raises naming the world size, rank or unit that differs, before writing anything.
+  void load_sharded_state_dict(const nn::StateDict& dict);
+
+  /// `opt`'s state (an optimizer over parameters(), in any groups) in the layout a plain optimizer
+  /// of its type writes over the module's own parameters: group g holds the parameters of the
+  /// units whose shards are in group g, in the module's parameters() order; each parameter gets
+  /// its unit's scalars and its part of the unit's state tensors. On rank 0 only when rank0_only.
+  /// Collective.
+  optim::StateDict full_optim_state_dict(const optim::Optimizer& opt, bool rank0_only = true);
+  /// Loads such a state dict (from any world size; every rank passes the same one) into `opt`.
+  /// On any mismatch every rank raises and `opt` is unchanged. Collective.
+  void load_full_optim_state_dict(optim::Optimizer& opt, const optim::StateDict& full);
+
+ private:
+  std::unique_ptr<autograd::SavedTensorHooksGuard> begin_forward();
+  [[noreturn]] void rethrow_forward_error(const Error& e) const;
+
+  nn::Module& module_;
+  std::shared_ptr<detail::FsdpRuntime> runtime_;
+};
+
+}  // namespace strata::dist

@@ -1,0 +1,103 @@
+// FullyShardedDataParallel's state: the units with their flat parameters, and the forward and
+// backward steps the module and autograd hooks drive (Note [FSDP units] in fsdp_runtime.cpp).
+#pragma once
+
+#include <any>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <strata/dist/fsdp.hpp>
+
+namespace strata::dist::detail {
+
+/// One unit: the parameters it manages laid end to end in one flat parameter of `padded`
+/// elements (numel rounded up to a multiple of the shard count), this rank's shard of it, and
+/// the gathered flat parameter while it exists.
+struct FlatUnit {
+  std::string name;  // the module's dotted name, "" for the root
+  nn::Module* module = nullptr;
+  std::vector<Tensor> params;  // the module's own parameter handles (leaves), in flat order
+  std::vector<std::string> param_names;
+  std::vector<int64_t> offsets;  // of each parameter in the flat parameter
+  std::vector<Shape> shapes;
+  std::vector<int64_t> numels;
+  int64_t numel = 0, padded = 0;
+  bool requires_grad = false;
+  Tensor shard;  // the leaf the optimizer steps: [padded / shards]
+  Tensor full;   // the gathered flat parameter [padded]; undefined while freed
+  int64_t gathered_version = 0;  // the shard's version when `full` was gathered from it
+  std::vector<bool> used;        // per parameter: in the graph of a forward since the last backward
+  std::vector<bool> awaited;     // per parameter: its gradient is still due in this backward
+  // the backward pass in progress
+  size_t grads_pending = 0;
+  bool done = false;   // every gradient in (or counted missing at the end)
+  Tensor flat_grad;    // the flattened local gradients, until their reduction starts
+  Tensor reduced;      // where the reduction writes this rank's part
+  std::shared_ptr<Work> work;
+};
+
+class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
+ public:
+  FsdpRuntime(std::shared_ptr<ProcessGroup> group, ShardingStrategy strategy, std::vector<FlatUnit> units);
+  /// Flattens and shards the parameters' current values, frees them (FullShard, ShardGradOp) and
+  /// registers the hooks; the hooks hold the runtime weakly.
+  void install();
+  /// Removes the module hooks (the gradient hooks do nothing once the runtime is gone).
+  void uninstall();
+
+  ProcessGroup& group() const { return *group_; }
+  std::shared_ptr<ProcessGroup> group_ptr() const { return group_; }
+  ShardingStrategy strategy() const { return strategy_; }
+  bool sharded() const { return strategy_ != ShardingStrategy::NoShard; }
+  int64_t shard_count() const { return sharded() ? group_->size() : 1; }
+  std::vector<FlatUnit>& units() { return units_; }
+  const std::vector<FlatUnit>& units() const { return units_; }
+
+  /// Gathers unit `u`'s flat parameter (if freed) and points its parameters at their parts.
+  void gather(size_t u);
+  /// Drops the gathered flat parameter: the parameters become 0-element tensors. NoShard keeps it.
+  void free(size_t u);
+  /// Copies this rank's part of the gathered flat parameter back into its shard.
+  void write_back(size_t u);
+
+  /// Saved-tensor hooks: a tensor aliasing a gathered flat parameter is kept as its place in it
+  /// and rebuilt from the (re-)gathered one in the backward; others are kept as they are.
+  std::any pack(const Tensor& t);
+  Tensor unpack(const std::any& packed);
+
+  /// Before a forward or backward: forgets a backward pass that raised before its end, dropping the
+  /// gradients it left on the module's parameters (no_sync's accumulated ones too).
+  void reset();
+  /// At the start of a wrapper forward: forgets which graph nodes the units' outputs were traced through.
+  void begin_forward_pass();
+  bool sync = true;  // false under no_sync()
+  bool summoned = false;  // inside summon_full_params()
+  std::vector<bool> gathered_before_summon;
+
+ private:
+  void pre_forward(size_t u);
+  void post_forward(size_t u, const std::vector<Tensor>& outputs);
+  void pre_backward(size_t u);
+  void on_gradient(size_t u, size_t k);
+  void trace_used(const std::vector<Tensor>& outputs);
+  void begin_backward();
+  void unit_done(size_t u);
+  void start_ready_reductions();
+  void finish_backward();
+
+  std::shared_ptr<ProcessGroup> group_;
+  ShardingStrategy strategy_;
+  std::vector<FlatUnit> units_;
+  std::unordered_map<const Storage*, size_t> gathered_;  // a gathered flat parameter's storage -> unit
+  std::vector<nn::RemovableHandle> handles_;
+  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> param_at_;  // -> (unit, index)
+  std::unordered_set<uint64_t> traced_;  // sequence numbers of the nodes trace_used has walked
+  bool in_backward_ = false;
+  std::weak_ptr<void> pass_alive_;  // expired when the pass raised (the engine drops its callback)
+  size_t next_reduction_ = 0;       // units reduce last first, the same order on every rank
+};
+
+}  // namespace strata::dist::detail
