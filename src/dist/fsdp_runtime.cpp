@@ -18,7 +18,9 @@
 // (gathering it if nothing has yet). A callback queued at the start of the backward counts the
 // gradients that never arrived (unused parameters: their .grad as it is, or zeros, as DDP),
 // waits for every reduction, adds each rank's part to its shard's .grad, and frees the
-// ShardGradOp units.
+// ShardGradOp units. Under MixedPrecision the shard (the master) is cast to param_dtype before it
+// is gathered, the flat gradient is built and reduced in reduce_dtype, and the reduced part is
+// cast back to the shard's dtype as it is added to its .grad.
 #include "dist/fsdp_runtime.h"
 
 #include <algorithm>
@@ -330,7 +332,8 @@ void FsdpRuntime::finish_backward() {
     unit.work.reset();
     const Tensor& g = unit.shard.grad();
     // reduced in reduce_dtype, kept in the shard's (the master's)
-    const Tensor reduced = unit.reduced.dtype() == unit.shard.dtype() ? unit.reduced : unit.reduced.to(unit.shard.dtype());
+    const DType master = unit.shard.dtype();
+    const Tensor reduced = unit.reduced.dtype() == master ? unit.reduced : unit.reduced.to(master);
     if (g.defined()) g.add_(reduced);  // accumulating over steps without zero_grad
     else unit.shard.set_grad(reduced);
     unit.reduced = Tensor();
