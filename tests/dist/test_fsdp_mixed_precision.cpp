@@ -129,6 +129,28 @@ TEST(FsdpMixedPrecision, TrainsWithShardedGradScalerAsAFloat64SimulationWithinBf
   }
 }
 
+// A state dict taken between a forward and its backward replaces a kept low-precision unit by the
+// float32 masters; the backward gathers the low-precision one again and gives the same gradients.
+TEST(FsdpMixedPrecision, AStateDictBetweenForwardAndBackwardLeavesTheGradientsAsTheyWere) {
+  auto pg = dist_testing::group();
+  for (ShardingStrategy strategy : all_strategies()) {
+    std::vector<Tensor> grads[2];
+    for (int summon = 0; summon < 2; ++summon) {
+      auto net = net_in(36, kFloat32);
+      FSDP fsdp(*net, with_precision(strategy, {.param_dtype = kBFloat16}));
+      Batch b = local_batch(1, *pg);
+      const Tensor loss = F::mse_loss(fsdp(b.x.to(kFloat32)).to(kFloat32), b.y.to(kFloat32));
+      if (summon) {
+        const nn::StateDict dict = fsdp.full_state_dict(/*rank0_only=*/false);
+        EXPECT_EQ(dict.at("b1.fc.weight").dtype(), kFloat32);
+      }
+      loss.backward();
+      for (const Tensor& s : fsdp.parameters()) grads[summon].push_back(s.grad().clone());
+    }
+    for (size_t u = 0; u < grads[0].size(); ++u) EXPECT_TRUE(equal(grads[1][u], grads[0][u])) << u;
+  }
+}
+
 struct Shifted : nn::Module {
   nn::Linear fc{6, 5};
   Tensor shift;
