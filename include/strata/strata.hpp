@@ -83,6 +83,7 @@
 #include <strata/dist/fsdp.hpp>
 #include <strata/dist/pipeline.hpp>
 #include <strata/dist/process_group.hpp>
+#include <strata/dist/sharded_grad_scaler.hpp>
 #include <strata/dist/tensor_parallel.hpp>
 #include <strata/dist/zero.hpp>
 

@@ -83,12 +83,14 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   st.found_inf_host = -1;
 }
 
+bool GradScaler::local_found_inf(const OptimizerState& st) {
+  bool any_inf = false;
+  for (const Tensor& f : st.found_inf) any_inf = any_inf || f.item<bool>();  // one sync per device
+  return any_inf;
+}
+
 bool GradScaler::found_inf(OptimizerState& st) {
-  if (st.found_inf_host < 0) {
-    bool any_inf = false;
-    for (const Tensor& f : st.found_inf) any_inf = any_inf || f.item<bool>();  // one sync per device
-    st.found_inf_host = any_inf ? 1 : 0;
-  }
+  if (st.found_inf_host < 0) st.found_inf_host = agree_on_found_inf(local_found_inf(st), verdict_device()) ? 1 : 0;
   return st.found_inf_host == 1;
 }
 
@@ -109,14 +111,22 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  bool any_record = false, inf = false;
+  bool any_record = false, inf = false, any_unread = false, unread_inf = false;
   for (auto& [opt, st] : per_optimizer_) {
     if (st.stage == Stage::Ready) continue;
     any_record = true;
-    inf = found_inf(st) || inf;
+    if (st.found_inf_host >= 0) {
+      inf = inf || st.found_inf_host == 1;
+    } else {  // unscaled, never stepped
+      any_unread = true;
+      unread_inf = local_found_inf(st) || unread_inf;
+    }
   }
   STRATA_CHECK(any_record, "[GradScaler] update: no inf checks were recorded before update() (call step() or "
                            "unscale_() first)");
+  // One verdict for all the unread ones, so every rank of a ShardedGradScaler issues the same
+  // collectives whatever order this map (keyed by each rank's own pointers) iterates in.
+  if (any_unread) inf = agree_on_found_inf(unread_inf, verdict_device()) || inf;
   if (inf) {
     scale_value_ = rounded_scale(static_cast<double>(scale_value_) * options_.backoff_factor);
     growth_tracker_ = 0;

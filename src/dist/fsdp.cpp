@@ -141,6 +141,14 @@ std::vector<detail::FlatUnit> choose_units(nn::Module& root, const FSDPOptions& 
   return units;
 }
 
+void check_mixed_precision(const MixedPrecision& mp) {
+  const std::pair<const char*, const std::optional<DType>*> fields[] = {
+      {"param_dtype", &mp.param_dtype}, {"reduce_dtype", &mp.reduce_dtype}, {"buffer_dtype", &mp.buffer_dtype}};
+  for (const auto& [name, dtype] : fields)
+    STRATA_CHECK(!*dtype || is_floating(**dtype),
+                 "[FullyShardedDataParallel] mixed_precision.{} must be a floating dtype, got {}", name, **dtype);
+}
+
 }  // namespace
 
 AutoWrapPolicy size_based_auto_wrap_policy(int64_t min_num_params) {
@@ -152,6 +160,7 @@ AutoWrapPolicy size_based_auto_wrap_policy(int64_t min_num_params) {
 FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& module, FSDPOptions options) : module_(module) {
   auto group = detail::group_or_default(options.process_group);
   STRATA_CHECK(group->is_member(), "[FullyShardedDataParallel] this rank is not a member of the process group");
+  check_mixed_precision(options.mixed_precision);
   const auto modules = module_.named_modules();
   {
     std::lock_guard<std::mutex> lock(wrapped_mutex);
@@ -172,9 +181,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& module, FSDPOptio
     detail::broadcast_from_rank0(*group, module_.buffers());
   }
   const int64_t shards = options.sharding_strategy == ShardingStrategy::NoShard ? 1 : group->size();
-  runtime_ = std::make_shared<detail::FsdpRuntime>(group, options.sharding_strategy,
-                                                   choose_units(module_, options, shards));
+  runtime_ = std::make_shared<detail::FsdpRuntime>(module_, group, options.sharding_strategy,
+                                                   choose_units(module_, options, shards), options.mixed_precision);
   runtime_->install();
+  runtime_->cast_buffers(/*original=*/false);
   std::lock_guard<std::mutex> lock(wrapped_mutex);
   for (const auto& entry : modules) wrapped_modules().insert(entry.second);
 }
@@ -219,6 +229,10 @@ void FullyShardedDataParallel::rethrow_forward_error(const Error& e) const {
 }
 
 Tensor FullyShardedDataParallel::forward(const Tensor& input) {
+  const MixedPrecision& mp = runtime_->mixed_precision();
+  if (mp.param_dtype && mp.cast_root_forward_inputs && input.defined() && is_floating(input.dtype()) &&
+      input.dtype() != *mp.param_dtype)
+    return forward_with([&] { return module_(input.to(*mp.param_dtype)); });
   return forward_with([&] { return module_(input); });
 }
 
@@ -230,6 +244,7 @@ std::vector<Tensor> FullyShardedDataParallel::parameters() const {
 
 std::shared_ptr<ProcessGroup> FullyShardedDataParallel::process_group() const { return runtime_->group_ptr(); }
 ShardingStrategy FullyShardedDataParallel::sharding_strategy() const { return runtime_->strategy(); }
+const MixedPrecision& FullyShardedDataParallel::mixed_precision() const { return runtime_->mixed_precision(); }
 
 FullyShardedDataParallel& FullyShardedDataParallel::train(bool on) {
   module_.train(on);
@@ -269,16 +284,18 @@ FullyShardedDataParallel::FullParamsGuard::FullParamsGuard(std::shared_ptr<detai
   runtime_->gathered_before_summon.assign(units.size(), false);
   for (size_t u = 0; u < units.size(); ++u) {
     runtime_->gathered_before_summon[u] = units[u].full.defined();
-    runtime_->gather(u);
+    runtime_->gather(u, /*master=*/true);  // under mixed precision, the shards' dtype
   }
+  runtime_->cast_buffers(/*original=*/true);
   runtime_->summoned = true;
 }
 
 FullyShardedDataParallel::FullParamsGuard::~FullParamsGuard() {
   for (size_t u = 0; u < runtime_->units().size(); ++u) {
     if (writeback_) runtime_->write_back(u);
-    if (!runtime_->gathered_before_summon[u]) runtime_->free(u);
+    runtime_->end_summon(u, runtime_->gathered_before_summon[u]);
   }
+  runtime_->cast_buffers(/*original=*/false);
   runtime_->summoned = false;
 }
 

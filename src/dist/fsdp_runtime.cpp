@@ -18,7 +18,9 @@
 // (gathering it if nothing has yet). A callback queued at the start of the backward counts the
 // gradients that never arrived (unused parameters: their .grad as it is, or zeros, as DDP),
 // waits for every reduction, adds each rank's part to its shard's .grad, and frees the
-// ShardGradOp units.
+// ShardGradOp units. Under MixedPrecision the shard (the master) is cast to param_dtype before it
+// is gathered, the flat gradient is built and reduced in reduce_dtype, and the reduced part is
+// cast back to the shard's dtype as it is added to its .grad.
 #include "dist/fsdp_runtime.h"
 
 #include <algorithm>
@@ -42,8 +44,10 @@ struct PackedParam {
 
 }  // namespace
 
-FsdpRuntime::FsdpRuntime(std::shared_ptr<ProcessGroup> group, ShardingStrategy strategy, std::vector<FlatUnit> units)
-    : group_(std::move(group)), strategy_(strategy), units_(std::move(units)) {}
+FsdpRuntime::FsdpRuntime(nn::Module& root, std::shared_ptr<ProcessGroup> group, ShardingStrategy strategy,
+                         std::vector<FlatUnit> units, MixedPrecision mixed_precision)
+    : root_(root),
+      group_(std::move(group)), strategy_(strategy), units_(std::move(units)), mixed_precision_(mixed_precision) {}
 
 void FsdpRuntime::install() {
   NoGradGuard no_grad;
@@ -87,21 +91,29 @@ void FsdpRuntime::uninstall() {
   handles_.clear();
 }
 
-void FsdpRuntime::gather(size_t u) {
+void FsdpRuntime::gather(size_t u, bool master) {
   FlatUnit& unit = units_[u];
+  const DType dtype = master ? unit.shard.dtype() : compute_dtype(unit);
   if (unit.full.defined()) {
-    if (!sharded() || unit.gathered_version == unit.shard.version()) return;
-    free(u);  // the shard changed since (an optimizer step after a forward whose backward never came)
+    if (unit.full.dtype() == dtype) {
+      if (unit.full.storage() == unit.shard.storage()) return;  // NoShard: views of the shard for good
+      if (unit.gathered_version == unit.shard.version()) return;
+    }
+    // the shard changed since (an optimizer step after a forward whose backward never came), or
+    // mixed precision needs the other dtype (summon_full_params, then the compute)
+    release(u);
   }
   NoGradGuard no_grad;
+  // cast before the gather, as PyTorch does: the low-precision copy is what travels
+  const Tensor source = unit.shard.dtype() == dtype ? unit.shard.detach() : unit.shard.detach().to(dtype);
   if (!sharded()) {
-    unit.full = unit.shard.detach();
+    unit.full = source;
   } else {
-    Tensor full = empty({unit.padded}, unit.shard.options());
+    Tensor full = empty({unit.padded}, source.options());
     const int64_t length = unit.shard.numel();
     std::vector<Tensor> parts;
     for (int r = 0; r < group_->size(); ++r) parts.push_back(full.narrow(0, r * length, length));
-    group_->allgather(parts, unit.shard.detach())->wait();
+    group_->allgather(parts, source)->wait();
     unit.full = full;
   }
   unit.gathered_version = unit.shard.version();
@@ -111,11 +123,41 @@ void FsdpRuntime::gather(size_t u) {
 }
 
 void FsdpRuntime::free(size_t u) {
+  if (sharded()) release(u);
+}
+
+void FsdpRuntime::release(size_t u) {
   FlatUnit& unit = units_[u];
-  if (!sharded() || !unit.full.defined()) return;
+  if (!unit.full.defined()) return;
   gathered_.erase(unit.full.storage().get());
   for (const Tensor& p : unit.params) p.set_data(empty({0}, unit.shard.options()));
   unit.full = Tensor();
+}
+
+void FsdpRuntime::end_summon(size_t u, bool was_gathered) {
+  FlatUnit& unit = units_[u];
+  if (!was_gathered) free(u);
+  if (unit.full.defined() && unit.full.dtype() != compute_dtype(unit)) release(u);  // gathered again when used
+}
+
+void FsdpRuntime::cast_buffers(bool original) {
+  if (!mixed_precision_.buffer_dtype) return;
+  NoGradGuard no_grad;
+  for (const Tensor& b : root_.buffers()) {
+    if (!b.defined() || !is_floating(b.dtype())) continue;
+    const auto it = buffer_dtypes_.find(b.storage().get());
+    const DType own = it == buffer_dtypes_.end() ? b.dtype() : it->second;
+    if (it != buffer_dtypes_.end()) buffer_dtypes_.erase(it);
+    const DType target = original ? own : *mixed_precision_.buffer_dtype;
+    if (b.dtype() != target) b.set_data(b.to(target));
+    if (target != own) buffer_dtypes_[b.storage().get()] = own;
+  }
+}
+
+Tensor FsdpRuntime::original_buffer(const Tensor& buffer) const {
+  if (!buffer.defined()) return buffer;
+  const auto it = buffer_dtypes_.find(buffer.storage().get());
+  return it == buffer_dtypes_.end() ? buffer : buffer.to(it->second);
 }
 
 void FsdpRuntime::write_back(size_t u) {
@@ -246,7 +288,7 @@ void FsdpRuntime::unit_done(size_t u) {
   unit.done = true;
   if (sync && unit.requires_grad) {
     NoGradGuard no_grad;
-    Tensor flat = zeros({unit.padded}, unit.shard.options());
+    Tensor flat = zeros({unit.padded}, TensorOptions(reduce_dtype(unit), unit.shard.device()));
     for (size_t k = 0; k < unit.params.size(); ++k) {
       const Tensor& p = unit.params[k];
       if (!p.grad().defined()) continue;  // unused in this pass: counts as zeros
@@ -269,7 +311,7 @@ void FsdpRuntime::start_ready_reductions() {
       const int64_t length = unit.shard.numel();
       std::vector<Tensor> parts;
       for (int r = 0; r < group_->size(); ++r) parts.push_back(unit.flat_grad.narrow(0, r * length, length));
-      unit.reduced = empty({length}, unit.shard.options());
+      unit.reduced = empty({length}, unit.flat_grad.options());
       unit.work = group_->reduce_scatter(unit.reduced, parts, ReduceOp::Avg);
     } else {
       unit.reduced = unit.flat_grad;
@@ -289,8 +331,11 @@ void FsdpRuntime::finish_backward() {
     unit.work->wait();
     unit.work.reset();
     const Tensor& g = unit.shard.grad();
-    if (g.defined()) g.add_(unit.reduced);  // accumulating over steps without zero_grad
-    else unit.shard.set_grad(unit.reduced);
+    // reduced in reduce_dtype, kept in the shard's (the master's)
+    const DType master = unit.shard.dtype();
+    const Tensor reduced = unit.reduced.dtype() == master ? unit.reduced : unit.reduced.to(master);
+    if (g.defined()) g.add_(reduced);  // accumulating over steps without zero_grad
+    else unit.shard.set_grad(reduced);
     unit.reduced = Tensor();
   }
   if (strategy_ == ShardingStrategy::ShardGradOp)

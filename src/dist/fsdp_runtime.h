@@ -41,7 +41,8 @@ struct FlatUnit {
 
 class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
  public:
-  FsdpRuntime(std::shared_ptr<ProcessGroup> group, ShardingStrategy strategy, std::vector<FlatUnit> units);
+  FsdpRuntime(nn::Module& root, std::shared_ptr<ProcessGroup> group, ShardingStrategy strategy,
+              std::vector<FlatUnit> units, MixedPrecision mixed_precision);
   /// Flattens and shards the parameters' current values, frees them (FullShard, ShardGradOp) and
   /// registers the hooks; the hooks hold the runtime weakly.
   void install();
@@ -53,13 +54,30 @@ class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
   ShardingStrategy strategy() const { return strategy_; }
   bool sharded() const { return strategy_ != ShardingStrategy::NoShard; }
   int64_t shard_count() const { return sharded() ? group_->size() : 1; }
+  const MixedPrecision& mixed_precision() const { return mixed_precision_; }
+  /// The dtype unit `u`'s parameters are gathered in for compute, and its gradients reduced in.
+  DType compute_dtype(const FlatUnit& unit) const { return mixed_precision_.param_dtype.value_or(unit.shard.dtype()); }
+  DType reduce_dtype(const FlatUnit& unit) const {
+    return mixed_precision_.reduce_dtype.value_or(compute_dtype(unit));
+  }
   std::vector<FlatUnit>& units() { return units_; }
   const std::vector<FlatUnit>& units() const { return units_; }
 
-  /// Gathers unit `u`'s flat parameter (if freed) and points its parameters at their parts.
-  void gather(size_t u);
+  /// Gathers unit `u`'s flat parameter (if freed) and points its parameters at their parts: in the
+  /// compute dtype, or the shard's own (`master`, for summon_full_params).
+  void gather(size_t u, bool master = false);
   /// Drops the gathered flat parameter: the parameters become 0-element tensors. NoShard keeps it.
   void free(size_t u);
+  /// Drops it whatever the strategy (a NoShard unit's cast copy or master view is made again).
+  void release(size_t u);
+  /// At the end of summon_full_params: frees a unit that was not gathered before it, and drops a
+  /// master-precision copy that the compute needs in another dtype.
+  void end_summon(size_t u, bool was_gathered);
+  /// Mixed precision's buffer_dtype: casts the wrapped module's floating buffers to it, remembering
+  /// their own dtypes, or back to those (`original`).
+  void cast_buffers(bool original);
+  /// A buffer as the state dicts hold it: in its own dtype (a cast copy under buffer_dtype).
+  Tensor original_buffer(const Tensor& buffer) const;
   /// Copies this rank's part of the gathered flat parameter back into its shard.
   void write_back(size_t u);
 
@@ -88,9 +106,12 @@ class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
   void start_ready_reductions();
   void finish_backward();
 
+  nn::Module& root_;
   std::shared_ptr<ProcessGroup> group_;
   ShardingStrategy strategy_;
   std::vector<FlatUnit> units_;
+  MixedPrecision mixed_precision_;
+  std::unordered_map<const Storage*, DType> buffer_dtypes_;  // a cast buffer's memory -> its own dtype
   std::unordered_map<const Storage*, size_t> gathered_;  // a gathered flat parameter's storage -> unit
   std::vector<nn::RemovableHandle> handles_;
   std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> param_at_;  // -> (unit, index)

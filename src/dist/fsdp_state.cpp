@@ -71,6 +71,7 @@ void FullyShardedDataParallel::load_full_state_dict(const nn::StateDict& dict, b
 
 nn::StateDict FullyShardedDataParallel::sharded_state_dict() const {
   nn::StateDict dict = buffer_entries(module_);
+  for (auto& [name, b] : dict) b = runtime_->original_buffer(b);  // in their own dtype under buffer_dtype
   dict[kWorldSize] = int_scalar(runtime_->group().size());
   dict[kRank] = int_scalar(runtime_->group().rank());
   const auto& units = runtime_->units();

@@ -34,6 +34,9 @@ struct GradScalerOptions {
 class STRATA_API GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
+  virtual ~GradScaler() = default;
+  GradScaler(const GradScaler&) = default;
+  GradScaler& operator=(const GradScaler&) = default;
 
   /// loss * scale. The scale is a float32 tensor made on the device of the first loss scaled.
   Tensor scale(const Tensor& loss);
@@ -64,6 +67,15 @@ class STRATA_API GradScaler {
   /// a dict saved from a disabled scaler. A disabled scaler ignores it.
   void load_state_dict(const optim::StateDict& dict);
 
+ protected:
+  /// The verdict step() and update() act on, given this process's own: whether any gradient was
+  /// inf or NaN. `device` is the scale's (the CPU before the first scale()). ShardedGradScaler
+  /// combines the verdicts of every rank of its process group here.
+  virtual bool agree_on_found_inf(bool local_found_inf, Device device) {
+    (void)device;
+    return local_found_inf;
+  }
+
  private:
   enum class Stage : uint8_t { Ready, Unscaled, Stepped };
   struct OptimizerState {
@@ -71,7 +83,9 @@ class STRATA_API GradScaler {
     std::vector<Tensor> found_inf;  // a bool 0-d tensor on each device holding gradients
     int found_inf_host = -1;          // -1: not read yet
   };
-  bool found_inf(OptimizerState& st);
+  static bool local_found_inf(const OptimizerState& st);  // reads the device flags
+  bool found_inf(OptimizerState& st);                      // the agreed verdict, read once
+  Device verdict_device() const { return scale_.defined() ? scale_.device() : Device::cpu(); }
 
   GradScalerOptions options_;
   float scale_value_;  // what scale_ holds; the host copy drives the update rule

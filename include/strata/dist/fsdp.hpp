@@ -26,6 +26,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,19 @@ template <class... M> AutoWrapPolicy module_wrap_policy() {
   return [](const std::string&, nn::Module& m, int64_t) { return ((dynamic_cast<M*>(&m) != nullptr) || ...); };
 }
 
+/// torch.distributed.fsdp.MixedPrecision. The shards (the optimizer's master parameters) keep
+/// their dtype; a unit's gathered parameters are cast to `param_dtype` for the forward and
+/// backward, its gradients reduced in `reduce_dtype` (param_dtype when unset) and cast back into
+/// the shards' .grad, and the module's floating buffers kept in `buffer_dtype`. Unset: unchanged.
+struct MixedPrecision {
+  std::optional<DType> param_dtype;
+  std::optional<DType> reduce_dtype;
+  std::optional<DType> buffer_dtype;
+  /// forward(input) casts a floating input to param_dtype (torch's cast_root_forward_inputs);
+  /// forward_with's callable casts its own.
+  bool cast_root_forward_inputs = true;
+};
+
 struct FSDPOptions {
   /// The group to shard over; the default group when null.
   std::shared_ptr<ProcessGroup> process_group = nullptr;
@@ -70,6 +84,8 @@ struct FSDPOptions {
   std::vector<nn::Module*> wrap_modules;
   /// Broadcast rank 0's parameters and buffers at construction (torch's sync_module_states).
   bool sync_module_states = true;
+  /// Lower-precision compute and reduction (docs/fsdp.md); off when every dtype is unset.
+  MixedPrecision mixed_precision = {};
 };
 
 /// Wraps a module (not owned: it must outlive the wrapper) for fully sharded data-parallel
@@ -103,6 +119,7 @@ class STRATA_API FullyShardedDataParallel {
   nn::Module& module() { return module_; }
   std::shared_ptr<ProcessGroup> process_group() const;
   ShardingStrategy sharding_strategy() const;
+  const MixedPrecision& mixed_precision() const;
   FullyShardedDataParallel& train(bool on = true);
   FullyShardedDataParallel& eval() { return train(false); }
 
@@ -130,7 +147,8 @@ class STRATA_API FullyShardedDataParallel {
   [[nodiscard]] NoSyncGuard no_sync();
 
   /// Every unit gathered while the guard lives, so the module's parameters hold the full values
-  /// (torch's summon_full_params). With writeback, changes made to them reach the shards when it
+  /// (torch's summon_full_params), in the shards' dtype (and buffers in their own) under mixed
+  /// precision. With writeback, changes made to them reach the shards when it
   /// ends. Entering is collective; parameters must not be used under autograd meanwhile.
   class STRATA_API FullParamsGuard {
    public:
