@@ -89,8 +89,14 @@ GradBucket Reducer::make_bucket(size_t b) const {
 }
 
 void Reducer::reset() {
-  for (auto& f : futures_)
-    if (f.defined()) f.wait();
+  // what the abandoned pass started, finished on every rank alike; its failures were that pass's
+  // (its backward raised already), so they do not stop the next one
+  for (auto& f : futures_) {
+    try {
+      if (f.defined()) f.wait();
+    } catch (const std::exception&) {
+    }
+  }
   futures_.clear();
   in_backward_ = false;
 }

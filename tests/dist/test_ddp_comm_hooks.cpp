@@ -72,8 +72,10 @@ TEST(DdpCommHooks, HalfCompressionHooksEqualTheAverageOfTheCasts) {
     std::function<void(dist::DistributedDataParallel&)> registers;
   };
   const std::vector<Case> cases = {
-      {"fp16_compress_hook", kFloat16, true, [](auto& d) { d.register_comm_hook(nullptr, hooks::fp16_compress_hook); }},
-      {"bf16_compress_hook", kBFloat16, true, [](auto& d) { d.register_comm_hook(nullptr, hooks::bf16_compress_hook); }},
+      {"fp16_compress_hook", kFloat16, true,
+       [](auto& d) { d.register_comm_hook(nullptr, hooks::fp16_compress_hook); }},
+      {"bf16_compress_hook", kBFloat16, true,
+       [](auto& d) { d.register_comm_hook(nullptr, hooks::bf16_compress_hook); }},
       {"fp16_compress_wrapper", kFloat16, false,
        [](auto& d) { d.register_comm_hook(nullptr, hooks::fp16_compress_wrapper(hooks::allreduce_hook)); }},
       {"bf16_compress_wrapper", kBFloat16, false,
@@ -188,6 +190,28 @@ TEST(DdpCommHooks, ABadFutureRaisesFromBackward) {
   dist::DistributedDataParallel ddp3(net3);
   ddp3.register_comm_hook(nullptr, [](dist::ProcessGroup&, dist::GradBucket&) { return dist::CommFuture(); });
   EXPECT_TRUE(testing::throws_with([&] { backward(ddp3, net3, r, 0); }, {"empty future"}));
+}
+
+// A hook that raises (on every rank, at bucket 1) makes backward() raise; the next backward,
+// whose hook does not, gives the plain average.
+TEST(DdpCommHooks, AHookThatRaisesLeavesTheNextPassWorking) {
+  auto pg = dist_testing::group();
+  const int r = pg->rank();
+  Weights net(6), ref(6);
+  dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = kBucketCapMb});
+  dist::DistributedDataParallel plain(ref, {.bucket_cap_mb = kBucketCapMb});
+  auto fail = std::make_shared<bool>(true);
+  ddp.register_comm_hook(fail, [&pg](bool& raise, dist::GradBucket& bucket) {
+    if (raise && bucket.index == 1) throw Error("hook failed");
+    return hooks::allreduce_hook(*pg, bucket);
+  });
+  EXPECT_TRUE(testing::throws_with([&] { backward(ddp, net, r, 0); }, {"hook failed"}));
+  *fail = false;
+  net.zero_grad();
+  backward(ddp, net, r, 1);
+  backward(plain, ref, r, 1);
+  const auto got = grads(net), want = grads(ref);
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(equal(got[k], want[k])) << "param " << k;
 }
 
 }  // namespace

@@ -192,7 +192,8 @@ TEST(PowerSGD, FullRankGivesTheExactAverage) {
       for (size_t k = 0; k < got.size(); ++k) {
         Tensor avg = zeros_like(got[k]);
         for (int q = 0; q < n_ranks; ++q) avg = avg + coefficients(net, q, step)[k];
-        EXPECT_TRUE(allclose(got[k], avg / static_cast<double>(n_ranks), 1e-10, 1e-12)) << "step " << step << " param " << k;
+        EXPECT_TRUE(allclose(got[k], avg / static_cast<double>(n_ranks), 1e-10, 1e-12))
+            << "step " << step << " param " << k;
       }
     }
     EXPECT_EQ(state->error_dict.size(), feedback_and_warm ? 3u : 0u);
@@ -234,10 +235,9 @@ TEST(PowerSGD, StateDictResumesExactly) {
   dist::DistributedDataParallel resumed_ddp(resumed_net, {.bucket_cap_mb = kBucketCapMb});
   resumed_ddp.register_comm_hook(resumed, hooks::powerSGD_hook);
   dist::DistributedDataParallel fresh_ddp(fresh_net, {.bucket_cap_mb = kBucketCapMb});
-  fresh_ddp.register_comm_hook(std::make_shared<hooks::PowerSGDState>(
-                                   nullptr, hooks::PowerSGDOptions{.matrix_approximation_rank = 2,
-                                                                   .start_powerSGD_iter = 0, .min_compression_rate = 1}),
-                               hooks::powerSGD_hook);
+  hooks::PowerSGDOptions at_once = options;
+  at_once.start_powerSGD_iter = 0;
+  fresh_ddp.register_comm_hook(std::make_shared<hooks::PowerSGDState>(nullptr, at_once), hooks::powerSGD_hook);
   net.zero_grad();
   backward(ddp, net, me, 3);
   backward(resumed_ddp, resumed_net, me, 3);
