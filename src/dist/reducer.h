@@ -45,7 +45,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void finish_backward();
   Tensor slot_view(size_t param) const;
   GradBucket make_bucket(size_t b) const;
-  /// Waits for bucket b's reduction and writes it into its buffer; false when it is to be skipped.
+  /// Waits for bucket b's reduction and writes its value into the bucket's buffer.
   void take_result(size_t b);
 
   std::vector<Tensor> params_;

@@ -205,6 +205,31 @@ TEST(PowerSGD, FullRankGivesTheExactAverage) {
   }
 }
 
+// PowerSGD wrapped to work in bfloat16 (bf16_compress_wrapper): at full rank it still gives the
+// average, to bfloat16's precision (the casts, the products and Gram-Schmidt in bfloat16).
+TEST(PowerSGD, UnderTheBf16WrapperFullRankGivesTheAverageToBf16Precision) {
+  auto pg = dist_testing::group();
+  const int me = pg->rank(), n_ranks = pg->size();
+  Weights net(13);
+  dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = kBucketCapMb});
+  auto state = std::make_shared<hooks::PowerSGDState>(
+      nullptr, hooks::PowerSGDOptions{.matrix_approximation_rank = 8, .start_powerSGD_iter = 0,
+                                      .min_compression_rate = 0, .use_error_feedback = false});
+  ddp.register_comm_hook(state, hooks::bf16_compress_wrapper(hooks::powerSGD_hook));
+  backward(ddp, net, me, 0);
+  const std::vector<Tensor> got = grads(net);
+  double worst = 0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    Tensor avg = zeros_like(got[k]);
+    for (int q = 0; q < n_ranks; ++q) avg = avg + coefficients(net, q, 0)[k];
+    avg = avg / static_cast<double>(n_ranks);
+    worst = std::max(worst, (got[k] - avg).abs().max().item<double>() / avg.abs().max().item<double>());
+  }
+  std::printf("bf16-wrapped PowerSGD at full rank: worst error %.3g of the largest entry\n", worst);
+  EXPECT_LT(worst, 0.05);
+  EXPECT_EQ(state->q_memory_dict.at(0).dtype(), kBFloat16);
+}
+
 // A state saved after some steps and loaded into a fresh one (fresh model, fresh DDP) resumes
 // bit for bit; a fresh state without it does not. A bad dict raises and changes nothing.
 TEST(PowerSGD, StateDictResumesExactly) {
