@@ -102,7 +102,8 @@ TEST(DdpCommHooks, HalfCompressionHooksEqualTheAverageOfTheCasts) {
 
 // A hook of its own: it sees each bucket once, in order, with the rank's local gradients laid end
 // to end at `offsets` in `buffer`; the value of its chained future (here the sum, halved by a
-// `then` step) is what DDP writes into .grad; its state is the shared_ptr it was registered with.
+// `then` step) is what DDP writes into .grad, before a bucket hook runs; its state is the
+// shared_ptr it was registered with.
 TEST(DdpCommHooks, CustomHookSeesLocalBucketsAndItsFutureValueLands) {
   auto pg = dist_testing::group();
   const int r = pg->rank(), n = pg->size();
@@ -130,14 +131,27 @@ TEST(DdpCommHooks, CustomHookSeesLocalBucketsAndItsFutureValueLands) {
       return v / 2.0;
     });
   });
+  std::vector<Tensor> want;  // half the sum over the ranks
+  for (size_t k = 0; k < params.size(); ++k) {
+    Tensor sum = zeros_like(local[k]);
+    for (int q = 0; q < n; ++q) sum = sum + coefficients(net, q, 0)[k];
+    want.push_back(sum / 2.0);
+  }
+  // a bucket hook runs after the communication hook's value landed, in .grad and in the buffer
+  std::vector<size_t> landed;
+  ddp.register_bucket_hook([&](const dist::GradBucket& bucket) {
+    landed.push_back(bucket.index);
+    for (size_t i = 0; i < bucket.parameters.size(); ++i) {
+      const size_t k = buckets[bucket.index][i];
+      EXPECT_TRUE(allclose(params[k].grad(), want[k], 1e-14, 1e-14)) << "param " << k;
+      EXPECT_TRUE(equal(bucket.gradient(i), params[k].grad())) << "param " << k;
+    }
+  });
   backward(ddp, net, r, 0);
   EXPECT_EQ(*calls, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(landed, (std::vector<size_t>{0, 1, 2}));
   const auto got = grads(net);
-  for (size_t k = 0; k < params.size(); ++k) {
-    Tensor want = zeros_like(local[k]);
-    for (int q = 0; q < n; ++q) want = want + coefficients(net, q, 0)[k];
-    EXPECT_TRUE(allclose(got[k], want / 2.0, 1e-14, 1e-14)) << "param " << k;
-  }
+  for (size_t k = 0; k < params.size(); ++k) EXPECT_TRUE(allclose(got[k], want[k], 1e-14, 1e-14)) << "param " << k;
 }
 
 TEST(DdpCommHooks, BadRegistrationsRaise) {
