@@ -13,6 +13,39 @@ using comm_hook_testing::kBucketCapMb;
 using comm_hook_testing::Weights;
 namespace hooks = dist::ddp_comm_hooks;
 
+// CommFuture: `then` steps run once, in chain order, when waited for; a failure is rethrown by
+// every wait, and the steps after it do not run.
+TEST(DdpCommHooks, CommFutureRunsItsStepsOnceWhenWaitedFor) {
+  auto pg = dist_testing::group();
+  std::vector<int> ran;
+  Tensor t = full({3}, 2.0, kFloat64);
+  Tensor sum = t.clone();
+  dist::CommFuture first(sum, pg->allreduce(sum, dist::ReduceOp::Sum));
+  dist::CommFuture chained = first.then([&](const Tensor& v) {
+    ran.push_back(1);
+    return v + 1.0;
+  }).then([&](const Tensor& v) {
+    ran.push_back(2);
+    return v * 3.0;
+  });
+  EXPECT_TRUE(ran.empty());
+  EXPECT_FALSE(chained.is_completed());
+  EXPECT_TRUE(equal(chained.wait(), full({3}, (2.0 * pg->size() + 1.0) * 3.0, kFloat64)));
+  EXPECT_TRUE(chained.is_completed());
+  chained.wait();
+  EXPECT_EQ(ran, (std::vector<int>{1, 2}));
+
+  dist::CommFuture failing = dist::CommFuture(t).then([](const Tensor&) -> Tensor { throw Error("step failed"); });
+  dist::CommFuture after = failing.then([&](const Tensor& v) {
+    ran.push_back(3);
+    return v;
+  });
+  EXPECT_TRUE(testing::throws_with([&] { after.wait(); }, {"step failed"}));
+  EXPECT_TRUE(testing::throws_with([&] { failing.wait(); }, {"step failed"}));
+  EXPECT_EQ(ran.size(), 2u);
+  EXPECT_TRUE(testing::throws_with([] { dist::CommFuture().wait(); }, {"empty"}));
+}
+
 // With allreduce_hook, DDP's gradients are bit for bit those of DDP without a hook, through
 // several buckets, a no_sync accumulation and a parameter no rank uses (find_unused_parameters).
 TEST(DdpCommHooks, AllreduceHookEqualsNoHookBitForBit) {
