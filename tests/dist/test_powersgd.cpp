@@ -326,6 +326,26 @@ TEST(PowerSGD, TrainingConvergesAsThePlainAverageDoes) {
   EXPECT_LT(compressed, 0.05 * initial);
 }
 
+// A matrix whose gradient is zero on every rank: its normalized columns are 0/0 (NaN, as in
+// torch) without orthogonalization_epsilon, and zeros with it.
+TEST(PowerSGD, OrthogonalizationEpsilonKeepsAZeroGradientZero) {
+  auto pg = dist_testing::group();
+  for (double epsilon : {0.0, 1e-8}) {
+    SCOPED_TRACE(fmt::format("epsilon {}", epsilon));
+    Weights net(14);
+    dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = kBucketCapMb});
+    ddp.register_comm_hook(std::make_shared<hooks::PowerSGDState>(
+                               nullptr, hooks::PowerSGDOptions{.start_powerSGD_iter = 0,
+                                                               .orthogonalization_epsilon = epsilon}),
+                           hooks::powerSGD_hook);
+    std::vector<Tensor> c = coefficients(net, pg->rank(), 0);
+    c[0] = zeros_like(c[0]);  // w1
+    ddp.forward_with([&] { return net.loss(c); }).backward();
+    if (epsilon == 0) EXPECT_TRUE(net.w1.grad().isnan().all().item<bool>());
+    else EXPECT_TRUE(equal(net.w1.grad(), zeros_like(c[0])));
+  }
+}
+
 TEST(PowerSGD, BadOptionsRaise) {
   using Options = hooks::PowerSGDOptions;
   auto make = [](Options o) { return [o] { hooks::PowerSGDState state(nullptr, o); }; };

@@ -18,7 +18,8 @@
 // post-accumulate-grad hook copies each gradient into its bucket, and a bucket whose gradients
 // are all in starts its allreduce at once, on the communication thread, while the backward
 // goes on. A callback queued on the engine waits for every bucket and writes the averages into
-// .grad before backward() returns.
+// .grad before backward() returns. A communication hook (register_comm_hook; ddp_comm_hooks.hpp:
+// half-precision compression, PowerSGD) replaces each bucket's allreduce.
 #pragma once
 
 #include <functional>
