@@ -79,6 +79,7 @@
 #include <strata/amp/grad_scaler.hpp>
 
 #include <strata/dist/ddp.hpp>
+#include <strata/dist/ddp_comm_hooks.hpp>
 #include <strata/dist/device_mesh.hpp>
 #include <strata/dist/fsdp.hpp>
 #include <strata/dist/pipeline.hpp>

@@ -66,6 +66,8 @@ void DistributedDataParallel::register_bucket_hook(std::function<void(const Grad
   reducer_->bucket_hook = std::move(hook);
 }
 
+void DistributedDataParallel::set_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
+
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_assignment() const {
   return reducer_->bucket_params();
 }

@@ -9,8 +9,10 @@
 // collectives in the same order whatever order its hooks fire in. At the end of the backward (a
 // callback queued on the engine) the gradients that never arrived (parameters unused in this
 // step) count with their current .grad, or zeros, the remaining buckets start, all are waited
-// for, and the averages are written into .grad. Buckets are not rebuilt from the observed
-// gradient order after the first step, as PyTorch does.
+// for, and the averages are written into .grad. A communication hook (register_comm_hook)
+// replaces a bucket's allreduce: it is called where the allreduce would start and returns a
+// future of the reduced buffer, waited for in bucket order at the end. Buckets are not rebuilt
+// from the observed gradient order after the first step, as PyTorch does.
 #include "dist/reducer.h"
 
 #include <algorithm>
@@ -67,10 +69,35 @@ Tensor Reducer::slot_view(size_t param) const {
   return flat_[slots_[param].bucket].narrow(0, slots_[param].offset, p.numel()).view(p.shape());
 }
 
+void Reducer::set_comm_hook(CommHook hook) {
+  constexpr const char* kOp = "[DistributedDataParallel::register_comm_hook]";
+  STRATA_CHECK(hook != nullptr, "{} the hook is empty", kOp);
+  STRATA_CHECK(comm_hook_ == nullptr, "{} a communication hook is registered already; it can be registered once only",
+               kOp);
+  STRATA_CHECK(!backward_seen_, "{} a backward pass has run already; register the hook before the first backward",
+               kOp);
+  comm_hook_ = std::move(hook);
+}
+
+GradBucket Reducer::make_bucket(size_t b) const {
+  GradBucket bucket{b, b + 1 == bucket_params_.size(), {}, flat_[b], {}};
+  for (size_t k : bucket_params_[b]) {
+    bucket.parameters.push_back(params_[k]);
+    bucket.offsets.push_back(slots_[k].offset);
+  }
+  return bucket;
+}
+
 void Reducer::reset() {
-  for (auto& w : works_)
-    if (w) w->wait();
-  works_.clear();
+  // what the abandoned pass started, finished on every rank alike; its failures were that pass's
+  // (its backward raised already), so they do not stop the next one
+  for (auto& f : futures_) {
+    try {
+      if (f.defined()) f.wait();
+    } catch (const std::exception&) {
+    }
+  }
+  futures_.clear();
   in_backward_ = false;
 }
 
@@ -98,7 +125,7 @@ void Reducer::begin_backward() {
   got_gradient_.assign(params_.size(), false);
   pending_.clear();
   for (const auto& b : bucket_params_) pending_.push_back(b.size());
-  works_.assign(bucket_params_.size(), nullptr);
+  futures_.assign(bucket_params_.size(), CommFuture());
   next_bucket_ = 0;
   started_during_backward_ = 0;
   std::weak_ptr<Reducer> weak = weak_from_this();
@@ -121,6 +148,7 @@ void Reducer::absorb_missing(size_t param) {
 }
 
 void Reducer::on_gradient(size_t param) {
+  backward_seen_ = true;
   if (!sync) return;
   if (in_backward_ && pass_alive_.expired()) reset();  // the last pass raised before its end
   if (!in_backward_) begin_backward();
@@ -146,9 +174,29 @@ void Reducer::on_gradient(size_t param) {
 
 void Reducer::start_ready_buckets() {
   while (next_bucket_ < bucket_params_.size() && pending_[next_bucket_] == 0) {
-    works_[next_bucket_] = group_->allreduce(flat_[next_bucket_], ReduceOp::Avg);
-    ++next_bucket_;
+    const size_t b = next_bucket_++;
+    if (!comm_hook_) {
+      futures_[b] = CommFuture(flat_[b], group_->allreduce(flat_[b], ReduceOp::Avg));
+      continue;
+    }
+    NoGradGuard no_grad;
+    GradBucket bucket = make_bucket(b);
+    futures_[b] = comm_hook_(bucket);
+    STRATA_CHECK(futures_[b].defined(), "[DistributedDataParallel] the communication hook returned an empty future "
+                                        "for bucket {}", b);
   }
+}
+
+void Reducer::take_result(size_t b) {
+  const Tensor result = futures_[b].wait();
+  if (result.is_same(flat_[b])) return;
+  STRATA_CHECK(result.defined() && result.numel() == flat_[b].numel() && result.device() == flat_[b].device(),
+               "[DistributedDataParallel] the communication hook's future for bucket {} holds {}, expected a tensor "
+               "of {} elements on {} (the bucket's buffer)",
+               b, result.defined() ? fmt::format("{} {} on {}", result.shape(), result.dtype(), result.device())
+                                   : std::string("an undefined tensor"),
+               flat_[b].numel(), flat_[b].device());
+  flat_[b].copy_(result.reshape({result.numel()}));
 }
 
 void Reducer::finish_backward() {
@@ -167,27 +215,31 @@ void Reducer::finish_backward() {
     Tensor host = used.cpu();
     std::copy_n(host.data_ptr<int32_t>(), host.numel(), used_here.begin());
   }
-  // bucket by bucket, so a bucket hook works on one while the later ones are still reduced
-  std::exception_ptr hook_error;
-  for (size_t b = 0; b < works_.size(); ++b) {
-    works_[b]->wait();
-    std::vector<Tensor> bucket;
+  // bucket by bucket, so a bucket hook works on one while the later ones are still reduced;
+  // after a failure the remaining buckets are still waited for and written
+  std::exception_ptr error;
+  for (size_t b = 0; b < futures_.size(); ++b) {
+    try {
+      take_result(b);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+      continue;
+    }
     for (size_t k : bucket_params_[b]) {
-      bucket.push_back(params_[k]);
       if (find_unused_ && used_here[k] == 0) continue;  // unused on every rank: .grad untouched
       const Tensor& g = params_[k].grad();
       if (g.defined()) g.copy_(slot_view(k));
       else params_[k].set_grad(slot_view(k).clone());
     }
-    if (!bucket_hook || hook_error) continue;
+    if (!bucket_hook || error) continue;
     try {
-      bucket_hook(GradBucket{b, b + 1 == works_.size(), std::move(bucket)});
+      bucket_hook(make_bucket(b));
     } catch (...) {
-      hook_error = std::current_exception();  // the remaining buckets are still waited for and written
+      error = std::current_exception();
     }
   }
-  works_.clear();
-  if (hook_error) std::rethrow_exception(hook_error);
+  futures_.clear();
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace strata::dist::detail

@@ -28,6 +28,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   bool sync = true;  // false under no_sync()
   std::function<void(const GradBucket&)> bucket_hook;  // DistributedDataParallel::register_bucket_hook
+  /// DistributedDataParallel::register_comm_hook: refused once set, or once a backward has run.
+  void set_comm_hook(CommHook hook);
   const std::vector<std::vector<size_t>>& bucket_params() const { return bucket_params_; }
   size_t started_during_backward() const { return started_during_backward_; }
 
@@ -42,10 +44,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void start_ready_buckets();
   void finish_backward();
   Tensor slot_view(size_t param) const;
+  GradBucket make_bucket(size_t b) const;
+  /// Waits for bucket b's reduction and writes its value into the bucket's buffer.
+  void take_result(size_t b);
 
   std::vector<Tensor> params_;
   std::shared_ptr<ProcessGroup> group_;
   bool find_unused_;
+  CommHook comm_hook_;
+  bool backward_seen_ = false;  // a gradient hook has run (no_sync passes count)
   std::vector<std::vector<size_t>> bucket_params_;  // parameter indices per bucket
   std::vector<Tensor> flat_;                        // one contiguous buffer per bucket
   std::vector<Slot> slots_;                         // per parameter
@@ -58,7 +65,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> got_gradient_;    // from its hook, in this pass
   std::vector<bool> outside_graph_;   // found by prepare_for_backward
   std::vector<size_t> pending_;  // per bucket: gradients not yet in
-  std::vector<std::shared_ptr<Work>> works_;
+  std::vector<CommFuture> futures_;  // per bucket: its reduced buffer
   size_t next_bucket_ = 0;  // buckets start in order, the same on every rank
   size_t started_during_backward_ = 0;
 };

@@ -3,7 +3,8 @@
 // layouts, gives what the MPI group (tested against closed forms in test_collectives.cpp) gives
 // on the same values on the CPU; DDP on a CUDA model keeps training like its CPU twin, and so
 // does ZeroRedundancyOptimizer (its broadcasts, error agreement and state exchange on NCCL), and
-// FullyShardedDataParallel (its gathers, reduce-scatters, clipping and state dicts).
+// FullyShardedDataParallel (its gathers, reduce-scatters, clipping and state dicts), and DDP's
+// communication hooks.
 #include <numeric>
 
 #include "dist/dist_testing.h"
@@ -179,6 +180,45 @@ TEST(Nccl, DdpOnCudaMatchesItsCpuTwin) {
   gpu_ddp(x.to(dev)).square().sum().backward();
   EXPECT_TRUE(allclose(gpu_net.weight.grad().cpu(), cpu_net.weight.grad(), 1e-12, 1e-12));
   EXPECT_TRUE(allclose(gpu_net.bias.grad().cpu(), cpu_net.bias.grad(), 1e-12, 1e-12));
+}
+
+// The communication hooks work through the process group on the bucket's device: on NCCL they
+// give what they give on MPI for the CPU twin (PowerSGD's random Qs are drawn on the CPU).
+TEST(Nccl, CommHooksOnCudaMatchTheirCpuTwin) {
+  SKIP_WITHOUT_NCCL();
+  namespace hooks = dist::ddp_comm_hooks;
+  const int r = dist_testing::group()->rank();
+  const Device dev = Device::cuda(r % cuda::device_count());
+  for (int which = 0; which < 2; ++which) {
+    SCOPED_TRACE(which == 0 ? "fp16_compress_hook" : "powerSGD_hook");
+    manual_seed(9 + static_cast<uint64_t>(r));
+    nn::Linear cpu_net(6, 4);
+    cpu_net.to(kFloat64);
+    nn::Linear gpu_net(6, 4);
+    gpu_net.to(kFloat64);
+    gpu_net.load_state_dict(cpu_net.state_dict());
+    gpu_net.to(dev);
+    dist::DistributedDataParallel cpu_ddp(cpu_net);
+    dist::DistributedDataParallel gpu_ddp(gpu_net, {.process_group = nccl_group()});
+    const hooks::PowerSGDOptions options{.start_powerSGD_iter = 1, .min_compression_rate = 1};
+    if (which == 0) {
+      cpu_ddp.register_comm_hook(nullptr, hooks::fp16_compress_hook);
+      gpu_ddp.register_comm_hook(nullptr, hooks::fp16_compress_hook);
+    } else {
+      cpu_ddp.register_comm_hook(std::make_shared<hooks::PowerSGDState>(dist_testing::group(), options),
+                                 hooks::powerSGD_hook);
+      gpu_ddp.register_comm_hook(std::make_shared<hooks::PowerSGDState>(nccl_group(), options), hooks::powerSGD_hook);
+    }
+    for (int step = 0; step < 3; ++step) {
+      Tensor x = inputs(r, kFloat64, Layout::Contiguous, kCPU) * (1.0 + step);
+      cpu_ddp(x).square().sum().backward();
+      gpu_ddp(x.to(dev)).square().sum().backward();
+      EXPECT_TRUE(allclose(gpu_net.weight.grad().cpu(), cpu_net.weight.grad(), 1e-10, 1e-10)) << "step " << step;
+      EXPECT_TRUE(allclose(gpu_net.bias.grad().cpu(), cpu_net.bias.grad(), 1e-10, 1e-10)) << "step " << step;
+      cpu_net.zero_grad();
+      gpu_net.zero_grad();
+    }
+  }
 }
 
 TEST(Nccl, ZeroOnCudaMatchesItsCpuTwin) {

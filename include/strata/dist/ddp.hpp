@@ -18,7 +18,8 @@
 // post-accumulate-grad hook copies each gradient into its bucket, and a bucket whose gradients
 // are all in starts its allreduce at once, on the communication thread, while the backward
 // goes on. A callback queued on the engine waits for every bucket and writes the averages into
-// .grad before backward() returns.
+// .grad before backward() returns. A communication hook (register_comm_hook; ddp_comm_hooks.hpp:
+// half-precision compression, PowerSGD) replaces each bucket's allreduce.
 #pragma once
 
 #include <functional>
@@ -26,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <strata/dist/comm_hook.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/nn/module.hpp>
 
@@ -48,14 +50,6 @@ struct DDPOptions {
   /// step decides which). Without it such a parameter's .grad becomes zeros. A parameter unused
   /// on some ranks only is handled either way: those ranks count zeros.
   bool find_unused_parameters = false;
-};
-
-/// A bucket whose averaged gradients are in .grad (torch's GradBucket, as a communication hook
-/// sees it once its allreduce is done).
-struct GradBucket {
-  size_t index;                    // launch order, 0 first
-  bool is_last;                    // the backward's last bucket
-  std::vector<Tensor> parameters;  // its parameters
 };
 
 /// Wraps a module (not owned: it must outlive the wrapper) for data-parallel training.
@@ -107,6 +101,26 @@ class STRATA_API DistributedDataParallel {
   /// null removes it. A hook that raises raises from backward() once every bucket is written.
   void register_bucket_hook(std::function<void(const GradBucket&)> hook);
 
+  /// Replaces the bucket's allreduce (torch's register_comm_hook): for each bucket, once its
+  /// local gradients are in bucket.buffer, DDP calls `hook(*state, bucket)` and writes the value
+  /// of the future it returns (a tensor of buffer's size) into the parameters' .grad at the end
+  /// of the backward. Built-in hooks: dist::ddp_comm_hooks. A null `state` (the literal nullptr)
+  /// passes this DDP's process group. Once only, before the first backward; every rank alike.
+  template <class State, class Hook> void register_comm_hook(std::shared_ptr<State> state, Hook hook) {
+    static_assert(std::is_invocable_r_v<CommFuture, Hook&, State&, GradBucket&>,
+                  "a communication hook is called as hook(State&, GradBucket&) and returns a CommFuture");
+    STRATA_CHECK(state != nullptr, "[DistributedDataParallel::register_comm_hook] the state is null (pass the "
+                                   "literal nullptr for this DDP's process group)");
+    if constexpr (std::is_constructible_v<bool, Hook&>)
+      STRATA_CHECK(static_cast<bool>(hook), "[DistributedDataParallel::register_comm_hook] the hook is empty");
+    set_comm_hook([state = std::move(state), hook = std::move(hook)](GradBucket& b) mutable {
+      return CommFuture(hook(*state, b));
+    });
+  }
+  template <class Hook> void register_comm_hook(std::nullptr_t, Hook hook) {
+    register_comm_hook(group_, std::move(hook));
+  }
+
   /// The buckets, as indices into parameters() (those that require grad), in launch order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
   /// How many buckets the last synchronized backward started from gradient hooks, before the
@@ -114,6 +128,7 @@ class STRATA_API DistributedDataParallel {
   size_t buckets_started_during_backward() const;
 
  private:
+  void set_comm_hook(CommHook hook);
   void before_forward();
   void after_forward(const Tensor& output);
 
