@@ -72,10 +72,29 @@ void shrink_conv(ConvLayer& c, const std::map<ChannelRole, std::set<int64_t>>& r
 // The per-channel parameters and buffers of a norm (undefined ones are skipped by take_slices).
 std::vector<Tensor> norm_tensors(nn::Module* m) {
   if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m)) return {bn->weight, bn->bias, bn->running_mean, bn->running_var};
-  if (auto* in = dynamic_cast<nn::InstanceNormBase*>(m)) return {in->weight, in->bias, in->running_mean, in->running_var};
+  if (auto* in = dynamic_cast<nn::InstanceNormBase*>(m))
+    return {in->weight, in->bias, in->running_mean, in->running_var};
   if (auto* ln = dynamic_cast<nn::LayerNorm*>(m)) return {ln->weight, ln->bias};
   if (auto* gn = dynamic_cast<nn::GroupNorm*>(m)) return {gn->weight, gn->bias};
   return {};
+}
+
+// Heads by remove_heads; the features in (in_proj_weight's columns: query, key and value) and
+// out (out_proj's rows) as a Linear's.
+void shrink_attention(nn::MultiheadAttention& a, const std::map<ChannelRole, std::set<int64_t>>& roles) {
+  if (auto it = roles.find(ChannelRole::Head); it != roles.end())
+    remove_heads(a, std::vector<int64_t>(it->second.begin(), it->second.end()));
+  if (auto it = roles.find(ChannelRole::In); it != roles.end()) {
+    const Tensor index = kept_index(a.embed_dim, it->second);
+    take_slices(a.in_proj_weight, 1, index);
+    a.embed_dim = a.kdim = a.vdim = index.numel();
+  }
+  if (auto it = roles.find(ChannelRole::Out); it != roles.end()) {
+    const Tensor index = kept_index(a.out_proj.out_features, it->second);
+    take_slices(a.out_proj.weight, 0, index);
+    take_slices(a.out_proj.bias, 0, index);
+    a.out_proj.out_features = index.numel();
+  }
 }
 
 }  // namespace
@@ -87,7 +106,10 @@ std::vector<double> member_scores(const GroupMember& m, Importance kind) {
     return c.dim_of(m.role) == 1 && *c.groups > 1 ? none : along(c.weight, c.dim_of(m.role));
   if (auto* l = dynamic_cast<nn::Linear*>(m.module)) return along(l->weight, m.role == ChannelRole::Out ? 0 : 1);
   if (auto* e = dynamic_cast<nn::Embedding*>(m.module)) return along(e->weight, 1);
-  if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m.module)) return host_values(head_importance(*a, kind));
+  if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m.module)) {
+    if (m.role == ChannelRole::Head) return host_values(head_importance(*a, kind));
+    return m.role == ChannelRole::In ? along(a->in_proj_weight, 1) : along(a->out_proj.weight, 0);
+  }
   const std::vector<Tensor> norm = norm_tensors(m.module);
   return !norm.empty() && norm[0].defined() ? along(norm[0], 0) : none;
 }
@@ -101,16 +123,14 @@ int64_t layer_channels(const nn::Module* m, ChannelRole role) {
   if (const auto* ln = dynamic_cast<const nn::LayerNorm*>(m)) return ln->normalized_shape.back();
   if (const auto* gn = dynamic_cast<const nn::GroupNorm*>(m)) return gn->num_channels;
   if (const auto* e = dynamic_cast<const nn::Embedding*>(m)) return e->embedding_dim;
-  if (const auto* a = dynamic_cast<const nn::MultiheadAttention*>(m)) return a->num_heads;
+  if (const auto* a = dynamic_cast<const nn::MultiheadAttention*>(m))
+    return role == ChannelRole::Head ? a->num_heads : out ? a->out_proj.out_features : a->embed_dim;
   return -1;
 }
 
 void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>& roles) {
   if (ConvLayer c; conv_layer(m, c)) return shrink_conv(c, roles);
-  if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m)) {
-    const std::set<int64_t>& heads = roles.at(ChannelRole::Head);
-    return remove_heads(*a, std::vector<int64_t>(heads.begin(), heads.end()));
-  }
+  if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m)) return shrink_attention(*a, roles);
   for (const auto& [role, removed] : roles) {
     const Tensor index = kept_index(layer_channels(m, role), removed);
     if (auto* l = dynamic_cast<nn::Linear*>(m)) {
@@ -157,7 +177,11 @@ std::function<void()> saved_sizes(nn::Module& m) {
     return [gn, c = gn->num_channels, g = gn->num_groups] { gn->num_channels = c, gn->num_groups = g; };
   if (auto* e = dynamic_cast<nn::Embedding*>(&m)) return [e, d = e->embedding_dim] { e->embedding_dim = d; };
   if (auto* a = dynamic_cast<nn::MultiheadAttention*>(&m))  // remove_heads shrinks out_proj's inputs too
-    return [a, h = a->num_heads, in = a->out_proj.in_features] { a->num_heads = h, a->out_proj.in_features = in; };
+    return [a, h = a->num_heads, e = a->embed_dim, k = a->kdim, v = a->vdim, in = a->out_proj.in_features,
+            out = a->out_proj.out_features] {
+      a->num_heads = h, a->embed_dim = e, a->kdim = k, a->vdim = v;
+      a->out_proj.in_features = in, a->out_proj.out_features = out;
+    };
   return [] {};
 }
 

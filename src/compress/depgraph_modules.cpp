@@ -127,13 +127,24 @@ class Rule {
   }
 
   // Heads are units of their own (their q/k/v rows and out_proj columns, removed by
-  // remove_heads); the features read and written (embed_dim, kdim, vdim) are not pruned.
+  // remove_heads). With one in_proj_weight, query, key and value are read through the same
+  // columns (kdim = vdim = embed_dim): their features are the layer's inputs, out_proj's rows its
+  // outputs, as a Linear's. Separate q/k/v weights (kdim or vdim of their own) are not pruned.
   Channels attention(const nn::MultiheadAttention& a) {
     if (!a.out_proj.weight.defined()) return refuse("a MultiheadAttention whose out_proj a form replaced");
     labels_.layer(m_, ChannelRole::Head, a.num_heads);
-    const std::string why = "MultiheadAttention's embed_dim (its features in and out), which is not pruned";
-    refuse(why);
-    return Channels{static_cast<int64_t>(out_.size()) - 1, labels_.fresh(out_.back(), why), {}};
+    const int64_t last = static_cast<int64_t>(out_.size()) - 1;
+    if (!a.in_proj_weight.defined()) {
+      const std::string why = "a MultiheadAttention with separate q/k/v weights, whose features are not pruned";
+      refuse(why);
+      return Channels{last, labels_.fresh(out_.back(), why), {}};
+    }
+    const auto& in = labels_.layer(m_, ChannelRole::In, a.embed_dim);
+    for (size_t i = 0; i < 3 && i < inputs_.size(); ++i)
+      labels_.unite(labels_at(labels_, inputs_[i], rank(i) - 1, a.embed_dim, "a MultiheadAttention"), in);
+    for (size_t i = 3; i < inputs_.size(); ++i)  // masks: not channels
+      if (inputs_[i].followed()) labels_.mark(inputs_[i].labels, "a mask given to a MultiheadAttention");
+    return Channels{last, labels_.layer(m_, ChannelRole::Out, a.out_proj.out_features), {}};
   }
 
   Labels& labels_;

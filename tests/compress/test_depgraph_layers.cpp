@@ -1,9 +1,10 @@
 // Traced dependency groups through Conv1d (with BatchNorm1d and a flatten into a Linear), Conv3d
 // with GroupNorm, ConvTranspose1d/2d/3d (grouped and not) with InstanceNorm2d, Embedding, and
-// MultiheadAttention's heads. After pruning, each model computes what its twin computes with
-// the same channels zeroed by hand (a GroupNorm's whole groups, an attention head's out_proj
-// columns) in float64 to 1e-12; sizes and groups are updated; the pruned models train; what is
-// not followed is reported with the reason; a failed prune leaves the model as it was.
+// MultiheadAttention (its heads, and its embed_dim with the residual stream). After pruning,
+// each model computes what its twin computes with the same channels zeroed by hand (a
+// GroupNorm's whole groups, an attention head's out_proj columns) in float64 to 1e-12; sizes and
+// groups are updated; the pruned models train; what is not followed is reported with the
+// reason; a failed prune leaves the model as it was.
 #include <cmath>
 
 #include "depgraph_testing.h"
@@ -272,7 +273,7 @@ TEST(DependencyGraphLayers, EmbeddingFeaturesMatchTheZeroedNetwork) {
   expect_trains(*pruned, tokens, 3);
 }
 
-// tokens -> Embedding -> self-attention (4 heads) + residual -> mean over the tokens -> fc
+// tokens -> Embedding -> self-attention (4 heads of 2) + residual -> mean over the tokens -> fc
 struct AttentionNet : nn::Module {
   nn::Embedding emb;
   nn::MultiheadAttention attn;
@@ -289,7 +290,7 @@ struct AttentionNet : nn::Module {
   }
 };
 
-TEST(DependencyGraphLayers, AttentionHeadsAreUnitsAndItsFeaturesAreKept) {
+TEST(DependencyGraphLayers, AttentionHeadsAndTheResidualStreamMatchTheZeroedNetwork) {
   const Tensor tokens = from_vector(std::vector<int64_t>{1, 4, 9, 0, 3, 3, 7, 2, 5}).view({3, 3});
   auto [pruned, zeroed] = twins<AttentionNet>(tokens);
   compress::DependencyGraph graph(*pruned, tokens);
@@ -300,20 +301,57 @@ TEST(DependencyGraphLayers, AttentionHeadsAreUnitsAndItsFeaturesAreKept) {
   const auto want = values(compress::head_importance(pruned->attn, compress::Importance::L2));
   const auto got = graph.importance(heads, compress::Importance::L2);
   for (size_t h = 0; h < 4; ++h) EXPECT_NEAR(got[h], want[h], 1e-12);
-  // the residual stream (the embedding's features) is attention's embed_dim: kept, with the reason
-  const auto& stream = graph.groups()[group_of(graph, &pruned->emb, R::Out)];
-  EXPECT_FALSE(stream.prunable());
-  EXPECT_NE(stream.unprunable_reason.find("embed_dim"), std::string::npos) << stream.unprunable_reason;
+  // the residual stream: the embedding's features, attention's embed_dim in and out, fc's inputs
+  const size_t stream = group_of(graph, &pruned->emb, R::Out);
+  EXPECT_TRUE(graph.groups()[stream].prunable()) << graph.report();
+  EXPECT_EQ(graph.groups()[stream].size, 8);
+  for (auto [m, role] : std::vector<std::pair<nn::Module*, R>>{
+           {&pruned->attn, R::In}, {&pruned->attn, R::Out}, {&pruned->fc, R::In}})
+    EXPECT_EQ(group_of(graph, m, role), stream) << graph.report();
 
   graph.prune_group(heads, {0, 3});
+  const size_t stream_now = group_of(graph, &pruned->emb, R::Out);
+  graph.prune_group(stream_now, {0, 1, 4, 6, 7});
   AttentionNet& z = *zeroed;  // a removed head adds nothing: zero its out_proj columns
   zero_slices({z.attn.out_proj.weight}, 1, channels_of({1, 2}, 2));
+  zero_slices({z.emb.weight}, 1, {2, 3, 5});  // a removed feature is zero in and out of attention
+  zero_rows({z.attn.out_proj.weight, z.attn.out_proj.bias}, {2, 3, 5});
   EXPECT_EQ(pruned->attn.num_heads, 2);
-  EXPECT_EQ(pruned->attn.in_proj_weight.shape(), (Shape{3 * 4, 8}));
-  EXPECT_EQ(pruned->attn.out_proj.weight.shape(), (Shape{8, 4}));
+  EXPECT_EQ(pruned->attn.embed_dim, 5);
+  EXPECT_EQ(pruned->attn.in_proj_weight.shape(), (Shape{3 * 4, 5}));
+  EXPECT_EQ(pruned->attn.out_proj.weight.shape(), (Shape{5, 4}));
+  EXPECT_EQ(pruned->fc.in_features, 5);
   EXPECT_EQ(graph.groups()[group_of(graph, &pruned->attn, R::Head)].size, 2);
   expect_same(*pruned, *zeroed, tokens);
   expect_trains(*pruned, tokens, 3);
+}
+
+// Cross-attention with a key and value of their own width (kdim = vdim = 6): separate q/k/v
+// weights, whose features are not pruned; the heads still are.
+struct CrossAttentionNet : nn::Module {
+  nn::Linear q, kv;
+  nn::MultiheadAttention attn;
+  nn::Linear fc;
+  explicit CrossAttentionNet(Generator& g)
+      : q(5, 8, {.generator = &g}), kv(5, 6, {.generator = &g}),
+        attn(8, 2, {.batch_first = true, .generator = &g, .kdim = 6, .vdim = 6}), fc(8, 3, {.generator = &g}) {
+    register_module("q", q), register_module("kv", kv), register_module("attn", attn), register_module("fc", fc);
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor m = kv(x);
+    return fc(attn(q(x), m, m).mean(1));
+  }
+};
+
+TEST(DependencyGraphLayers, SeparateAttentionWeightsKeepTheirFeaturesWithTheReason) {
+  Generator g(37);
+  CrossAttentionNet net(g);
+  compress::DependencyGraph graph(net, randn({2, 3, 5}, kFloat32, &g));
+  const auto& memory = graph.groups()[group_of(graph, &net.kv, R::Out)];
+  EXPECT_FALSE(memory.prunable());
+  EXPECT_NE(memory.unprunable_reason.find("separate q/k/v"), std::string::npos) << graph.report();
+  EXPECT_FALSE(graph.groups()[group_of(graph, &net.q, R::Out)].prunable());
+  EXPECT_TRUE(graph.groups()[group_of(graph, &net.attn, R::Head)].prunable()) << graph.report();
 }
 
 TEST(DependencyGraphLayers, AFailedPruneLeavesGroupNormAndAttentionAsTheyWere) {
@@ -371,3 +409,50 @@ TEST(DependencyGraphLayers, PermutedChannelsAreReportedUnprunable) {
 }
 
 }  // namespace
+
+// tokens -> Embedding -> TransformerEncoderLayer (2 heads, LayerNorms on the stream) -> mean -> fc
+struct EncoderNet : nn::Module {
+  nn::Embedding emb;
+  nn::TransformerEncoderLayer layer;
+  nn::Linear fc;
+  explicit EncoderNet(Generator& g)
+      : emb(10, 8, {.generator = &g}),
+        layer(8, 2, {.dim_feedforward = 6, .dropout = 0, .batch_first = true, .generator = &g}),
+        fc(8, 3, {.generator = &g}) {
+    register_module("emb", emb), register_module("layer", layer), register_module("fc", fc);
+  }
+  Tensor forward(const Tensor& x) override { return fc(layer(emb(x)).mean(1)); }
+};
+
+TEST(DependencyGraphLayers, TransformerEncoderLayerHeadsAndFeedForwardMatchTheZeroedNetwork) {
+  const Tensor tokens = from_vector(std::vector<int64_t>{1, 4, 9, 0, 3, 3, 7, 2}).view({2, 4});
+  auto [pruned, zeroed] = twins<EncoderNet>(tokens);
+  compress::DependencyGraph graph(*pruned, tokens);
+  nn::TransformerEncoderLayer& l = pruned->layer;
+  const size_t stream = group_of(graph, &pruned->emb, R::Out);
+  for (auto [m, role] : std::vector<std::pair<nn::Module*, R>>{{&l.self_attn, R::In}, {&l.self_attn, R::Out},
+                                                                {&l.norm1, R::Norm}, {&l.linear1, R::In},
+                                                                {&l.linear2, R::Out}, {&l.norm2, R::Norm},
+                                                                {&pruned->fc, R::In}})
+    EXPECT_EQ(group_of(graph, m, role), stream) << graph.report();
+  EXPECT_TRUE(graph.groups()[stream].prunable()) << graph.report();
+  const size_t hidden = group_of(graph, &l.linear1, R::Out);
+  EXPECT_EQ(group_of(graph, &l.linear2, R::In), hidden);
+  EXPECT_EQ(graph.groups()[hidden].size, 6);
+  // heads and the feed-forward's hidden features leave the stream's LayerNorms as they were
+  graph.prune_group(group_of(graph, &l.self_attn, R::Head), {1});
+  graph.prune_group(group_of(graph, &l.linear1, R::Out), {0, 2, 3, 5});
+  nn::TransformerEncoderLayer& z = zeroed->layer;
+  zero_slices({z.self_attn.out_proj.weight}, 1, channels_of({0}, 4));
+  zero_rows({z.linear1.weight, z.linear1.bias}, {1, 4});
+  EXPECT_EQ(l.self_attn.num_heads, 1);
+  EXPECT_EQ(l.linear1.out_features, 4);
+  EXPECT_EQ(l.linear2.weight.shape(), (Shape{8, 4}));
+  expect_same(*pruned, *zeroed, tokens);
+  // the stream too (its LayerNorms then normalize over the features that stay)
+  graph.prune(0.25);
+  EXPECT_EQ(pruned->emb.embedding_dim, 6);
+  EXPECT_EQ(l.self_attn.embed_dim, 6);
+  EXPECT_EQ(l.norm2.normalized_shape, (Shape{6}));
+  expect_trains(*pruned, tokens, 3);
+}
