@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -91,6 +92,9 @@ std::vector<int64_t> labels_at(Labels& labels, const Channels& c, int64_t dim, i
 std::vector<int64_t> tie_conv(Labels& labels, nn::Module* conv, int64_t in, int64_t out, int64_t groups,
                               const std::vector<int64_t>& x);
 
+/// The nodes computing a call's output from its inputs (the output's node excluded), or none
+/// when another tensor (not an input, not the layer's own parameter) feeds them.
+std::optional<std::set<const autograd::Node*>> nodes_inside(const TraceModules::Call& call);
 /// Whether the trace follows a call of `m` as a whole rather than op by op.
 bool has_module_rule(const nn::Module* m);
 /// The channels of the output of a call of `m` (has_module_rule) on inputs with these channels

@@ -8,6 +8,9 @@
 // inputs or the layer's own parameters, the walk skips the nodes inside the call and applies the
 // layer's rule here to the inputs' channels. A call that reads anything else is walked op by op,
 // where the ops the tracer does not know make its channels unprunable.
+#include <optional>
+#include <set>
+
 #include <fmt/format.h>
 
 #include <strata/core/error.hpp>
@@ -155,6 +158,34 @@ class Rule {
 };
 
 }  // namespace
+
+std::optional<std::set<const autograd::Node*>> nodes_inside(const TraceModules::Call& call) {
+  std::set<const TensorImpl*> allowed;  // leaves the call may read
+  std::set<const autograd::Node*> stops;  // its inputs' nodes
+  for (const Tensor& p : call.module->parameters()) allowed.insert(p.impl_ptr().get());
+  for (const Tensor& t : call.inputs) {
+    if (!t.defined()) continue;
+    if (t.grad_fn()) stops.insert(t.grad_fn().get());
+    else allowed.insert(t.impl_ptr().get());
+  }
+  if (stops.count(call.output.get())) return std::nullopt;  // the layer returned an input as it was
+  std::set<const autograd::Node*> inside;
+  std::vector<autograd::Node*> todo{call.output.get()};
+  while (!todo.empty()) {
+    autograd::Node* n = todo.back();
+    todo.pop_back();
+    for (const autograd::Edge& e : n->next_edges) {
+      autograd::Node* child = e.node.get();
+      if (child == nullptr || stops.count(child) || !inside.insert(child).second) continue;
+      if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(child)) {
+        if (!allowed.count(acc->leaf().get())) return std::nullopt;
+        continue;
+      }
+      todo.push_back(child);
+    }
+  }
+  return inside;
+}
 
 bool has_module_rule(const nn::Module* m) {
   ConvSizes unused;

@@ -364,35 +364,13 @@ class Walk {
     return Channels{-1, {}, "a tensor outside the traced graph (a constant or a buffer)"};
   }
 
-  // Note [Layers followed whole]: the nodes computing the call's output from its inputs and the
-  // layer's own parameters; when another tensor feeds them, the call is walked op by op.
+  // Note [Layers followed whole]: a call computed from its inputs and the layer's own
+  // parameters alone is followed as a whole; the nodes inside it are skipped.
   void take_whole(const TraceModules::Call& call) {
-    std::set<const TensorImpl*> allowed;  // leaves the call may read
-    std::set<const Node*> stops;          // its inputs' nodes
-    for (const Tensor& p : call.module->parameters()) allowed.insert(p.impl_ptr().get());
-    for (const Tensor& t : call.inputs) {
-      if (!t.defined()) continue;
-      if (t.grad_fn()) stops.insert(t.grad_fn().get());
-      else allowed.insert(t.impl_ptr().get());
-    }
-    if (stops.count(call.output.get())) return;  // the layer returned an input as it was
-    std::set<const Node*> inside;
-    std::vector<Node*> todo{call.output.get()};
-    while (!todo.empty()) {
-      Node* n = todo.back();
-      todo.pop_back();
-      for (const autograd::Edge& e : n->next_edges) {
-        Node* child = e.node.get();
-        if (child == nullptr || stops.count(child) || !inside.insert(child).second) continue;
-        if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(child)) {
-          if (!allowed.count(acc->leaf().get())) return;
-          continue;
-        }
-        todo.push_back(child);
-      }
-    }
+    const auto inside = nodes_inside(call);
+    if (!inside) return;
     calls_[call.output.get()] = &call;
-    inside_calls_.insert(inside.begin(), inside.end());
+    inside_calls_.insert(inside->begin(), inside->end());
   }
 
   void module_call(const Node& n, const TraceModules::Call& call) {

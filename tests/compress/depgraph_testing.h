@@ -80,4 +80,20 @@ inline void expect_trains(nn::Module& net, const Tensor& x, int64_t classes) {
   EXPECT_LT(F::cross_entropy(net(x), y).item<double>(), first);
 }
 
+/// Random values for a norm's affine parameters (ones and zeros would hide a wrong channel).
+inline void randomize(Generator& g, std::initializer_list<Tensor> tensors) {
+  NoGradGuard no_grad;
+  for (const Tensor& t : tensors) t.copy_(randn(t.shape(), t.dtype(), &g));
+}
+
+/// Pruned and zeroed twins compute the same, in eval and train mode.
+template <class Net> void expect_same(Net& pruned, Net& zeroed, const Tensor& x) {
+  for (bool train : {false, true}) {
+    pruned.train(train), zeroed.train(train);
+    NoGradGuard no_grad;
+    EXPECT_TRUE(all_close(pruned(x), values(zeroed(x)), 1e-12, 1e-12)) << "train " << train;
+  }
+  pruned.eval(), zeroed.eval();
+}
+
 }  // namespace strata::testing
