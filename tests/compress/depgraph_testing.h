@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,14 @@ inline size_t group_of(const compress::DependencyGraph& graph, nn::Module* modul
       if (m.module == module && m.role == role) return g;
   ADD_FAILURE() << "no group holds the module";
   return 0;
+}
+
+/// The group holding `module` along `role` is not prunable, for a reason that says `why`.
+inline void expect_unprunable(const compress::DependencyGraph& graph, nn::Module* module, compress::ChannelRole role,
+                              const std::string& why) {
+  const compress::DependencyGroup& group = graph.groups()[group_of(graph, module, role)];
+  EXPECT_FALSE(group.prunable()) << graph.report();
+  EXPECT_NE(group.unprunable_reason.find(why), std::string::npos) << graph.report();
 }
 
 /// Zeroes the slices `index` along `dim` of each defined tensor, as a removed channel's weights would be.

@@ -10,6 +10,7 @@ using strata::testing::all_close;
 using strata::testing::channels_of;
 using strata::testing::expect_same;
 using strata::testing::expect_trains;
+using strata::testing::expect_unprunable;
 using strata::testing::group_of;
 using strata::testing::throws_with;
 using strata::testing::twins;
@@ -94,9 +95,7 @@ TEST(DependencyGraphAttention, SeparateAttentionWeightsKeepTheirFeaturesWithTheR
   Generator g(37);
   CrossAttentionNet net(g);
   compress::DependencyGraph graph(net, randn({2, 3, 5}, kFloat32, &g));
-  const auto& memory = graph.groups()[group_of(graph, &net.kv, R::Out)];
-  EXPECT_FALSE(memory.prunable());
-  EXPECT_NE(memory.unprunable_reason.find("separate q/k/v"), std::string::npos) << graph.report();
+  expect_unprunable(graph, &net.kv, R::Out, "separate q/k/v");
   EXPECT_FALSE(graph.groups()[group_of(graph, &net.q, R::Out)].prunable());
   EXPECT_TRUE(graph.groups()[group_of(graph, &net.attn, R::Head)].prunable()) << graph.report();
 }

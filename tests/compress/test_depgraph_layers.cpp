@@ -14,6 +14,7 @@ using strata::testing::channels_of;
 using strata::testing::complement;
 using strata::testing::expect_same;
 using strata::testing::expect_trains;
+using strata::testing::expect_unprunable;
 using strata::testing::group_of;
 using strata::testing::randomize;
 using strata::testing::throws_with;
@@ -291,9 +292,7 @@ TEST(DependencyGraphLayers, PermutedChannelsAreReportedUnprunable) {
   PermutedNet net(g);
   const Tensor tokens = from_vector(std::vector<int64_t>{1, 4, 9, 0, 3, 3}).view({2, 3});
   compress::DependencyGraph graph(net, tokens);
-  const auto& features = graph.groups()[group_of(graph, &net.emb, R::Out)];
-  EXPECT_FALSE(features.prunable());
-  EXPECT_NE(features.unprunable_reason.find("transpose"), std::string::npos) << graph.report();
+  expect_unprunable(graph, &net.emb, R::Out, "transpose");
   const size_t conv = group_of(graph, &net.conv, R::Out);
   EXPECT_TRUE(graph.groups()[conv].prunable()) << graph.report();
   EXPECT_EQ(group_of(graph, &net.fc, R::In), conv);
@@ -327,9 +326,7 @@ TEST(DependencyGraphLayers, ALayerCallReadingAnotherTensorIsNotFollowedWhole) {
   Generator g(38);
   GatedNet net(g);
   compress::DependencyGraph graph(net, randn({2, 3, 6}, kFloat32, &g));
-  const auto& c0 = graph.groups()[group_of(graph, &net.c0, R::Out)];
-  EXPECT_FALSE(c0.prunable());
-  EXPECT_NE(c0.unprunable_reason.find("conv2d called outside"), std::string::npos) << graph.report();
+  expect_unprunable(graph, &net.c0, R::Out, "conv2d called outside");
 }
 
 }  // namespace
