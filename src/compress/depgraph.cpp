@@ -12,6 +12,7 @@
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/core/error.hpp>
+#include <strata/nn/attention.hpp>
 
 #include "compress/depgraph_internal.h"
 #include "compress/prune_internal.h"
@@ -69,8 +70,12 @@ std::unique_ptr<DependencyGraph::Traced> trace(nn::Module& model, const Tensor& 
   return detail::build_groups(labels, model, options);
 }
 
-// The roles a per-group ratio keys a group by: a layer's outputs, attention's heads.
-bool writes(ChannelRole role) { return role == ChannelRole::Out || role == ChannelRole::Head; }
+// Whether a per-group ratio keyed by the member's layer applies to the member's group: the
+// layer's outputs, or an attention layer's heads.
+bool keyed_by(const GroupMember& m) {
+  const bool attention = dynamic_cast<const nn::MultiheadAttention*>(m.module) != nullptr;
+  return m.role == (attention ? ChannelRole::Head : ChannelRole::Out);
+}
 
 const char* role_word(ChannelRole role) {
   switch (role) {
@@ -197,7 +202,7 @@ std::vector<std::vector<int64_t>> DependencyGraph::select(Amount ratio, const Gr
   for (const auto& [layer, fraction] : how.ratios) {
     const bool found = std::any_of(groups().begin(), groups().end(), [&, layer = layer](const DependencyGroup& g) {
       return std::any_of(g.members.begin(), g.members.end(),
-                         [&](const GroupMember& m) { return m.module == layer && writes(m.role); });
+                         [&](const GroupMember& m) { return m.module == layer && keyed_by(m); });
     });
     STRATA_CHECK(found, "[DependencyGraph] a ratio is given for {}, whose outputs no traced group holds",
                  layer != nullptr ? layer->name() : "a null layer");
@@ -245,7 +250,7 @@ std::vector<std::vector<int64_t>> DependencyGraph::select(Amount ratio, const Gr
     const DependencyGroup& group = groups()[prunable[i]];
     Amount amount = ratio;
     for (const GroupMember& m : group.members)
-      if (auto it = how.ratios.find(m.module); it != how.ratios.end() && writes(m.role))
+      if (auto it = how.ratios.find(m.module); it != how.ratios.end() && keyed_by(m))
         amount = Amount(it->second);
     // a fraction of a small group removes what it can; a count must be met
     int64_t k = amount.of(group.size, "DependencyGraph");

@@ -57,6 +57,11 @@ TEST(DependencyGraphAttention, AttentionHeadsAndTheResidualStreamMatchTheZeroedN
            {&pruned->attn, R::In}, {&pruned->attn, R::Out}, {&pruned->fc, R::In}})
     EXPECT_EQ(group_of(graph, m, role), stream) << graph.report();
 
+  // a ratio keyed by the attention layer is its heads' (the stream keeps every feature)
+  const auto selected = graph.select(0.0, {.ratios = {{&pruned->attn, 0.5}}});
+  EXPECT_EQ(selected[heads].size(), 2u);
+  EXPECT_EQ(selected[stream].size(), 8u);
+
   graph.prune_group(heads, {0, 3});
   const size_t stream_now = group_of(graph, &pruned->emb, R::Out);
   graph.prune_group(stream_now, {0, 1, 4, 6, 7});

@@ -63,8 +63,8 @@ struct GraphPruning {
   /// false: `ratio` of each prunable group; true: one ranking of the units of all prunable groups.
   bool global = false;
   int64_t min_units = 1;  // each group keeps at least this many units
-  /// Per-group ratios (not global): the group holding the layer's output channels (an attention
-  /// layer's heads) uses this one.
+  /// Per-group ratios (not global): the group holding the layer's output channels (for a
+  /// MultiheadAttention, its heads) uses this one.
   std::map<nn::Module*, double> ratios;
 };
 
