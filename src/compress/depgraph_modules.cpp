@@ -168,7 +168,8 @@ std::optional<std::set<const autograd::Node*>> nodes_inside(const TraceModules::
     if (t.grad_fn()) stops.insert(t.grad_fn().get());
     else allowed.insert(t.impl_ptr().get());
   }
-  if (stops.count(call.output.get())) return std::nullopt;  // the layer returned an input as it was
+  // an input returned as it was, or a node of several outputs (which the walk does not follow)
+  if (stops.count(call.output.get()) || call.output->output_meta.size() != 1) return std::nullopt;
   std::set<const autograd::Node*> inside;
   std::vector<autograd::Node*> todo{call.output.get()};
   while (!todo.empty()) {
