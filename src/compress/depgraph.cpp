@@ -1,6 +1,7 @@
 // DependencyGraph (include/strata/compress/depgraph.hpp): the trace, unit importance, selection
-// and the rebuild of every member's layers. The walk is in depgraph_trace.cpp, the labels and
-// groups in depgraph_labels.cpp.
+// and the rebuild of every member's layers. The walk is in depgraph_trace.cpp (the layers
+// followed whole in depgraph_modules.cpp), the labels and groups in depgraph_labels.cpp, what
+// each kind of layer's pruning needs in depgraph_layers.cpp.
 #include <strata/compress/depgraph.hpp>
 
 #include <algorithm>
@@ -11,11 +12,7 @@
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/core/error.hpp>
-#include <strata/nn/batchnorm.hpp>
-#include <strata/nn/conv.hpp>
-#include <strata/nn/linear.hpp>
-#include <strata/nn/normalization.hpp>
-#include <strata/ops/creation.hpp>
+#include <strata/nn/attention.hpp>
 
 #include "compress/depgraph_internal.h"
 #include "compress/prune_internal.h"
@@ -31,11 +28,15 @@ class TraceScope {
   TraceScope(nn::Module& model, detail::TraceModules& modules) {
     for (auto& [name, m] : model.named_modules()) {
       modes_.emplace_back(m, m->is_training());
-      hooks_.push_back(m->register_forward_hook([&modules](nn::Module& mod, const Tensor&, const Tensor& out) {
-        if (!out.defined() || !out.grad_fn()) return;
-        modules.by_node[out.grad_fn().get()].push_back(&mod);
-        modules.results.push_back(out.grad_fn());
-      }));
+      hooks_.push_back(m->register_forward_hook(
+          [&modules](nn::Module& mod, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
+            if (outputs.empty() || !outputs[0].defined() || !outputs[0].grad_fn()) return;
+            const Tensor& out = outputs[0];
+            modules.by_node[out.grad_fn().get()].push_back(&mod);
+            modules.results.push_back(out.grad_fn());
+            if (outputs.size() == 1 && detail::has_module_rule(&mod))
+              modules.calls.push_back({&mod, inputs, out.grad_fn()});
+          }));
       for (auto& [pname, p] : m->named_parameters(false))
         if (pname == "weight" && p.defined()) modules.by_weight.emplace(p.impl_ptr().get(), m);
     }
@@ -69,80 +70,21 @@ std::unique_ptr<DependencyGraph::Traced> trace(nn::Module& model, const Tensor& 
   return detail::build_groups(labels, model, options);
 }
 
-// Per-index scores of one member's channels.
-std::vector<double> member_scores(const GroupMember& m, Importance kind) {
-  auto along = [&](const Tensor& w, int64_t dim) { return detail::host_values(channel_importance(w, kind, dim)); };
-  if (auto* c = dynamic_cast<nn::Conv2d*>(m.module)) {
-    if (m.role == ChannelRole::Out) return along(c->weight, 0);
-    // a grouped convolution's weight has no column per input channel: its rows count for the unit
-    if (c->options.groups == 1) return along(c->weight, 1);
-    return std::vector<double>(static_cast<size_t>(c->in_channels), 0.0);
-  }
-  if (auto* l = dynamic_cast<nn::Linear*>(m.module)) return along(l->weight, m.role == ChannelRole::Out ? 0 : 1);
-  Tensor w;
-  if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m.module)) w = bn->weight;
-  if (auto* ln = dynamic_cast<nn::LayerNorm*>(m.module)) w = ln->weight;
-  return w.defined() ? along(w, 0) : std::vector<double>(static_cast<size_t>(m.channels), 0.0);
+// Whether a per-group ratio keyed by the member's layer applies to the member's group: the
+// layer's outputs, or an attention layer's heads.
+bool keyed_by(const GroupMember& m) {
+  const bool attention = dynamic_cast<const nn::MultiheadAttention*>(m.module) != nullptr;
+  return m.role == (attention ? ChannelRole::Head : ChannelRole::Out);
 }
 
-Tensor kept_index(int64_t n, const std::set<int64_t>& removed) {
-  std::vector<int64_t> kept;
-  for (int64_t i = 0; i < n; ++i)
-    if (!removed.count(i)) kept.push_back(i);
-  return from_vector(kept);
-}
-
-void shrink_conv(nn::Conv2d& c, const std::map<ChannelRole, std::set<int64_t>>& roles) {
-  const int64_t groups = c.options.groups, in_per = c.in_channels / groups, out_per = c.out_channels / groups;
-  if (auto it = roles.find(ChannelRole::Out); it != roles.end()) {
-    const Tensor index = kept_index(c.out_channels, it->second);
-    detail::take_slices(c.weight, 0, index);
-    detail::take_slices(c.bias, 0, index);
-    c.out_channels = index.numel();
+const char* role_word(ChannelRole role) {
+  switch (role) {
+    case ChannelRole::In: return "input";
+    case ChannelRole::Out: return "output";
+    case ChannelRole::Norm: return "normalized";
+    case ChannelRole::Head: return "head's";
   }
-  if (auto it = roles.find(ChannelRole::In); it != roles.end()) {
-    const Tensor index = kept_index(c.in_channels, it->second);
-    if (groups == 1) detail::take_slices(c.weight, 1, index);
-    c.in_channels = index.numel();
-  }
-  if (groups == 1) return;
-  // whole groups went (Note [Channel labels]): in and out shrink by the same number of them
-  c.options.groups = c.out_channels / out_per;
-  STRATA_CHECK(c.out_channels % out_per == 0 && c.in_channels == c.options.groups * in_per,
-               "[DependencyGraph] internal: grouped Conv2d left with {} in and {} out channels in {} groups",
-               c.in_channels, c.out_channels, c.options.groups);
-}
-
-void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>& roles) {
-  if (auto* c = dynamic_cast<nn::Conv2d*>(m)) return shrink_conv(*c, roles);
-  for (const auto& [role, removed] : roles) {
-    if (auto* l = dynamic_cast<nn::Linear*>(m)) {
-      const bool out = role == ChannelRole::Out;
-      const Tensor index = kept_index(out ? l->out_features : l->in_features, removed);
-      detail::take_slices(l->weight, out ? 0 : 1, index);
-      if (out) detail::take_slices(l->bias, 0, index);
-      (out ? l->out_features : l->in_features) = index.numel();
-    } else if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m)) {
-      const Tensor index = kept_index(bn->num_features, removed);
-      for (const Tensor& t : {bn->weight, bn->bias, bn->running_mean, bn->running_var})
-        detail::take_slices(t, 0, index);
-      bn->num_features = index.numel();
-    } else if (auto* ln = dynamic_cast<nn::LayerNorm*>(m)) {
-      const Tensor index = kept_index(ln->normalized_shape[0], removed);
-      for (const Tensor& t : {ln->weight, ln->bias}) detail::take_slices(t, 0, index);
-      ln->normalized_shape = {index.numel()};
-    }
-  }
-}
-
-// How many channels the layer has along `role`.
-int64_t layer_channels(const nn::Module* m, ChannelRole role) {
-  const bool out = role == ChannelRole::Out;
-  if (const auto* c = dynamic_cast<const nn::Conv2d*>(m)) return out ? c->out_channels : c->in_channels;
-  if (const auto* l = dynamic_cast<const nn::Linear*>(m)) return out ? l->out_features : l->in_features;
-  if (const auto* bn = dynamic_cast<const nn::BatchNormBase*>(m)) return bn->num_features;
-  if (const auto* ln = dynamic_cast<const nn::LayerNorm*>(m)) return ln->normalized_shape.back();
-  return -1;
+  return "?";
 }
 
 // The entry of a layer whose every channel along its role the unit holds (removing the unit
@@ -151,7 +93,7 @@ const detail::UnitEntry* emptied_layer(const std::vector<detail::UnitEntry>& uni
   std::map<std::pair<nn::Module*, ChannelRole>, int64_t> held;
   for (const detail::UnitEntry& e : unit) ++held[{e.module, e.role}];
   for (const detail::UnitEntry& e : unit)
-    if (held[{e.module, e.role}] == layer_channels(e.module, e.role)) return &e;
+    if (held[{e.module, e.role}] == detail::layer_channels(e.module, e.role)) return &e;
   return nullptr;
 }
 
@@ -176,19 +118,11 @@ class LayerSnapshot {
 
  private:
   void save(nn::Module& m) {
-    for (const auto& list : {m.named_parameters(false), m.named_buffers(false)})
-      for (const auto& [name, t] : list)
-        if (t.defined()) tensors_.push_back({t, t.detach(), t.requires_grad() ? t.grad() : Tensor()});
-    if (auto* c = dynamic_cast<nn::Conv2d*>(&m))
-      sizes_.push_back([c, in = c->in_channels, out = c->out_channels, groups = c->options.groups] {
-        c->in_channels = in, c->out_channels = out, c->options.groups = groups;
-      });
-    if (auto* l = dynamic_cast<nn::Linear*>(&m))
-      sizes_.push_back([l, in = l->in_features, out = l->out_features] { l->in_features = in, l->out_features = out; });
-    if (auto* bn = dynamic_cast<nn::BatchNormBase*>(&m))
-      sizes_.push_back([bn, n = bn->num_features] { bn->num_features = n; });
-    if (auto* ln = dynamic_cast<nn::LayerNorm*>(&m))
-      sizes_.push_back([ln, shape = ln->normalized_shape] { ln->normalized_shape = shape; });
+    for (nn::Module* shrunk : detail::shrunk_modules(m))
+      for (const auto& list : {shrunk->named_parameters(false), shrunk->named_buffers(false)})
+        for (const auto& [name, t] : list)
+          if (t.defined()) tensors_.push_back({t, t.detach(), t.requires_grad() ? t.grad() : Tensor()});
+    sizes_.push_back(detail::saved_sizes(m));
   }
   struct Saved {
     Tensor handle, value, grad;
@@ -206,7 +140,7 @@ void remove_units(const DependencyGraph::Traced& traced, const std::vector<std::
       if (!kept.count(static_cast<int64_t>(u)))
         for (const detail::UnitEntry& e : traced.units[g][u]) removal[e.module][e.role].insert(e.index);
   }
-  for (const auto& [m, roles] : removal) shrink_layer(m, roles);
+  for (const auto& [m, roles] : removal) detail::shrink_layer(m, roles);
 }
 
 }  // namespace
@@ -252,7 +186,7 @@ std::string DependencyGraph::report() const {
 std::vector<double> DependencyGraph::importance(size_t g, Importance kind) const {
   STRATA_CHECK(g < groups().size(), "[DependencyGraph] group {} is out of range: there are {}", g, groups().size());
   std::map<std::pair<nn::Module*, ChannelRole>, std::vector<double>> scores;
-  for (const GroupMember& m : groups()[g].members) scores[{m.module, m.role}] = member_scores(m, kind);
+  for (const GroupMember& m : groups()[g].members) scores[{m.module, m.role}] = detail::member_scores(m, kind);
   std::vector<double> units;
   for (const auto& entries : traced_->units[g]) {
     double sum = 0;
@@ -268,7 +202,7 @@ std::vector<std::vector<int64_t>> DependencyGraph::select(Amount ratio, const Gr
   for (const auto& [layer, fraction] : how.ratios) {
     const bool found = std::any_of(groups().begin(), groups().end(), [&, layer = layer](const DependencyGroup& g) {
       return std::any_of(g.members.begin(), g.members.end(),
-                         [&](const GroupMember& m) { return m.module == layer && m.role == ChannelRole::Out; });
+                         [&](const GroupMember& m) { return m.module == layer && keyed_by(m); });
     });
     STRATA_CHECK(found, "[DependencyGraph] a ratio is given for {}, whose outputs no traced group holds",
                  layer != nullptr ? layer->name() : "a null layer");
@@ -316,7 +250,7 @@ std::vector<std::vector<int64_t>> DependencyGraph::select(Amount ratio, const Gr
     const DependencyGroup& group = groups()[prunable[i]];
     Amount amount = ratio;
     for (const GroupMember& m : group.members)
-      if (auto it = how.ratios.find(m.module); it != how.ratios.end() && m.role == ChannelRole::Out)
+      if (auto it = how.ratios.find(m.module); it != how.ratios.end() && keyed_by(m))
         amount = Amount(it->second);
     // a fraction of a small group removes what it can; a count must be met
     int64_t k = amount.of(group.size, "DependencyGraph");
@@ -347,7 +281,7 @@ void DependencyGraph::prune_group(size_t g, const std::vector<int64_t>& keep) {
       const auto m = std::find_if(group.members.begin(), group.members.end(),
                                   [&](const GroupMember& member) { return member.module == e->module; });
       STRATA_CHECK(false, "[DependencyGraph] unit {} of group {} holds every {} channel of '{}': removing it would "
-                   "leave the layer with none", u, g, e->role == ChannelRole::In ? "input" : "output",
+                   "leave the layer with none", u, g, role_word(e->role),
                    m != group.members.end() ? m->name : "?");
     }
   all[g].assign(kept.begin(), kept.end());

@@ -10,8 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,7 +73,34 @@ struct TraceModules {
   /// Every module call's result, held (so no node is freed and its address reused): a result
   /// the model does not return (an auxiliary head kept aside) still reads channels.
   std::vector<std::shared_ptr<autograd::Node>> results;
+  /// The calls of layers followed as a whole (has_module_rule): their inputs and the node of
+  /// their one output (Note [Layers followed whole]).
+  struct Call {
+    nn::Module* module = nullptr;
+    std::vector<Tensor> inputs;
+    std::shared_ptr<autograd::Node> output;
+  };
+  std::vector<Call> calls;
 };
+
+/// c's labels along dim (size n); channels the trace cannot follow there get labels with the
+/// reason, and c's own labels, followed along another dim, are marked.
+std::vector<int64_t> labels_at(Labels& labels, const Channels& c, int64_t dim, int64_t n, const std::string& op);
+
+/// Ties a convolution's input channels `x` (in_channels of them) to its own and, for groups > 1,
+/// each group's input and output channels into one unit; returns its output channels' labels.
+std::vector<int64_t> tie_conv(Labels& labels, nn::Module* conv, int64_t in, int64_t out, int64_t groups,
+                              const std::vector<int64_t>& x);
+
+/// The nodes computing a call's output from its inputs (the output's node excluded), or none
+/// when another tensor (not an input, not the layer's own parameter) feeds them.
+std::optional<std::set<const autograd::Node*>> nodes_inside(const TraceModules::Call& call);
+/// Whether the trace follows a call of `m` as a whole rather than op by op.
+bool has_module_rule(const nn::Module* m);
+/// The channels of the output of a call of `m` (has_module_rule) on inputs with these channels
+/// and shapes; ties the layer's labels to them, or marks them with why it cannot.
+Channels follow_module(Labels& labels, nn::Module* m, const std::vector<Channels>& inputs,
+                       const std::vector<Shape>& shapes, const Shape& out);
 
 /// Follows the channels from `input` (the traced leaf) through the graphs of `output` and of
 /// every module call's result, and marks the output's channels as the model's and those of the
@@ -93,6 +123,18 @@ namespace detail {
 /// channels, or a member with a pruning mask.
 std::unique_ptr<DependencyGraph::Traced> build_groups(Labels& labels, nn::Module& model,
                                                       const DependencyOptions& options);
+
+// What pruning needs of each kind of layer (depgraph_layers.cpp).
+/// Per-index scores of one member's channels (zeros where its weights have none of them).
+std::vector<double> member_scores(const GroupMember& m, Importance kind);
+/// How many channels the layer has along `role`; -1 for a layer the tracer does not prune.
+int64_t layer_channels(const nn::Module* m, ChannelRole role);
+/// Removes the given channels (per role) from the layer's parameters, buffers and sizes.
+void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>& roles);
+/// The modules whose tensors shrink_layer changes (the layer, and attention's out_proj), and a
+/// function that puts the layer's sizes back as they are now.
+std::vector<nn::Module*> shrunk_modules(nn::Module& m);
+std::function<void()> saved_sizes(nn::Module& m);
 }  // namespace detail
 
 }  // namespace strata::compress

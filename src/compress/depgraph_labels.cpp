@@ -75,6 +75,7 @@ const char* role_name(ChannelRole role) {
     case ChannelRole::Out: return "out";
     case ChannelRole::In: return "in";
     case ChannelRole::Norm: return "norm";
+    case ChannelRole::Head: return "head";
   }
   return "?";
 }

@@ -85,6 +85,7 @@ class Walk {
   // Visits every node reachable from the roots (the model's output first); marks the channels
   // of the results no visited node reads, but the model's output, which is returned.
   Channels run(const std::vector<Node*>& roots, uint32_t output_nr) {
+    for (const TraceModules::Call& call : modules_.calls) take_whole(call);
     const std::vector<Node*> order = forward_order(roots);
     std::set<const Node*> read;
     for (Node* n : order) {
@@ -139,14 +140,8 @@ class Walk {
     return state(e.node.get(), e.input_nr);
   }
 
-  // c's labels along dim (size n); channels the trace cannot follow there get labels with the
-  // reason, and c's own labels, followed along another dim, are marked.
   std::vector<int64_t> labels_at(const Channels& c, int64_t dim, int64_t n, const std::string& op) {
-    if (c.followed() && c.dim == dim && static_cast<int64_t>(c.labels.size()) == n) return c.labels;
-    if (!c.followed()) return labels_.fresh(n, fmt::format("{} reads {}", op, c.reason));
-    const std::string why = fmt::format("{} reads them along dim {}, not their channel dim {}", op, dim, c.dim);
-    labels_.mark(c.labels, why);
-    return labels_.fresh(n, why);
+    return detail::labels_at(labels_, c, dim, n, op);
   }
 
   template <class M> M* module_of(const Node& n) const {
@@ -187,9 +182,10 @@ class Walk {
   const Shape& out_shape(const Node& n) const { return n.output_meta[0].shape; }
 
   void visit(const Node& n) {
-    if (dynamic_cast<const autograd::AccumulateGrad*>(&n) != nullptr) return;
+    if (dynamic_cast<const autograd::AccumulateGrad*>(&n) != nullptr || inside_calls_.count(&n)) return;
     const std::string op = n.name();
     if (n.output_meta.size() != 1) return unknown(n, fmt::format("op '{}' with {} outputs", op, n.output_meta.size()));
+    if (auto it = calls_.find(&n); it != calls_.end()) return module_call(n, *it->second);
     if (op == "conv2d") return conv(n);
     if (op == "linear") return linear(n);
     if (op == "batch_norm" || op == "batch_norm_relu") return batch_norm(n);
@@ -207,18 +203,8 @@ class Walk {
       return unknown(n, m ? "a Conv2d whose weight a form replaced"
                           : "a conv2d called outside the model's nn::Conv2d layers");
     if (!reads_own(n, {m->weight, m->bias})) return unknown(n, "a Conv2d computing with weights not its own");
-    const int64_t in = m->in_channels, out = m->out_channels, groups = m->options.groups;
-    const auto& in_labels = labels_.layer(m, ChannelRole::In, in);
-    const auto& out_labels = labels_.layer(m, ChannelRole::Out, out);
-    labels_.unite(labels_at(input(n, 0), 1, in, "a Conv2d"), in_labels);
-    // a grouped convolution's group reads only its own input channels: a unit is a whole group
-    const int64_t in_per = in / groups, out_per = out / groups;
-    if (groups > 1)
-      for (int64_t g = 0; g < groups; ++g) {
-        for (int64_t i = 1; i < in_per; ++i) labels_.unite(in_labels[g * in_per], in_labels[g * in_per + i]);
-        for (int64_t o = 0; o < out_per; ++o) labels_.unite(in_labels[g * in_per], out_labels[g * out_per + o]);
-      }
-    set(n, Channels{1, out_labels, {}});
+    const auto x = labels_at(input(n, 0), 1, m->in_channels, "a Conv2d");
+    set(n, Channels{1, tie_conv(labels_, m, m->in_channels, m->out_channels, m->options.groups, x), {}});
   }
 
   void linear(const Node& n) {
@@ -370,14 +356,51 @@ class Walk {
     elementwise(n);  // joined along another dim: channel c of every input is channel c of the output
   }
 
+  // A tensor's channels: a followed result, the model's input, or a tensor the trace does not follow.
+  Channels channels_of(const Tensor& t) const {
+    if (!t.defined()) return Channels{-1, {}, "an undefined tensor"};
+    if (t.grad_fn()) return state(t.grad_fn().get(), t.impl().autograd->output_nr);
+    if (t.impl_ptr().get() == input_) return input_channels_;
+    return Channels{-1, {}, "a tensor outside the traced graph (a constant or a buffer)"};
+  }
+
+  // Note [Layers followed whole]: a call computed from its inputs and the layer's own
+  // parameters alone is followed as a whole; the nodes inside it are skipped.
+  void take_whole(const TraceModules::Call& call) {
+    const auto inside = nodes_inside(call);
+    if (!inside) return;
+    calls_[call.output.get()] = &call;
+    inside_calls_.insert(inside->begin(), inside->end());
+  }
+
+  void module_call(const Node& n, const TraceModules::Call& call) {
+    std::vector<Channels> inputs;
+    std::vector<Shape> shapes;
+    for (const Tensor& t : call.inputs) {
+      inputs.push_back(channels_of(t));
+      shapes.push_back(t.defined() ? t.shape() : Shape{});
+    }
+    set(n, follow_module(labels_, call.module, inputs, shapes, out_shape(n)));
+  }
+
   Labels& labels_;
   const TraceModules& modules_;
   const TensorImpl* input_;
   Channels input_channels_;
+  std::map<const Node*, const TraceModules::Call*> calls_;
+  std::set<const Node*> inside_calls_;
   std::map<std::pair<const Node*, uint32_t>, Channels> states_;
 };
 
 }  // namespace
+
+std::vector<int64_t> labels_at(Labels& labels, const Channels& c, int64_t dim, int64_t n, const std::string& op) {
+  if (c.followed() && c.dim == dim && static_cast<int64_t>(c.labels.size()) == n) return c.labels;
+  if (!c.followed()) return labels.fresh(n, fmt::format("{} reads {}", op, c.reason));
+  const std::string why = fmt::format("{} reads them along dim {}, not their channel dim {}", op, dim, c.dim);
+  labels.mark(c.labels, why);
+  return labels.fresh(n, why);
+}
 
 void follow_channels(Labels& labels, const TraceModules& modules, const Tensor& input, const Tensor& output) {
   STRATA_CHECK(output.grad_fn() != nullptr,

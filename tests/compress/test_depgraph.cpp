@@ -7,37 +7,20 @@
 #include <algorithm>
 #include <cmath>
 
-#include "gradcheck.h"
+#include "depgraph_testing.h"
 
 using namespace strata;
 using strata::testing::all_close;
+using strata::testing::channels_of;
+using strata::testing::complement;
+using strata::testing::expect_trains;
+using strata::testing::group_of;
+using strata::testing::twins;
+using strata::testing::zero_rows;
 using strata::testing::values;
 namespace F = strata::nn::functional;
 
 namespace {
-
-// Zeroes rows (dim 0 slices) of each tensor, as a removed channel's producer and norm would be.
-void zero_rows(std::initializer_list<Tensor> tensors, const std::vector<int64_t>& rows) {
-  NoGradGuard no_grad;
-  for (const Tensor& t : tensors)
-    if (t.defined())
-      for (int64_t r : rows) t.select(0, r).zero_();
-}
-
-std::vector<int64_t> complement(int64_t n, const std::vector<int64_t>& kept) {
-  std::vector<int64_t> gone;
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::count(kept.begin(), kept.end(), i)) gone.push_back(i);
-  return gone;
-}
-
-// Every unit in 0..n-1, expanded to its `width` channels.
-std::vector<int64_t> channels_of(const std::vector<int64_t>& units, int64_t width) {
-  std::vector<int64_t> out;
-  for (int64_t u : units)
-    for (int64_t i = 0; i < width; ++i) out.push_back(u * width + i);
-  return out;
-}
 
 // stem -> [c1 -> c2] + residual -> [c3 -> c4, residual fused into bn4] -> pool -> fc
 struct ResidualNet : nn::Module {
@@ -81,42 +64,6 @@ struct SeparableNet : nn::Module {
     return fc(F::avg_pool2d(m, 2).flatten(1));
   }
 };
-
-// Two identical float64 networks whose batch norms saw the same training batch.
-template <class Net> std::pair<std::unique_ptr<Net>, std::unique_ptr<Net>> twins(const Tensor& x) {
-  Generator ga(21), gb(21);
-  auto p = std::make_unique<Net>(ga), q = std::make_unique<Net>(gb);
-  p->to(kFloat64), q->to(kFloat64);
-  NoGradGuard no_grad;
-  (*p)(x), (*q)(x);
-  p->eval(), q->eval();
-  return {std::move(p), std::move(q)};
-}
-
-// The group whose members include `module` along `role`.
-size_t group_of(const compress::DependencyGraph& graph, nn::Module* module, compress::ChannelRole role) {
-  for (size_t g = 0; g < graph.groups().size(); ++g)
-    for (const auto& m : graph.groups()[g].members)
-      if (m.module == module && m.role == role) return g;
-  ADD_FAILURE() << "no group holds the module";
-  return 0;
-}
-
-// A few steps of SGD on a fixed batch lower the loss.
-void expect_trains(nn::Module& net, const Tensor& x, int64_t classes) {
-  net.train();
-  optim::SGD opt(net.parameters(), {.lr = 0.05});
-  std::vector<int64_t> labels;
-  for (int64_t i = 0; i < x.size(0); ++i) labels.push_back(i % classes);
-  const Tensor y = from_vector(labels);
-  const double first = F::cross_entropy(net(x), y).item<double>();
-  for (int i = 0; i < 5; ++i) {
-    opt.zero_grad();
-    F::cross_entropy(net(x), y).backward();
-    opt.step();
-  }
-  EXPECT_LT(F::cross_entropy(net(x), y).item<double>(), first);
-}
 
 }  // namespace
 

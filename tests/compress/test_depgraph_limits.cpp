@@ -6,9 +6,10 @@
 #include <cmath>
 #include <tuple>
 
-#include "gradcheck.h"
+#include "depgraph_testing.h"
 
 using namespace strata;
+using strata::testing::group_of;
 using strata::testing::throws_with;
 using strata::testing::values;
 namespace F = strata::nn::functional;
@@ -44,14 +45,6 @@ struct Mlp : nn::Module {
   }
   Tensor forward(const Tensor& x) override { return l3(F::relu(l2(F::relu(ln(l1(x)))))); }
 };
-
-size_t group_of(const compress::DependencyGraph& graph, nn::Module* module, R role) {
-  for (size_t g = 0; g < graph.groups().size(); ++g)
-    for (const auto& m : graph.groups()[g].members)
-      if (m.module == module && m.role == role) return g;
-  ADD_FAILURE() << "no group holds the module";
-  return 0;
-}
 
 double l1_row(const Tensor& w, int64_t r) {
   double s = 0;

@@ -5,23 +5,16 @@
 #include <algorithm>
 #include <tuple>
 
-#include "gradcheck.h"
+#include "depgraph_testing.h"
 
 using namespace strata;
+using strata::testing::group_of;
 using strata::testing::throws_with;
 using strata::testing::values;
 namespace F = strata::nn::functional;
 using R = compress::ChannelRole;
 
 namespace {
-
-size_t group_of(const compress::DependencyGraph& graph, nn::Module* module, R role) {
-  for (size_t g = 0; g < graph.groups().size(); ++g)
-    for (const auto& m : graph.groups()[g].members)
-      if (m.module == module && m.role == role) return g;
-  ADD_FAILURE() << "no group holds the module";
-  return 0;
-}
 
 // A Linear whose weight is another layer's (weight tying).
 struct TiedLinear : nn::Linear {

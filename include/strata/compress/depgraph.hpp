@@ -28,9 +28,10 @@ namespace strata::compress {
 
 /// Which channels of a layer a group member holds.
 enum class ChannelRole : uint8_t {
-  Out,   // a Conv2d's output channels, a Linear's output features
-  In,    // a Conv2d's input channels, a Linear's input features (a flatten gives blocks of them)
-  Norm,  // a BatchNorm's channels, a LayerNorm's features
+  Out,   // a convolution's output channels, a Linear's output features, an Embedding's features
+  In,    // a convolution's input channels, a Linear's input features (a flatten gives blocks of them)
+  Norm,  // a BatchNorm's, GroupNorm's or InstanceNorm's channels, a LayerNorm's features
+  Head,  // a MultiheadAttention's heads (removed with compress::remove_heads)
 };
 
 struct GroupMember {
@@ -62,7 +63,8 @@ struct GraphPruning {
   /// false: `ratio` of each prunable group; true: one ranking of the units of all prunable groups.
   bool global = false;
   int64_t min_units = 1;  // each group keeps at least this many units
-  /// Per-group ratios (not global): the group holding the layer's output channels uses this one.
+  /// Per-group ratios (not global): the group holding the layer's output channels (for a
+  /// MultiheadAttention, its heads) uses this one.
   std::map<nn::Module*, double> ratios;
 };
 
