@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../common/half.h"
+#include "../common/pool_window.h"
 #include "parallel.h"
 
 namespace strata::cpu {
@@ -88,33 +89,17 @@ struct AvgWindow {
 
 inline AvgWindow avg_window(const Pool2dGeometry& g, int64_t oy, int64_t ox, bool count_include_pad,
                             int64_t divisor_override) {
-  int64_t h0 = oy * g.sh - g.ph, w0 = ox * g.sw - g.pw;
-  int64_t h1 = std::min(h0 + g.kh, g.ih + g.ph), w1 = std::min(w0 + g.kw, g.iw + g.pw);
-  const int64_t padded = (h1 - h0) * (w1 - w0);
-  h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
-  h1 = std::min(h1, g.ih), w1 = std::min(w1, g.iw);
-  const int64_t inside = (h1 - h0) * (w1 - w0);
-  const double d = divisor_override ? double(divisor_override) : count_include_pad ? double(padded) : double(inside);
-  return {h0, h1, w0, w1, d};
+  const pool_math::AvgSpan h = pool_math::avg_span(oy, g.ih, g.kh, g.sh, g.ph);
+  const pool_math::AvgSpan w = pool_math::avg_span(ox, g.iw, g.kw, g.sw, g.pw);
+  const double d = pool_math::avg_divisor((h.end - h.begin) * (w.end - w.begin), h.padded * w.padded,
+                                          count_include_pad, divisor_override);
+  return {h.begin, h.end, w.begin, w.end, d};
 }
 
-// Adaptive window of output index o over `in` input positions, out outputs.
-inline int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
-inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
-
-// The taps k in [first, end) of a window starting at `start` (stride `dil` between taps, `k`
-// taps) that land inside [0, size); first is not capped by k (an empty window keeps the
-// position of its first tap at or past 0, as max_pool2d_forward's index does).
-struct TapRange {
-  int64_t first, end;
-};
-
-inline TapRange taps_inside(int64_t start, int64_t k, int64_t dil, int64_t size) {
-  const int64_t first = start < 0 ? (-start + dil - 1) / dil : 0;
-  const int64_t last = size - 1 - start;  // taps with start + t * dil <= size - 1
-  const int64_t end = last < 0 ? 0 : std::min(k, last / dil + 1);
-  return {first, end};
-}
+using pool_math::adaptive_end;
+using pool_math::adaptive_start;
+using pool_math::TapRange;
+using pool_math::taps_inside;
 
 // max_pool2d_forward for planes with unit w strides (NCHW): one (n, c) plane per task. Each
 // output row's interior (windows wholly inside the row) runs tap by tap across the row, a
