@@ -128,24 +128,32 @@ STRATA_HOST_DEVICE void window_max(const T* plane, const Pool3dShape& g, int64_t
     }
 }
 
-/// 1 / the divisor of output (o0, o1, o2)'s average window, and its taps (step 1).
+/// One dim of an average window: its taps (step 1) and its factor of the scale 1 / divisor. The
+/// divisor is a product of one factor per dim (elements inside, or positions counting the
+/// padding); a divisor_override replaces it whole (avg_scale).
+STRATA_HOST_DEVICE Taps avg_dim(const Pool3dShape& g, int i, int64_t o, double& factor) {
+  const PoolDim& d = g.dims[i];
+  if (g.adaptive) {
+    const Taps t = window_taps(d, o, true);
+    factor = 1.0 / double(t.count);
+    return t;
+  }
+  const AvgSpan sp = avg_span(o, d.in, d.k, d.s, d.p);
+  const Taps t{sp.begin, 1, max_i64(sp.end - sp.begin, 0)};
+  factor = 1.0 / double(g.count_include_pad ? sp.padded : t.count);
+  return t;
+}
+
+/// 1 / the divisor of output (o0, o1, o2)'s average window, and its taps.
 STRATA_HOST_DEVICE double avg_scale(const Pool3dShape& g, int64_t o0, int64_t o1, int64_t o2, Taps t[3]) {
   const int64_t o[3] = {o0, o1, o2};
-  int64_t inside = 1, padded = 1;
+  double scale = 1;
   for (int i = 0; i < 3; ++i) {
-    const PoolDim& d = g.dims[i];
-    if (g.adaptive) {
-      t[i] = window_taps(d, o[i], true);
-      padded *= t[i].count;
-    } else {
-      const AvgSpan sp = avg_span(o[i], d.in, d.k, d.s, d.p);
-      t[i] = {sp.begin, 1, max_i64(sp.end - sp.begin, 0)};
-      padded *= sp.padded;
-    }
-    inside *= t[i].count;
+    double f;
+    t[i] = avg_dim(g, i, o[i], f);
+    scale *= f;
   }
-  if (g.adaptive) return 1.0 / double(inside);
-  return 1.0 / avg_divisor(inside, padded, g.count_include_pad, g.divisor);
+  return !g.adaptive && g.divisor ? 1.0 / double(g.divisor) : scale;
 }
 
 /// The mean of output (o0, o1, o2)'s average window in one plane.
