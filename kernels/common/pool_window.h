@@ -53,7 +53,8 @@ STRATA_HOST_DEVICE AvgSpan avg_span(int64_t o, int64_t in, int64_t k, int64_t s,
 }
 
 /// The divisor of an average window of `inside` input elements and `padded` positions.
-STRATA_HOST_DEVICE double avg_divisor(int64_t inside, int64_t padded, bool count_include_pad, int64_t divisor_override) {
+STRATA_HOST_DEVICE double avg_divisor(int64_t inside, int64_t padded, bool count_include_pad,
+                                      int64_t divisor_override) {
   return divisor_override ? double(divisor_override) : count_include_pad ? double(padded) : double(inside);
 }
 

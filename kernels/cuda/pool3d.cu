@@ -42,8 +42,9 @@ __device__ __forceinline__ Pos decode(I i, I D, I H, I W) {
   return p;
 }
 
-#define STRATA_GRID_LOOP(I, i, total) \
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += static_cast<I>(gridDim.x) * blockDim.x)
+#define STRATA_GRID_LOOP(I, i, total)                                           \
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; \
+       i += static_cast<I>(gridDim.x) * blockDim.x)
 
 template <class T, class I>
 __global__ void max_forward_kernel(I total, Pool3dShape g, const T* __restrict__ x, T* __restrict__ y,

@@ -91,10 +91,11 @@ Tensor run_backward(OpId op, const Tensor& gy, const Tensor& indices, const Shap
 MaxPoolResult max_with_indices(const char* op, OpId forward, const Tensor& x, Size3 out, const Pool3dParams& p) {
   Tensor indices;
   Tensor y = run_forward(forward, x, out_shape(x, out), p, &indices);
-  autograd::record(op, {x}, {y}, {indices}, [op, p, in = x.shape()](const autograd::Grads& g, const autograd::Saved& s) {
-    autograd::check_once_differentiable(op, g, s);
-    return autograd::Grads{run_backward(OpId::max_pool3d_backward, g[0], s[0], in, p)};
-  });
+  autograd::record(op, {x}, {y}, {indices},
+                   [op, p, in = x.shape()](const autograd::Grads& g, const autograd::Saved& s) {
+                     autograd::check_once_differentiable(op, g, s);
+                     return autograd::Grads{run_backward(OpId::max_pool3d_backward, g[0], s[0], in, p)};
+                   });
   return {y, indices};
 }
 

@@ -49,16 +49,18 @@ F::MaxPoolResult plain(const Tensor& y) { return {y, Tensor()}; }
 TEST(CudaPool3d, NativeKernelsMatchCpu) {
   SKIP_WITHOUT_GPU();
   SEED_TRACE();
-  const auto same = [](const Tensor& t) { return t; };
-  const auto strided = [](const Tensor& t) { return t.transpose(0, 1).narrow(3, 1, 5); };
+  using View = std::function<Tensor(const Tensor&)>;
+  const View same = [](const Tensor& t) { return t; };
+  const View strided = [](const Tensor& t) { return t.transpose(0, 1).narrow(3, 1, 5); };
   for (DType dt : {st::kFloat32, st::kFloat64, st::kFloat16, st::kBFloat16})
-    for (const auto& view : {std::function<Tensor(const Tensor&)>(same), std::function<Tensor(const Tensor&)>(strided)}) {
+    for (const View& view : {same, strided}) {
       const Tensor x = random({3, 2, 7, 6, 9}, dt);
       // ties: values rounded to a few levels
       const Tensor ties = st::round(random({3, 2, 7, 6, 9}, st::kFloat64) * 2);
       for (const Tensor& in : {x, ties}) {
         const F::MaxPool3dArgs ma{Size3{2, 1, 2}, {1, 1, 0}, {1, 2, 1}, true};
-        check("max_pool3d", dt, in, view, [&](const Tensor& t) { return F::max_pool3d_with_indices(t, {3, 2, 2}, ma); });
+        check("max_pool3d", dt, in, view,
+              [&](const Tensor& t) { return F::max_pool3d_with_indices(t, {3, 2, 2}, ma); });
         check("adaptive_max_pool3d", dt, in, view,
               [&](const Tensor& t) { return F::adaptive_max_pool3d_with_indices(t, {3, 4, 5}); });
       }
