@@ -42,7 +42,8 @@ struct Tables {
     const pool_math::PoolDim& w = g.dims[2];
     if (g.adaptive) return;
     lo = std::min(w.out, (w.p + w.s - 1) / w.s);
-    const int64_t span = w.in - 1 - (w.k - 1) * w.dil + w.p;  // o * s - p + (k - 1) dil <= in - 1
+    const int64_t dil = average ? 1 : w.dil;  // average windows are contiguous
+    const int64_t span = w.in - 1 - (w.k - 1) * dil + w.p;  // o * s - p + (k - 1) dil <= in - 1
     hi = span < 0 ? lo : std::max(lo, std::min(w.out, span / w.s + 1));
     // max pooling numbers a whole window's taps in 32 bits, as wide as float values, so that
     // value and tap select together in one vector lane; larger windows run one at a time

@@ -167,6 +167,54 @@ TEST(PoolWindowMath, OutputsHoldingFindsEveryWindowThatHoldsAnInput) {
             }
 }
 
+TEST(PoolWindowMath, PerOutputWindowsOfTheCudaKernelsMatchTheCpuRowLoops) {
+  // pool_math::window_max / window_mean are what the CUDA kernels compute per output; the CPU
+  // kernels run rows of windows instead
+  Generator g(96);
+  const Tensor x = round(randn({2, 3, 7, 6, 9}, kFloat64, &g) * 2);  // ties
+  const std::vector<double> xv = values(x);
+  auto check = [&](const pm::Pool3dShape& s, const F::MaxPoolResult& want, bool is_max) {
+    const std::vector<double> y = values(want.output), idx = is_max ? values(want.indices) : std::vector<double>();
+    const int64_t iv = pm::in_volume(s);
+    int64_t o = 0;
+    for (int64_t r = 0; r < s.planes; ++r)
+      for (int64_t a = 0; a < s.dims[0].out; ++a)
+        for (int64_t b = 0; b < s.dims[1].out; ++b)
+          for (int64_t c = 0; c < s.dims[2].out; ++c, ++o) {
+            if (is_max) {
+              double best;
+              int64_t at;
+              pm::window_max(xv.data() + r * iv, s, a, b, c, best, at);
+              ASSERT_EQ(best, y[size_t(o)]);
+              ASSERT_EQ(double(at), idx[size_t(o)]);
+            } else {
+              ASSERT_NEAR(pm::window_mean<double>(xv.data() + r * iv, s, a, b, c), y[size_t(o)], 1e-12);
+            }
+          }
+  };
+  auto shape = [&](const Tensor& y, Size3 k, Size3 st, Size3 p, Size3 dil, bool adaptive) {
+    pm::Pool3dShape s;
+    s.planes = 6;
+    for (int i = 0; i < 3; ++i) s.dims[i] = {x.size(2 + i), y.size(2 + i), at(k, i), at(st, i), at(p, i), at(dil, i)};
+    s.adaptive = adaptive;
+    return s;
+  };
+  const F::MaxPoolResult m = F::max_pool3d_with_indices(x, {3, 2, 3}, {Size3{2, 1, 2}, {1, 1, 1}, {1, 2, 1}, true});
+  check(shape(m.output, {3, 2, 3}, {2, 1, 2}, 1, {1, 2, 1}, false), m, true);
+  const F::MaxPoolResult am = F::adaptive_max_pool3d_with_indices(x, {4, 5, 4});
+  check(shape(am.output, 1, 1, 0, 1, true), am, true);
+  pm::Pool3dShape avg = shape(F::avg_pool3d(x, 3, {Size3(2), 1}), 3, 2, 1, 1, false);
+  for (bool include_pad : {true, false})
+    for (int64_t divisor : {0, 5}) {
+      avg.count_include_pad = include_pad, avg.divisor = divisor;
+      const F::AvgPool3dArgs args{Size3(2), 1, false, include_pad,
+                                  divisor ? std::optional<int64_t>(divisor) : std::nullopt};
+      check(avg, {F::avg_pool3d(x, 3, args), Tensor()}, false);
+    }
+  check(shape(F::adaptive_avg_pool3d(x, {4, 5, 4}), 1, 1, 0, 1, true), {F::adaptive_avg_pool3d(x, {4, 5, 4}), Tensor()},
+        false);
+}
+
 TEST(MaxPool3dNative, TiesPickTheFirstMaximumWhichAloneGetsTheGradient) {
   Generator g(91);
   // values in {0, 1, 2}: most windows hold several equal maxima
