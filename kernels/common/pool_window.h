@@ -58,6 +58,23 @@ STRATA_HOST_DEVICE double avg_divisor(int64_t inside, int64_t padded, bool count
   return divisor_override ? double(divisor_override) : count_include_pad ? double(padded) : double(inside);
 }
 
+/// A 2-d average window [h0, h1) x [w0, w1) clipped to the input, and 1 / its divisor, of output
+/// (oy, ox) of a geometry G with the fields ih, iw, kh, kw, sh, sw, ph, pw (the CPU's and CUDA's
+/// 2-d pooling shapes).
+struct AvgWindow2d {
+  int64_t h0, h1, w0, w1;
+  double inv;
+};
+
+template <class G>
+STRATA_HOST_DEVICE AvgWindow2d avg_window2d(const G& g, int64_t oy, int64_t ox, bool count_include_pad,
+                                            int64_t divisor_override) {
+  const AvgSpan h = avg_span(oy, g.ih, g.kh, g.sh, g.ph), w = avg_span(ox, g.iw, g.kw, g.sw, g.pw);
+  const double d =
+      avg_divisor((h.end - h.begin) * (w.end - w.begin), h.padded * w.padded, count_include_pad, divisor_override);
+  return {h.begin, h.end, w.begin, w.end, 1.0 / d};
+}
+
 /// One dim of a window as the input positions start, start + step, ... (count of them).
 struct Taps {
   int64_t start, step, count;

@@ -81,21 +81,7 @@ void zero_fill(T* x, const Strides4& s, const Pool2dGeometry& g) {
                });
 }
 
-// Average-pool window [h0, h1) x [w0, w1) clipped to the input, and its divisor.
-struct AvgWindow {
-  int64_t h0, h1, w0, w1;
-  double divisor;
-};
-
-inline AvgWindow avg_window(const Pool2dGeometry& g, int64_t oy, int64_t ox, bool count_include_pad,
-                            int64_t divisor_override) {
-  const pool_math::AvgSpan h = pool_math::avg_span(oy, g.ih, g.kh, g.sh, g.ph);
-  const pool_math::AvgSpan w = pool_math::avg_span(ox, g.iw, g.kw, g.sw, g.pw);
-  const double d = pool_math::avg_divisor((h.end - h.begin) * (w.end - w.begin), h.padded * w.padded,
-                                          count_include_pad, divisor_override);
-  return {h.begin, h.end, w.begin, w.end, d};
-}
-
+using pool_math::avg_window2d;
 using pool_math::adaptive_end;
 using pool_math::adaptive_start;
 using pool_math::TapRange;
@@ -244,8 +230,8 @@ void avg_pool2d_forward(const T* x, const Strides4& xs, T* y, const Strides4& ys
   using C = compute_t<T>;
   const bool cl = xs.c == 1 && ys.c == 1;
   pool_detail::for_each_window(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
-    const auto win = pool_detail::avg_window(g, oy, ox, count_include_pad, divisor_override);
-    const C inv = static_cast<C>(1.0 / win.divisor);
+    const auto win = pool_detail::avg_window2d(g, oy, ox, count_include_pad, divisor_override);
+    const C inv = static_cast<C>(win.inv);
     T* yo = y + n * ys.n + oy * ys.h + ox * ys.w;
     const T* xn = x + n * xs.n;
     for (int64_t c = c0; c < c1; ++c) {
@@ -264,8 +250,8 @@ void avg_pool2d_backward(const T* gy, const Strides4& ys, T* gx, const Strides4&
   pool_detail::zero_fill(gx, xs, g);
   const bool cl = xs.c == 1 && ys.c == 1;
   pool_detail::for_each_window_by_plane(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
-    const auto win = pool_detail::avg_window(g, oy, ox, count_include_pad, divisor_override);
-    const C inv = static_cast<C>(1.0 / win.divisor);
+    const auto win = pool_detail::avg_window2d(g, oy, ox, count_include_pad, divisor_override);
+    const C inv = static_cast<C>(win.inv);
     const T* go = gy + n * ys.n + oy * ys.h + ox * ys.w;
     T* xn = gx + n * xs.n;
     for (int64_t h = win.h0; h < win.h1; ++h)

@@ -124,21 +124,7 @@ __global__ void max_pool_backward_kernel(I total, Pool2dShape g, const T* __rest
 
 // ---- average pooling --------------------------------------------------------------------------
 
-// The window of output (oy, ox) clipped to the input, and 1 / its divisor (the CPU's
-// pool_detail::avg_window).
-struct AvgWindow {
-  int64_t h0, h1, w0, w1;
-  double inv;
-};
-
-__device__ __forceinline__ AvgWindow avg_window(const Pool2dShape& g, int64_t oy, int64_t ox, bool count_include_pad,
-                                                int64_t divisor_override) {
-  const pool_math::AvgSpan h = pool_math::avg_span(oy, g.ih, g.kh, g.sh, g.ph);
-  const pool_math::AvgSpan w = pool_math::avg_span(ox, g.iw, g.kw, g.sw, g.pw);
-  const double d = pool_math::avg_divisor((h.end - h.begin) * (w.end - w.begin), h.padded * w.padded,
-                                          count_include_pad, divisor_override);
-  return {h.begin, h.end, w.begin, w.end, 1.0 / d};
-}
+using pool_math::avg_window2d;
 
 template <class T, class I>
 __global__ void avg_pool_forward_kernel(I total, Pool2dShape g, const T* __restrict__ x, Strides4 xs,
@@ -147,7 +133,7 @@ __global__ void avg_pool_forward_kernel(I total, Pool2dShape g, const T* __restr
   using C = compute_t<T>;
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const Pos o = decode<I>(i, I(g.c), I(g.oh), I(g.ow), cl);
-    const AvgWindow win = avg_window(g, o.h, o.w, count_include_pad, divisor_override);
+    const pool_math::AvgWindow2d win = avg_window2d(g, o.h, o.w, count_include_pad, divisor_override);
     const T* xp = x + o.n * xs.n + o.c * xs.c;
     C s = C(0);
     for (int64_t h = win.h0; h < win.h1; ++h)
@@ -170,7 +156,7 @@ __global__ void avg_pool_backward_kernel(I total, Pool2dShape g, const T* __rest
     C acc = C(0);
     for (int64_t oy = oy0; oy < oy1; ++oy)
       for (int64_t ox = ox0; ox < ox1; ++ox) {
-        const AvgWindow win = avg_window(g, oy, ox, count_include_pad, divisor_override);
+        const pool_math::AvgWindow2d win = avg_window2d(g, oy, ox, count_include_pad, divisor_override);
         acc += static_cast<C>(gy[base + oy * ys.h + ox * ys.w]) * static_cast<C>(win.inv);
       }
     gx[p.n * xs.n + p.c * xs.c + p.h * xs.h + p.w * xs.w] = T(acc);
