@@ -86,6 +86,19 @@ Case conv3d_train(int64_t batch, bench::ConvShape c, bool native) {
           w, Unit::GFlops, 3 * flops};
 }
 
+// x read, y written, dy read, dx written (max pooling's int64 indices not counted), fp32
+Case pool3d_train(int64_t batch, bench::ConvShape c, bool is_max) {
+  const double bytes = 4.0 * batch * c.c_in * 2 * (c.d * c.h * c.w + c.out_d() * c.out_h() * c.out_w());
+  Workload w{is_max ? Op::MaxPool3dTrain : Op::AvgPool3dTrain, batch};
+  w.conv = c;
+  const char* name = is_max ? "max" : "avg";
+  return {fmt::format("{0}_pool3d_train_{1}x{1}x{1}s{2}_{3}c_{4}x{5}_b{6}", name, c.kernel, c.stride, c.c_in, c.d, c.h,
+                      batch),
+          fmt::format("{0}_pool3d fwd+bwd {1}^3 s{2} p{3} {4}c {5}x{6}x{7} b{8}", name, c.kernel, c.stride, c.pad,
+                      c.c_in, c.d, c.h, c.w, batch),
+          w, Unit::GBytes, bytes};
+}
+
 // Optimizer steps move bytes_per_param over every parameter: AdamW reads p, g, m, v and
 // writes p, m, v (28); SGD with momentum reads p, g, buf and writes p, buf (20).
 Case optimizer_step(Op op, int64_t params, const char* name, double bytes_per_param) {
@@ -160,6 +173,10 @@ const std::vector<Case>& cases() {
     for (const bool native : {true, false})
       c.push_back(conv3d_train(
           4, {.c_in = 16, .c_out = 32, .h = 32, .w = 32, .kernel = 3, .stride = 1, .pad = 1, .d = 16}, native));
+    // a video network's stem pooling (R3D / I3D style): 3x3x3, stride 2, padding 1
+    for (const bool is_max : {true, false})
+      c.push_back(pool3d_train(
+          4, {.c_in = 32, .c_out = 32, .h = 32, .w = 32, .kernel = 3, .stride = 2, .pad = 1, .d = 16}, is_max));
     {
       // x read twice (statistics, then normalize), y written, dy read, dx written: 5 tensors
       const int64_t rows = 16 * 128, cols = 768;
@@ -291,6 +308,8 @@ int main(int argc, char** argv) {
       "set_fused_attention off); LibTorch 1.13 has no fused SDPA, so its column is the composed math (matmul, "
       "/ sqrt(d), masked_fill, softmax, matmul) in both rows.\n"
       "conv3d: strata's native 3-d kernels (its default) or composed of conv2d (with set_native_conv3d off); "
-      "LibTorch's column is at::conv3d in both rows.\n");
+      "LibTorch's column is at::conv3d in both rows.\n"
+      "pool3d fwd+bwd: 4 x 4 bytes per element of x and y together (x read, y written, dy read, dx written; max "
+      "pooling's indices not counted); LibTorch's column is at::max_pool3d / at::avg_pool3d.\n");
   return 0;
 }

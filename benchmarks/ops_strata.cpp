@@ -163,6 +163,19 @@ Runner strata_runner(const Workload& w) {
                         },
                         {w.b, c.c_out, c.out_d(), c.out_h(), c.out_w()});
     }
+    case Op::MaxPool3dTrain:
+    case Op::AvgPool3dTrain: {
+      const ConvShape& c = w.conv;
+      st::Tensor x = leaf({w.b, c.c_in, c.d, c.h, c.w});
+      const bool is_max = w.op == Op::MaxPool3dTrain;
+      const st::nn::Size3 stride(c.stride), pad(c.pad);
+      return train_step({x},
+                        [=] {
+                          return is_max ? F::max_pool3d(x, c.kernel, {.stride = stride, .padding = pad})
+                                        : F::avg_pool3d(x, c.kernel, {.stride = stride, .padding = pad});
+                        },
+                        {w.b, c.c_in, c.out_d(), c.out_h(), c.out_w()});
+    }
     case Op::LayerNormTrain: {
       st::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
       return train_step({x, weight, bias}, [=] { return F::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});

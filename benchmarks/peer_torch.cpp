@@ -175,6 +175,18 @@ class TorchPeer final : public Peer {
         return train_step({x, weight}, [=] { return at::conv3d(x, weight, {}, c.stride, c.pad); },
                           {w.b, c.c_out, c.out_d(), c.out_h(), c.out_w()});
       }
+      case Op::MaxPool3dTrain:
+      case Op::AvgPool3dTrain: {
+        const ConvShape& c = w.conv;
+        at::Tensor x = leaf({w.b, c.c_in, c.d, c.h, c.w});
+        const bool is_max = w.op == Op::MaxPool3dTrain;
+        return train_step({x},
+                          [=] {
+                            return is_max ? at::max_pool3d(x, c.kernel, c.stride, c.pad)
+                                          : at::avg_pool3d(x, c.kernel, c.stride, c.pad);
+                          },
+                          {w.b, c.c_in, c.out_d(), c.out_h(), c.out_w()});
+      }
       case Op::LayerNormTrain: {
         at::Tensor x = leaf({w.m, w.n}), weight = leaf({w.n}), bias = leaf({w.n});
         return train_step({x, weight, bias}, [=] { return at::layer_norm(x, {w.n}, weight, bias); }, {w.m, w.n});

@@ -44,6 +44,8 @@ enum class Op {
   Conv2dTrain,     // conv2d of x (b, conv.c_in, conv.h, conv.w), no bias (as in ResNet), NCHW
   Conv3dTrain,     // conv3d of x (b, conv.c_in, conv.d, conv.h, conv.w), no bias, NCDHW
   Conv3dComposedTrain,  // the same with strata's native 3-d kernels switched off (LibTorch: the same)
+  MaxPool3dTrain,  // max_pool3d of x (b, conv.c_in, conv.d, conv.h, conv.w), window conv.kernel^3, stride, pad
+  AvgPool3dTrain,  // avg_pool3d of the same (count_include_pad, PyTorch's default)
   LayerNormTrain,  // layer_norm over the last dim of x (m, n), with weight and bias (n)
   SoftmaxTrain,    // softmax over the last dim of x (m, n)
   AttentionTrain,  // causal attention of q, k, v (b, m heads, n tokens, k head dim)

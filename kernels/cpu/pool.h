@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../common/half.h"
+#include "../common/pool_window.h"
 #include "parallel.h"
 
 namespace strata::cpu {
@@ -80,41 +81,11 @@ void zero_fill(T* x, const Strides4& s, const Pool2dGeometry& g) {
                });
 }
 
-// Average-pool window [h0, h1) x [w0, w1) clipped to the input, and its divisor.
-struct AvgWindow {
-  int64_t h0, h1, w0, w1;
-  double divisor;
-};
-
-inline AvgWindow avg_window(const Pool2dGeometry& g, int64_t oy, int64_t ox, bool count_include_pad,
-                            int64_t divisor_override) {
-  int64_t h0 = oy * g.sh - g.ph, w0 = ox * g.sw - g.pw;
-  int64_t h1 = std::min(h0 + g.kh, g.ih + g.ph), w1 = std::min(w0 + g.kw, g.iw + g.pw);
-  const int64_t padded = (h1 - h0) * (w1 - w0);
-  h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
-  h1 = std::min(h1, g.ih), w1 = std::min(w1, g.iw);
-  const int64_t inside = (h1 - h0) * (w1 - w0);
-  const double d = divisor_override ? double(divisor_override) : count_include_pad ? double(padded) : double(inside);
-  return {h0, h1, w0, w1, d};
-}
-
-// Adaptive window of output index o over `in` input positions, out outputs.
-inline int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
-inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
-
-// The taps k in [first, end) of a window starting at `start` (stride `dil` between taps, `k`
-// taps) that land inside [0, size); first is not capped by k (an empty window keeps the
-// position of its first tap at or past 0, as max_pool2d_forward's index does).
-struct TapRange {
-  int64_t first, end;
-};
-
-inline TapRange taps_inside(int64_t start, int64_t k, int64_t dil, int64_t size) {
-  const int64_t first = start < 0 ? (-start + dil - 1) / dil : 0;
-  const int64_t last = size - 1 - start;  // taps with start + t * dil <= size - 1
-  const int64_t end = last < 0 ? 0 : std::min(k, last / dil + 1);
-  return {first, end};
-}
+using pool_math::avg_window2d;
+using pool_math::adaptive_end;
+using pool_math::adaptive_start;
+using pool_math::TapRange;
+using pool_math::taps_inside;
 
 // max_pool2d_forward for planes with unit w strides (NCHW): one (n, c) plane per task. Each
 // output row's interior (windows wholly inside the row) runs tap by tap across the row, a
@@ -259,8 +230,8 @@ void avg_pool2d_forward(const T* x, const Strides4& xs, T* y, const Strides4& ys
   using C = compute_t<T>;
   const bool cl = xs.c == 1 && ys.c == 1;
   pool_detail::for_each_window(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
-    const auto win = pool_detail::avg_window(g, oy, ox, count_include_pad, divisor_override);
-    const C inv = static_cast<C>(1.0 / win.divisor);
+    const auto win = pool_detail::avg_window2d(g, oy, ox, count_include_pad, divisor_override);
+    const C inv = static_cast<C>(win.inv);
     T* yo = y + n * ys.n + oy * ys.h + ox * ys.w;
     const T* xn = x + n * xs.n;
     for (int64_t c = c0; c < c1; ++c) {
@@ -279,8 +250,8 @@ void avg_pool2d_backward(const T* gy, const Strides4& ys, T* gx, const Strides4&
   pool_detail::zero_fill(gx, xs, g);
   const bool cl = xs.c == 1 && ys.c == 1;
   pool_detail::for_each_window_by_plane(g, cl, [&](int64_t n, int64_t c0, int64_t c1, int64_t oy, int64_t ox) {
-    const auto win = pool_detail::avg_window(g, oy, ox, count_include_pad, divisor_override);
-    const C inv = static_cast<C>(1.0 / win.divisor);
+    const auto win = pool_detail::avg_window2d(g, oy, ox, count_include_pad, divisor_override);
+    const C inv = static_cast<C>(win.inv);
     const T* go = gy + n * ys.n + oy * ys.h + ox * ys.w;
     T* xn = gx + n * xs.n;
     for (int64_t h = win.h0; h < win.h1; ++h)

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "../common/half.h"
+#include "../common/pool_window.h"
 #include "nn_ops.h"
 
 namespace strata::cuda_kernels {
@@ -60,14 +61,10 @@ template <class I>
 __device__ __forceinline__ I grid_step() { return static_cast<I>(gridDim.x) * blockDim.x; }
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// First output row/column (of stride s, padding p) whose window of extent `span` (from its
-// start) contains input position h: the smallest o >= 0 with o * s - p + span > h.
-__device__ __forceinline__ int64_t first_window(int64_t h, int64_t p, int64_t span, int64_t s) {
-  const int64_t a = h + p - span + 1;
-  return a <= 0 ? 0 : (a + s - 1) / s;
-}
+using pool_math::adaptive_end;
+using pool_math::adaptive_start;
+using pool_math::first_window;
 
 // ---- max pooling ------------------------------------------------------------------------------
 
@@ -127,24 +124,7 @@ __global__ void max_pool_backward_kernel(I total, Pool2dShape g, const T* __rest
 
 // ---- average pooling --------------------------------------------------------------------------
 
-// The window of output (oy, ox) clipped to the input, and 1 / its divisor (the CPU's
-// pool_detail::avg_window).
-struct AvgWindow {
-  int64_t h0, h1, w0, w1;
-  double inv;
-};
-
-__device__ __forceinline__ AvgWindow avg_window(const Pool2dShape& g, int64_t oy, int64_t ox, bool count_include_pad,
-                                                int64_t divisor_override) {
-  int64_t h0 = oy * g.sh - g.ph, w0 = ox * g.sw - g.pw;
-  int64_t h1 = min64(h0 + g.kh, g.ih + g.ph), w1 = min64(w0 + g.kw, g.iw + g.pw);
-  const int64_t padded = (h1 - h0) * (w1 - w0);
-  h0 = max64(h0, 0), w0 = max64(w0, 0);
-  h1 = min64(h1, g.ih), w1 = min64(w1, g.iw);
-  const int64_t inside = (h1 - h0) * (w1 - w0);
-  const double d = divisor_override ? double(divisor_override) : count_include_pad ? double(padded) : double(inside);
-  return {h0, h1, w0, w1, 1.0 / d};
-}
+using pool_math::avg_window2d;
 
 template <class T, class I>
 __global__ void avg_pool_forward_kernel(I total, Pool2dShape g, const T* __restrict__ x, Strides4 xs,
@@ -153,7 +133,7 @@ __global__ void avg_pool_forward_kernel(I total, Pool2dShape g, const T* __restr
   using C = compute_t<T>;
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const Pos o = decode<I>(i, I(g.c), I(g.oh), I(g.ow), cl);
-    const AvgWindow win = avg_window(g, o.h, o.w, count_include_pad, divisor_override);
+    const pool_math::AvgWindow2d win = avg_window2d(g, o.h, o.w, count_include_pad, divisor_override);
     const T* xp = x + o.n * xs.n + o.c * xs.c;
     C s = C(0);
     for (int64_t h = win.h0; h < win.h1; ++h)
@@ -176,7 +156,7 @@ __global__ void avg_pool_backward_kernel(I total, Pool2dShape g, const T* __rest
     C acc = C(0);
     for (int64_t oy = oy0; oy < oy1; ++oy)
       for (int64_t ox = ox0; ox < ox1; ++ox) {
-        const AvgWindow win = avg_window(g, oy, ox, count_include_pad, divisor_override);
+        const pool_math::AvgWindow2d win = avg_window2d(g, oy, ox, count_include_pad, divisor_override);
         acc += static_cast<C>(gy[base + oy * ys.h + ox * ys.w]) * static_cast<C>(win.inv);
       }
     gx[p.n * xs.n + p.c * xs.c + p.h * xs.h + p.w * xs.w] = T(acc);
@@ -184,11 +164,6 @@ __global__ void avg_pool_backward_kernel(I total, Pool2dShape g, const T* __rest
 }
 
 // ---- adaptive average pooling -----------------------------------------------------------------
-
-__device__ __forceinline__ int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
-__device__ __forceinline__ int64_t adaptive_end(int64_t o, int64_t in, int64_t out) {
-  return ((o + 1) * in + out - 1) / out;
-}
 
 template <class T, class I>
 __global__ void adaptive_forward_kernel(I total, Pool2dShape g, const T* __restrict__ x, Strides4 xs,

@@ -2,10 +2,8 @@
 // with equal strides when Out divides In, which is max_pool2d with kernel = stride = In / Out;
 // otherwise their sizes vary, and as a maximum over a rectangle is the maximum over its rows of
 // the maxima over its columns, the result is one amax per output column, then per output row.
-// In 3-d the same holds for depth: the 2-d pooling of every depth slice, then an amax per output
-// depth.
+// (adaptive_max_pool3d is a native op: nn/pooling3d.cpp.)
 #include <strata/nn/functional_conv.hpp>
-#include <strata/nn/functional_conv3d.hpp>
 #include <strata/nn/pooling.hpp>
 #include <strata/ops/join.hpp>
 #include <strata/ops/reduce.hpp>
@@ -51,21 +49,6 @@ Tensor adaptive_max_pool1d(const Tensor& input, int64_t output_size) {
   STRATA_CHECK(input.dim() == 2 || input.dim() == 3,
                "[adaptive_max_pool1d] expects an input of shape (N, C, L) or (C, L), got shape {}", input.shape());
   return adaptive_max_pool2d(input.unsqueeze(-2), Size2(1, output_size)).squeeze(-2);
-}
-
-Tensor adaptive_max_pool3d(const Tensor& input, Size3 output_size) {
-  STRATA_CHECK(input.defined(), "[adaptive_max_pool3d] input tensor is undefined");
-  STRATA_CHECK(input.dim() == 4 || input.dim() == 5,
-               "[adaptive_max_pool3d] expects an input of shape (N, C, D, H, W) or (C, D, H, W), got shape {}",
-               input.shape());
-  STRATA_CHECK(output_size.d > 0 && output_size.h > 0 && output_size.w > 0,
-               "[adaptive_max_pool3d] output_size must be positive, got {}", output_size);
-  STRATA_CHECK(input.size(-3) > 0, "[adaptive_max_pool3d] input of shape {} has an empty spatial dim", input.shape());
-  if (input.dim() == 4) return adaptive_max_pool3d(input.unsqueeze(0), output_size).squeeze(0);
-  const int64_t n = input.size(0), c = input.size(1), d = input.size(2);
-  const Tensor planes =  // (N, C * D, oh, ow): each depth slice pooled over (H, W)
-      adaptive_max_pool2d(input.reshape({n, c * d, input.size(3), input.size(4)}), output_size.hw());
-  return max_over_windows(planes.reshape({n, c, d, output_size.h, output_size.w}), 2, output_size.d);
 }
 
 }  // namespace functional

@@ -1,28 +1,20 @@
-// 3-d max, average and adaptive average pooling over the 2-d ops (Note [3-d over 2-d] in
-// nn/conv3d.cpp): the (H, W) part by max_pool2d / avg_pool2d / adaptive_avg_pool2d on the
-// (N, C * D, H, W) view, the depth part by a gather of the depth taps (max) or a weighted sum
-// along depth (averages). The argument checks name the 3-d op and shapes; and the layers.
-#include <algorithm>
-
+// The 3-d pools as native ops: max_pool3d (with indices), avg_pool3d, adaptive_avg_pool3d and
+// adaptive_max_pool3d with their backward, and the layers. Argument checks (PyTorch's rules),
+// output sizes and autograd are here; the CPU launchers are in nn/pooling3d_kernels.cpp, the CUDA
+// ones in ops/cuda/pool3d.cpp, the window math in kernels/common/pool_window.h. Both max pools
+// share max_pool3d_backward, a scatter by the saved indices. Double backward is not supported
+// (the backward functions run kernels and record nothing).
+#include <strata/autograd/graph.hpp>
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/nn/functional_conv3d.hpp>
 #include <strata/nn/pooling.hpp>
-#include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
-#include <strata/ops/index.hpp>
-#include <strata/ops/matmul.hpp>
-#include <strata/ops/reduce.hpp>
 
+#include "core/registry_internal.h"
 #include "nn/volume_internal.h"
 #include "nn/window_shape.h"
 
 namespace strata::nn {
-
-Tensor detail::depth_weighted(const Tensor& x, const std::vector<double>& weights, int64_t out) {
-  const int64_t n = x.size(0), c = x.size(1), depth = x.size(2), h = x.size(3), w = x.size(4);
-  const Tensor m = from_vector(weights, Shape{out, depth}).to(x.device(), x.dtype());
-  return matmul(m, x.reshape({n * c, depth, h * w})).view({n, c, out, h, w});
-}
 
 namespace functional {
 
@@ -66,12 +58,57 @@ Size3 pool_size(const char* op, const Tensor& x, Size3 k, Size3 s, Size3 pad, Si
   return {out[0], out[1], out[2]};
 }
 
-// (N, C * D, h, w) results of a 2-d op as (N, C, D, h, w).
-Tensor as_volume(const Tensor& planes, const Tensor& x) {
-  return planes.reshape({x.size(0), x.size(1), x.size(2), planes.size(2), planes.size(3)});
+void check_adaptive(const char* op, const Tensor& x, Size3 output_size) {
+  check_input(op, x);
+  STRATA_CHECK(detail::in_arg_range(output_size, 1), "[{}] output_size must be in [1, 2^31), got {}", op, output_size);
 }
 
-Tensor as_planes(const Tensor& x) { return x.reshape({x.size(0), x.size(1) * x.size(2), x.size(3), x.size(4)}); }
+Shape out_shape(const Tensor& x, Size3 out) { return {x.size(0), x.size(1), out.d, out.h, out.w}; }
+
+// One forward kernel call on x made contiguous; outputs (y, and indices when asked) of shape out.
+Tensor run_forward(OpId op, const Tensor& x, const Shape& out, const Pool3dParams& p, Tensor* indices = nullptr) {
+  NoGradGuard no_grad;
+  const TensorOptions on(x.dtype(), x.device());
+  Tensor outs[2] = {empty(out, on), indices ? empty(out, TensorOptions(kInt64, x.device())) : Tensor()};
+  if (outs[0].numel() > 0) {
+    const Tensor in = x.contiguous();
+    run_kernel(op, x.dtype(), KernelCall{{&in, 1}, {outs, indices ? 2u : 1u}, &p});
+  }
+  if (indices) *indices = outs[1];
+  return outs[0];
+}
+
+Tensor run_backward(OpId op, const Tensor& gy, const Tensor& indices, const Shape& in, const Pool3dParams& p) {
+  NoGradGuard no_grad;
+  Tensor gx = empty(in, TensorOptions(gy.dtype(), gy.device()));
+  if (gy.numel() == 0) return gx.zero_();
+  const Tensor ins[2] = {gy.contiguous(), indices.defined() ? indices.contiguous() : indices};
+  run_kernel(op, gy.dtype(), KernelCall{{ins, indices.defined() ? 2u : 1u}, {&gx, 1}, &p});
+  return gx;
+}
+
+// max_pool3d or adaptive_max_pool3d of a checked 5-d x; the gradient scattered by the indices.
+MaxPoolResult max_with_indices(const char* op, OpId forward, const Tensor& x, Size3 out, const Pool3dParams& p) {
+  Tensor indices;
+  Tensor y = run_forward(forward, x, out_shape(x, out), p, &indices);
+  autograd::record(op, {x}, {y}, {indices},
+                   [op, p, in = x.shape()](const autograd::Grads& g, const autograd::Saved& s) {
+                     autograd::check_once_differentiable(op, g, s);
+                     return autograd::Grads{run_backward(OpId::max_pool3d_backward, g[0], s[0], in, p)};
+                   });
+  return {y, indices};
+}
+
+// avg_pool3d or adaptive_avg_pool3d of a checked 5-d x.
+Tensor average(const char* op, OpId forward, OpId backward, const Tensor& x, Size3 out, const Pool3dParams& p) {
+  Tensor y = run_forward(forward, x, out_shape(x, out), p);
+  autograd::record(op, {x}, {y}, {},
+                   [op, backward, p, in = x.shape()](const autograd::Grads& g, const autograd::Saved& s) {
+                     autograd::check_once_differentiable(op, g, s);
+                     return autograd::Grads{run_backward(backward, g[0], Tensor(), in, p)};
+                   });
+  return y;
+}
 
 }  // namespace
 
@@ -81,33 +118,10 @@ MaxPoolResult max_pool3d_with_indices(const Tensor& input, Size3 kernel_size, co
     MaxPoolResult r = max_pool3d_with_indices(input.unsqueeze(0), kernel_size, args);
     return {r.output.squeeze(0), r.indices.squeeze(0)};
   }
-  const Size3 k = kernel_size, s = args.stride.value_or(k), p = args.padding, dl = args.dilation;
-  const Size3 out = pool_size("max_pool3d", input, k, s, p, dl, args.ceil_mode, true);
-  // the maximum of each depth slice's (H, W) windows, then over the window's depth taps
-  const MaxPoolResult planes = max_pool2d_with_indices(as_planes(input), k.hw(), {s.hw(), p.hw(), dl.hw(),
-                                                                                   args.ceil_mode});
-  const Tensor slices = as_volume(planes.output, input);  // (N, C, D, oh, ow)
-  const Shape taps_shape = {input.size(0), input.size(1), out.d, k.d, out.h, out.w};
-  // A tap in the padding repeats its window's first tap inside the input: the maximum is the
-  // same, and a window of equal values (all -inf) names that element, as PyTorch's kernel, which
-  // starts each argmax there, so neither the index nor the gradient lands on the padding.
-  std::vector<int64_t> rows = detail::tap_depths(input.size(2), out.d, k.d, s.d, p.d, dl.d);
-  for (int64_t o = 0; o < out.d; ++o) {
-    const auto window = rows.begin() + o * k.d;
-    const int64_t first_inside = *std::find_if(window, window + k.d, [](int64_t d) { return d >= 0; });
-    std::replace(window, window + k.d, int64_t(-1), first_inside);
-  }
-  const MinMaxResult best = max(detail::gather_depths(slices, rows, 0).view(taps_shape), 3);
-  NoGradGuard no_grad;
-  // the flat index (d * H + h) * W + w: the winning tap's depth, and its slice's own h * W + w
-  const Tensor plane_index = detail::gather_depths(as_volume(planes.indices, input), rows, 0)
-                                 .view(taps_shape)
-                                 .gather(3, best.indices.unsqueeze(3))
-                                 .squeeze(3);
-  const TensorOptions int64_on(kInt64, input.device());
-  const Tensor tap = arange(out.d, int64_on).view({1, 1, out.d, 1, 1}) * k.d + best.indices;  // o * kD + t
-  const Tensor depth = from_vector(rows).to(input.device()).index_select(0, tap.flatten()).view(tap.shape());
-  return {best.values, depth * (input.size(3) * input.size(4)) + plane_index};
+  const Size3 s = args.stride.value_or(kernel_size);
+  const Size3 out = pool_size("max_pool3d", input, kernel_size, s, args.padding, args.dilation, args.ceil_mode, true);
+  return max_with_indices("max_pool3d", OpId::max_pool3d, input, out,
+                          Pool3dParams{kernel_size, s, args.padding, args.dilation});
 }
 
 Tensor max_pool3d(const Tensor& input, Size3 kernel_size, const MaxPool3dArgs& args) {
@@ -118,39 +132,36 @@ Tensor avg_pool3d(const Tensor& input, Size3 kernel_size, const AvgPool3dArgs& a
   check_input("avg_pool3d", input);
   STRATA_CHECK(!args.divisor_override || *args.divisor_override != 0, "[avg_pool3d] divisor_override must be nonzero");
   if (input.dim() == 4) return avg_pool3d(input.unsqueeze(0), kernel_size, args).squeeze(0);
-  const Size3 k = kernel_size, s = args.stride.value_or(k), p = args.padding;
-  const Size3 out = pool_size("avg_pool3d", input, k, s, p, 1, args.ceil_mode, false);
-  // the divisor is a product of one factor per dim: (H, W)'s from avg_pool2d (a plain sum with
-  // divisor_override), depth's in the weights
-  const std::optional<int64_t> plane_divisor = args.divisor_override ? std::optional<int64_t>(1) : std::nullopt;
-  const Tensor planes = avg_pool2d(as_planes(input), k.hw(),
-                                   {s.hw(), p.hw(), args.ceil_mode, args.count_include_pad, plane_divisor});
-  const int64_t depth = input.size(2);
-  std::vector<double> weights(static_cast<size_t>(out.d * depth), 0.0);
-  for (int64_t o = 0; o < out.d; ++o) {
-    const int64_t d0 = o * s.d - p.d, d1 = std::min(d0 + k.d, depth + p.d);
-    const int64_t first = std::max<int64_t>(d0, 0), end = std::min(d1, depth);
-    const double divisor = args.divisor_override ? double(*args.divisor_override)
-                           : args.count_include_pad ? double(d1 - d0)
-                                                    : double(end - first);
-    for (int64_t d = first; d < end; ++d) weights[static_cast<size_t>(o * depth + d)] = 1 / divisor;
-  }
-  return detail::depth_weighted(as_volume(planes, input), weights, out.d);
+  const Size3 s = args.stride.value_or(kernel_size);
+  const Size3 out = pool_size("avg_pool3d", input, kernel_size, s, args.padding, 1, args.ceil_mode, false);
+  Pool3dParams p{kernel_size, s, args.padding, 1};
+  p.count_include_pad = args.count_include_pad;
+  p.divisor = args.divisor_override.value_or(0);
+  return average("avg_pool3d", OpId::avg_pool3d, OpId::avg_pool3d_backward, input, out, p);
 }
 
 Tensor adaptive_avg_pool3d(const Tensor& input, Size3 output_size) {
-  check_input("adaptive_avg_pool3d", input);
-  STRATA_CHECK(detail::in_arg_range(output_size, 1),
-               "[adaptive_avg_pool3d] output_size must be in [1, 2^31), got {}", output_size);
+  check_adaptive("adaptive_avg_pool3d", input, output_size);
   if (input.dim() == 4) return adaptive_avg_pool3d(input.unsqueeze(0), output_size).squeeze(0);
-  const Tensor planes = adaptive_avg_pool2d(as_planes(input), output_size.hw());
-  const int64_t depth = input.size(2), out = output_size.d;
-  std::vector<double> weights(static_cast<size_t>(out * depth), 0.0);
-  for (int64_t o = 0; o < out; ++o) {
-    const int64_t first = o * depth / out, end = ((o + 1) * depth + out - 1) / out;
-    for (int64_t d = first; d < end; ++d) weights[static_cast<size_t>(o * depth + d)] = 1.0 / double(end - first);
+  Pool3dParams p;
+  p.adaptive = true;
+  return average("adaptive_avg_pool3d", OpId::adaptive_avg_pool3d, OpId::adaptive_avg_pool3d_backward, input,
+                 output_size, p);
+}
+
+MaxPoolResult adaptive_max_pool3d_with_indices(const Tensor& input, Size3 output_size) {
+  check_adaptive("adaptive_max_pool3d", input, output_size);
+  if (input.dim() == 4) {
+    MaxPoolResult r = adaptive_max_pool3d_with_indices(input.unsqueeze(0), output_size);
+    return {r.output.squeeze(0), r.indices.squeeze(0)};
   }
-  return detail::depth_weighted(as_volume(planes, input), weights, out);
+  Pool3dParams p;
+  p.adaptive = true;
+  return max_with_indices("adaptive_max_pool3d", OpId::adaptive_max_pool3d, input, output_size, p);
+}
+
+Tensor adaptive_max_pool3d(const Tensor& input, Size3 output_size) {
+  return adaptive_max_pool3d_with_indices(input, output_size).output;
 }
 
 }  // namespace functional

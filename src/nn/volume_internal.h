@@ -1,6 +1,5 @@
-// The depth-wise steps that put the 3-d convolutions and pooling ops together from the 2-d ones
-// (Note [3-d over 2-d] in nn/conv3d.cpp, which defines tap_depths and gather_depths;
-// nn/pooling3d.cpp defines depth_weighted).
+// The depth-wise steps that put the composed 3-d convolutions together from the 2-d ones
+// (Note [3-d over 2-d] in nn/conv3d.cpp, which defines tap_depths and gather_depths).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +35,5 @@ Tensor native_conv3d(const Tensor& input, const Tensor& weight, const Tensor& bi
 /// conv_transpose3d of a checked 5-d input through the native ops, its output of shape `out`.
 Tensor native_conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                                const functional::ConvTranspose3dArgs& args, const Shape& out);
-
-/// x (N, C, D, H, W) -> (N, C, out, H, W): output depth o is sum_d weights[o * D + d] * x[:, :, d].
-Tensor depth_weighted(const Tensor& x, const std::vector<double>& weights, int64_t out);
 
 }  // namespace strata::nn::detail

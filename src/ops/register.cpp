@@ -25,6 +25,7 @@ void register_dropout_kernels(KernelTable&);
 void register_conv_kernels(KernelTable&);
 void register_conv3d_kernels(KernelTable&);
 void register_pool_kernels(KernelTable&);
+void register_pool3d_kernels(KernelTable&);
 void register_batch_norm_kernels(KernelTable&);
 void register_cuda_kernels(KernelTable&);  // src/ops/cuda/register.cpp, or empty without CUDA
 
@@ -50,6 +51,7 @@ void register_builtin_kernels(KernelTable& table) {
   register_conv_kernels(table);
   register_conv3d_kernels(table);
   register_pool_kernels(table);
+  register_pool3d_kernels(table);
   register_batch_norm_kernels(table);
   register_cuda_kernels(table);
 }

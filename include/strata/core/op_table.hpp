@@ -51,8 +51,11 @@
   X(adaptive_avg_pool2d_backward, 1, false) X(batch_norm, 5, true)                  \
   X(batch_norm_backward, 5, false) X(conv3d, 3, true)                               \
   X(conv3d_backward_input, 2, false) X(conv3d_backward_weight, 2, false)            \
+  X(max_pool3d, 1, true) X(max_pool3d_backward, 2, false) X(avg_pool3d, 1, true)   \
+  X(avg_pool3d_backward, 1, false) X(adaptive_avg_pool3d, 1, true)                  \
+  X(adaptive_avg_pool3d_backward, 1, false) X(adaptive_max_pool3d, 1, true)        \
   /* softmax gradients: (y, g) -> dx */                                             \
   X(softmax_backward, 2, false) X(log_softmax_backward, 2, false)
 
 // Bump this when adding a row, so the count is a conscious change.
-#define STRATA_NUM_BUILTIN_OPS 120
+#define STRATA_NUM_BUILTIN_OPS 127

@@ -6,8 +6,8 @@
 //   auto y = F::conv3d(x, w, b, {.stride = {1, 2, 2}, .padding = 1});
 //   auto p = F::max_pool3d(y, 2);
 //
-// They are composed of the 2-d ops (Note [3-d over 2-d] in src/nn/conv3d.cpp), so every device,
-// dtype and gradient of those serves here.
+// The pools are native ops (src/nn/pooling3d.cpp); the convolutions run native kernels or are
+// composed of the 2-d ops (Note [3-d over 2-d] in src/nn/conv3d.cpp).
 #pragma once
 
 #include <cstdint>
@@ -101,8 +101,23 @@ STRATA_API Tensor avg_pool3d(const Tensor& input, Size3 kernel_size, const AvgPo
 
 /// Average over the windows [floor(i * In / Out), ceil((i + 1) * In / Out)) of each dim.
 STRATA_API Tensor adaptive_avg_pool3d(const Tensor& input, Size3 output_size);
-/// Maximum over the same windows: adaptive_max_pool2d of each depth slice, then the maximum
-/// over each depth window (the gradient shared evenly among equal maxima; no indices).
+/// Maximum over the same windows; indices as max_pool3d_with_indices's (the first of equal
+/// maxima, which alone receives the gradient, as in PyTorch).
 STRATA_API Tensor adaptive_max_pool3d(const Tensor& input, Size3 output_size);
+STRATA_API MaxPoolResult adaptive_max_pool3d_with_indices(const Tensor& input, Size3 output_size);
 
 }  // namespace strata::nn::functional
+
+namespace strata::nn {
+
+/// Kernel parameters of the 3-d pooling ops (max_pool3d, avg_pool3d, the adaptive ones and their
+/// backward), for kernels registered at run time. adaptive: adaptive windows (the window fields
+/// unused); max_pool3d_backward serves both max pools and receives the forward's parameters.
+struct Pool3dParams {
+  Size3 kernel = 1, stride = 1, padding = 0, dilation = 1;
+  bool count_include_pad = true;
+  int64_t divisor = 0;  // 0: no override
+  bool adaptive = false;
+};
+
+}  // namespace strata::nn

@@ -19,6 +19,7 @@ void register_cuda_sort_kernels(KernelTable&);
 void register_cuda_dropout_kernels(KernelTable&);
 void register_cuda_conv_kernels(KernelTable&);
 void register_cuda_pool_kernels(KernelTable&);
+void register_cuda_pool3d_kernels(KernelTable&);
 void register_cuda_batch_norm_kernels(KernelTable&);
 void register_cuda_attention_kernels(KernelTable&);
 
@@ -38,6 +39,7 @@ void register_cuda_kernels(KernelTable& table) {
   register_cuda_dropout_kernels(table);
   register_cuda_conv_kernels(table);
   register_cuda_pool_kernels(table);
+  register_cuda_pool3d_kernels(table);
   register_cuda_batch_norm_kernels(table);
   register_cuda_attention_kernels(table);
 }
