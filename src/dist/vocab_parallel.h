@@ -12,7 +12,8 @@
 
 namespace strata::dist::detail {
 
-/// Smallest and largest entry other than `skip` (0 and 0 when none), and the sum of all.
+/// min(0, smallest entry other than `skip`), max(0, largest such entry) (what a range check
+/// needs, as nn's), and the sum of all entries (a checksum, wrapping).
 struct IndexStats {
   int64_t lo = 0, hi = 0, sum = 0;
 };

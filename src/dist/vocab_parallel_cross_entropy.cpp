@@ -148,7 +148,8 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target, 
   // (the options first: the targets' range depends on ignore_index)
   std::vector<detail::RankField> fields{{"ignore_index", o.ignore_index},
                                         {"reduction", static_cast<int64_t>(s.reduction)},
-                                        {"label_smoothing (its bits)", std::bit_cast<int64_t>(o.label_smoothing)}};
+                                        {"label_smoothing (its bits)", std::bit_cast<int64_t>(o.label_smoothing)},
+                                        {"logits dtype", error ? 0 : static_cast<int64_t>(logits.dtype())}};
   for (detail::RankField& f : detail::shape_fields(target, "target")) fields.push_back(std::move(f));
   const size_t width_field = fields.size();
   const int64_t width = error ? 0 : logits.size(-1);

@@ -3,7 +3,7 @@
 #include <strata/dist/vocab_parallel.hpp>
 
 #include <algorithm>
-#include <limits>
+#include <cstdint>
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/dist/tensor_parallel.hpp>
@@ -28,22 +28,20 @@ IndexStats index_stats(const Tensor& indices, std::optional<int64_t> skip) {
   if (t.device().is_cpu()) {  // one pass, no temporaries
     const Tensor c = t.contiguous();
     const int64_t* p = c.data_ptr<int64_t>();
-    bool first = true;
+    uint64_t total = 0;  // wraps rather than overflows: a checksum
     for (int64_t i = 0; i < c.numel(); ++i) {
-      s.sum += p[i];
+      total += static_cast<uint64_t>(p[i]);
       if (skip && p[i] == *skip) continue;
-      s.lo = first ? p[i] : std::min(s.lo, p[i]);
-      s.hi = first ? p[i] : std::max(s.hi, p[i]);
-      first = false;
+      s.lo = std::min(s.lo, p[i]);
+      s.hi = std::max(s.hi, p[i]);
     }
+    s.sum = static_cast<int64_t>(total);
     return s;
   }
-  const int64_t big = std::numeric_limits<int64_t>::max(), small = std::numeric_limits<int64_t>::min();
-  const Tensor lows = skip ? where(t == *skip, big, t) : t, highs = skip ? where(t == *skip, small, t) : t;
-  const Tensor both = stack({amin(lows), amax(highs), sum(t)}).cpu();
-  const int64_t* p = both.data_ptr<int64_t>();
-  if (p[0] == big) return IndexStats{0, 0, p[2]};  // every entry skipped
-  return IndexStats{p[0], p[1], p[2]};
+  const Tensor kept = skip ? where(t == *skip, 0, t) : t;  // as nn's range check: skipped entries count as 0
+  const Tensor all = stack({amin(kept), amax(kept), sum(t)}).cpu();
+  const int64_t* p = all.data_ptr<int64_t>();
+  return IndexStats{std::min<int64_t>(p[0], 0), std::max<int64_t>(p[1], 0), p[2]};
 }
 
 std::vector<RankField> shape_fields(const Tensor& t, const char* name) {
@@ -127,7 +125,10 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
     error = std::current_exception();
   }
   std::vector<detail::RankField> fields = detail::shape_fields(indices, "indices");
-  fields.push_back({"sum of the indices", stats.sum});
+  fields.insert(fields.end(), {{"sum of the indices", stats.sum},
+                               {"num_embeddings", num_embeddings},
+                               {"embedding_dim", embedding_dim},
+                               {"weight dtype", static_cast<int64_t>(weight.dtype())}});
   detail::agree_across_ranks(*group_, op, error, fields, weight.device());
 
   const Tensor mine = logical_and(indices >= range.start, indices < range.end);

@@ -102,6 +102,8 @@ TEST(VocabParallelEmbedding, BadIdsRaiseOnEveryRank) {
   EXPECT_TRUE(throws_with([&] { emb(from_vector<int64_t>({1, last ? vocab + 2 : 2})); }, {named}));
   EXPECT_TRUE(throws_with([&] { emb(from_vector<int64_t>({1, last ? 3 : 2})); }, {"disagree", "sum of the indices"}));
   EXPECT_TRUE(throws_with([&] { emb(zeros({last ? 3 : 2}, TensorOptions(kInt64))); }, {"disagree", "shape"}));
+  dist::VocabParallelEmbedding other_dim(vocab, last ? 4 : 3);
+  EXPECT_TRUE(throws_with([&] { other_dim(from_vector<int64_t>({1})); }, {"disagree", "embedding_dim"}));
   EXPECT_TRUE(throws_with([] { dist::VocabParallelEmbedding(1, 3); }, {"cannot give each"}));
   EXPECT_TRUE(throws_with([&] { emb.load_full_weight(zeros({vocab + 1, 3})); }, {"load_full_weight", "whole table"}));
   // the group still works
@@ -232,6 +234,7 @@ TEST(VocabParallelCrossEntropy, BadArgumentsRaiseOnEveryRank) {
   EXPECT_TRUE(throws_with([&] { ce(shard, ok, {.ignore_index = last ? 0 : -100}); }, {"disagree", "ignore_index"}));
   EXPECT_TRUE(throws_with([&] { ce(shard, ok, {.reduction = last ? "sum" : "mean"}); }, {"disagree", "reduction"}));
   EXPECT_TRUE(throws_with([&] { ce(shard, ok, {.label_smoothing = last ? 0.1 : 0}); }, {"label_smoothing"}));
+  EXPECT_TRUE(throws_with([&] { ce(last ? shard.to(kFloat32) : shard, ok); }, {"disagree", "logits dtype"}));
   // the group still works: uniform logits give log V
   EXPECT_NEAR(ce(shard, ok).item<double>(), std::log(static_cast<double>(vocab)), 1e-14);
 }
