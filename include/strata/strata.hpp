@@ -86,6 +86,7 @@
 #include <strata/dist/process_group.hpp>
 #include <strata/dist/sharded_grad_scaler.hpp>
 #include <strata/dist/tensor_parallel.hpp>
+#include <strata/dist/vocab_parallel.hpp>
 #include <strata/dist/zero.hpp>
 
 #include <strata/memory/checkpoint.hpp>
