@@ -100,7 +100,8 @@ SimOut simulate(Kind kind, const st::nn::RNNBase& layer, const std::vector<Vec>&
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
       const QWeight ih = qweight(sd, name(st::nn::RecurrentWeight::InputHidden));
       const QWeight hh = qweight(sd, name(st::nn::RecurrentWeight::HiddenHidden));
-      const Vec b_ih = bias_or_zero(sd, "bias_ih" + sfx, gates * H), b_hh = bias_or_zero(sd, "bias_hh" + sfx, gates * H);
+      const Vec b_ih = bias_or_zero(sd, "bias_ih" + sfx, gates * H);
+      const Vec b_hh = bias_or_zero(sd, "bias_hh" + sfx, gates * H);
       Vec h = h0[k], c = kind == Kind::LSTM ? c0[k] : Vec();
       for (int64_t i = 0; i < T; ++i) {
         const int64_t t = d == 0 ? i : T - 1 - i;
@@ -215,7 +216,9 @@ TEST(QuantRecurrent, CellsEqualTheSimulation) {
   const st::Tensor gh = gru.forward(x, h), rh = rnn.forward(x, h);
   for (int64_t b = 0; b < 3; ++b) {
     const Vec xb = values(x[b]), hb = values(h[b]);
-    auto qw = [](const st::nn::Module& m, const char* w) { return qweight(m.state_dict(), std::string("quantized.") + w); };
+    auto qw = [](const st::nn::Module& m, const char* w) {
+      return qweight(m.state_dict(), std::string("quantized.") + w);
+    };
     auto bias = [](const st::nn::Module& m, const char* k) { return values(m.state_dict().at(k)); };
     auto run = [&](Kind kind, const st::nn::Module& m, Vec& cell) {
       return step(kind, qlinear(xb, qw(m, "weight_ih"), bias(m, "bias_ih")),
