@@ -105,6 +105,10 @@ Tensor RNNBase::project(int64_t k, RecurrentWeight which, const Tensor& x, const
   return functional::linear(x, weight, bias);
 }
 
+Tensor RNNBase::hidden_product(int64_t k, const Tensor& h) const {
+  return project(k, RecurrentWeight::HiddenHidden, h, all_weights[static_cast<size_t>(k)].bias_hh);
+}
+
 Tensor RNNBase::forward(const Tensor& input) { return forward_with_state(input).output; }
 
 utils::rnn::PackedSequence RNNBase::forward(const utils::rnn::PackedSequence& input) {
@@ -290,14 +294,14 @@ RNN::RNN(int64_t in, int64_t hidden, RNNOptions o)
 }
 
 void RNN::step(const Tensor& xw, int64_t k, Tensor& h, Tensor&) const {
-  const Tensor hw = project(k, RecurrentWeight::HiddenHidden, h, all_weights[static_cast<size_t>(k)].bias_hh);
+  const Tensor hw = hidden_product(k, h);
   h = detail::rnn_step(xw, hw, nonlinearity == "relu");
 }
 
 LSTM::LSTM(int64_t in, int64_t hidden, LSTMOptions o) : RNNBase("LSTM", 4, true, in, hidden, o) {}
 
 void LSTM::step(const Tensor& xw, int64_t k, Tensor& h, Tensor& c) const {
-  const Tensor hw = project(k, RecurrentWeight::HiddenHidden, h, all_weights[static_cast<size_t>(k)].bias_hh);
+  const Tensor hw = hidden_product(k, h);
   LSTMState next = detail::lstm_step(xw, hw, c);
   // h_t = W_hr (o * tanh(c_t)) with proj_size
   h = options.proj_size > 0 ? project(k, RecurrentWeight::Projection, next.h, Tensor()) : next.h;
@@ -307,7 +311,7 @@ void LSTM::step(const Tensor& xw, int64_t k, Tensor& h, Tensor& c) const {
 GRU::GRU(int64_t in, int64_t hidden, GRUOptions o) : RNNBase("GRU", 3, false, in, hidden, o) {}
 
 void GRU::step(const Tensor& xw, int64_t k, Tensor& h, Tensor&) const {
-  const Tensor hw = project(k, RecurrentWeight::HiddenHidden, h, all_weights[static_cast<size_t>(k)].bias_hh);
+  const Tensor hw = hidden_product(k, h);
   h = detail::gru_step(xw, hw, h);
 }
 

@@ -135,6 +135,8 @@ TEST(QuantRecurrentModel, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { cell.forward(x[0]); }, {"computes without autograd"}));
   const st::Tensor h0 = st::zeros({2, 2, 4}).requires_grad_(true), c0 = st::zeros({2, 2, 4});
   EXPECT_TRUE(throws_with([&] { lstm.forward_with_state(x.detach(), h0, c0); }, {"must not require grad"}));
+  const auto packed = st::nn::utils::rnn::pack_padded_sequence(x, {5, 3}, false, true);
+  EXPECT_TRUE(throws_with([&] { lstm.forward_with_state(packed); }, {"computes without autograd"}));
   {
     const st::NoGradGuard no_grad;  // under no_grad the same call runs
     EXPECT_EQ(lstm.forward_with_state(x, h0, c0).output.shape(), (st::Shape{5, 2, 4}));

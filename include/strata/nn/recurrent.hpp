@@ -141,6 +141,8 @@ class STRATA_API RNNBase : public Module {
   virtual void step(const Tensor& xw, int64_t k, Tensor& h, Tensor& c) const = 0;
   /// x . W^T + bias for layer and direction k's weight `which`: the float weight, or the form's.
   Tensor project(int64_t k, RecurrentWeight which, const Tensor& x, const Tensor& bias) const;
+  /// h . W_hh^T + b_hh of layer and direction k (N, gates * hidden_size).
+  Tensor hidden_product(int64_t k, const Tensor& h) const;
   void replacing_child(Module* old, Module* now) override;
 
  private:
