@@ -1,8 +1,9 @@
 // Post-training weight quantization of Linear layers, as torch.ao.quantization.quantize_dynamic:
 // int8 weights (per output channel, symmetric) with activations quantized to uint8 per row at run
 // time and a uint8 x int8 -> int32 GEMM, or int4 weight-only (group-wise along in_features,
-// two codes a byte) with a GEMM that dequantizes on the fly; embedding tables row-wise (8 or 4
-// bits, qembedding.hpp) when asked. See docs/quantization.md.
+// two codes a byte) with a GEMM that dequantizes on the fly; the recurrent layers and cells (int8
+// weights with each step's activations quantized, or float16 weights); embedding tables row-wise
+// (8 or 4 bits, qembedding.hpp) when asked. See docs/quantization.md.
 //
 //   quant::quantize_dynamic(model);                                       // every nn::Linear, int8
 //   quant::quantize_dynamic(model, {.dtype = quant::WeightDtype::Int4, .group_size = 64});
