@@ -7,9 +7,11 @@
 // calibration batch, quant::convert: uint8 codes, oneDNN's int8 convolution, requantized output),
 // and against that layer with quant::set_onednn_int8_conv(false) (im2col and the int8 GEMM, the
 // reference path). A third times a float32 nn::EmbeddingBag (sum of bags of 20 rows) against the
-// same table row-wise quantized to uint8 and to 4 bits (quantize_dynamic's embeddings).
+// same table row-wise quantized to uint8 and to 4 bits (quantize_dynamic's embeddings). A fourth
+// times a float32 nn::LSTM over a sequence against the same layer with dynamic int8 weights (each
+// step's activations quantized per row) and with float16 weights.
 //
-//   bench_quant [--rounds R]        STRATA_BENCH_THREADS: threads (default 2)
+//   bench_quant [--rounds R] [--table linear|conv|embedding|lstm]   STRATA_BENCH_THREADS: threads (default 2)
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -111,6 +113,34 @@ void embedding_table(int rounds) {
   }
 }
 
+void lstm_table(int rounds) {
+  namespace q = st::quant;
+  fmt::print("\ndynamic int8 / float16 LSTM vs float32 LSTM (input_size = hidden_size)\n");
+  fmt::print("{:>4} {:>5} {:>6} | {:>10} {:>10} {:>10} | {:>9} {:>9} | {:>8} {:>8}\n", "seq", "batch", "hidden",
+             "f32 ms", "int8 ms", "fp16 ms", "int8 x", "fp16 x", "f32 KiB", "int8 KiB");
+  const std::vector<std::array<int64_t, 3>> shapes = {{64, 16, 512}, {64, 16, 1024}, {64, 1, 1024}};
+  for (auto [L, N, H] : shapes) {
+    st::manual_seed(0);
+    st::nn::LSTM f32(H, H), i8(H, H), f16(H, H);
+    i8.load_state_dict(f32.state_dict());
+    f16.load_state_dict(f32.state_dict());
+    q::quantize_dynamic(i8);
+    q::quantize_dynamic(f16, {.recurrent = q::RecurrentDtype::Float16});
+    const st::Tensor x = st::randn({L, N, H});
+    st::NoGradGuard no_grad;
+    for (auto* l : {&f32, &i8, &f16}) (*l)(x);  // warm-up
+    std::vector<double> tf, t8, th;
+    for (int r = 0; r < rounds; ++r) {
+      tf.push_back(time_once(f32, x));
+      t8.push_back(time_once(i8, x));
+      th.push_back(time_once(f16, x));
+    }
+    const double f = median(tf), a = median(t8), b = median(th);
+    fmt::print("{:>4} {:>5} {:>6} | {:>10.2f} {:>10.2f} {:>10.2f} | {:>9.2f} {:>9.2f} | {:>8} {:>8}\n", L, N, H,
+               f * 1e3, a * 1e3, b * 1e3, f / a, f / b, state_bytes(f32) / 1024, state_bytes(i8) / 1024);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,8 +149,19 @@ int main(int argc, char** argv) {
   bench::restart_with_bench_env(argv, threads);
   st::set_num_threads(threads);
   int rounds = 7;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string table;  // empty: every table
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--rounds") rounds = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--table") table = argv[i + 1];
+  }
+  if (table == "conv" || table == "embedding" || table == "lstm") {  // that table alone
+    (table == "conv" ? conv_table : table == "embedding" ? embedding_table : lstm_table)(rounds);
+    return 0;
+  }
+  if (!table.empty() && table != "linear") {
+    fmt::print(stderr, "unknown --table {} (linear, conv, embedding or lstm)\n", table);
+    return 2;
+  }
   fmt::print("quantized Linear vs float32 Linear, {} threads, {} rounds, CPU {}\n", threads, rounds,
              bench::cpu_model());
   fmt::print("{:>5} {:>5} {:>5} | {:>10} {:>10} {:>10} | {:>9} {:>9} | {:>8} {:>8} {:>8}\n", "M", "K", "N",
@@ -148,6 +189,8 @@ int main(int argc, char** argv) {
                f * 1e6, a * 1e6, b * 1e6, f / a, f / b, state_bytes(f32) / 1024, state_bytes(i8) / 1024,
                state_bytes(i4) / 1024);
   }
+  if (table == "linear") return 0;
   conv_table(rounds);
   embedding_table(rounds);
+  lstm_table(rounds);
 }

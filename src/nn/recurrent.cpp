@@ -72,6 +72,43 @@ void RNNBase::reset_parameters(Generator* gen) {
   detail::init_recurrent_parameters(parameters(), hidden_size, gen);
 }
 
+RecurrentForm& RNNBase::set_form(std::string name, std::unique_ptr<RecurrentForm> form) {
+  detail::check_new_form(description_, form_, form.get());
+  form_ = &register_module(std::move(name), std::move(form));
+  for (int64_t k = 0; k < static_cast<int64_t>(all_weights.size()); ++k) {
+    RecurrentWeights& w = all_weights[static_cast<size_t>(k)];
+    unregister(weight_name(k, RecurrentWeight::InputHidden));
+    unregister(weight_name(k, RecurrentWeight::HiddenHidden));
+    if (w.weight_hr.defined()) unregister(weight_name(k, RecurrentWeight::Projection));
+    w.weight_ih = w.weight_hh = w.weight_hr = Tensor();
+  }
+  return *form_;
+}
+
+void RNNBase::replacing_child(Module* old, Module*) { detail::check_not_form(description_, old, form_); }
+
+std::string RNNBase::weight_name(int64_t k, RecurrentWeight which) const {
+  STRATA_CHECK(k >= 0 && k < static_cast<int64_t>(all_weights.size()), "[{}] has no layer and direction {}",
+               description_, k);
+  const char* kind = which == RecurrentWeight::InputHidden    ? "ih"
+                     : which == RecurrentWeight::HiddenHidden ? "hh"
+                                                              : "hr";
+  return fmt::format("weight_{}_l{}{}", kind, k / num_directions, k % num_directions == 1 ? "_reverse" : "");
+}
+
+Tensor RNNBase::project(int64_t k, RecurrentWeight which, const Tensor& x, const Tensor& bias) const {
+  if (form_) return form_->project(k, which, x, bias);
+  const RecurrentWeights& w = all_weights[static_cast<size_t>(k)];
+  const Tensor& weight = which == RecurrentWeight::InputHidden    ? w.weight_ih
+                         : which == RecurrentWeight::HiddenHidden ? w.weight_hh
+                                                                  : w.weight_hr;
+  return functional::linear(x, weight, bias);
+}
+
+Tensor RNNBase::hidden_product(int64_t k, const Tensor& h) const {
+  return project(k, RecurrentWeight::HiddenHidden, h, all_weights[static_cast<size_t>(k)].bias_hh);
+}
+
 Tensor RNNBase::forward(const Tensor& input) { return forward_with_state(input).output; }
 
 utils::rnn::PackedSequence RNNBase::forward(const utils::rnn::PackedSequence& input) {
@@ -137,6 +174,7 @@ RNNOutput RNNBase::forward_with_state(const Tensor& input, const Tensor& h0, con
   STRATA_CHECK(steps > 0, "[{}] expects a sequence of at least one step, got input of shape {}", layer,
                input.shape());
   check_states_given(h0, c0);
+  if (form_) form_->check_inputs(layer, {input, h0, c0});
   const Tensor h_init = initial_state("h0", h0, input, unbatched, batch, state_size);  // (S, N, H)
   const Tensor c_init = with_cell_state_ ? initial_state("c0", c0, input, unbatched, batch, hidden_size) : Tensor();
 
@@ -161,6 +199,7 @@ PackedRNNOutput RNNBase::forward_with_state(const utils::rnn::PackedSequence& in
   STRATA_CHECK(x.dim() == 2 && x.size(1) == input_size,
                "[{}] expects packed data of shape (sum of lengths, {}), got {}", description_, input_size, x.shape());
   check_states_given(h0, c0);
+  if (form_) form_->check_inputs(description_, {x, h0, c0});
   const int64_t batch = l.batch_sizes[0];
   // the states come in the batch's order and the packed rows in sorted order
   const Tensor& sorted = input.sorted_indices;
@@ -193,7 +232,7 @@ RNNBase::LayersOutput RNNBase::run_layers(const Tensor& x, const std::vector<int
     for (int64_t direction = 0; direction < num_directions; ++direction) {
       const int64_t k = layer_index * num_directions + direction;
       const RecurrentWeights& w = all_weights[static_cast<size_t>(k)];
-      const Tensor xw = functional::linear(layer_input, w.weight_ih, w.bias_ih);  // (rows, gates * hidden_size)
+      const Tensor xw = project(k, RecurrentWeight::InputHidden, layer_input, w.bias_ih);  // (rows, gates * hidden)
       const Tensor h0 = h_init[k], c0 = with_cell_state_ ? c_init[k] : Tensor();
       std::vector<Tensor> hs(static_cast<size_t>(steps));
       Tensor h, c;
@@ -212,7 +251,7 @@ RNNBase::LayersOutput RNNBase::run_layers(const Tensor& x, const std::vector<int
               c = c.narrow(0, 0, n);
             }
           }
-          step(xw.narrow(0, offsets[static_cast<size_t>(t)], n), w, h, c);
+          step(xw.narrow(0, offsets[static_cast<size_t>(t)], n), k, h, c);
           hs[static_cast<size_t>(t)] = h;
         }
         if (!done_h.empty()) {
@@ -234,7 +273,7 @@ RNNBase::LayersOutput RNNBase::run_layers(const Tensor& x, const std::vector<int
             h = cat({h, h0.narrow(0, running, n - running)}, 0);
             if (with_cell_state_) c = cat({c, c0.narrow(0, running, n - running)}, 0);
           }
-          step(xw.narrow(0, offsets[static_cast<size_t>(t)], n), w, h, c);
+          step(xw.narrow(0, offsets[static_cast<size_t>(t)], n), k, h, c);
           hs[static_cast<size_t>(t)] = h;
         }
       }
@@ -254,22 +293,26 @@ RNN::RNN(int64_t in, int64_t hidden, RNNOptions o)
   detail::check_nonlinearity("RNN", nonlinearity);
 }
 
-void RNN::step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor&) const {
-  h = detail::rnn_step(xw, h, w.weight_hh, w.bias_hh, nonlinearity == "relu");
+void RNN::step(const Tensor& xw, int64_t k, Tensor& h, Tensor&) const {
+  const Tensor hw = hidden_product(k, h);
+  h = detail::rnn_step(xw, hw, nonlinearity == "relu");
 }
 
 LSTM::LSTM(int64_t in, int64_t hidden, LSTMOptions o) : RNNBase("LSTM", 4, true, in, hidden, o) {}
 
-void LSTM::step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const {
-  LSTMState next = detail::lstm_step(xw, h, c, w.weight_hh, w.bias_hh);
-  h = w.weight_hr.defined() ? functional::linear(next.h, w.weight_hr) : next.h;  // h_t = W_hr (o * tanh(c_t))
+void LSTM::step(const Tensor& xw, int64_t k, Tensor& h, Tensor& c) const {
+  const Tensor hw = hidden_product(k, h);
+  LSTMState next = detail::lstm_step(xw, hw, c);
+  // h_t = W_hr (o * tanh(c_t)) with proj_size
+  h = options.proj_size > 0 ? project(k, RecurrentWeight::Projection, next.h, Tensor()) : next.h;
   c = next.c;
 }
 
 GRU::GRU(int64_t in, int64_t hidden, GRUOptions o) : RNNBase("GRU", 3, false, in, hidden, o) {}
 
-void GRU::step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor&) const {
-  h = detail::gru_step(xw, h, w.weight_hh, w.bias_hh);
+void GRU::step(const Tensor& xw, int64_t k, Tensor& h, Tensor&) const {
+  const Tensor hw = hidden_product(k, h);
+  h = detail::gru_step(xw, hw, h);
 }
 
 }  // namespace strata::nn

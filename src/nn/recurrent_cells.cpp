@@ -17,28 +17,37 @@ namespace strata::nn {
 
 namespace detail {
 
-Tensor rnn_step(const Tensor& xw, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh, bool relu) {
-  const Tensor pre = xw + functional::linear(h, weight_hh, bias_hh);
+Tensor rnn_step(const Tensor& xw, const Tensor& hw, bool relu) {
+  const Tensor pre = xw + hw;
   return relu ? strata::relu(pre) : strata::tanh(pre);
 }
 
-LSTMState lstm_step(const Tensor& xw, const Tensor& h, const Tensor& c, const Tensor& weight_hh,
-                    const Tensor& bias_hh) {
-  const std::vector<Tensor> gates = (xw + functional::linear(h, weight_hh, bias_hh)).chunk(4, -1);  // i, f, g, o
+LSTMState lstm_step(const Tensor& xw, const Tensor& hw, const Tensor& c) {
+  const std::vector<Tensor> gates = (xw + hw).chunk(4, -1);  // i, f, g, o
   const Tensor i = strata::sigmoid(gates[0]), f = strata::sigmoid(gates[1]);
   const Tensor g = strata::tanh(gates[2]), o = strata::sigmoid(gates[3]);
   const Tensor c_next = f * c + i * g;
   return {o * strata::tanh(c_next), c_next};
 }
 
-Tensor gru_step(const Tensor& xw, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh) {
+Tensor gru_step(const Tensor& xw, const Tensor& hw, const Tensor& h) {
   // n takes r * (W_hn h + b_hn): the hidden projection is gated before it meets the input's, so
   // unlike RNN and LSTM the two are not summed first
   const std::vector<Tensor> x = xw.chunk(3, -1);  // r, z, n
-  const std::vector<Tensor> hh = functional::linear(h, weight_hh, bias_hh).chunk(3, -1);
+  const std::vector<Tensor> hh = hw.chunk(3, -1);
   const Tensor r = strata::sigmoid(x[0] + hh[0]), z = strata::sigmoid(x[1] + hh[1]);
   const Tensor n = strata::tanh(x[2] + r * hh[2]);
   return (1 - z) * n + z * h;
+}
+
+void check_new_form(const std::string& layer, const RecurrentForm* current, const RecurrentForm* form) {
+  STRATA_CHECK(form != nullptr, "[{}] the form is null", layer);
+  STRATA_CHECK(current == nullptr, "[{}] already has the form {}; a layer takes one form", layer, current->name());
+}
+
+void check_not_form(const std::string& layer, const Module* child, const RecurrentForm* form) {
+  STRATA_CHECK(child == nullptr || child != form, "[{}] its form is replaced through set_form, not set_submodule",
+               layer);
 }
 
 void check_recurrent_sizes(const std::string& layer, int64_t input_size, int64_t hidden_size) {
@@ -106,6 +115,23 @@ void RNNCellBase::reset_parameters(Generator* gen) {
   detail::init_recurrent_parameters(parameters(), hidden_size, gen);
 }
 
+RecurrentForm& RNNCellBase::set_form(std::string name, std::unique_ptr<RecurrentForm> form) {
+  detail::check_new_form(this->name(), form_, form.get());
+  form_ = &register_module(std::move(name), std::move(form));
+  unregister("weight_ih");
+  unregister("weight_hh");
+  weight_ih = weight_hh = Tensor();
+  return *form_;
+}
+
+void RNNCellBase::replacing_child(Module* old, Module*) { detail::check_not_form(name(), old, form_); }
+
+Tensor RNNCellBase::project(RecurrentWeight which, const Tensor& x, const Tensor& bias) const {
+  STRATA_CHECK(which != RecurrentWeight::Projection, "[{}] a cell has no projection weight", name());
+  if (form_) return form_->project(0, which, x, bias);
+  return functional::linear(x, which == RecurrentWeight::InputHidden ? weight_ih : weight_hh, bias);
+}
+
 RNNCell::RNNCell(int64_t in, int64_t hidden, RNNCellOptions options)
     : RNNCellBase("RNNCell", 1, in, hidden, options.bias, options.generator), nonlinearity(options.nonlinearity) {
   detail::check_nonlinearity(name(), nonlinearity);
@@ -114,8 +140,10 @@ RNNCell::RNNCell(int64_t in, int64_t hidden, RNNCellOptions options)
 Tensor RNNCell::forward(const Tensor& input, const Tensor& hx) {
   const Tensor x = batched_input(*this, input);
   const Tensor h = batched_state(*this, "hx", hx, input, x);
-  const Tensor xw = functional::linear(x, weight_ih, bias_ih);
-  const Tensor next = detail::rnn_step(xw, h, weight_hh, bias_hh, nonlinearity == "relu");
+  if (form()) form()->check_inputs(name(), {input, hx});
+  const Tensor xw = project(RecurrentWeight::InputHidden, x, bias_ih);
+  const Tensor hw = project(RecurrentWeight::HiddenHidden, h, bias_hh);
+  const Tensor next = detail::rnn_step(xw, hw, nonlinearity == "relu");
   return input.dim() == 1 ? next.squeeze(0) : next;
 }
 
@@ -141,7 +169,9 @@ LSTMState LSTMCell::forward_with_state(const Tensor& input, const Tensor& hx, co
   STRATA_CHECK(hx.defined() == cx.defined(), "[LSTMCell] hx and cx must be given together, got only {}",
                hx.defined() ? "hx" : "cx");
   const Tensor h = batched_state(*this, "hx", hx, input, x), c = batched_state(*this, "cx", cx, input, x);
-  LSTMState next = detail::lstm_step(functional::linear(x, weight_ih, bias_ih), h, c, weight_hh, bias_hh);
+  if (form()) form()->check_inputs(name(), {input, hx, cx});
+  LSTMState next = detail::lstm_step(project(RecurrentWeight::InputHidden, x, bias_ih),
+                                     project(RecurrentWeight::HiddenHidden, h, bias_hh), c);
   if (input.dim() == 1) next = {next.h.squeeze(0), next.c.squeeze(0)};
   return next;
 }
@@ -157,7 +187,9 @@ Tensor GRUCell::operator()(const Tensor& input, const Tensor& hx) {
 Tensor GRUCell::forward(const Tensor& input, const Tensor& hx) {
   const Tensor x = batched_input(*this, input);
   const Tensor h = batched_state(*this, "hx", hx, input, x);
-  const Tensor next = detail::gru_step(functional::linear(x, weight_ih, bias_ih), h, weight_hh, bias_hh);
+  if (form()) form()->check_inputs(name(), {input, hx});
+  const Tensor next = detail::gru_step(project(RecurrentWeight::InputHidden, x, bias_ih),
+                                       project(RecurrentWeight::HiddenHidden, h, bias_hh), h);
   return input.dim() == 1 ? next.squeeze(0) : next;
 }
 

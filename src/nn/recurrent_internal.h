@@ -11,16 +11,22 @@
 
 namespace strata::nn::detail {
 
-// Each step takes xw, the input through weight_ih and bias_ih (N, gates * H), the states (N, H)
-// and the hidden weights; the gates follow PyTorch's order (see include/strata/nn/recurrent.hpp).
+// Each step takes xw, the input through weight_ih and bias_ih (N, gates * hidden_size), and hw,
+// the hidden state h through weight_hh and bias_hh (likewise): the products are the layer's
+// (RNNBase::project, float or a form's), the gate math is here. Gates in PyTorch's order (see
+// include/strata/nn/recurrent.hpp).
 
-/// h' = act(xw + W_hh h + b_hh), act relu or tanh.
-Tensor rnn_step(const Tensor& xw, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh, bool relu);
-/// c' = f * c + i * g, h' = o * tanh(c').
-LSTMState lstm_step(const Tensor& xw, const Tensor& h, const Tensor& c, const Tensor& weight_hh,
-                    const Tensor& bias_hh);
+/// h' = act(xw + hw), act relu or tanh.
+Tensor rnn_step(const Tensor& xw, const Tensor& hw, bool relu);
+/// c' = f * c + i * g, h' = o * tanh(c') (before LSTM's projection).
+LSTMState lstm_step(const Tensor& xw, const Tensor& hw, const Tensor& c);
 /// h' = (1 - z) * n + z * h.
-Tensor gru_step(const Tensor& xw, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh);
+Tensor gru_step(const Tensor& xw, const Tensor& hw, const Tensor& h);
+
+/// set_form's checks: the new form is not null and the layer has none yet.
+void check_new_form(const std::string& layer, const RecurrentForm* current, const RecurrentForm* form);
+/// replacing_child's: the form is not replaced by set_submodule.
+void check_not_form(const std::string& layer, const Module* child, const RecurrentForm* form);
 
 /// A packed batch's shape: sequences in sorted position s (longest first) and their order.
 struct PackedLayout {

@@ -45,6 +45,9 @@ Tensor quantize_static_input(const Tensor& x, const ActQParams& in, Tensor* zero
 /// y float32 (M, N) = the int8 product of uint8 codes (M, K) and the weight (kernels/cpu/qgemm.h).
 Tensor int8_product(const Tensor& xq, const Tensor& x_scale, const Tensor& x_zero, bool per_row, const Int8Weight& w,
                     const Tensor& w_row_sum, const Tensor& bias);
+/// y = x (*, K) . dequantize(w)^T + bias with x's rows quantized to uint8 each with its own range
+/// (the dynamic int8 Linear); w_row_sum = row_sums(w.codes). No autograd; output of x's dtype.
+Tensor int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& w_row_sum, const Tensor& bias, const char* op);
 /// The int32 sums of each weight row's codes (N), which the zero-point correction reads.
 Tensor row_sums(const Tensor& codes);
 /// y float32 (rows of x, N): x's rows quantized with the fixed input qparams `in`, times the weight.

@@ -105,6 +105,7 @@ namespace {
 
 using detail::bias_of;
 using detail::check_int8_weight;
+using detail::int8_dynamic;
 using detail::int8_product;
 using detail::row_sums;
 
@@ -127,19 +128,6 @@ Shape out_shape(const Tensor& x, int64_t N) {
   Shape s = x.shape();
   s.back() = N;
   return s;
-}
-
-Tensor int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& row_sum, const Tensor& bias, const char* op) {
-  check_int8_weight(w, op);
-  const int64_t N = w.codes.size(0), K = w.codes.size(1);
-  NoGradGuard no_grad;
-  const Tensor rows = input_rows(x, K, w.codes.device(), kFloat32, op);
-  const TensorOptions o(kFloat32, x.device());
-  Tensor xq = empty(rows.shape(), o.dtype(kUInt8));
-  Tensor xs = empty({rows.size(0)}, o), xz = empty({rows.size(0)}, o.dtype(kInt32));
-  detail::run_quantize_rows_uint8(rows, xq, xs, xz);
-  Tensor y = int8_product(xq, xs, xz, true, w, row_sum, bias_of(bias, N, x.device(), kFloat32, op));
-  return y.reshape(out_shape(x, N)).to(x.dtype());
 }
 
 void check_int4_weight(const Int4Weight& w, const char* op) {
@@ -235,6 +223,19 @@ Tensor linear_int4(const Tensor& x, const Int4Weight& w, const Tensor& bias) {
 // ---- the forms ---------------------------------------------------------------------------------
 
 namespace detail {
+
+Tensor int8_dynamic(const Tensor& x, const Int8Weight& w, const Tensor& row_sum, const Tensor& bias, const char* op) {
+  check_int8_weight(w, op);
+  const int64_t N = w.codes.size(0), K = w.codes.size(1);
+  NoGradGuard no_grad;
+  const Tensor rows = input_rows(x, K, w.codes.device(), kFloat32, op);
+  const TensorOptions o(kFloat32, x.device());
+  Tensor xq = empty(rows.shape(), o.dtype(kUInt8));
+  Tensor xs = empty({rows.size(0)}, o), xz = empty({rows.size(0)}, o.dtype(kInt32));
+  detail::run_quantize_rows_uint8(rows, xq, xs, xz);
+  Tensor y = int8_product(xq, xs, xz, true, w, row_sum, bias_of(bias, N, x.device(), kFloat32, op));
+  return y.reshape(out_shape(x, N)).to(x.dtype());
+}
 
 Int8LinearForm::Int8LinearForm(Int8Weight weight, std::optional<StaticActivations> act)
     : weight_(std::move(weight)), act_(std::move(act)) {

@@ -10,6 +10,7 @@
 
 #include "quant/forms.h"
 #include "quant/module_walk.h"
+#include "quant/qrecurrent.h"
 
 namespace strata::quant {
 
@@ -45,6 +46,7 @@ int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& o) {
                "[{}] unknown embedding dtype {}", op, static_cast<int>(o.embeddings));
   const std::vector<detail::NamedLinear> layers = detail::linear_layers(model, o.filter);
   const auto embeddings = embedding_layers(model, o);
+  std::vector<detail::RecurrentConversion> recurrent = detail::recurrent_conversions(model, o);
   for (const auto& [name, layer] : layers) {  // refuse before converting any
     STRATA_CHECK(layer->form() == nullptr, "[{}] layer \"{}\" is quantized or prepared for QAT already ({})", op,
                  name, layer->form() ? layer->form()->name() : "");
@@ -78,7 +80,8 @@ int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& o) {
   }
   for (auto& [layer, form] : embedding_forms) layer->set_form("quantized", std::move(form));
   for (auto& [layer, form] : bag_forms) layer->set_form("quantized", std::move(form));
-  return static_cast<int64_t>(layers.size() + embeddings.size());
+  for (auto& c : recurrent) detail::apply_conversion(c);
+  return static_cast<int64_t>(layers.size() + embeddings.size() + recurrent.size());
 }
 
 }  // namespace strata::quant

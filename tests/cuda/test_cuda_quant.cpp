@@ -1,7 +1,8 @@
 // CUDA quantization kernels against the CPU's on fresh random inputs with odd sizes: codes,
 // dequantized values, fake quant and its mask equal bit for bit (same float32 math); the int8
 // GEMM exactly; the int8 and int4 Linear layers within float summation-order tolerance; the static
-// int8 convolution, and a model calibrated and converted on the GPU against the same on the CPU.
+// int8 convolution, and a model calibrated and converted on the GPU against the same on the CPU;
+// the dynamic int8 LSTM.
 #include <cmath>
 #include <vector>
 
@@ -145,4 +146,22 @@ TEST(CudaQuant, RowwiseEmbeddingsMatchTheCpu) {
   wide.select(0, 3).select(0, 1).fill_(3e38);
   EXPECT_TRUE(st::testing::throws_with([&] { q::quantize_embedding_weight(wide.cuda(), 4); },
                                        {"row 3 spans more than float32 holds"}));
+}
+
+TEST(CudaQuant, DynamicInt8LstmMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const st::NoGradGuard no_grad;
+  st::nn::LSTM cpu(7, 9, {.num_layers = 2, .bidirectional = true, .proj_size = 5});
+  st::nn::LSTM gpu(7, 9, {.num_layers = 2, .bidirectional = true, .proj_size = 5});
+  gpu.load_state_dict(cpu.state_dict());
+  q::quantize_dynamic(cpu);
+  q::quantize_dynamic(gpu);
+  gpu.to(st::Device::cuda());
+  const st::Tensor x = ct::random({6, 3, 7}, st::kFloat32, -2, 2);
+  const st::nn::RNNOutput a = cpu.forward_with_state(x), b = gpu.forward_with_state(x.cuda());
+  // the same codes (quantized on the CPU), float32 sums in another order: an activation code may
+  // differ by one where a value lies at a rounding boundary, hence the loose tolerance
+  EXPECT_TRUE(all_close(b.output.cpu(), values(a.output), 1e-3, 1e-3));
+  EXPECT_TRUE(all_close(b.c_n.cpu(), values(a.c_n), 1e-3, 1e-3));
 }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,24 @@ struct RecurrentOptions {
 };
 using LSTMOptions = RecurrentOptions;
 using GRUOptions = RecurrentOptions;
+
+/// The weights a recurrent layer multiplies by: weight_ih, weight_hh and LSTM's weight_hr.
+enum class RecurrentWeight { InputHidden, HiddenHidden, Projection };
+
+/// Note [Recurrent forms]: as a Linear hands its product to a LinearForm (Note [Linear forms] in
+/// nn/layer_form.hpp), a recurrent layer or cell hands every product by its weights to an optional
+/// form, a child module holding those weights in another representation (quant::quantize_dynamic's
+/// int8 or float16 ones); the gate math, the loop over steps, layers and directions, the packed
+/// batches and the checks stay the layer's. Setting a form drops the layer's float weights (their
+/// memory is released and they leave the state dict); the biases stay the layer's.
+class STRATA_API RecurrentForm : public Module {
+ public:
+  /// x (rows, features) . W^T + bias for the weight `which` of layer and direction k (a layer's
+  /// index into all_weights; 0 for a cell); bias undefined: none.
+  virtual Tensor project(int64_t k, RecurrentWeight which, const Tensor& x, const Tensor& bias) = 0;
+  /// Raises when an input or state would need a gradient through the form (undefined ones skipped).
+  virtual void check_inputs(const std::string& layer, const std::vector<Tensor>& inputs) const = 0;
+};
 
 /// The parameters of one layer in one direction (gates = 1 for RNN, 4 for LSTM, 3 for GRU).
 struct RecurrentWeights {
@@ -96,6 +115,14 @@ class STRATA_API RNNBase : public Module {
   using Module::operator();
   /// Re-draws every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch.
   void reset_parameters(Generator* gen = nullptr);
+  /// Hands the products by the weights to `form`, registered as the child `name`, and drops the
+  /// float weights (Note [Recurrent forms]); raises when the layer has a form already.
+  RecurrentForm& set_form(std::string name, std::unique_ptr<RecurrentForm> form);
+  RecurrentForm* form() const { return form_; }
+  /// The parameter name of layer and direction k's weight `which` ("weight_hh_l1_reverse").
+  std::string weight_name(int64_t k, RecurrentWeight which) const;
+  /// "LSTM(10, 20, num_layers=2)", as PyTorch prints the layer.
+  const std::string& description() const { return description_; }
 
   int64_t input_size, hidden_size;
   int64_t num_directions;  // 2 when bidirectional, else 1
@@ -109,9 +136,14 @@ class STRATA_API RNNBase : public Module {
   /// in errors; with_cell_state for LSTM's c.
   RNNBase(const std::string& layer, int64_t gates, bool with_cell_state, int64_t input_size, int64_t hidden_size,
           RecurrentOptions options);
-  /// One time step of one layer and direction: updates h (N, hidden_size), and c for LSTM, given
-  /// xw, the step's input through weight_ih and bias_ih (N, gates * hidden_size).
-  virtual void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const = 0;
+  /// One time step of layer and direction k: updates h (N, H), and c for LSTM, given xw, the
+  /// step's input through weight_ih and bias_ih (N, gates * hidden_size).
+  virtual void step(const Tensor& xw, int64_t k, Tensor& h, Tensor& c) const = 0;
+  /// x . W^T + bias for layer and direction k's weight `which`: the float weight, or the form's.
+  Tensor project(int64_t k, RecurrentWeight which, const Tensor& x, const Tensor& bias) const;
+  /// h . W_hh^T + b_hh of layer and direction k (N, gates * hidden_size).
+  Tensor hidden_product(int64_t k, const Tensor& h) const;
+  void replacing_child(Module* old, Module* now) override;
 
  private:
   struct LayersOutput {
@@ -129,6 +161,7 @@ class STRATA_API RNNBase : public Module {
 
   std::string description_;  // "LSTM(10, 20, num_layers=2)", for errors
   bool with_cell_state_;
+  RecurrentForm* form_ = nullptr;  // owned as a child
 };
 
 /// h' = tanh(W_ih x + b_ih + W_hh h + b_hh) (or relu).
@@ -140,7 +173,7 @@ class STRATA_API RNN : public RNNBase {
   std::string nonlinearity;
 
  protected:
-  void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const override;
+  void step(const Tensor& xw, int64_t k, Tensor& h, Tensor& c) const override;
 };
 
 class STRATA_API LSTM : public RNNBase {
@@ -149,7 +182,7 @@ class STRATA_API LSTM : public RNNBase {
   std::string name() const override { return "LSTM"; }
 
  protected:
-  void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const override;
+  void step(const Tensor& xw, int64_t k, Tensor& h, Tensor& c) const override;
 };
 
 class STRATA_API GRU : public RNNBase {
@@ -158,7 +191,7 @@ class STRATA_API GRU : public RNNBase {
   std::string name() const override { return "GRU"; }
 
  protected:
-  void step(const Tensor& xw, const RecurrentWeights& w, Tensor& h, Tensor& c) const override;
+  void step(const Tensor& xw, int64_t k, Tensor& h, Tensor& c) const override;
 };
 
 // ---- cells: one time step ----------------------------------------------------------------------
@@ -188,16 +221,25 @@ class STRATA_API RNNCellBase : public Module {
  public:
   /// Re-draws every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch.
   void reset_parameters(Generator* gen = nullptr);
+  /// As RNNBase::set_form, with k = 0 (Note [Recurrent forms]).
+  RecurrentForm& set_form(std::string name, std::unique_ptr<RecurrentForm> form);
+  RecurrentForm* form() const { return form_; }
+  /// x . W^T + bias for the weight `which` (not Projection): the float weight, or the form's.
+  Tensor project(RecurrentWeight which, const Tensor& x, const Tensor& bias) const;
 
   int64_t input_size, hidden_size;
-  Tensor weight_ih;  // (gates * hidden_size, input_size)
-  Tensor weight_hh;  // (gates * hidden_size, hidden_size)
+  Tensor weight_ih;  // (gates * hidden_size, input_size); undefined once a form replaced it
+  Tensor weight_hh;  // (gates * hidden_size, hidden_size); likewise
   Tensor bias_ih;    // (gates * hidden_size), undefined without bias
   Tensor bias_hh;    // (gates * hidden_size), undefined without bias
 
  protected:
   RNNCellBase(const std::string& layer, int64_t gates, int64_t input_size, int64_t hidden_size, bool bias,
               Generator* gen);
+  void replacing_child(Module* old, Module* now) override;
+
+ private:
+  RecurrentForm* form_ = nullptr;  // owned as a child
 };
 
 /// input (N, input_size) or unbatched (input_size); the states (N, hidden_size) or

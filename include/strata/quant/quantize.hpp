@@ -1,8 +1,9 @@
 // Post-training weight quantization of Linear layers, as torch.ao.quantization.quantize_dynamic:
 // int8 weights (per output channel, symmetric) with activations quantized to uint8 per row at run
 // time and a uint8 x int8 -> int32 GEMM, or int4 weight-only (group-wise along in_features,
-// two codes a byte) with a GEMM that dequantizes on the fly; embedding tables row-wise (8 or 4
-// bits, qembedding.hpp) when asked. See docs/quantization.md.
+// two codes a byte) with a GEMM that dequantizes on the fly; the recurrent layers and cells (int8
+// weights with each step's activations quantized, or float16 weights); embedding tables row-wise
+// (8 or 4 bits, qembedding.hpp) when asked. See docs/quantization.md.
 //
 //   quant::quantize_dynamic(model);                                       // every nn::Linear, int8
 //   quant::quantize_dynamic(model, {.dtype = quant::WeightDtype::Int4, .group_size = 64});
@@ -25,6 +26,10 @@ enum class WeightDtype { Int8, Int4 };
 /// Embedding tables: left float (PyTorch's default qconfig_spec), or quantized per row with float
 /// scale and bias to uint8 or to 4 bits (quint4x2) (qembedding.hpp).
 enum class EmbeddingDtype { None, UInt8, UInt4 };
+/// Recurrent layers (nn::LSTM, GRU, RNN, LSTMCell, GRUCell, RNNCell): left float, int8 weights
+/// per output channel with each step's activations quantized at run time, or float16 weights
+/// (PyTorch's float16_dynamic_qconfig) (qrecurrent.cpp, Note [Recurrent forms] in nn/recurrent.hpp).
+enum class RecurrentDtype { None, Int8, Float16 };
 
 struct QuantizeOptions {
   WeightDtype dtype = WeightDtype::Int8;
@@ -37,11 +42,17 @@ struct QuantizeOptions {
   EmbeddingDtype embeddings = EmbeddingDtype::None;
   /// Which embedding layers, by dotted name; null converts every one.
   std::function<bool(const std::string& name, const nn::Module& layer)> embedding_filter;
+  /// The recurrent layers and cells: int8 by default, as PyTorch's default qconfig_spec (which
+  /// takes LSTM, GRU and the cells; RNN too here). Inference only.
+  RecurrentDtype recurrent = RecurrentDtype::Int8;
+  /// Which recurrent layers, by dotted name; null converts every one.
+  std::function<bool(const std::string& name, const nn::Module& layer)> recurrent_filter;
 };
 
-/// Converts the Linear layers of `model` (and its embeddings, when options.embeddings says so) in
-/// place and returns how many it converted. Raises (before converting any) on a layer that is
-/// quantized already, or whose in_features the group size does not divide.
+/// Converts the Linear and recurrent layers of `model` (and its embeddings, when
+/// options.embeddings says so) in place and returns how many it converted. Raises (before
+/// converting any) on a layer that is quantized already, or whose in_features the group size does
+/// not divide.
 STRATA_API int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& options = {});
 
 // ---- functional forms --------------------------------------------------------------------------
