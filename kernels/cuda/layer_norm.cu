@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "../common/convert.h"
+#include "grid_stride.cuh"
 #include "nn_norm_ops.h"
 #include "row_reduce.cuh"
 
@@ -218,11 +219,6 @@ __global__ void ln_param_final(const compute_t<T>* __restrict__ pw, const comput
   }
 }
 
-int blocks_for(int64_t n, int threads) {
-  const int64_t blocks = (n + threads - 1) / threads;
-  return static_cast<int>(blocks < 65536 ? blocks : 65536);
-}
-
 // Calls f(std::integral_constant<int, kItems>) with the smallest power of two kItems such
 // that a warp of kItems elements per lane covers n <= kRowWarpMax.
 template <class F>
@@ -288,7 +284,7 @@ cudaError_t layer_norm_backward_params(cudaStream_t stream, const T* g, const T*
                                                                               rows_per_chunk);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
-  ln_param_final<T><<<blocks_for(n, 256), 256, 0, stream>>>(pw, pb, gw, gb, chunks, n);
+  ln_param_final<T><<<grid_stride_blocks(n, 256), 256, 0, stream>>>(pw, pb, gw, gb, chunks, n);
   return cudaGetLastError();
 }
 

@@ -13,6 +13,7 @@
 
 #include "../common/half.h"
 #include "../common/pool_window.h"
+#include "grid_stride.cuh"
 #include "nn_ops.h"
 
 namespace strata::cuda_kernels {
@@ -20,20 +21,6 @@ namespace strata::cuda_kernels {
 namespace {
 
 constexpr int kPoolThreads = 256;
-
-int pool_grid(int64_t n) {
-  const int64_t blocks = (n + kPoolThreads - 1) / kPoolThreads;
-  return static_cast<int>(blocks < 65536 ? blocks : 65536);  // grid-stride loops do the rest
-}
-
-// Runs launch(index_tag) with a 32-bit flat index type when `total` allows, else 64-bit.
-template <class Launch>
-cudaError_t launch_indexed(int64_t total, const Launch& launch) {
-  if (total <= 0) return cudaSuccess;
-  if (total < (int64_t(1) << 31)) launch(uint32_t{});
-  else launch(uint64_t{});
-  return cudaGetLastError();
-}
 
 struct Pos {
   int64_t n, c, h, w;
@@ -213,10 +200,11 @@ template <class T>
 cudaError_t max_pool2d_forward(const Pool2dShape& g, cudaStream_t s, const T* x, const Strides4& xs, T* y,
                                int64_t* indices, const Strides4& ys) {
   const int64_t total = g.n * g.c * g.oh * g.ow;
+  const int blocks = grid_stride_blocks(total, kPoolThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    max_pool_forward_kernel<T, I><<<pool_grid(total), kPoolThreads, 0, s>>>(I(total), g, x, xs, y, indices, ys,
-                                                                            channels_last(xs, ys));
+    max_pool_forward_kernel<T, I><<<blocks, kPoolThreads, 0, s>>>(I(total), g, x, xs, y, indices, ys,
+                                                                  channels_last(xs, ys));
   });
 }
 
@@ -224,10 +212,11 @@ template <class T>
 cudaError_t max_pool2d_backward(const Pool2dShape& g, cudaStream_t s, const T* gy, const int64_t* indices,
                                 const Strides4& ys, T* gx, const Strides4& xs) {
   const int64_t total = g.n * g.c * g.ih * g.iw;
+  const int blocks = grid_stride_blocks(total, kPoolThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    max_pool_backward_kernel<T, I><<<pool_grid(total), kPoolThreads, 0, s>>>(I(total), g, gy, indices, ys, gx, xs,
-                                                                             channels_last(xs, ys));
+    max_pool_backward_kernel<T, I><<<blocks, kPoolThreads, 0, s>>>(I(total), g, gy, indices, ys, gx, xs,
+                                                                   channels_last(xs, ys));
   });
 }
 
@@ -235,9 +224,10 @@ template <class T>
 cudaError_t avg_pool2d_forward(const Pool2dShape& g, cudaStream_t s, const T* x, const Strides4& xs, T* y,
                                const Strides4& ys, bool count_include_pad, int64_t divisor_override) {
   const int64_t total = g.n * g.c * g.oh * g.ow;
+  const int blocks = grid_stride_blocks(total, kPoolThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    avg_pool_forward_kernel<T, I><<<pool_grid(total), kPoolThreads, 0, s>>>(
+    avg_pool_forward_kernel<T, I><<<blocks, kPoolThreads, 0, s>>>(
         I(total), g, x, xs, y, ys, channels_last(xs, ys), count_include_pad, divisor_override);
   });
 }
@@ -246,9 +236,10 @@ template <class T>
 cudaError_t avg_pool2d_backward(const Pool2dShape& g, cudaStream_t s, const T* gy, const Strides4& ys, T* gx,
                                 const Strides4& xs, bool count_include_pad, int64_t divisor_override) {
   const int64_t total = g.n * g.c * g.ih * g.iw;
+  const int blocks = grid_stride_blocks(total, kPoolThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    avg_pool_backward_kernel<T, I><<<pool_grid(total), kPoolThreads, 0, s>>>(
+    avg_pool_backward_kernel<T, I><<<blocks, kPoolThreads, 0, s>>>(
         I(total), g, gy, ys, gx, xs, channels_last(xs, ys), count_include_pad, divisor_override);
   });
 }
@@ -257,10 +248,10 @@ template <class T>
 cudaError_t adaptive_avg_pool2d_forward(const Pool2dShape& g, cudaStream_t s, const T* x, const Strides4& xs, T* y,
                                         const Strides4& ys) {
   const int64_t total = g.n * g.c * g.oh * g.ow;
+  const int blocks = grid_stride_blocks(total, kPoolThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    adaptive_forward_kernel<T, I><<<pool_grid(total), kPoolThreads, 0, s>>>(I(total), g, x, xs, y, ys,
-                                                                            channels_last(xs, ys));
+    adaptive_forward_kernel<T, I><<<blocks, kPoolThreads, 0, s>>>(I(total), g, x, xs, y, ys, channels_last(xs, ys));
   });
 }
 
@@ -268,10 +259,10 @@ template <class T>
 cudaError_t adaptive_avg_pool2d_backward(const Pool2dShape& g, cudaStream_t s, const T* gy, const Strides4& ys,
                                          T* gx, const Strides4& xs) {
   const int64_t total = g.n * g.c * g.ih * g.iw;
+  const int blocks = grid_stride_blocks(total, kPoolThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    adaptive_backward_kernel<T, I><<<pool_grid(total), kPoolThreads, 0, s>>>(I(total), g, gy, ys, gx, xs,
-                                                                             channels_last(xs, ys));
+    adaptive_backward_kernel<T, I><<<blocks, kPoolThreads, 0, s>>>(I(total), g, gy, ys, gx, xs, channels_last(xs, ys));
   });
 }
 

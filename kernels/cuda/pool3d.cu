@@ -5,6 +5,7 @@
 // fill. Flat indices are 32-bit when the count allows; offsets are 64-bit.
 #include <cstdint>
 
+#include "grid_stride.cuh"
 #include "pool3d.h"
 
 namespace strata::cuda_kernels {
@@ -13,20 +14,6 @@ namespace {
 
 using pool_math::Pool3dShape;
 constexpr int kThreads = 256;
-
-int grid_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65536 ? blocks : 65536);  // grid-stride loops do the rest
-}
-
-// Runs launch(index_tag) with a 32-bit flat index type when `total` allows, else 64-bit.
-template <class Launch>
-cudaError_t launch_indexed(int64_t total, const Launch& launch) {
-  if (total <= 0) return cudaSuccess;
-  if (total < (int64_t(1) << 31)) launch(uint32_t{});
-  else launch(uint64_t{});
-  return cudaGetLastError();
-}
 
 struct Pos {
   int64_t plane, d, h, w;
@@ -104,36 +91,40 @@ __global__ void backward_kernel(I total, Pool3dShape g, const T* __restrict__ gy
 template <class T>
 cudaError_t max_pool3d_forward(const Pool3dShape& g, cudaStream_t s, const T* x, T* y, int64_t* indices) {
   const int64_t total = g.planes * pool_math::out_volume(g);
+  const int blocks = grid_stride_blocks(total, kThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    max_forward_kernel<T, I><<<grid_for(total), kThreads, 0, s>>>(I(total), g, x, y, indices);
+    max_forward_kernel<T, I><<<blocks, kThreads, 0, s>>>(I(total), g, x, y, indices);
   });
 }
 
 template <class T>
 cudaError_t max_pool3d_backward(const Pool3dShape& g, cudaStream_t s, const T* gy, const int64_t* indices, T* gx) {
   const int64_t total = g.planes * pool_math::in_volume(g);
+  const int blocks = grid_stride_blocks(total, kThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    backward_kernel<true, T, I><<<grid_for(total), kThreads, 0, s>>>(I(total), g, gy, indices, gx);
+    backward_kernel<true, T, I><<<blocks, kThreads, 0, s>>>(I(total), g, gy, indices, gx);
   });
 }
 
 template <class T>
 cudaError_t avg_pool3d_forward(const Pool3dShape& g, cudaStream_t s, const T* x, T* y) {
   const int64_t total = g.planes * pool_math::out_volume(g);
+  const int blocks = grid_stride_blocks(total, kThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    avg_forward_kernel<T, I><<<grid_for(total), kThreads, 0, s>>>(I(total), g, x, y);
+    avg_forward_kernel<T, I><<<blocks, kThreads, 0, s>>>(I(total), g, x, y);
   });
 }
 
 template <class T>
 cudaError_t avg_pool3d_backward(const Pool3dShape& g, cudaStream_t s, const T* gy, T* gx) {
   const int64_t total = g.planes * pool_math::in_volume(g);
+  const int blocks = grid_stride_blocks(total, kThreads);
   return launch_indexed(total, [&](auto tag) {
     using I = decltype(tag);
-    backward_kernel<false, T, I><<<grid_for(total), kThreads, 0, s>>>(I(total), g, gy, nullptr, gx);
+    backward_kernel<false, T, I><<<blocks, kThreads, 0, s>>>(I(total), g, gy, nullptr, gx);
   });
 }
 

@@ -208,6 +208,23 @@ Edge gradient_edge(const Tensor& t) {
   return Edge{acc, 0};
 }
 
+void visit_leaves(const std::vector<Tensor>& roots, std::unordered_set<uint64_t>& visited,
+                  const std::function<void(const TensorImpl*)>& on_leaf) {
+  std::vector<std::shared_ptr<Node>> stack;
+  for (const Tensor& root : roots)
+    if (root.defined() && root.requires_grad()) stack.push_back(gradient_edge(root).node);
+  while (!stack.empty()) {
+    std::shared_ptr<Node> node = std::move(stack.back());
+    stack.pop_back();
+    if (!node || !visited.insert(node->sequence_nr).second) continue;
+    if (auto* acc = dynamic_cast<AccumulateGrad*>(node.get())) {
+      if (const std::shared_ptr<TensorImpl> leaf = acc->leaf()) on_leaf(leaf.get());
+      continue;
+    }
+    for (const Edge& e : node->next_edges) stack.push_back(e.node);
+  }
+}
+
 void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr) {
   AutogradMeta& meta = meta_of(t);
   meta.requires_grad = true;

@@ -211,20 +211,11 @@ void FsdpRuntime::post_forward(size_t u, const std::vector<Tensor>& outputs) {
 // waits for exactly these (a parameter unused on this rank's batch would otherwise hold it back to
 // the end of the backward, and this rank would issue it after gathers that other ranks issue later).
 void FsdpRuntime::trace_used(const std::vector<Tensor>& outputs) {
-  std::vector<std::shared_ptr<autograd::Node>> stack;
-  for (const Tensor& out : outputs)
-    if (out.defined() && out.requires_grad()) stack.push_back(autograd::gradient_edge(out).node);
-  while (!stack.empty()) {
-    std::shared_ptr<autograd::Node> node = std::move(stack.back());
-    stack.pop_back();
-    if (!node || !traced_.insert(node->sequence_nr).second) continue;  // walked from an earlier unit
-    if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(node.get())) {
-      if (const auto it = param_at_.find(acc->leaf().get()); it != param_at_.end())
-        units_[it->second.first].used[it->second.second] = true;
-      continue;
-    }
-    for (const autograd::Edge& e : node->next_edges) stack.push_back(e.node);
-  }
+  // traced_ spans the pass: nodes walked from an earlier unit's outputs are not walked again
+  autograd::visit_leaves(outputs, traced_, [&](const TensorImpl* leaf) {
+    if (const auto it = param_at_.find(leaf); it != param_at_.end())
+      units_[it->second.first].used[it->second.second] = true;
+  });
 }
 
 void FsdpRuntime::begin_forward_pass() {

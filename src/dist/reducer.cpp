@@ -104,18 +104,9 @@ void Reducer::reset() {
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   outside_graph_.assign(params_.size(), false);
   if (!find_unused_) return;
-  std::unordered_set<const autograd::Node*> seen;
+  std::unordered_set<uint64_t> walked;
   std::unordered_set<const TensorImpl*> leaves;
-  std::vector<std::shared_ptr<autograd::Node>> stack;
-  for (const Tensor& out : outputs)
-    if (out.defined() && out.requires_grad()) stack.push_back(autograd::gradient_edge(out).node);
-  while (!stack.empty()) {
-    std::shared_ptr<autograd::Node> node = std::move(stack.back());
-    stack.pop_back();
-    if (!node || !seen.insert(node.get()).second) continue;
-    if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(node.get())) leaves.insert(acc->leaf().get());
-    for (const autograd::Edge& e : node->next_edges) stack.push_back(e.node);
-  }
+  autograd::visit_leaves(outputs, walked, [&](const TensorImpl* leaf) { leaves.insert(leaf); });
   for (size_t k = 0; k < params_.size(); ++k) outside_graph_[k] = !leaves.count(params_[k].impl_ptr().get());
 }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -140,6 +141,12 @@ STRATA_API void record(const char* name, const std::vector<Tensor>& inputs, cons
 
 /// The edge a gradient for `t` flows into: its grad_fn, or its leaf accumulator.
 STRATA_API Edge gradient_edge(const Tensor& t);
+
+/// Walks the graph behind `roots` down to its leaves, each node once, calling `on_leaf` with the
+/// leaf tensor of every accumulator reached. Nodes whose sequence number `visited` holds are
+/// skipped and the walked ones added, so walks from several roots can share one set.
+STRATA_API void visit_leaves(const std::vector<Tensor>& roots, std::unordered_set<uint64_t>& visited,
+                             const std::function<void(const TensorImpl*)>& on_leaf);
 
 /// Makes `t` a non-leaf output `output_nr` of `node`.
 STRATA_API void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr);
