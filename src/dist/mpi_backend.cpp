@@ -1,10 +1,13 @@
-// The MPI process group, for CPU tensors. Collectives run on the communication thread (Note
-// [MPI threads] in mpi_runtime.cpp) on the contiguous tensors ProcessGroup hands over;
-// send and recv post MPI_Isend / MPI_Irecv at once and their Work polls the request.
+// The MPI process group, for CPU tensors. Collectives are posted nonblocking on the
+// communication thread, which polls them (Notes [MPI threads] and [Polled collectives] in
+// mpi_runtime.cpp), on the contiguous tensors ProcessGroup hands over; send and recv post
+// MPI_Isend / MPI_Irecv at once and their Work polls the request. Every operation has the
+// group's timeout (timeouts.cpp).
 #include <climits>
 #include <thread>
 
 #include "dist/backends.h"
+#include "dist/backoff.h"
 #include "dist/mpi_runtime.h"
 
 namespace strata::dist {
@@ -82,8 +85,13 @@ class RequestWork final : public FutureWork {
     detail::mpi_check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
     return flag != 0;
   }
-  void wait_backend() override {
-    while (!backend_done()) std::this_thread::yield();
+  bool wait_backend(Clock::time_point deadline) override {
+    detail::Backoff backoff;
+    while (!backend_done()) {
+      if (Clock::now() >= deadline) return false;
+      backoff.pause(deadline);
+    }
+    return true;
   }
 
  private:
@@ -130,16 +138,21 @@ class MpiProcessGroup final : public ProcessGroup {
   std::shared_ptr<FutureWork> allreduce_impl(const Tensor& t, ReduceOp op, std::function<void()> finish) override {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [t, n, op, comm] {
-      detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data(), n, mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm),
-                        "MPI_Allreduce");
+    return run("all_reduce", std::move(finish), [t, n, op, comm] {
+      MPI_Request request;
+      detail::mpi_check(
+          MPI_Iallreduce(MPI_IN_PLACE, t.data(), n, mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm, &request),
+          "MPI_Iallreduce");
+      return request;
     });
   }
   std::shared_ptr<FutureWork> broadcast_impl(const Tensor& t, int root, std::function<void()> finish) override {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [t, n, root, comm] {
-      detail::mpi_check(MPI_Bcast(t.data(), n, mpi_type(t.dtype()), root, comm), "MPI_Bcast");
+    return run("broadcast", std::move(finish), [t, n, root, comm] {
+      MPI_Request request;
+      detail::mpi_check(MPI_Ibcast(t.data(), n, mpi_type(t.dtype()), root, comm, &request), "MPI_Ibcast");
+      return request;
     });
   }
   std::shared_ptr<FutureWork> allgather_impl(const Tensor& gathered, const Tensor& input,
@@ -147,9 +160,12 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(input);
     mpi_count(gathered);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [gathered, input, n, comm] {
+    return run("all_gather", std::move(finish), [gathered, input, n, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
-      detail::mpi_check(MPI_Allgather(input.data(), n, type, gathered.data(), n, type, comm), "MPI_Allgather");
+      MPI_Request request;
+      detail::mpi_check(MPI_Iallgather(input.data(), n, type, gathered.data(), n, type, comm, &request),
+                        "MPI_Iallgather");
+      return request;
     });
   }
   std::shared_ptr<FutureWork> reduce_scatter_impl(const Tensor& output, const Tensor& stacked, ReduceOp op,
@@ -157,10 +173,12 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(output);
     mpi_count(stacked);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [output, stacked, n, op, comm] {
-      detail::mpi_check(MPI_Reduce_scatter_block(stacked.data(), output.data(), n, mpi_type(output.dtype()),
-                                                 mpi_op(op, output.dtype()), comm),
-                        "MPI_Reduce_scatter_block");
+    return run("reduce_scatter", std::move(finish), [output, stacked, n, op, comm] {
+      MPI_Request request;
+      detail::mpi_check(MPI_Ireduce_scatter_block(stacked.data(), output.data(), n, mpi_type(output.dtype()),
+                                                  mpi_op(op, output.dtype()), comm, &request),
+                        "MPI_Ireduce_scatter_block");
+      return request;
     });
   }
   std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op,
@@ -168,11 +186,13 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
     const bool is_dst = dst == rank_;
-    return run(std::move(finish), [t, n, dst, op, comm, is_dst] {
+    return run("reduce", std::move(finish), [t, n, dst, op, comm, is_dst] {
       const void* send = is_dst ? MPI_IN_PLACE : t.data();
-      detail::mpi_check(MPI_Reduce(send, is_dst ? t.data() : nullptr, n, mpi_type(t.dtype()), mpi_op(op, t.dtype()),
-                                   dst, comm),
-                        "MPI_Reduce");
+      MPI_Request request;
+      detail::mpi_check(MPI_Ireduce(send, is_dst ? t.data() : nullptr, n, mpi_type(t.dtype()), mpi_op(op, t.dtype()),
+                                    dst, comm, &request),
+                        "MPI_Ireduce");
+      return request;
     });
   }
   std::shared_ptr<FutureWork> gather_impl(const Tensor& gathered, const Tensor& input, int dst,
@@ -180,10 +200,12 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(input);
     if (gathered.defined()) mpi_count(gathered);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [gathered, input, n, dst, comm] {
+    return run("gather", std::move(finish), [gathered, input, n, dst, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
       void* out = gathered.defined() ? gathered.data() : nullptr;
-      detail::mpi_check(MPI_Gather(input.data(), n, type, out, n, type, dst, comm), "MPI_Gather");
+      MPI_Request request;
+      detail::mpi_check(MPI_Igather(input.data(), n, type, out, n, type, dst, comm, &request), "MPI_Igather");
+      return request;
     });
   }
   std::shared_ptr<FutureWork> scatter_impl(const Tensor& output, const Tensor& stacked, int src,
@@ -191,19 +213,23 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(output);
     if (stacked.defined()) mpi_count(stacked);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [output, stacked, n, src, comm] {
+    return run("scatter", std::move(finish), [output, stacked, n, src, comm] {
       const MPI_Datatype type = mpi_type(output.dtype());
       const void* in = stacked.defined() ? stacked.data() : nullptr;
-      detail::mpi_check(MPI_Scatter(in, n, type, output.data(), n, type, src, comm), "MPI_Scatter");
+      MPI_Request request;
+      detail::mpi_check(MPI_Iscatter(in, n, type, output.data(), n, type, src, comm, &request), "MPI_Iscatter");
+      return request;
     });
   }
   std::shared_ptr<FutureWork> alltoall_impl(const Tensor& output, const Tensor& input,
                                             std::function<void()> finish) override {
     const int n = mpi_count(input) / size_;
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [output, input, n, comm] {
+    return run("all_to_all", std::move(finish), [output, input, n, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
-      detail::mpi_check(MPI_Alltoall(input.data(), n, type, output.data(), n, type, comm), "MPI_Alltoall");
+      MPI_Request request;
+      detail::mpi_check(MPI_Ialltoall(input.data(), n, type, output.data(), n, type, comm, &request), "MPI_Ialltoall");
+      return request;
     });
   }
   std::shared_ptr<FutureWork> alltoallv_impl(const Tensor& output, const Tensor& input,
@@ -223,11 +249,14 @@ class MpiProcessGroup final : public ProcessGroup {
     std::vector<int> send_counts = as_ints(input_counts, send_displs);
     std::vector<int> recv_counts = as_ints(output_counts, recv_displs);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [=] {
+    // the count arrays live in the posting closure, which is kept until the request completes
+    return run("all_to_all", std::move(finish), [=] {
       const MPI_Datatype type = mpi_type(input.dtype());
-      detail::mpi_check(MPI_Alltoallv(input.data(), send_counts.data(), send_displs.data(), type, output.data(),
-                                      recv_counts.data(), recv_displs.data(), type, comm),
-                        "MPI_Alltoallv");
+      MPI_Request request;
+      detail::mpi_check(MPI_Ialltoallv(input.data(), send_counts.data(), send_displs.data(), type, output.data(),
+                                       recv_counts.data(), recv_displs.data(), type, comm, &request),
+                        "MPI_Ialltoallv");
+      return request;
     });
   }
   std::shared_ptr<ProcessGroup> split_impl(int color, int key, std::vector<int> global_ranks) override {
@@ -241,37 +270,39 @@ class MpiProcessGroup final : public ProcessGroup {
   }
   std::shared_ptr<FutureWork> barrier_impl() override {
     MPI_Comm comm = comm_;
-    return run({}, [comm] { detail::mpi_check(MPI_Barrier(comm), "MPI_Barrier"); });
+    return run("barrier", {}, [comm] {
+      MPI_Request request;
+      detail::mpi_check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
+      return request;
+    });
   }
   std::shared_ptr<FutureWork> send_impl(const Tensor& t, int dst, int tag, std::function<void()> finish) override {
     const int n = mpi_count(t);
     std::lock_guard<std::mutex> lock(detail::mpi_mutex());
     MPI_Request request;
     detail::mpi_check(MPI_Isend(t.data(), n, mpi_type(t.dtype()), dst, tag, comm_, &request), "MPI_Isend");
-    return std::make_shared<RequestWork>(request, false, t, std::move(finish));
+    auto work = std::make_shared<RequestWork>(request, false, t, std::move(finish));
+    watch(*work, "send");
+    return work;
   }
   std::shared_ptr<FutureWork> recv_impl(const Tensor& t, int src, int tag, std::function<void()> finish) override {
     const int n = mpi_count(t);
     std::lock_guard<std::mutex> lock(detail::mpi_mutex());
     MPI_Request request;
     detail::mpi_check(MPI_Irecv(t.data(), n, mpi_type(t.dtype()), src, tag, comm_, &request), "MPI_Irecv");
-    return std::make_shared<RequestWork>(request, true, t, std::move(finish));
+    auto work = std::make_shared<RequestWork>(request, true, t, std::move(finish));
+    watch(*work, "recv");
+    return work;
   }
 
  private:
-  // Queues `call` (which captures the tensors it uses, keeping them alive) on the
-  // communication thread; its Work is done when the call has returned or raised.
-  static std::shared_ptr<FutureWork> run(std::function<void()> finish, std::function<void()> call) {
+  // Posts `post` (which captures the tensors it uses, keeping them alive until its request
+  // completes) on the communication thread; its Work is done when the request completes, or
+  // fails when posting raised or the group's timeout ran out.
+  std::shared_ptr<FutureWork> run(const char* op, std::function<void()> finish, std::function<MPI_Request()> post) {
     auto work = std::make_shared<FutureWork>(std::move(finish));
-    detail::mpi_enqueue([work, call = std::move(call)] {
-      try {
-        std::lock_guard<std::mutex> lock(detail::mpi_mutex());
-        call();
-        work->mark_done();
-      } catch (...) {
-        work->mark_done(std::current_exception());
-      }
-    });
+    watch(*work, op);
+    detail::mpi_post(work, std::move(post));
     return work;
   }
 

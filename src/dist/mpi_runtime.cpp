@@ -7,15 +7,27 @@
 // is exactly the guarantee needed. MPI_THREAD_MULTIPLE would add locking inside MPI on every
 // call (and some OpenMPI builds lack it); FUNNELED would not allow the second thread at all.
 // Collectives run in submission order on every rank, which is the order MPI requires.
+//
+// Note [Polled collectives]: collectives are posted nonblocking (MPI_Iallreduce...) and the
+// communication thread polls every request in flight with MPI_Test, so a collective that some
+// rank never calls cannot hold the thread (and the lock) forever: past its deadline its Work
+// fails with the timeout error and the thread goes on with the rest (Note [Timed-out groups]
+// in timeouts.cpp). Polling spins while an operation is likely progressing, then sleeps (Backoff).
+// At exit, MPI_Finalize would wait for a timed-out collective still posted: the job is aborted
+// instead, as PyTorch aborts a process whose collective timed out.
 #include "dist/mpi_runtime.h"
 
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <future>
+#include <list>
 #include <thread>
 
 #include <strata/core/error.hpp>
+
+#include "dist/backoff.h"
 
 namespace strata::dist::detail {
 
@@ -32,7 +44,8 @@ class CommThread {
     }
     cv_.notify_one();
   }
-  // Runs what is queued, then ends the thread.
+  // Runs what is queued and waits for the operations in flight (each completes or times out),
+  // then ends the thread.
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -43,24 +56,100 @@ class CommThread {
     thread_.join();
   }
 
+  // Posts `post`'s operation (on the thread, in order with the tasks) and polls it.
+  void post(std::shared_ptr<FutureWork> work, std::function<MPI_Request()> post) {
+    enqueue([this, work, post = std::move(post)]() mutable {
+      try {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        MPI_Request request = post();
+        in_flight_.push_back(InFlight{request, work, std::move(post), false});
+      } catch (...) {
+        work->mark_done(std::current_exception());
+      }
+    });
+  }
+  // Whether an operation that timed out is still posted (set once the thread has ended).
+  bool abandoned() const { return abandoned_; }
+
  private:
+  struct InFlight {
+    MPI_Request request;
+    std::shared_ptr<FutureWork> work;
+    std::function<MPI_Request()> post;  // holds the buffers until the request completes
+    bool expired;
+  };
+
   void loop() {
+    Backoff backoff;
     for (;;) {
-      std::function<void()> task;
+      std::deque<std::function<void()>> batch;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
+        const bool live = has_live();
+        if (in_flight_.empty()) {
+          cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+        } else if (tasks_.empty()) {
+          // only timed-out operations left: they are polled seldom
+          const auto pause = live ? backoff.next() : std::chrono::microseconds(10000);
+          if (pause.count() == 0) {
+            lock.unlock();
+            std::this_thread::yield();
+            lock.lock();
+          } else {
+            cv_.wait_for(lock, pause, [&] { return !tasks_.empty(); });
+          }
+        }
+        batch.swap(tasks_);
+        if (batch.empty() && stopping_ && !has_live()) {
+          abandoned_ = !in_flight_.empty();
+          return;
+        }
       }
-      task();  // tasks catch their own errors and hand them to their Work
+      if (!batch.empty()) backoff.reset();
+      for (auto& task : batch) task();  // tasks catch their own errors and hand them to their Work
+      if (poll()) backoff.reset();
     }
   }
+
+  // Tests every request in flight; true when one completed.
+  bool poll() {
+    bool progressed = false;
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      int flag = 0;
+      try {
+        mpi_check(MPI_Test(&it->request, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      } catch (...) {
+        it->work->mark_done(std::current_exception());
+        flag = 1;
+      }
+      if (flag) {
+        it->work->mark_done();  // no effect after a timeout or an error
+        it = in_flight_.erase(it);
+        progressed = true;
+        continue;
+      }
+      if (!it->expired && std::chrono::steady_clock::now() >= it->work->deadline()) {
+        it->work->expire();
+        it->expired = true;
+      }
+      ++it;
+    }
+    return progressed;
+  }
+
+  bool has_live() const {
+    for (const InFlight& op : in_flight_)
+      if (!op.expired) return true;
+    return false;
+  }
+
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
+  std::list<InFlight> in_flight_;  // the thread's own
   bool stopping_ = false;
+  bool abandoned_ = false;
   std::thread thread_;
 };
 
@@ -73,6 +162,12 @@ void at_exit() {
   std::lock_guard<std::mutex> lock(mpi_mutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized && g_comm_thread && g_comm_thread->abandoned()) {
+    std::fputs("strata: exiting with a timed-out collective still posted; MPI cannot cancel it and MPI_Finalize "
+               "would wait for it: aborting the MPI job\n",
+               stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   if (g_we_initialized && !finalized) MPI_Finalize();
 }
 
@@ -121,6 +216,11 @@ void mpi_check(int rc, const char* what) {
 void mpi_enqueue(std::function<void()> task) {
   ensure_mpi();
   g_comm_thread->enqueue(std::move(task));
+}
+
+void mpi_post(std::shared_ptr<FutureWork> work, std::function<MPI_Request()> post) {
+  ensure_mpi();
+  g_comm_thread->post(std::move(work), std::move(post));
 }
 
 void mpi_run_sync(const std::function<void()>& call) {
