@@ -1,7 +1,9 @@
 // How the loops that poll a communication for completion pause between polls: they spin
-// (yielding) for a short while after the last progress, as a blocking MPI call would, so a
-// normal operation completes with no added latency; past that the peer is likely late, and they
-// sleep, longer each time up to a bound, so a wait for a late or missing rank does not burn a core.
+// (yielding) for a while after the last progress, as a blocking MPI call would, so a normal
+// operation completes with no added latency (MPI's nonblocking collectives move data only while
+// polled: a sleep in the middle of a large one slows it); past that a rank is likely late, and
+// they sleep, longer each time up to a bound, so waiting for a late or missing rank does not
+// burn a core.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +15,7 @@ namespace strata::dist::detail {
 class Backoff {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit Backoff(std::chrono::microseconds longest = std::chrono::microseconds(1000)) : longest_(longest) {}
+  explicit Backoff(std::chrono::microseconds longest = std::chrono::microseconds(500)) : longest_(longest) {}
   /// Called on progress: spin again.
   void reset() {
     spinning_since_ = Clock::now();
@@ -33,7 +35,7 @@ class Backoff {
   }
 
  private:
-  static constexpr std::chrono::milliseconds kSpin{2};
+  static constexpr std::chrono::milliseconds kSpin{50};
   std::chrono::microseconds longest_;
   Clock::time_point spinning_since_ = Clock::now();
   std::chrono::microseconds sleep_{0};

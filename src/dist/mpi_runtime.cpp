@@ -51,6 +51,7 @@ class CommThread {
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopping_) return;
       stopping_ = true;
+      stopping_since_ = Clock::now();
     }
     cv_.notify_one();
     thread_.join();
@@ -90,7 +91,7 @@ class CommThread {
           cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
         } else if (tasks_.empty()) {
           // only timed-out operations left: they are polled seldom
-          const auto pause = live ? backoff.next() : std::chrono::microseconds(10000);
+          const auto pause = live ? backoff.next() : std::chrono::microseconds(stopping_ ? 1000 : 10000);
           if (pause.count() == 0) {
             lock.unlock();
             std::this_thread::yield();
@@ -101,8 +102,11 @@ class CommThread {
         }
         batch.swap(tasks_);
         if (batch.empty() && stopping_ && !has_live()) {
-          abandoned_ = !in_flight_.empty();
-          return;
+          // a timed-out operation the late rank did call may still be completing: a last grace
+          if (in_flight_.empty() || Clock::now() - stopping_since_ > kExitGrace) {
+            abandoned_ = !in_flight_.empty();
+            return;
+          }
         }
       }
       if (!batch.empty()) backoff.reset();
@@ -148,7 +152,10 @@ class CommThread {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   std::list<InFlight> in_flight_;  // the thread's own
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kExitGrace{1};
   bool stopping_ = false;
+  Clock::time_point stopping_since_;
   bool abandoned_ = false;
   std::thread thread_;
 };

@@ -55,7 +55,13 @@ bool FutureWork::wait_backend(Clock::time_point deadline) {
   return done_cv_.wait_until(lock, deadline, [&] { return done_; });
 }
 
-bool FutureWork::is_completed() { return backend_done(); }
+bool FutureWork::failed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_ && error_;
+}
+
+// a Work failed by a timeout is over, whatever the backend's request says
+bool FutureWork::is_completed() { return failed() || backend_done(); }
 
 void FutureWork::set_timeout(milliseconds timeout, OnTimeout on_timeout) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -119,7 +125,7 @@ void FutureWork::wait(milliseconds timeout) {
 }
 
 void FutureWork::wait_until(Clock::time_point deadline, milliseconds timeout) {
-  if (!wait_backend(deadline)) expire(timeout);
+  if (!failed() && !wait_backend(deadline)) expire(timeout);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);

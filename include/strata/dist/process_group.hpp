@@ -85,6 +85,7 @@ class STRATA_API FutureWork : public Work {
 
  private:
   void expire(std::chrono::milliseconds timeout);
+  bool failed();
   std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
