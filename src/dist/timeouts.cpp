@@ -71,8 +71,7 @@ void FutureWork::set_timeout(milliseconds timeout, OnTimeout on_timeout) {
 }
 
 FutureWork::Clock::time_point FutureWork::deadline() const {
-  auto* self = const_cast<FutureWork*>(this);
-  std::lock_guard<std::mutex> lock(self->mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return timeout_ ? add(start_, *timeout_) : Clock::time_point::max();
 }
 

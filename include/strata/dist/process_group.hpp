@@ -44,8 +44,8 @@ class STRATA_API Work {
   virtual ~Work() = default;
   virtual bool is_completed() = 0;
   virtual void wait() = 0;
-  /// As wait(), with `timeout` (counted from when the operation was issued, as PyTorch's
-  /// Work.wait(timeout)) instead of the group's.
+  /// As wait(), raising once `timeout` has passed since the operation was issued (as PyTorch's
+  /// Work.wait(timeout)); the group's timeout still fails it first where that is shorter.
   virtual void wait(std::chrono::milliseconds timeout) = 0;
 };
 
@@ -86,7 +86,7 @@ class STRATA_API FutureWork : public Work {
  private:
   void expire(std::chrono::milliseconds timeout);
   bool failed();
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
