@@ -1,9 +1,9 @@
-// How the loops that poll a communication for completion pause between polls: they spin
-// (yielding) for a while after the last progress, as a blocking MPI call would, so a normal
-// operation completes with no added latency (MPI's nonblocking collectives move data only while
-// polled: a sleep in the middle of a large one slows it); past that a rank is likely late, and
-// they sleep, longer each time up to a bound, so waiting for a late or missing rank does not
-// burn a core.
+// How the loops that poll a communication for completion (a send's or receive's wait, NCCL's)
+// pause between polls: they spin (yielding) for a while after the last progress, as a blocking
+// MPI call would, so a normal operation completes with no added latency (MPI's nonblocking
+// operations move data only while polled: a sleep in the middle of a large one slows it); past
+// that a rank is likely late, and they sleep, longer each time up to a bound, so waiting for a
+// late or missing rank does not burn a core.
 #pragma once
 
 #include <algorithm>

@@ -1,8 +1,7 @@
-// The MPI process group, for CPU tensors. Collectives are posted nonblocking on the
-// communication thread, which polls them (Notes [MPI threads] and [Polled collectives] in
-// mpi_runtime.cpp), on the contiguous tensors ProcessGroup hands over; send and recv post
-// MPI_Isend / MPI_Irecv at once and their Work polls the request. Every operation has the
-// group's timeout (timeouts.cpp).
+// The MPI process group, for CPU tensors. Collectives run on the communication thread (Note
+// [MPI threads] in mpi_runtime.cpp) on the contiguous tensors ProcessGroup hands over;
+// send and recv post MPI_Isend / MPI_Irecv at once and their Work polls the request. Every
+// operation has the group's timeout (timeouts.cpp).
 #include <climits>
 #include <thread>
 
@@ -80,21 +79,30 @@ class RequestWork final : public FutureWork {
  protected:
   bool backend_done() override {
     std::lock_guard<std::mutex> lock(detail::mpi_mutex());
+    return test();
+  }
+  bool wait_backend(Clock::time_point deadline) override {
+    detail::Backoff backoff;
+    for (;;) {
+      {
+        // not blocking on the lock: the communication thread may hold it inside a collective
+        // that never completes, and this wait must still end at its deadline
+        std::unique_lock<std::mutex> lock(detail::mpi_mutex(), std::try_to_lock);
+        if (lock.owns_lock() && test()) return true;
+      }
+      if (Clock::now() >= deadline) return false;
+      backoff.pause(deadline);
+    }
+  }
+
+ private:
+  // Whether the request completed (under the MPI lock).
+  bool test() {
     if (request_ == MPI_REQUEST_NULL) return true;
     int flag = 0;
     detail::mpi_check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
     return flag != 0;
   }
-  bool wait_backend(Clock::time_point deadline) override {
-    detail::Backoff backoff;
-    while (!backend_done()) {
-      if (Clock::now() >= deadline) return false;
-      backoff.pause(deadline);
-    }
-    return true;
-  }
-
- private:
   MPI_Request request_;
   bool is_recv_;
   Tensor keep_;  // the buffer MPI reads or writes until the request completes
@@ -139,20 +147,15 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
     return run("all_reduce", std::move(finish), [t, n, op, comm] {
-      MPI_Request request;
-      detail::mpi_check(
-          MPI_Iallreduce(MPI_IN_PLACE, t.data(), n, mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm, &request),
-          "MPI_Iallreduce");
-      return request;
+      detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data(), n, mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm),
+                        "MPI_Allreduce");
     });
   }
   std::shared_ptr<FutureWork> broadcast_impl(const Tensor& t, int root, std::function<void()> finish) override {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
     return run("broadcast", std::move(finish), [t, n, root, comm] {
-      MPI_Request request;
-      detail::mpi_check(MPI_Ibcast(t.data(), n, mpi_type(t.dtype()), root, comm, &request), "MPI_Ibcast");
-      return request;
+      detail::mpi_check(MPI_Bcast(t.data(), n, mpi_type(t.dtype()), root, comm), "MPI_Bcast");
     });
   }
   std::shared_ptr<FutureWork> allgather_impl(const Tensor& gathered, const Tensor& input,
@@ -162,10 +165,7 @@ class MpiProcessGroup final : public ProcessGroup {
     MPI_Comm comm = comm_;
     return run("all_gather", std::move(finish), [gathered, input, n, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
-      MPI_Request request;
-      detail::mpi_check(MPI_Iallgather(input.data(), n, type, gathered.data(), n, type, comm, &request),
-                        "MPI_Iallgather");
-      return request;
+      detail::mpi_check(MPI_Allgather(input.data(), n, type, gathered.data(), n, type, comm), "MPI_Allgather");
     });
   }
   std::shared_ptr<FutureWork> reduce_scatter_impl(const Tensor& output, const Tensor& stacked, ReduceOp op,
@@ -174,11 +174,9 @@ class MpiProcessGroup final : public ProcessGroup {
     mpi_count(stacked);
     MPI_Comm comm = comm_;
     return run("reduce_scatter", std::move(finish), [output, stacked, n, op, comm] {
-      MPI_Request request;
-      detail::mpi_check(MPI_Ireduce_scatter_block(stacked.data(), output.data(), n, mpi_type(output.dtype()),
-                                                  mpi_op(op, output.dtype()), comm, &request),
-                        "MPI_Ireduce_scatter_block");
-      return request;
+      detail::mpi_check(MPI_Reduce_scatter_block(stacked.data(), output.data(), n, mpi_type(output.dtype()),
+                                                 mpi_op(op, output.dtype()), comm),
+                        "MPI_Reduce_scatter_block");
     });
   }
   std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op,
@@ -188,11 +186,9 @@ class MpiProcessGroup final : public ProcessGroup {
     const bool is_dst = dst == rank_;
     return run("reduce", std::move(finish), [t, n, dst, op, comm, is_dst] {
       const void* send = is_dst ? MPI_IN_PLACE : t.data();
-      MPI_Request request;
-      detail::mpi_check(MPI_Ireduce(send, is_dst ? t.data() : nullptr, n, mpi_type(t.dtype()), mpi_op(op, t.dtype()),
-                                    dst, comm, &request),
-                        "MPI_Ireduce");
-      return request;
+      detail::mpi_check(MPI_Reduce(send, is_dst ? t.data() : nullptr, n, mpi_type(t.dtype()), mpi_op(op, t.dtype()),
+                                   dst, comm),
+                        "MPI_Reduce");
     });
   }
   std::shared_ptr<FutureWork> gather_impl(const Tensor& gathered, const Tensor& input, int dst,
@@ -203,9 +199,7 @@ class MpiProcessGroup final : public ProcessGroup {
     return run("gather", std::move(finish), [gathered, input, n, dst, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
       void* out = gathered.defined() ? gathered.data() : nullptr;
-      MPI_Request request;
-      detail::mpi_check(MPI_Igather(input.data(), n, type, out, n, type, dst, comm, &request), "MPI_Igather");
-      return request;
+      detail::mpi_check(MPI_Gather(input.data(), n, type, out, n, type, dst, comm), "MPI_Gather");
     });
   }
   std::shared_ptr<FutureWork> scatter_impl(const Tensor& output, const Tensor& stacked, int src,
@@ -216,9 +210,7 @@ class MpiProcessGroup final : public ProcessGroup {
     return run("scatter", std::move(finish), [output, stacked, n, src, comm] {
       const MPI_Datatype type = mpi_type(output.dtype());
       const void* in = stacked.defined() ? stacked.data() : nullptr;
-      MPI_Request request;
-      detail::mpi_check(MPI_Iscatter(in, n, type, output.data(), n, type, src, comm, &request), "MPI_Iscatter");
-      return request;
+      detail::mpi_check(MPI_Scatter(in, n, type, output.data(), n, type, src, comm), "MPI_Scatter");
     });
   }
   std::shared_ptr<FutureWork> alltoall_impl(const Tensor& output, const Tensor& input,
@@ -227,9 +219,7 @@ class MpiProcessGroup final : public ProcessGroup {
     MPI_Comm comm = comm_;
     return run("all_to_all", std::move(finish), [output, input, n, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
-      MPI_Request request;
-      detail::mpi_check(MPI_Ialltoall(input.data(), n, type, output.data(), n, type, comm, &request), "MPI_Ialltoall");
-      return request;
+      detail::mpi_check(MPI_Alltoall(input.data(), n, type, output.data(), n, type, comm), "MPI_Alltoall");
     });
   }
   std::shared_ptr<FutureWork> alltoallv_impl(const Tensor& output, const Tensor& input,
@@ -249,14 +239,11 @@ class MpiProcessGroup final : public ProcessGroup {
     std::vector<int> send_counts = as_ints(input_counts, send_displs);
     std::vector<int> recv_counts = as_ints(output_counts, recv_displs);
     MPI_Comm comm = comm_;
-    // the count arrays live in the posting closure, which is kept until the request completes
     return run("all_to_all", std::move(finish), [=] {
       const MPI_Datatype type = mpi_type(input.dtype());
-      MPI_Request request;
-      detail::mpi_check(MPI_Ialltoallv(input.data(), send_counts.data(), send_displs.data(), type, output.data(),
-                                       recv_counts.data(), recv_displs.data(), type, comm, &request),
-                        "MPI_Ialltoallv");
-      return request;
+      detail::mpi_check(MPI_Alltoallv(input.data(), send_counts.data(), send_displs.data(), type, output.data(),
+                                      recv_counts.data(), recv_displs.data(), type, comm),
+                        "MPI_Alltoallv");
     });
   }
   std::shared_ptr<ProcessGroup> split_impl(int color, int key, std::vector<int> global_ranks) override {
@@ -270,11 +257,7 @@ class MpiProcessGroup final : public ProcessGroup {
   }
   std::shared_ptr<FutureWork> barrier_impl() override {
     MPI_Comm comm = comm_;
-    return run("barrier", {}, [comm] {
-      MPI_Request request;
-      detail::mpi_check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
-      return request;
-    });
+    return run("barrier", {}, [comm] { detail::mpi_check(MPI_Barrier(comm), "MPI_Barrier"); });
   }
   std::shared_ptr<FutureWork> send_impl(const Tensor& t, int dst, int tag, std::function<void()> finish) override {
     const int n = mpi_count(t);
@@ -296,13 +279,13 @@ class MpiProcessGroup final : public ProcessGroup {
   }
 
  private:
-  // Posts `post` (which captures the tensors it uses, keeping them alive until its request
-  // completes) on the communication thread; its Work is done when the request completes, or
-  // fails when posting raised or the group's timeout ran out.
-  std::shared_ptr<FutureWork> run(const char* op, std::function<void()> finish, std::function<MPI_Request()> post) {
+  // Queues `call` (a blocking MPI collective, which captures the tensors it uses, keeping them
+  // alive) on the communication thread; its Work is done when the call has returned or raised,
+  // or fails once the group's timeout has passed (Note [Collective timeouts] in mpi_runtime.cpp).
+  std::shared_ptr<FutureWork> run(const char* op, std::function<void()> finish, std::function<void()> call) {
     auto work = std::make_shared<FutureWork>(std::move(finish));
     watch(*work, op);
-    detail::mpi_post(work, std::move(post));
+    detail::mpi_run_collective(work, std::move(call));
     return work;
   }
 

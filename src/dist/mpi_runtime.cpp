@@ -8,34 +8,41 @@
 // call (and some OpenMPI builds lack it); FUNNELED would not allow the second thread at all.
 // Collectives run in submission order on every rank, which is the order MPI requires.
 //
-// Note [Polled collectives]: collectives are posted nonblocking (MPI_Iallreduce...) and the
-// communication thread polls every request in flight with MPI_Test, so a collective that some
-// rank never calls cannot hold the thread (and the lock) forever: past its deadline its Work
-// fails with the timeout error and the thread goes on with the rest (Note [Timed-out groups]
-// in timeouts.cpp). Polling spins while an operation is likely progressing, then sleeps (Backoff).
-// At exit, MPI_Finalize would wait for a timed-out collective still posted: the job is aborted
+// Note [Collective timeouts]: the communication thread makes the blocking MPI call
+// (MPI_Allreduce...), the fastest path (a nonblocking collective polled with MPI_Test is much
+// slower in common MPIs); the deadline is kept on the waiting side. Work::wait waits for the
+// call's completion up to the deadline and then fails with the timeout error (Note [Timed-out
+// groups] in timeouts.cpp); a watchdog thread fails a Work nobody waits for once its deadline
+// passes. The timed-out call stays blocked inside MPI (MPI cannot cancel a collective): should
+// the late rank call it, it completes; until then the thread runs nothing else, so every later
+// MPI collective of this process waits behind it (and times out in turn). At exit, with the
+// thread still inside a timed-out call, MPI_Finalize would wait for it: the job is aborted
 // instead, as PyTorch aborts a process whose collective timed out.
 #include "dist/mpi_runtime.h"
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <future>
 #include <list>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <strata/core/error.hpp>
-
-#include "dist/backoff.h"
 
 namespace strata::dist::detail {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 class CommThread {
  public:
-  CommThread() : thread_([this] { loop(); }) {}
+  CommThread() : thread_([this] { loop(); }), watchdog_([this] { watch(); }) {}
   void enqueue(std::function<void()> task) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -44,120 +51,117 @@ class CommThread {
     }
     cv_.notify_one();
   }
-  // Runs what is queued and waits for the operations in flight (each completes or times out),
-  // then ends the thread.
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) return;
-      stopping_ = true;
-      stopping_since_ = Clock::now();
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-
-  // Posts `post`'s operation (on the thread, in order with the tasks) and polls it.
-  void post(std::shared_ptr<FutureWork> work, std::function<MPI_Request()> post) {
-    enqueue([this, work, post = std::move(post)]() mutable {
+  // Queues the blocking collective `call`, whose `work` the watchdog fails past its deadline.
+  void run_collective(std::shared_ptr<FutureWork> work, std::function<void()> call) {
+    enqueue([this, work, call = std::move(call)] {
+      set_running(work);
       try {
         std::lock_guard<std::mutex> lock(mpi_mutex());
-        MPI_Request request = post();
-        in_flight_.push_back(InFlight{request, work, std::move(post), false});
+        call();
+        work->mark_done();  // no effect once it timed out
       } catch (...) {
         work->mark_done(std::current_exception());
       }
+      set_running(nullptr);
     });
+    const auto deadline = work->deadline();
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    // the works finish in order: dropping the finished ones at the front keeps the list short
+    while (!watched_.empty() && watched_.front()->is_completed()) watched_.pop_front();
+    watched_.push_back(std::move(work));
+    // the watchdog sleeps until its earliest deadline: woken only when this one is earlier
+    if (deadline < watch_until_) watch_cv_.notify_one();
   }
-  // Whether an operation that timed out is still posted (set once the thread has ended).
-  bool abandoned() const { return abandoned_; }
+  // Runs what is queued, then ends the thread; leaves it running (abandoned() true) when it is
+  // stuck inside a call that timed out and has not completed after a grace period.
+  void stop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+    cv_.notify_one();
+    std::optional<Clock::time_point> stuck_since;
+    while (!finished_) {
+      if (running_ && running_->is_completed()) {  // running and failed: it timed out
+        if (!stuck_since) stuck_since = Clock::now();
+        // a timed-out call the late rank did make may still be completing: a last grace
+        if (Clock::now() - *stuck_since > kExitGrace) {
+          abandoned_ = true;
+          return;
+        }
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(10));
+    }
+    lock.unlock();
+    thread_.join();
+    {
+      std::lock_guard<std::mutex> watching(watch_mutex_);
+      watch_stop_ = true;
+    }
+    watch_cv_.notify_one();
+    watchdog_.join();
+  }
+  // Whether stop() left the thread inside a timed-out call.
+  bool abandoned() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return abandoned_;
+  }
 
  private:
-  struct InFlight {
-    MPI_Request request;
-    std::shared_ptr<FutureWork> work;
-    std::function<MPI_Request()> post;  // holds the buffers until the request completes
-    bool expired;
-  };
-
   void loop() {
-    Backoff backoff;
     for (;;) {
-      std::deque<std::function<void()>> batch;
+      std::function<void()> task;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        const bool live = has_live();
-        if (in_flight_.empty()) {
-          cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-        } else if (tasks_.empty()) {
-          // only timed-out operations left: they are polled seldom
-          const auto pause = live ? backoff.next() : std::chrono::microseconds(stopping_ ? 1000 : 10000);
-          if (pause.count() == 0) {
-            lock.unlock();
-            std::this_thread::yield();
-            lock.lock();
-          } else {
-            cv_.wait_for(lock, pause, [&] { return !tasks_.empty(); });
-          }
+        cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+        if (tasks_.empty()) {
+          finished_ = true;
+          return;
         }
-        batch.swap(tasks_);
-        if (batch.empty() && stopping_ && !has_live()) {
-          // a timed-out operation the late rank did call may still be completing: a last grace
-          if (in_flight_.empty() || Clock::now() - stopping_since_ > kExitGrace) {
-            abandoned_ = !in_flight_.empty();
-            return;
-          }
-        }
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
       }
-      if (!batch.empty()) backoff.reset();
-      for (auto& task : batch) task();  // tasks catch their own errors and hand them to their Work
-      if (poll()) backoff.reset();
+      task();  // tasks catch their own errors and hand them to their Work
+    }
+  }
+  void set_running(std::shared_ptr<FutureWork> work) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = std::move(work);
+  }
+  // The watchdog: fails every watched Work whose deadline passed, sleeping until the next one.
+  void watch() {
+    std::unique_lock<std::mutex> lock(watch_mutex_);
+    while (!watch_stop_) {
+      watch_until_ = Clock::time_point::max();
+      for (auto it = watched_.begin(); it != watched_.end();) {
+        const auto deadline = (*it)->deadline();
+        if (!(*it)->is_completed() && Clock::now() >= deadline) (*it)->expire();
+        if ((*it)->is_completed()) {
+          it = watched_.erase(it);
+          continue;
+        }
+        watch_until_ = std::min(watch_until_, deadline);
+        ++it;
+      }
+      if (watch_until_ == Clock::time_point::max()) watch_cv_.wait(lock);
+      else watch_cv_.wait_until(lock, watch_until_);
     }
   }
 
-  // Tests every request in flight; true when one completed.
-  bool poll() {
-    bool progressed = false;
-    std::lock_guard<std::mutex> lock(mpi_mutex());
-    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-      int flag = 0;
-      try {
-        mpi_check(MPI_Test(&it->request, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-      } catch (...) {
-        it->work->mark_done(std::current_exception());
-        flag = 1;
-      }
-      if (flag) {
-        it->work->mark_done();  // no effect after a timeout or an error
-        it = in_flight_.erase(it);
-        progressed = true;
-        continue;
-      }
-      if (!it->expired && std::chrono::steady_clock::now() >= it->work->deadline()) {
-        it->work->expire();
-        it->expired = true;
-      }
-      ++it;
-    }
-    return progressed;
-  }
-
-  bool has_live() const {
-    for (const InFlight& op : in_flight_)
-      if (!op.expired) return true;
-    return false;
-  }
-
+  static constexpr std::chrono::seconds kExitGrace{1};
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
-  std::list<InFlight> in_flight_;  // the thread's own
-  using Clock = std::chrono::steady_clock;
-  static constexpr std::chrono::seconds kExitGrace{1};
+  std::shared_ptr<FutureWork> running_;  // the collective the thread is in
   bool stopping_ = false;
-  Clock::time_point stopping_since_;
+  bool finished_ = false;
   bool abandoned_ = false;
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  std::list<std::shared_ptr<FutureWork>> watched_;  // the collectives not known to be over
+  Clock::time_point watch_until_ = Clock::time_point::max();
+  bool watch_stop_ = false;
   std::thread thread_;
+  std::thread watchdog_;
 };
 
 std::once_flag g_init_once;
@@ -166,15 +170,16 @@ CommThread* g_comm_thread = nullptr;  // never deleted: at_exit stops it before 
 
 void at_exit() {
   if (g_comm_thread) g_comm_thread->stop();
-  std::lock_guard<std::mutex> lock(mpi_mutex());
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && g_comm_thread && g_comm_thread->abandoned()) {
-    std::fputs("strata: exiting with a timed-out collective still posted; MPI cannot cancel it and MPI_Finalize "
+  if (g_comm_thread && g_comm_thread->abandoned()) {
+    // the communication thread holds the MPI lock inside the timed-out call: not taken here
+    std::fputs("strata: exiting with a timed-out collective still in flight; MPI cannot cancel it and MPI_Finalize "
                "would wait for it: aborting the MPI job\n",
                stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
   if (g_we_initialized && !finalized) MPI_Finalize();
 }
 
@@ -225,9 +230,9 @@ void mpi_enqueue(std::function<void()> task) {
   g_comm_thread->enqueue(std::move(task));
 }
 
-void mpi_post(std::shared_ptr<FutureWork> work, std::function<MPI_Request()> post) {
+void mpi_run_collective(std::shared_ptr<FutureWork> work, std::function<void()> call) {
   ensure_mpi();
-  g_comm_thread->post(std::move(work), std::move(post));
+  g_comm_thread->run_collective(std::move(work), std::move(call));
 }
 
 void mpi_run_sync(const std::function<void()>& call) {

@@ -21,12 +21,11 @@ std::mutex& mpi_mutex();
 void mpi_check(int rc, const char* what);
 /// Runs `task` on the communication thread, after every task submitted before it.
 void mpi_enqueue(std::function<void()> task);
-/// Runs `post` on the communication thread under the MPI lock, after every task submitted before
-/// it: `post` starts a nonblocking operation and returns its request. The thread then polls the
-/// request (the lock released between polls) and marks `work` done when it completes, or fails
-/// it with its timeout error (FutureWork::expire) once its deadline passes; `post` (and what it
-/// captured: the buffers) is kept until the request completes, even after a timeout.
-void mpi_post(std::shared_ptr<FutureWork> work, std::function<MPI_Request()> post);
+/// Runs `call` (a blocking MPI collective) on the communication thread under the MPI lock, after
+/// every task submitted before it, and marks `work` done (or failed with what `call` raised). A
+/// watchdog fails `work` with its timeout error (FutureWork::expire) once its deadline passes;
+/// the call itself goes on (Note [Collective timeouts] in mpi_runtime.cpp).
+void mpi_run_collective(std::shared_ptr<FutureWork> work, std::function<void()> call);
 /// Runs `call` on the communication thread under the MPI lock, after every task submitted before
 /// it, and waits for it (rethrowing what it raised). Collectives over MPI_COMM_WORLD (creating a
 /// communicator, the NCCL bootstrap) go through it: made on the caller's thread, they could take
