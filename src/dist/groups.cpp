@@ -57,6 +57,7 @@ namespace detail {
 
 std::shared_ptr<ProcessGroup> split_group(ProcessGroup& parent, int color, int key, std::vector<int> global_ranks) {
   STRATA_CHECK(parent.is_member(), "[new_group] this rank is not a member of the parent group");
+  parent.check_usable("new_group");
   auto group = parent.split_impl(color, key, global_ranks);
   if (group) return group;
   return std::make_shared<NonMemberGroup>(parent.backend(), std::move(global_ranks));
@@ -64,8 +65,11 @@ std::shared_ptr<ProcessGroup> split_group(ProcessGroup& parent, int color, int k
 
 }  // namespace detail
 
-std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
+                                        std::optional<std::chrono::milliseconds> timeout) {
   auto world = default_group();
+  STRATA_CHECK(!timeout || timeout->count() > 0, "[new_group] the timeout must be positive, got {} ms",
+               timeout ? timeout->count() : 0);
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   STRATA_CHECK(!sorted.empty(), "[new_group] the list of ranks is empty");
@@ -76,7 +80,9 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
   STRATA_CHECK(twice == sorted.end(), "[new_group] rank {} is listed twice", twice == sorted.end() ? 0 : *twice);
   const bool member = std::binary_search(sorted.begin(), sorted.end(), world->rank());
   // key: the world rank, so group ranks follow the sorted global ranks
-  return detail::split_group(*world, member ? 0 : -1, world->rank(), std::move(sorted));
+  auto group = detail::split_group(*world, member ? 0 : -1, world->rank(), std::move(sorted));
+  if (timeout && group->is_member()) group->set_timeout(*timeout);
+  return group;
 }
 
 int get_global_rank(const std::shared_ptr<ProcessGroup>& group, int group_rank) {

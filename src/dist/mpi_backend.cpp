@@ -1,10 +1,12 @@
 // The MPI process group, for CPU tensors. Collectives run on the communication thread (Note
 // [MPI threads] in mpi_runtime.cpp) on the contiguous tensors ProcessGroup hands over;
-// send and recv post MPI_Isend / MPI_Irecv at once and their Work polls the request.
+// send and recv post MPI_Isend / MPI_Irecv at once and their Work polls the request. Every
+// operation has the group's timeout (timeouts.cpp).
 #include <climits>
 #include <thread>
 
 #include "dist/backends.h"
+#include "dist/backoff.h"
 #include "dist/mpi_runtime.h"
 
 namespace strata::dist {
@@ -77,16 +79,30 @@ class RequestWork final : public FutureWork {
  protected:
   bool backend_done() override {
     std::lock_guard<std::mutex> lock(detail::mpi_mutex());
+    return test();
+  }
+  bool wait_backend(Clock::time_point deadline) override {
+    detail::Backoff backoff;
+    for (;;) {
+      {
+        // not blocking on the lock: the communication thread may hold it inside a collective
+        // that never completes, and this wait must still end at its deadline
+        std::unique_lock<std::mutex> lock(detail::mpi_mutex(), std::try_to_lock);
+        if (lock.owns_lock() && test()) return true;
+      }
+      if (Clock::now() >= deadline) return false;
+      backoff.pause(deadline);
+    }
+  }
+
+ private:
+  // Whether the request completed (under the MPI lock).
+  bool test() {
     if (request_ == MPI_REQUEST_NULL) return true;
     int flag = 0;
     detail::mpi_check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
     return flag != 0;
   }
-  void wait_backend() override {
-    while (!backend_done()) std::this_thread::yield();
-  }
-
- private:
   MPI_Request request_;
   bool is_recv_;
   Tensor keep_;  // the buffer MPI reads or writes until the request completes
@@ -130,7 +146,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::shared_ptr<FutureWork> allreduce_impl(const Tensor& t, ReduceOp op, std::function<void()> finish) override {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [t, n, op, comm] {
+    return run("all_reduce", std::move(finish), [t, n, op, comm] {
       detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data(), n, mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm),
                         "MPI_Allreduce");
     });
@@ -138,7 +154,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::shared_ptr<FutureWork> broadcast_impl(const Tensor& t, int root, std::function<void()> finish) override {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [t, n, root, comm] {
+    return run("broadcast", std::move(finish), [t, n, root, comm] {
       detail::mpi_check(MPI_Bcast(t.data(), n, mpi_type(t.dtype()), root, comm), "MPI_Bcast");
     });
   }
@@ -147,7 +163,7 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(input);
     mpi_count(gathered);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [gathered, input, n, comm] {
+    return run("all_gather", std::move(finish), [gathered, input, n, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
       detail::mpi_check(MPI_Allgather(input.data(), n, type, gathered.data(), n, type, comm), "MPI_Allgather");
     });
@@ -157,7 +173,7 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(output);
     mpi_count(stacked);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [output, stacked, n, op, comm] {
+    return run("reduce_scatter", std::move(finish), [output, stacked, n, op, comm] {
       detail::mpi_check(MPI_Reduce_scatter_block(stacked.data(), output.data(), n, mpi_type(output.dtype()),
                                                  mpi_op(op, output.dtype()), comm),
                         "MPI_Reduce_scatter_block");
@@ -168,7 +184,7 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(t);
     MPI_Comm comm = comm_;
     const bool is_dst = dst == rank_;
-    return run(std::move(finish), [t, n, dst, op, comm, is_dst] {
+    return run("reduce", std::move(finish), [t, n, dst, op, comm, is_dst] {
       const void* send = is_dst ? MPI_IN_PLACE : t.data();
       detail::mpi_check(MPI_Reduce(send, is_dst ? t.data() : nullptr, n, mpi_type(t.dtype()), mpi_op(op, t.dtype()),
                                    dst, comm),
@@ -180,7 +196,7 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(input);
     if (gathered.defined()) mpi_count(gathered);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [gathered, input, n, dst, comm] {
+    return run("gather", std::move(finish), [gathered, input, n, dst, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
       void* out = gathered.defined() ? gathered.data() : nullptr;
       detail::mpi_check(MPI_Gather(input.data(), n, type, out, n, type, dst, comm), "MPI_Gather");
@@ -191,7 +207,7 @@ class MpiProcessGroup final : public ProcessGroup {
     const int n = mpi_count(output);
     if (stacked.defined()) mpi_count(stacked);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [output, stacked, n, src, comm] {
+    return run("scatter", std::move(finish), [output, stacked, n, src, comm] {
       const MPI_Datatype type = mpi_type(output.dtype());
       const void* in = stacked.defined() ? stacked.data() : nullptr;
       detail::mpi_check(MPI_Scatter(in, n, type, output.data(), n, type, src, comm), "MPI_Scatter");
@@ -201,7 +217,7 @@ class MpiProcessGroup final : public ProcessGroup {
                                             std::function<void()> finish) override {
     const int n = mpi_count(input) / size_;
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [output, input, n, comm] {
+    return run("all_to_all", std::move(finish), [output, input, n, comm] {
       const MPI_Datatype type = mpi_type(input.dtype());
       detail::mpi_check(MPI_Alltoall(input.data(), n, type, output.data(), n, type, comm), "MPI_Alltoall");
     });
@@ -223,7 +239,7 @@ class MpiProcessGroup final : public ProcessGroup {
     std::vector<int> send_counts = as_ints(input_counts, send_displs);
     std::vector<int> recv_counts = as_ints(output_counts, recv_displs);
     MPI_Comm comm = comm_;
-    return run(std::move(finish), [=] {
+    return run("all_to_all", std::move(finish), [=] {
       const MPI_Datatype type = mpi_type(input.dtype());
       detail::mpi_check(MPI_Alltoallv(input.data(), send_counts.data(), send_displs.data(), type, output.data(),
                                       recv_counts.data(), recv_displs.data(), type, comm),
@@ -241,37 +257,35 @@ class MpiProcessGroup final : public ProcessGroup {
   }
   std::shared_ptr<FutureWork> barrier_impl() override {
     MPI_Comm comm = comm_;
-    return run({}, [comm] { detail::mpi_check(MPI_Barrier(comm), "MPI_Barrier"); });
+    return run("barrier", {}, [comm] { detail::mpi_check(MPI_Barrier(comm), "MPI_Barrier"); });
   }
   std::shared_ptr<FutureWork> send_impl(const Tensor& t, int dst, int tag, std::function<void()> finish) override {
     const int n = mpi_count(t);
     std::lock_guard<std::mutex> lock(detail::mpi_mutex());
     MPI_Request request;
     detail::mpi_check(MPI_Isend(t.data(), n, mpi_type(t.dtype()), dst, tag, comm_, &request), "MPI_Isend");
-    return std::make_shared<RequestWork>(request, false, t, std::move(finish));
+    auto work = std::make_shared<RequestWork>(request, false, t, std::move(finish));
+    watch(*work, "send");
+    return work;
   }
   std::shared_ptr<FutureWork> recv_impl(const Tensor& t, int src, int tag, std::function<void()> finish) override {
     const int n = mpi_count(t);
     std::lock_guard<std::mutex> lock(detail::mpi_mutex());
     MPI_Request request;
     detail::mpi_check(MPI_Irecv(t.data(), n, mpi_type(t.dtype()), src, tag, comm_, &request), "MPI_Irecv");
-    return std::make_shared<RequestWork>(request, true, t, std::move(finish));
+    auto work = std::make_shared<RequestWork>(request, true, t, std::move(finish));
+    watch(*work, "recv");
+    return work;
   }
 
  private:
-  // Queues `call` (which captures the tensors it uses, keeping them alive) on the
-  // communication thread; its Work is done when the call has returned or raised.
-  static std::shared_ptr<FutureWork> run(std::function<void()> finish, std::function<void()> call) {
+  // Queues `call` (a blocking MPI collective, which captures the tensors it uses, keeping them
+  // alive) on the communication thread; its Work is done when the call has returned or raised,
+  // or fails once the group's timeout has passed (Note [Collective timeouts] in mpi_runtime.cpp).
+  std::shared_ptr<FutureWork> run(const char* op, std::function<void()> finish, std::function<void()> call) {
     auto work = std::make_shared<FutureWork>(std::move(finish));
-    detail::mpi_enqueue([work, call = std::move(call)] {
-      try {
-        std::lock_guard<std::mutex> lock(detail::mpi_mutex());
-        call();
-        work->mark_done();
-      } catch (...) {
-        work->mark_done(std::current_exception());
-      }
-    });
+    watch(*work, op);
+    detail::mpi_run_collective(work, std::move(call));
     return work;
   }
 

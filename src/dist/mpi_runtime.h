@@ -6,7 +6,10 @@
 #include <mpi.h>
 
 #include <functional>
+#include <memory>
 #include <mutex>
+
+#include <strata/dist/process_group.hpp>
 
 namespace strata::dist::detail {
 
@@ -18,6 +21,11 @@ std::mutex& mpi_mutex();
 void mpi_check(int rc, const char* what);
 /// Runs `task` on the communication thread, after every task submitted before it.
 void mpi_enqueue(std::function<void()> task);
+/// Runs `call` (a blocking MPI collective) on the communication thread under the MPI lock, after
+/// every task submitted before it, and marks `work` done (or failed with what `call` raised). A
+/// watchdog fails `work` with its timeout error (FutureWork::expire) once its deadline passes;
+/// the call itself goes on (Note [Collective timeouts] in mpi_runtime.cpp).
+void mpi_run_collective(std::shared_ptr<FutureWork> work, std::function<void()> call);
 /// Runs `call` on the communication thread under the MPI lock, after every task submitted before
 /// it, and waits for it (rethrowing what it raised). Collectives over MPI_COMM_WORLD (creating a
 /// communicator, the NCCL bootstrap) go through it: made on the caller's thread, they could take

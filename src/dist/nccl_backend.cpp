@@ -3,15 +3,19 @@
 // stream after the work already queued on the caller's current stream (an event orders them),
 // so it overlaps later kernels; wait() makes the caller's current stream wait for it, without
 // blocking the host, as PyTorch's NCCL Work does (barrier() blocks the host). Every NCCL call
-// is checked.
+// is checked. Timeouts: a wait that blocks the host (barrier(), wait(timeout)) polls the event
+// and ncclCommGetAsyncError up to its deadline and, past it, aborts the communicator
+// (ncclCommAbort) and raises the group's timeout error (Note [Timed-out groups], timeouts.cpp).
 #include <nccl.h>
 
+#include <mutex>
 #include <optional>
 
 #include <strata/core/cuda.hpp>
 #include <strata/ops/creation.hpp>
 
 #include "dist/backends.h"
+#include "dist/backoff.h"
 #include "dist/mpi_runtime.h"
 
 namespace strata::dist {
@@ -49,22 +53,75 @@ ncclRedOp_t nccl_op(ReduceOp op, DType d) {
   return ncclSum;
 }
 
+// A group's communicator, shared with its Works: a timed-out wait aborts it, and the group then
+// must not destroy it.
+class NcclComm {
+ public:
+  explicit NcclComm(ncclComm_t comm) : comm_(comm) {}
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  ~NcclComm() {
+    if (comm_ && !aborted_) ncclCommDestroy(comm_);
+  }
+  ncclComm_t get() const { return comm_; }
+  void abort() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) return;
+    aborted_ = true;
+    ncclCommAbort(comm_);
+  }
+  // Raises NCCL's asynchronous error (a peer's failure, a network error), aborting the communicator.
+  void check_async_error() {
+    ncclResult_t error = ncclSuccess;
+    nccl_check(ncclCommGetAsyncError(comm_, &error), "ncclCommGetAsyncError");
+    if (error == ncclSuccess || error == ncclInProgress) return;
+    abort();
+    nccl_check(error, "a NCCL operation (asynchronous error; the communicator is aborted)");
+  }
+
+ private:
+  std::mutex mutex_;
+  ncclComm_t comm_;
+  bool aborted_ = false;
+};
+
 class NcclWork final : public FutureWork {
  public:
-  NcclWork(cuda::Event done, int device, bool blocking, std::function<void()> finish)
-      : FutureWork(std::move(finish)), done_(std::move(done)), device_(device), blocking_(blocking) {}
+  NcclWork(cuda::Event done, int device, bool blocking, std::shared_ptr<NcclComm> comm, std::function<void()> finish)
+      : FutureWork(std::move(finish)), done_(std::move(done)), device_(device), blocking_(blocking),
+        comm_(std::move(comm)) {}
+  using FutureWork::wait;
+  // As PyTorch's: the caller's stream waits, the host does not (so no host deadline applies).
+  void wait() override {
+    if (blocking_) FutureWork::wait();
+    else wait_until(Clock::time_point::max(), std::chrono::milliseconds(0));
+  }
 
  protected:
   bool backend_done() override { return done_.query(); }
-  void wait_backend() override {
-    if (blocking_) done_.synchronize();
-    else cuda::Stream::current(device_).wait(done_);
+  bool wait_backend(Clock::time_point deadline) override {
+    if (deadline == Clock::time_point::max()) {
+      if (blocking_) done_.synchronize();
+      else cuda::Stream::current(device_).wait(done_);
+      return true;
+    }
+    detail::Backoff backoff;
+    while (!done_.query()) {
+      comm_->check_async_error();
+      if (Clock::now() >= deadline) {
+        comm_->abort();  // the kernel waiting for the missing rank ends only so
+        return false;
+      }
+      backoff.pause(deadline);
+    }
+    return true;
   }
 
  private:
   cuda::Event done_;
   int device_;
   bool blocking_;
+  std::shared_ptr<NcclComm> comm_;
 };
 
 class NcclProcessGroup final : public ProcessGroup {
@@ -81,19 +138,18 @@ class NcclProcessGroup final : public ProcessGroup {
     });
     cuda::DeviceGuard guard(device_);
     nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    handle_ = std::make_shared<NcclComm>(comm_);
     stream_ = cuda::Stream::create(device_);
     for (int r = 0; r < size_; ++r) global_ranks_.push_back(r);
   }
   // A group over `comm`, split from another group's communicator on the same device.
   NcclProcessGroup(int device, ncclComm_t comm, std::vector<int> global_ranks)
-      : device_(device), comm_(comm), global_ranks_(std::move(global_ranks)) {
+      : device_(device), comm_(comm), handle_(std::make_shared<NcclComm>(comm)),
+        global_ranks_(std::move(global_ranks)) {
     nccl_check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     nccl_check(ncclCommCount(comm_, &size_), "ncclCommCount");
     cuda::DeviceGuard guard(device_);
     stream_ = cuda::Stream::create(device_);
-  }
-  ~NcclProcessGroup() override {
-    if (comm_) ncclCommDestroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -105,26 +161,26 @@ class NcclProcessGroup final : public ProcessGroup {
   int max_tag() const override { return 0; }  // NCCL matches send and recv by order, not tag
 
   std::shared_ptr<FutureWork> allreduce_impl(const Tensor& t, ReduceOp op, std::function<void()> finish) override {
-    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("all_reduce", {t}, std::move(finish), false, [&](cudaStream_t s) {
       nccl_check(ncclAllReduce(t.data(), t.data(), t.numel(), nccl_type(t.dtype()), nccl_op(op, t.dtype()), comm_, s),
                  "ncclAllReduce");
     });
   }
   std::shared_ptr<FutureWork> broadcast_impl(const Tensor& t, int root, std::function<void()> finish) override {
-    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("broadcast", {t}, std::move(finish), false, [&](cudaStream_t s) {
       nccl_check(ncclBroadcast(t.data(), t.data(), t.numel(), nccl_type(t.dtype()), root, comm_, s), "ncclBroadcast");
     });
   }
   std::shared_ptr<FutureWork> allgather_impl(const Tensor& gathered, const Tensor& input,
                                              std::function<void()> finish) override {
-    return run({gathered, input}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("all_gather", {gathered, input}, std::move(finish), false, [&](cudaStream_t s) {
       nccl_check(ncclAllGather(input.data(), gathered.data(), input.numel(), nccl_type(input.dtype()), comm_, s),
                  "ncclAllGather");
     });
   }
   std::shared_ptr<FutureWork> reduce_scatter_impl(const Tensor& output, const Tensor& stacked, ReduceOp op,
                                                   std::function<void()> finish) override {
-    return run({output, stacked}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("reduce_scatter", {output, stacked}, std::move(finish), false, [&](cudaStream_t s) {
       nccl_check(ncclReduceScatter(stacked.data(), output.data(), output.numel(), nccl_type(output.dtype()),
                                    nccl_op(op, output.dtype()), comm_, s),
                  "ncclReduceScatter");
@@ -132,7 +188,7 @@ class NcclProcessGroup final : public ProcessGroup {
   }
   std::shared_ptr<FutureWork> reduce_impl(const Tensor& t, int dst, ReduceOp op,
                                           std::function<void()> finish) override {
-    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("reduce", {t}, std::move(finish), false, [&](cudaStream_t s) {
       nccl_check(ncclReduce(t.data(), t.data(), t.numel(), nccl_type(t.dtype()), nccl_op(op, t.dtype()), dst, comm_, s),
                  "ncclReduce");
     });
@@ -142,7 +198,7 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<FutureWork> gather_impl(const Tensor& gathered, const Tensor& input, int dst,
                                           std::function<void()> finish) override {
     const Tensor& out = gathered.defined() ? gathered : input;
-    return run({out, input}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("gather", {out, input}, std::move(finish), false, [&](cudaStream_t s) {
       grouped([&] {
         const size_t n = static_cast<size_t>(input.numel());
         nccl_check(ncclSend(input.data(), n, nccl_type(input.dtype()), dst, comm_, s), "ncclSend (gather)");
@@ -155,7 +211,7 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<FutureWork> scatter_impl(const Tensor& output, const Tensor& stacked, int src,
                                            std::function<void()> finish) override {
     const Tensor& in = stacked.defined() ? stacked : output;
-    return run({output, in}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("scatter", {output, in}, std::move(finish), false, [&](cudaStream_t s) {
       grouped([&] {
         const size_t n = static_cast<size_t>(output.numel());
         if (rank_ == src)
@@ -167,7 +223,7 @@ class NcclProcessGroup final : public ProcessGroup {
   }
   std::shared_ptr<FutureWork> alltoall_impl(const Tensor& output, const Tensor& input,
                                             std::function<void()> finish) override {
-    return run({output, input}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("all_to_all", {output, input}, std::move(finish), false, [&](cudaStream_t s) {
       grouped([&] {
         const size_t n = static_cast<size_t>(input.numel() / size_);
         const ncclDataType_t type = nccl_type(input.dtype());
@@ -181,7 +237,7 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<FutureWork> alltoallv_impl(const Tensor& output, const Tensor& input,
                                              std::vector<int64_t> output_counts, std::vector<int64_t> input_counts,
                                              std::function<void()> finish) override {
-    return run({output, input}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("all_to_all", {output, input}, std::move(finish), false, [&](cudaStream_t s) {
       grouped([&] {  // PyTorch's NCCL alltoall_base with split sizes: a send and a receive per peer
         const ncclDataType_t type = nccl_type(input.dtype());
         const size_t itemsize = input.itemsize();
@@ -207,17 +263,17 @@ class NcclProcessGroup final : public ProcessGroup {
   }
   std::shared_ptr<FutureWork> barrier_impl() override {
     Tensor one = ones({1}, TensorOptions(kFloat32, Device::cuda(device_)));
-    return run({one}, {}, true, [&](cudaStream_t s) {
+    return run("barrier", {one}, {}, true, [&](cudaStream_t s) {
       nccl_check(ncclAllReduce(one.data(), one.data(), 1, ncclFloat32, ncclSum, comm_, s), "ncclAllReduce (barrier)");
     });
   }
   std::shared_ptr<FutureWork> send_impl(const Tensor& t, int dst, int, std::function<void()> finish) override {
-    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("send", {t}, std::move(finish), false, [&](cudaStream_t s) {
       nccl_check(ncclSend(t.data(), t.numel(), nccl_type(t.dtype()), dst, comm_, s), "ncclSend");
     });
   }
   std::shared_ptr<FutureWork> recv_impl(const Tensor& t, int src, int, std::function<void()> finish) override {
-    return run({t}, std::move(finish), false, [&](cudaStream_t s) {
+    return run("recv", {t}, std::move(finish), false, [&](cudaStream_t s) {
       nccl_check(ncclRecv(t.data(), t.numel(), nccl_type(t.dtype()), src, comm_, s), "ncclRecv");
     });
   }
@@ -226,8 +282,8 @@ class NcclProcessGroup final : public ProcessGroup {
   // Orders `call` on the group's stream after the caller's current stream, and tells the
   // allocator the tensors are in use there until it finishes.
   template <class F>
-  std::shared_ptr<FutureWork> run(std::initializer_list<Tensor> tensors, std::function<void()> finish, bool blocking,
-                                  F&& call) {
+  std::shared_ptr<FutureWork> run(const char* op, std::initializer_list<Tensor> tensors, std::function<void()> finish,
+                                  bool blocking, F&& call) {
     for (const Tensor& t : tensors)
       STRATA_CHECK(t.device().index == device_, "[dist] this NCCL group is on cuda:{}, a tensor is on {}", device_,
                    t.device());
@@ -239,7 +295,9 @@ class NcclProcessGroup final : public ProcessGroup {
     for (const Tensor& t : tensors) cuda::record_stream(t, *stream_);
     cuda::Event done;
     done.record(*stream_);
-    return std::make_shared<NcclWork>(done, device_, blocking, std::move(finish));
+    auto work = std::make_shared<NcclWork>(done, device_, blocking, handle_, std::move(finish));
+    watch(*work, op);
+    return work;
   }
 
   // Runs `calls` between ncclGroupStart and ncclGroupEnd, so the sends and receives progress together.
@@ -263,6 +321,7 @@ class NcclProcessGroup final : public ProcessGroup {
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
+  std::shared_ptr<NcclComm> handle_;  // owns comm_
   std::vector<int> global_ranks_;
   std::optional<cuda::Stream> stream_;  // set once the device is known to exist
 };

@@ -1,6 +1,6 @@
 // ProcessGroup's public collectives: argument checks shared by every backend, the contiguous
 // working copies a backend reduces in, and the step that writes results back into the caller's
-// tensors when the Work is waited for. FutureWork, the Work every backend returns.
+// tensors when the Work is waited for. FutureWork and timeouts: timeouts.cpp.
 //
 // Note [Half reductions]: MPI has no float16 or bfloat16 type, and a sum rounded to half
 // precision at every hop loses more the more ranks there are. A float16 or bfloat16 allreduce,
@@ -10,7 +10,6 @@
 #include "dist/backends.h"
 #include "dist/working_copy.h"
 
-#include <strata/autograd/grad_mode.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/ops/creation.hpp>
 
@@ -21,45 +20,6 @@ using detail::working_copy;
 using detail::write_back;
 using detail::finish_call;
 using detail::group_or_default;
-
-// ---- FutureWork ------------------------------------------------------------------------------
-
-void FutureWork::mark_done(std::exception_ptr error) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
-    error_ = error;
-  }
-  done_cv_.notify_all();
-}
-
-bool FutureWork::backend_done() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
-}
-
-void FutureWork::wait_backend() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return done_; });
-}
-
-bool FutureWork::is_completed() { return backend_done(); }
-
-void FutureWork::wait() {
-  wait_backend();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (error_) std::rethrow_exception(error_);
-  }
-  std::lock_guard<std::mutex> finishing(finish_mutex_);
-  if (finished_) return;
-  if (finish_) {
-    NoGradGuard no_grad;  // writing results back is no op to record
-    finish_();
-  }
-  finished_ = true;
-  finish_ = nullptr;  // releases the working copies
-}
 
 // ---- argument checks ---------------------------------------------------------------------
 
@@ -90,7 +50,7 @@ void ProcessGroup::check_list(const char* op, const char* what, const std::vecto
 }
 
 void ProcessGroup::check_member(const char* op) const {
-  if (is_member()) return;
+  if (is_member()) return check_usable(op);
   std::string ranks;
   for (int r : global_ranks()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   ::strata::detail::throw_error("[{}] this rank is not a member of the group of global ranks [{}]: new_group gave it a "
@@ -184,13 +144,17 @@ std::shared_ptr<ProcessGroup> g_default;
 
 }  // namespace
 
-void init_process_group(const std::string& backend) {
+void init_process_group(const std::string& backend, std::optional<std::chrono::milliseconds> timeout) {
   STRATA_CHECK(backend == "mpi" || backend == "nccl",
                "[init_process_group] unknown backend '{}': expected 'mpi' or 'nccl'", backend);
   std::lock_guard<std::mutex> lock(g_default_mutex);
   STRATA_CHECK(!g_default, "[init_process_group] the default process group exists already ({})",
                g_default->backend());
-  g_default = backend == "mpi" ? new_mpi_group() : detail::nccl_default_group();
+  STRATA_CHECK(!timeout || timeout->count() > 0, "[init_process_group] the timeout must be positive, got {} ms",
+               timeout ? timeout->count() : 0);
+  auto group = backend == "mpi" ? new_mpi_group() : detail::nccl_default_group();
+  if (timeout) group->set_timeout(*timeout);
+  g_default = std::move(group);
 }
 
 void destroy_process_group() {

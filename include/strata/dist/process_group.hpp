@@ -15,11 +15,14 @@
 // raises strata::Error naming the build option.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,34 +37,62 @@ enum class ReduceOp : uint8_t { Sum, Avg, Product, Max, Min };
 /// A handle on an operation in flight. wait() blocks until it has finished and its result is
 /// in the output tensors (and rethrows a failure); is_completed() polls whether the communication
 /// is over (the write-back into the caller's tensors happens in wait()). Waiting twice, or from
-/// two threads, is fine.
+/// two threads, is fine. An operation still unfinished once its group's timeout has passed since
+/// it was issued fails with a strata::Error naming it (see docs/distributed.md, "Timeouts").
 class STRATA_API Work {
  public:
   virtual ~Work() = default;
   virtual bool is_completed() = 0;
   virtual void wait() = 0;
+  /// As wait(), raising once `timeout` has passed since the operation was issued (as PyTorch's
+  /// Work.wait(timeout)); the group's timeout still fails it first where that is shorter.
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
 };
 
 /// A Work whose backend part finishes on another thread (or stream) and whose `finish` step
 /// (writing results back into the caller's tensors) runs on the thread that waits for it.
 class STRATA_API FutureWork : public Work {
  public:
+  using Clock = std::chrono::steady_clock;
+  /// Builds the error of an operation that ran `waited` without completing (and marks its
+  /// group unusable).
+  using OnTimeout =
+      std::function<std::exception_ptr(std::chrono::milliseconds waited, std::chrono::milliseconds timeout)>;
+
   explicit FutureWork(std::function<void()> finish = {}) : finish_(std::move(finish)) {}
   bool is_completed() override;
   void wait() override;
-  /// Called by the backend when its part is over; `error` null on success.
+  void wait(std::chrono::milliseconds timeout) override;
+  /// Called by the backend when its part is over; `error` null on success. Only the first call
+  /// counts (a completion after a timeout changes nothing).
   void mark_done(std::exception_ptr error = nullptr);
+  /// Gives the Work a timeout counted from now; wait() raises on_timeout's error past it.
+  void set_timeout(std::chrono::milliseconds timeout, OnTimeout on_timeout);
+  /// When the timeout runs out (Clock::time_point::max() without one).
+  Clock::time_point deadline() const;
+  /// Fails the Work with its timeout error, as a wait past the deadline does (for watchdogs);
+  /// nothing when it has no timeout or is done already.
+  void expire();
 
  protected:
-  /// Blocks until the backend part is over (the default waits for mark_done).
-  virtual void wait_backend();
+  /// Blocks until the backend part is over or `deadline` passes; false when it passed first
+  /// (the default waits for mark_done).
+  virtual bool wait_backend(Clock::time_point deadline);
   virtual bool backend_done();
+  /// Waits for the backend part up to `deadline` (then fails with a `timeout` error), rethrows a
+  /// failure, and writes the results back.
+  void wait_until(Clock::time_point deadline, std::chrono::milliseconds timeout);
 
  private:
-  std::mutex mutex_;
+  void expire(std::chrono::milliseconds timeout);
+  bool failed();
+  mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  Clock::time_point start_ = Clock::now();
+  std::optional<std::chrono::milliseconds> timeout_;
+  OnTimeout on_timeout_;
   // held while `finish` runs, so a second waiter returns only once the results are written
   std::mutex finish_mutex_;
   bool finished_ = false;
@@ -70,6 +101,15 @@ class STRATA_API FutureWork : public Work {
 
 class ProcessGroup;
 namespace detail {
+/// What a group's operations share with their Works: the timeout, the sequence number of the
+/// last operation issued, and why the group became unusable (empty while it is usable).
+struct GroupState {
+  std::mutex mutex;
+  std::chrono::milliseconds timeout;
+  uint64_t seq = 0;
+  std::string broken;
+};
+STRATA_API std::shared_ptr<GroupState> new_group_state();
 /// Calls `parent`'s split_impl; a rank left out gets the refusing handle new_group documents.
 std::shared_ptr<ProcessGroup> split_group(ProcessGroup& parent, int color, int key, std::vector<int> global_ranks);
 }  // namespace detail
@@ -89,6 +129,13 @@ class STRATA_API ProcessGroup {
   virtual std::vector<int> global_ranks() const = 0;
   /// False for the handle new_group gives a rank outside the group: every operation raises.
   virtual bool is_member() const { return true; }
+  /// How long an operation may run, from when it is issued, before waiting for it raises.
+  std::chrono::milliseconds timeout() const;
+  /// Applies to the operations issued from now on; must be positive.
+  void set_timeout(std::chrono::milliseconds timeout);
+  /// True once an operation of this group timed out: every later operation raises (MPI cannot
+  /// cancel a collective, NCCL's communicator is aborted), and the process should exit.
+  bool is_broken() const;
 
   /// Each rank's `tensor` becomes the reduction over all ranks, in place.
   std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
@@ -132,6 +179,10 @@ class STRATA_API ProcessGroup {
   std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag = 0);
 
  protected:
+  /// Backends call this as they issue an operation: numbers it (its sequence number) and gives
+  /// `work` the group's timeout, past which its error names `op`, the group and this rank.
+  void watch(FutureWork& work, const char* op);
+
   /// The hooks below see contiguous tensors of the backend's device, already checked. A float16
   /// or bfloat16 reduction reaches allreduce_impl, reduce_impl and reduce_scatter_impl as float32 (see
   /// Note [Half reductions] in src/dist/process_group.cpp); Avg arrives as Sum, divided after.
@@ -179,18 +230,27 @@ class STRATA_API ProcessGroup {
   void check_list(const char* op, const char* what, const std::vector<Tensor>& list, const Tensor& like) const;
   void check_peer(const char* op, int peer, const char* what) const;
   void check_member(const char* op) const;
+  /// Raises once an operation of the group timed out (Note [Timed-out groups]).
+  void check_usable(const char* op) const;
   /// Gathers every rank's send and receive counts (`unit`: what they count) and whether its own
   /// checks raised (`local_error`), and raises on every rank alike where some rank's did (its
   /// error there, one naming it elsewhere) or where rank i's count for j is not j's for i.
   void check_counts_agree(const char* op, const char* unit, std::exception_ptr local_error,
                           const std::vector<int64_t>& output_counts, const std::vector<int64_t>& input_counts,
                           Device device);
+  std::shared_ptr<detail::GroupState> state_ = detail::new_group_state();
 };
+
+/// PyTorch's default_pg_timeout, 30 minutes, unless the environment variable STRATA_DIST_TIMEOUT
+/// gives another (in seconds, e.g. "600" or "1.5"); raises naming it when it is not a positive number.
+STRATA_API std::chrono::milliseconds default_timeout();
 
 /// Creates the default group: "mpi" (rank and size from the MPI launcher) or "nccl" (one CUDA
 /// device per rank, device local_rank % device_count, made the current device; bootstrapped over
-/// MPI). Raises if one exists already or the backend is not in this build.
-STRATA_API void init_process_group(const std::string& backend);
+/// MPI). Raises if one exists already or the backend is not in this build. `timeout`: the
+/// group's (ProcessGroup::timeout), default_timeout() when not given.
+STRATA_API void init_process_group(const std::string& backend,
+                                   std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 /// Drops the default group (MPI itself is finalized when the process exits).
 STRATA_API void destroy_process_group();
 STRATA_API bool is_initialized();
@@ -212,7 +272,9 @@ STRATA_API std::shared_ptr<ProcessGroup> new_nccl_group(int device);
 /// follow their sorted order), with the default group's backend and its own communicator.
 /// Collective over the default group: every rank calls it, members or not, in the same order.
 /// A rank outside `ranks` gets a handle whose rank() is -1 and whose operations raise.
-STRATA_API std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
+/// `timeout`: the group's, default_timeout() when not given (as PyTorch, not the parent's).
+STRATA_API std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
+                                                   std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 /// torch.distributed's rank translation: the global rank of `group`'s rank `group_rank`, and
 /// `global_rank`'s rank in `group` (raises when it is not a member).
 STRATA_API int get_global_rank(const std::shared_ptr<ProcessGroup>& group, int group_rank);
