@@ -7,6 +7,7 @@
 #include <functional>
 #include <initializer_list>
 #include <numeric>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -34,9 +35,13 @@ const std::set<std::string> kElementwise = {
     "dropout", "copy", "to", "clone", "contiguous", "log2", "log10", "exp2"};
 // Ops that work within each channel (pools, reductions over other dims, padding of the
 // positions, a squeeze-excitation's broadcast); reductions and expands may move the channel dim.
-const std::set<std::string> kWithinChannel = {"avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-                                              "mean", "sum", "amax", "amin", "pad", "expand"};
-const std::set<std::string> kPools = {"avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"};
+const std::set<std::string> kWithinChannel = {
+    "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool3d", "max_pool3d",
+    "adaptive_avg_pool3d", "adaptive_max_pool3d", "mean", "sum", "amax", "amin", "pad", "expand"};
+// pools by the number of trailing dims they pool over, which must all lie after the channel dim
+const std::map<std::string, size_t> kPoolDims = {
+    {"avg_pool2d", 2}, {"max_pool2d", 2}, {"adaptive_avg_pool2d", 2}, {"adaptive_max_pool2d", 2},
+    {"avg_pool3d", 3}, {"max_pool3d", 3}, {"adaptive_avg_pool3d", 3}, {"adaptive_max_pool3d", 3}};
 const std::set<std::string> kReductions = {"mean", "sum", "amax", "amin"};
 const std::set<std::string> kReshapes = {"view", "reshape", "flatten", "squeeze", "unsqueeze"};
 
@@ -302,7 +307,8 @@ class Walk {
       at = x.dim + static_cast<int64_t>(out.size() - in.size());
       if (out[static_cast<size_t>(at)] != in[d]) at = -1;
     }
-    if (kPools.count(n.name()) && d + 2 >= in.size()) at = -1;  // pooled with the positions
+    if (const auto pool = kPoolDims.find(n.name()); pool != kPoolDims.end() && d + pool->second >= in.size())
+      at = -1;  // pooled with the positions
     if (at < 0)
       return unknown(n, fmt::format("op '{}' from {} to {}, which may change the channel dim {}", n.name(),
                                     fmt::join(in, "x"), fmt::join(out, "x"), d));

@@ -79,7 +79,7 @@ TEST(DependencyGraphLayers, Conv1dGroupedAndFlattenedMatchTheZeroedNetwork) {
   expect_trains(*pruned, x, 3);
 }
 
-// (N, 2, 5, 6, 7) -> c1 -> GroupNorm (3 groups of 2) -> c2 -> mean over the positions -> fc
+// (N, 2, 5, 6, 7) -> c1 -> GroupNorm (3 groups of 2) -> max pool -> c2 -> average pool -> fc
 struct Conv3dNet : nn::Module {
   nn::Conv3d c1, c2;
   nn::GroupNorm gn{3, 6};
@@ -91,9 +91,9 @@ struct Conv3dNet : nn::Module {
     randomize(g, {gn.weight, gn.bias});
   }
   Tensor forward(const Tensor& x) override {
-    const Tensor h = F::relu(gn(c1(x)));
+    const Tensor h = F::max_pool3d(F::relu(gn(c1(x))), 2);
     STRATA_CHECK(!fixed_width || h.size(1) == 6, "[Conv3dNet] expects 6 channels");
-    return fc(F::relu(c2(h)).mean({2, 3, 4}));
+    return fc(F::adaptive_avg_pool3d(F::relu(c2(h)), {1, 1, 1}).flatten(1));
   }
 };
 
