@@ -2,6 +2,7 @@
 // and closeness checks against float64 references.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -19,6 +20,14 @@ inline std::vector<double> values(const Tensor& t) {
   Tensor d = t.cpu().to(kFloat64).contiguous();
   const double* p = static_cast<const double*>(d.data());
   return std::vector<double>(p, p + d.numel());
+}
+
+/// The largest |a - b| over two tensors of the same number of elements, in float64.
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> av = values(a), bv = values(b);
+  double m = 0;
+  for (size_t i = 0; i < av.size(); ++i) m = std::max(m, std::fabs(av[i] - bv[i]));
+  return m;
 }
 
 /// Row-major flat index -> multi-index of `shape`.

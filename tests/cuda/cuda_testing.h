@@ -48,6 +48,12 @@ inline Tensor random(const Shape& shape, DType dt, double lo = -1, double hi = 1
 }
 
 inline Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+
+/// Tolerance of a CUDA result against the CPU's where both sum in a different order per dtype
+/// (convolutions, pools): f16/bf16 compute in float and round once.
+inline double cpu_cuda_tol(DType t) {
+  return t == kFloat64 ? 1e-10 : t == kFloat32 ? 1e-4 : t == kBFloat16 ? 5e-2 : 1e-2;
+}
 inline Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
 
 /// Expects `cuda` (a tensor on a GPU) to equal `cpu` (the reference; on any device) in dtype,

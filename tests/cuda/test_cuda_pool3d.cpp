@@ -16,16 +16,13 @@ namespace st = strata;
 namespace F = strata::nn::functional;
 using st::DType;
 using st::Tensor;
+using st::cuda_testing::cpu_cuda_tol;
 using st::cuda_testing::expect_close;
 using st::cuda_testing::gpu;
 using st::cuda_testing::random;
 using Size3 = st::nn::Size3;
 
 namespace {
-
-double tol(DType t) {
-  return t == st::kFloat64 ? 1e-10 : t == st::kFloat32 ? 1e-4 : t == st::kBFloat16 ? 5e-2 : 1e-2;
-}
 
 // f on the CPU and on CUDA from the same values x (viewed by `view`): output, the indices when
 // f returns them, and the input gradient under one random cotangent.
@@ -34,12 +31,12 @@ void check(const std::string& what, DType dt, const Tensor& x, const std::functi
   SCOPED_TRACE(what + " " + std::string(st::dtype_name(dt)));
   Tensor on_cpu = x.to(dt).detach().requires_grad_(), on_gpu = gpu(x.to(dt)).detach().requires_grad_();
   const F::MaxPoolResult a = f(view(on_cpu)), b = f(view(on_gpu));
-  expect_close(a.output, b.output, "output", tol(dt));
+  expect_close(a.output, b.output, "output", cpu_cuda_tol(dt));
   if (a.indices.defined()) expect_close(a.indices, b.indices, "indices", 0);
   const Tensor cot = random(a.output.shape(), dt);
   (a.output * cot).sum().backward();
   (b.output * gpu(cot)).sum().backward();
-  expect_close(on_cpu.grad(), on_gpu.grad(), "gradient", tol(dt));
+  expect_close(on_cpu.grad(), on_gpu.grad(), "gradient", cpu_cuda_tol(dt));
 }
 
 F::MaxPoolResult plain(const Tensor& y) { return {y, Tensor()}; }

@@ -17,16 +17,13 @@ namespace st = strata;
 namespace F = strata::nn::functional;
 using st::DType;
 using st::Tensor;
+using st::cuda_testing::cpu_cuda_tol;
 using st::cuda_testing::expect_close;
 using st::cuda_testing::gpu;
 using st::cuda_testing::random;
 using Size3 = st::nn::Size3;
 
 namespace {
-
-double tol(DType t) {
-  return t == st::kFloat64 ? 1e-10 : t == st::kFloat32 ? 1e-4 : t == st::kBFloat16 ? 5e-2 : 1e-2;
-}
 
 // f on CPU and on CUDA: its output and the gradients of every input under one random cotangent.
 void check(const std::string& what, DType dt, const std::vector<Tensor>& inputs,
@@ -38,12 +35,12 @@ void check(const std::string& what, DType dt, const std::vector<Tensor>& inputs,
     gpu_in.push_back(gpu(t.to(dt)).detach().requires_grad_());
   }
   const Tensor y_cpu = f(cpu_in), y_gpu = f(gpu_in);
-  expect_close(y_cpu, y_gpu, "output", tol(dt));
+  expect_close(y_cpu, y_gpu, "output", cpu_cuda_tol(dt));
   const Tensor cot = random(y_cpu.shape(), dt);
   (y_cpu * cot).sum().backward();
   (y_gpu * gpu(cot)).sum().backward();
   for (size_t i = 0; i < inputs.size(); ++i)
-    expect_close(cpu_in[i].grad(), gpu_in[i].grad(), "gradient " + std::to_string(i), tol(dt));
+    expect_close(cpu_in[i].grad(), gpu_in[i].grad(), "gradient " + std::to_string(i), cpu_cuda_tol(dt));
 }
 
 }  // namespace
@@ -96,7 +93,7 @@ TEST(CudaVolume, NativeConvMatchesCpuAndComposed) {
     const Tensor y = F::conv3d(gpu(x).requires_grad_(), gpu(w), gpu(b), ca);
     EXPECT_EQ(y.grad_fn()->name(), "conv3d");  // the native op ran
     F::set_native_conv3d(st::DeviceType::CUDA, false);
-    expect_close(y.detach(), F::conv3d(gpu(x), gpu(w), gpu(b), ca), "native against composed", tol(dt));
+    expect_close(y.detach(), F::conv3d(gpu(x), gpu(w), gpu(b), ca), "native against composed", cpu_cuda_tol(dt));
     F::set_native_conv3d(st::DeviceType::CUDA, true);
   }
 }
@@ -120,6 +117,6 @@ TEST(CudaVolume, NativeConvDepthOneAfterConv2d) {
     const Tensor x = random({8, 32, 28, 28}, st::kFloat32), w = random({32, 32, 3, 3}, st::kFloat32);
     const Tensor y2 = F::conv2d(gpu(x), gpu(w), Tensor(), {.padding = 1});
     const Tensor y3 = F::conv3d(gpu(x).unsqueeze(2), gpu(w).unsqueeze(2), Tensor(), {.padding = {0, 1, 1}});
-    expect_close(y2, y3.squeeze(2), benchmark ? "benchmark mode" : "heuristics", tol(st::kFloat32));
+    expect_close(y2, y3.squeeze(2), benchmark ? "benchmark mode" : "heuristics", cpu_cuda_tol(st::kFloat32));
   }
 }

@@ -9,6 +9,7 @@
 
 namespace st = strata;
 namespace q = strata::quant;
+using st::testing::max_abs_diff;
 using st::testing::throws_with;
 using st::testing::values;
 
@@ -30,13 +31,6 @@ st::Tensor sine_batch(int64_t L, int64_t N) {
   const st::Tensor t = st::arange(0, static_cast<double>(L + 1)).reshape({L + 1, 1, 1});
   const st::Tensor f = st::rand({1, N, 1}) * 0.4 + 0.1, phase = st::rand({1, N, 1}) * 6.28;
   return st::sin(t * f + phase);
-}
-
-double max_abs_diff(const st::Tensor& a, const st::Tensor& b) {
-  const std::vector<double> av = values(a), bv = values(b);
-  double m = 0;
-  for (size_t i = 0; i < av.size(); ++i) m = std::max(m, std::fabs(av[i] - bv[i]));
-  return m;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 namespace st = strata;
 namespace q = strata::quant;
+using st::testing::max_abs_diff;
 using st::testing::throws_with;
 using st::testing::values;
 
@@ -23,13 +24,6 @@ struct Net : st::nn::Module {
   }
   st::Tensor forward(const st::Tensor& x) override { return fc2(st::relu(fc1(x))); }
 };
-
-double max_abs_diff(const st::Tensor& a, const st::Tensor& b) {
-  const std::vector<double> av = values(a), bv = values(b);
-  double m = 0;
-  for (size_t i = 0; i < av.size(); ++i) m = std::max(m, std::fabs(av[i] - bv[i]));
-  return m;
-}
 
 }  // namespace
 
