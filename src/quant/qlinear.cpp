@@ -1,5 +1,6 @@
 // Quantized Linear products: int8_mm, the int8 and int4 weight forms and their functional
 // forms (include/strata/quant/quantize.hpp, src/quant/forms.h).
+#include <atomic>
 #include <cmath>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -205,6 +206,13 @@ Tensor dequantize_weight_int4(const Int4Weight& w) {
                               w.zero_point.defined() ? w.zero_point.contiguous() : Tensor(), w.group_size, out);
   return out;
 }
+
+namespace {
+std::atomic<bool> g_int4_direct{true};
+}  // namespace
+
+void set_int4_direct_kernel(bool enabled) { g_int4_direct.store(enabled); }
+bool int4_direct_kernel_enabled() { return g_int4_direct.load(); }
 
 Tensor linear_int4(const Tensor& x, const Int4Weight& w, const Tensor& bias) {
   const char* op = "linear_int4";
