@@ -24,6 +24,7 @@
 
 #include "../common/quant_affine.h"
 #include "parallel.h"
+#include "quant.h"
 
 namespace strata::cpu::quant {
 
@@ -237,6 +238,33 @@ void linear(const float* x, const uint8_t* packed, const float* scale, const uin
 }
 
 }  // namespace int4_detail
+
+/// Row n of a packed int4 weight, dequantized into `out` (K floats): dequantize_int4_row's values
+/// (quant.h), with AVX-512 32 at a time (the table lookups above, the even and odd elements then
+/// interleaved) where the group is a multiple of 32.
+inline void dequantize_int4_row_fast(const uint8_t* packed, const float* scale, const uint8_t* zero_point, int64_t n,
+                                     int64_t K, int64_t group, float* out) {
+#if defined(__AVX512F__)
+  using Codes = int4_detail::VectorCodes<2>;
+  if (group % Codes::kRun == 0) {
+    const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const int64_t groups = K / group;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t at = n * groups + g;
+      const Codes::Table t = Codes::table(scale[at], zero_point ? zero_point[at] : qmath::kInt4SymmetricZero);
+      for (int64_t k = g * group; k < (g + 1) * group; k += Codes::kRun) {
+        const Codes::Raw raw = Codes::load_raw(packed + (n * K + k) / 2);
+        const __m512 even = Codes::lookup(raw, 0, t), odd = Codes::lookup(raw, 1, t);
+        _mm512_storeu_ps(out + k, _mm512_permutex2var_ps(even, first, odd));
+        _mm512_storeu_ps(out + k + 16, _mm512_permutex2var_ps(even, second, odd));
+      }
+    }
+    return;
+  }
+#endif
+  dequantize_int4_row(packed, scale, zero_point, n, K, group, out);
+}
 
 /// y (M, N) = x (M, K) . dequantize(w)^T + bias with the codes decoded in registers: w packed
 /// int4 (N, K / 2) with group-wise scales (N, K / group) and zero codes (null: symmetric, 8); bias

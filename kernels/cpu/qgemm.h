@@ -23,6 +23,7 @@
 #endif
 
 #include "gemm.h"
+#include "int4_gemv.h"
 #include "parallel.h"
 #include "quant.h"
 
@@ -205,7 +206,7 @@ inline void int4_linear(const float* x, const uint8_t* packed, const float* scal
   for (int64_t n0 = 0; n0 < N; n0 += kInt4Tile) {
     const int64_t nb = std::min(kInt4Tile, N - n0);
     parallel_for(0, nb, 8, [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) dequantize_int4_row(packed, scale, zero_point, n0 + j, K, group, &w[j * K]);
+      for (int64_t j = b; j < e; ++j) dequantize_int4_row_fast(packed, scale, zero_point, n0 + j, K, group, &w[j * K]);
     });
     GemmProblem p;
     p.m = M, p.n = nb, p.k = K;

@@ -140,8 +140,8 @@ void cpu_dequantize_int4(const KernelCall& c) {
   const Tensor& w = c.outputs[0];
   const int64_t N = w.size(0), K = w.size(1);
   for (int64_t n = 0; n < N; ++n)
-    cq::dequantize_int4_row(ptr<uint8_t>(c.inputs[0]), ptr<float>(c.inputs[1]), ptr<uint8_t>(c.inputs[2]), n, K,
-                            c.param<Int4Params>().group, ptr<float>(w) + n * K);
+    cq::dequantize_int4_row_fast(ptr<uint8_t>(c.inputs[0]), ptr<float>(c.inputs[1]), ptr<uint8_t>(c.inputs[2]), n,
+                                 K, c.param<Int4Params>().group, ptr<float>(w) + n * K);
 }
 
 void cpu_int4_linear(const KernelCall& c) {
