@@ -6,11 +6,10 @@
 // 4 rows of A by 4 rows of B keep 16 sums in vector registers; the epilogue gets each tile's
 // exact sums. int32 holds any sum while K <= kMaxInt8K (int8 A) or kMaxUint8K (uint8 A).
 //
-// int4 (weight only): tiles of kInt4Tile weight rows are dequantized to float (a vectorized
-// pass over their bytes) and multiplied by the float GEMM of kernels/cpu/gemm.h (oneDNN), whose
-// register blocking is worth more than the dequantization; on this machine's AMD EPYC that beat
-// multiplying the codes straight from their bytes even for one activation row (107 against
-// 131 us at 1 x 1024 x 1024, bench_quant).
+// int4 (weight only), many activation rows: tiles of kInt4Tile weight rows are dequantized to
+// float (dequantize_int4_row_fast) and multiplied by the float GEMM of kernels/cpu/gemm.h
+// (oneDNN), whose register blocking is worth more than the dequantization there. Up to
+// kInt4DirectMaxRows rows the codes are decoded in registers instead (kernels/cpu/int4_gemv.h).
 #pragma once
 
 #include <algorithm>

@@ -122,7 +122,9 @@ Tensor input_rows(const Tensor& x, int64_t K, const Device& device, DType dtype,
   STRATA_CHECK(is_floating(x.dtype()), "[{}] expects a floating input, got {}", op, x.dtype());
   STRATA_CHECK(x.dim() >= 1 && x.size(-1) == K, "[{}] expects an input of shape (*, {}), got {}", op, K, x.shape());
   STRATA_CHECK(x.device() == device, "[{}] the input is on {} and the weight on {}", op, x.device(), device);
-  return x.detach().reshape({-1, K}).to(dtype).contiguous();
+  int64_t rows = 1;  // the leading dims' product, not -1: that is ambiguous where K is 0
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return x.detach().reshape({rows, K}).to(dtype).contiguous();
 }
 
 Shape out_shape(const Tensor& x, int64_t N) {

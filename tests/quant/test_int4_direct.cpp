@@ -137,3 +137,18 @@ TEST(QuantInt4Direct, ThreadsSwitchAndNonFiniteRows) {
     EXPECT_TRUE(w9 == 0 ? std::isnan(y[2 * N + n]) : std::isinf(y[2 * N + n])) << n;
   }
 }
+
+TEST(QuantInt4Direct, EmptyShapes) {
+  st::manual_seed(14);
+  const q::Int4Weight w = random_weight(5, 64, 32, false);
+  const st::Tensor bias = st::randn({5});
+  EXPECT_EQ(q::linear_int4(st::randn({0, 64}), w, bias).shape(), (st::Shape{0, 5}));
+  // no in_features: every output is the bias (an empty sum)
+  const q::Int4Weight none = random_weight(5, 0, 32, true);
+  EXPECT_TRUE(st::testing::all_close(q::linear_int4(st::randn({3, 0}), none, bias), [&] {
+    const std::vector<double> b = values(bias);
+    std::vector<double> want;
+    for (int m = 0; m < 3; ++m) want.insert(want.end(), b.begin(), b.end());
+    return want;
+  }(), 0, 0));
+}
