@@ -5,12 +5,12 @@
 // of float32's bytes. Per group of a weight row, a table holds the 16 values (u - zero) * scale
 // of the codes u = 0..15, the float math of dequantize_int4_row, so each decoded weight is bit for
 // bit the dequantized one and the results differ from dequantize-then-matmul by the order of the
-// sums alone. With AVX-512 a run of 16 bytes is widened to 16 int32 lanes and looked up twice in
-// the table (vpermps reads the low 4 bits of each lane: the low nibbles as they are, the high ones
-// after a shift), which gives the 16 even and the 16 odd elements of 32; the activations are
-// reordered once per call to match (each run of 32: its even elements, then its odd ones), so the
-// weight keeps its documented layout. AVX2 decodes 8 bytes the same way with integer math; other
-// CPUs, and groups that are not a multiple of the vector's run, take a byte at a time.
+// sums alone. With AVX-512, 64 bytes are read as 16 int32 lanes of 8 codes (groups of 128), or 16
+// bytes widened to 16 lanes of one byte (groups of 32 and 64), and each code position is a shift
+// and a lookup in the table (vpermps reads the low 4 bits of each lane); the activations are
+// reordered once per call to the order the codes come out in (reorder_runs), so the weight keeps
+// its documented layout. AVX2 decodes 8 lanes the same way with integer math; other CPUs, and
+// groups that are not a multiple of the vector's run, take a byte at a time.
 #pragma once
 
 #include <algorithm>
@@ -29,8 +29,8 @@
 namespace strata::cpu::quant {
 
 /// Up to this many activation rows the Linear decodes codes in registers (int4_linear_direct);
-/// beyond, dequantized tiles feed the float GEMM (int4_linear in qgemm.h), whose register
-/// blocking then wins (bench_quant, docs/quantization.md).
+/// beyond, dequantized tiles feed the float GEMM (int4_linear in qgemm.h), level with it from
+/// about 48 rows (bench_quant, docs/quantization.md).
 inline constexpr int64_t kInt4DirectMaxRows = 32;
 
 namespace int4_detail {
