@@ -1,6 +1,8 @@
 // Quantized Linear layers beside the float32 one: for each shape (batch M, in K, out N) the
 // median time of a float32 nn::Linear, the same layer after quant::quantize_dynamic to int8
-// (dynamic per-row activations) and to int4 (weight only, group 128), in interleaved rounds so
+// (dynamic per-row activations) and to int4 (weight only, group 128; "i4deq" the same layer with
+// quant::set_int4_direct_kernel(false), which dequantizes tiles for the float GEMM at every row
+// count), in interleaved rounds so
 // all three see the same machine noise; the table gives each time and its ratio to float32
 // (above 1: faster than float32), and the weight bytes each form keeps. A second table times a
 // float32 Conv2d (oneDNN) against the same layer after static quantization (quant::prepare, one
@@ -164,8 +166,9 @@ int main(int argc, char** argv) {
   }
   fmt::print("quantized Linear vs float32 Linear, {} threads, {} rounds, CPU {}\n", threads, rounds,
              bench::cpu_model());
-  fmt::print("{:>5} {:>5} {:>5} | {:>10} {:>10} {:>10} | {:>9} {:>9} | {:>8} {:>8} {:>8}\n", "M", "K", "N",
-             "f32 us", "int8 us", "int4 us", "int8 x", "int4 x", "f32 KiB", "int8 KiB", "int4 KiB");
+  fmt::print("{:>5} {:>5} {:>5} | {:>10} {:>10} {:>10} {:>10} | {:>9} {:>9} {:>9} | {:>8} {:>8} {:>8}\n", "M", "K",
+             "N", "f32 us", "int8 us", "int4 us", "i4deq us", "int8 x", "int4 x", "i4deq x", "f32 KiB", "int8 KiB",
+             "int4 KiB");
   const std::vector<std::array<int64_t, 3>> shapes = {
       {1, 1024, 1024}, {1, 4096, 4096}, {16, 1024, 1024}, {16, 4096, 4096}, {128, 1024, 1024}, {512, 1024, 4096}};
   for (auto [M, K, N] : shapes) {
@@ -178,16 +181,19 @@ int main(int argc, char** argv) {
     const st::Tensor x = st::randn({M, K});
     st::NoGradGuard no_grad;
     for (auto* l : {&f32, &i8, &i4}) (*l)(x);  // warm-up
-    std::vector<double> tf, t8, t4;
+    std::vector<double> tf, t8, t4, td;
     for (int r = 0; r < rounds; ++r) {
       tf.push_back(time_once(f32, x));
       t8.push_back(time_once(i8, x));
       t4.push_back(time_once(i4, x));
+      st::quant::set_int4_direct_kernel(false);
+      td.push_back(time_once(i4, x));
+      st::quant::set_int4_direct_kernel(true);
     }
-    const double f = median(tf), a = median(t8), b = median(t4);
-    fmt::print("{:>5} {:>5} {:>5} | {:>10.1f} {:>10.1f} {:>10.1f} | {:>9.2f} {:>9.2f} | {:>8} {:>8} {:>8}\n", M, K, N,
-               f * 1e6, a * 1e6, b * 1e6, f / a, f / b, state_bytes(f32) / 1024, state_bytes(i8) / 1024,
-               state_bytes(i4) / 1024);
+    const double f = median(tf), a = median(t8), b = median(t4), d = median(td);
+    fmt::print("{:>5} {:>5} {:>5} | {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} | {:>9.2f} {:>9.2f} {:>9.2f} | {:>8} {:>8} "
+               "{:>8}\n", M, K, N, f * 1e6, a * 1e6, b * 1e6, d * 1e6, f / a, f / b, f / d, state_bytes(f32) / 1024,
+               state_bytes(i8) / 1024, state_bytes(i4) / 1024);
   }
   if (table == "linear") return 0;
   conv_table(rounds);

@@ -6,11 +6,10 @@
 // 4 rows of A by 4 rows of B keep 16 sums in vector registers; the epilogue gets each tile's
 // exact sums. int32 holds any sum while K <= kMaxInt8K (int8 A) or kMaxUint8K (uint8 A).
 //
-// int4 (weight only): tiles of kInt4Tile weight rows are dequantized to float (a vectorized
-// pass over their bytes) and multiplied by the float GEMM of kernels/cpu/gemm.h (oneDNN), whose
-// register blocking is worth more than the dequantization; on this machine's AMD EPYC that beat
-// multiplying the codes straight from their bytes even for one activation row (107 against
-// 131 us at 1 x 1024 x 1024, bench_quant).
+// int4 (weight only), many activation rows: tiles of kInt4Tile weight rows are dequantized to
+// float (dequantize_int4_row_fast) and multiplied by the float GEMM of kernels/cpu/gemm.h
+// (oneDNN), whose register blocking is worth more than the dequantization there. Up to
+// kInt4DirectMaxRows rows the codes are decoded in registers instead (kernels/cpu/int4_gemv.h).
 #pragma once
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 #endif
 
 #include "gemm.h"
+#include "int4_gemv.h"
 #include "parallel.h"
 #include "quant.h"
 
@@ -205,7 +205,7 @@ inline void int4_linear(const float* x, const uint8_t* packed, const float* scal
   for (int64_t n0 = 0; n0 < N; n0 += kInt4Tile) {
     const int64_t nb = std::min(kInt4Tile, N - n0);
     parallel_for(0, nb, 8, [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) dequantize_int4_row(packed, scale, zero_point, n0 + j, K, group, &w[j * K]);
+      for (int64_t j = b; j < e; ++j) dequantize_int4_row_fast(packed, scale, zero_point, n0 + j, K, group, &w[j * K]);
     });
     GemmProblem p;
     p.m = M, p.n = nb, p.k = K;

@@ -7,7 +7,9 @@
 #include <strata/core/error.hpp>
 #include <strata/core/registry.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/quant/quantize.hpp>
 
+#include "kernels/cpu/int4_gemv.h"
 #include "kernels/cpu/qgemm.h"
 #include "kernels/cpu/quant.h"
 #include "quant/cuda_quant.h"
@@ -37,6 +39,7 @@ struct ConvParams {
 struct Int4Params {
   int64_t group;
   bool symmetric = true;
+  bool direct = false;  // the Linear: decode the codes in registers up to kInt4DirectMaxRows rows
 };
 
 void cpu_quantize(const KernelCall& c) {
@@ -137,18 +140,20 @@ void cpu_dequantize_int4(const KernelCall& c) {
   const Tensor& w = c.outputs[0];
   const int64_t N = w.size(0), K = w.size(1);
   for (int64_t n = 0; n < N; ++n)
-    cq::dequantize_int4_row(ptr<uint8_t>(c.inputs[0]), ptr<float>(c.inputs[1]), ptr<uint8_t>(c.inputs[2]), n, K,
-                            c.param<Int4Params>().group, ptr<float>(w) + n * K);
+    cq::dequantize_int4_row_fast(ptr<uint8_t>(c.inputs[0]), ptr<float>(c.inputs[1]), ptr<uint8_t>(c.inputs[2]), n,
+                                 K, c.param<Int4Params>().group, ptr<float>(w) + n * K);
 }
 
 void cpu_int4_linear(const KernelCall& c) {
   const Tensor &x = c.inputs[0], &packed = c.inputs[1], &bias = c.inputs[4], &y = c.outputs[0];
-  // float activations for the float GEMM (kernels/cpu/qgemm.h); bfloat16 ones are converted
+  // float activations for either product (kernels/cpu/int4_gemv.h, qgemm.h); bfloat16 ones are converted
   const int64_t M = x.size(0), N = packed.size(0), K = x.size(1);
   const Tensor xf = x.to(kFloat32).contiguous(), bf = bias.defined() ? bias.to(kFloat32).contiguous() : bias;
   const Tensor yf = y.dtype() == kFloat32 ? y : empty(y.shape(), kFloat32);
-  cq::int4_linear(ptr<float>(xf), ptr<uint8_t>(packed), ptr<float>(c.inputs[2]), ptr<uint8_t>(c.inputs[3]),
-                  c.param<Int4Params>().group, ptr<float>(bf), ptr<float>(yf), M, N, K);
+  const auto& p = c.param<Int4Params>();
+  const auto product = p.direct && M <= cq::kInt4DirectMaxRows ? cq::int4_linear_direct : cq::int4_linear;
+  product(ptr<float>(xf), ptr<uint8_t>(packed), ptr<float>(c.inputs[2]), ptr<uint8_t>(c.inputs[3]), p.group,
+          ptr<float>(bf), ptr<float>(yf), M, N, K);
   if (!yf.is_same(y)) y.copy_(yf);
 }
 
@@ -296,7 +301,7 @@ void run_dequantize_int4(const Tensor& packed, const Tensor& scale, const Tensor
 
 void run_int4_linear(const Tensor& x, const Tensor& packed, const Tensor& scale, const Tensor& zero_point,
                      int64_t group, const Tensor& bias, const Tensor& y) {
-  const Int4Params p{group};
+  const Int4Params p{group, true, int4_direct_kernel_enabled()};
   run(quant_ops().int4_linear, {x, packed, scale, zero_point, bias}, {y}, &p);
 }
 

@@ -1,5 +1,6 @@
 // Quantized Linear products: int8_mm, the int8 and int4 weight forms and their functional
 // forms (include/strata/quant/quantize.hpp, src/quant/forms.h).
+#include <atomic>
 #include <cmath>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -121,7 +122,9 @@ Tensor input_rows(const Tensor& x, int64_t K, const Device& device, DType dtype,
   STRATA_CHECK(is_floating(x.dtype()), "[{}] expects a floating input, got {}", op, x.dtype());
   STRATA_CHECK(x.dim() >= 1 && x.size(-1) == K, "[{}] expects an input of shape (*, {}), got {}", op, K, x.shape());
   STRATA_CHECK(x.device() == device, "[{}] the input is on {} and the weight on {}", op, x.device(), device);
-  return x.detach().reshape({-1, K}).to(dtype).contiguous();
+  int64_t rows = 1;  // the leading dims' product, not -1: that is ambiguous where K is 0
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return x.detach().reshape({rows, K}).to(dtype).contiguous();
 }
 
 Shape out_shape(const Tensor& x, int64_t N) {
@@ -205,6 +208,13 @@ Tensor dequantize_weight_int4(const Int4Weight& w) {
                               w.zero_point.defined() ? w.zero_point.contiguous() : Tensor(), w.group_size, out);
   return out;
 }
+
+namespace {
+std::atomic<bool> g_int4_direct{true};
+}  // namespace
+
+void set_int4_direct_kernel(bool enabled) { g_int4_direct.store(enabled); }
+bool int4_direct_kernel_enabled() { return g_int4_direct.load(); }
 
 Tensor linear_int4(const Tensor& x, const Int4Weight& w, const Tensor& bias) {
   const char* op = "linear_int4";

@@ -81,7 +81,15 @@ struct Int4Weight {
 STRATA_API Int4Weight quantize_weight_int4(const Tensor& weight, int64_t group_size, bool symmetric = true);
 /// The float32 weight the codes stand for.
 STRATA_API Tensor dequantize_weight_int4(const Int4Weight& w);
-/// y = x . dequantize(w)^T + bias, dequantizing in the GEMM; x float32 or bfloat16 (y likewise).
+/// y = x . dequantize(w)^T + bias; x float32 or bfloat16 (y likewise). On the CPU, up to 32 rows
+/// of x decode the codes in registers (see set_int4_direct_kernel); more rows, dequantized tiles
+/// of the weight feed the float GEMM.
 STRATA_API Tensor linear_int4(const Tensor& x, const Int4Weight& w, const Tensor& bias = {});
+
+/// Whether the int4 Linear on the CPU decodes the codes in registers for up to 32 rows of
+/// activations (on by default), or always dequantizes tiles for the float GEMM. Both give
+/// dequantize-then-matmul's result up to the order of float32 sums; process-wide.
+STRATA_API void set_int4_direct_kernel(bool enabled);
+STRATA_API bool int4_direct_kernel_enabled();
 
 }  // namespace strata::quant
