@@ -1,5 +1,5 @@
-// The quantizable layers of a module tree (nn::Linear, nn::Conv2d, nn::Conv1d, nn::ConvTranspose2d), by dotted name, for
-// quantize_dynamic, prepare, prepare_qat and convert.
+// The quantizable layers of a module tree (nn::Linear, nn::Conv2d, nn::Conv1d, nn::ConvTranspose2d),
+// by dotted name, for quantize_dynamic, prepare, prepare_qat and convert.
 #pragma once
 
 #include <functional>

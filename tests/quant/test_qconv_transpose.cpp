@@ -57,7 +57,8 @@ st::Tensor transposed_ref(const st::Tensor& x, const st::Tensor& w_om, const st:
                 const int64_t ox = ix * a.stride.w - a.padding.w + kx * a.dilation.w;
                 if (oy < 0 || oy >= OH || ox < 0 || ox >= OW) continue;
                 const int64_t o = g * out_g + j;
-                y[size_t(((n * out + o) * OH + oy) * OW + ox)] += v * wv[size_t(((o * Cg + c % Cg) * kh + ky) * kw + kx)];
+                const double wt = wv[size_t(((o * Cg + c % Cg) * kh + ky) * kw + kx)];
+                y[size_t(((n * out + o) * OH + oy) * OW + ox)] += v * wt;
               }
         }
   return st::from_vector(y, st::Shape{N, out, OH, OW});
