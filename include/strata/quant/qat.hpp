@@ -2,9 +2,10 @@
 // Conv2d, Conv1d and ConvTranspose2d layers: prepare_qat puts fake quantization on each layer's
 // input and weight (the layer keeps training its float weight through the straight-through
 // gradient); convert turns each into an int8 layer with the observers' qparams, whose outputs
-// match the fake-quantized ones. A fused module of quant::fuse_modules_qat trains its batch norm as a layer; convert folds its running
-// statistics into the weight and bias and quantizes the folded weight with the weight fake quant's
-// qparams (which QAT computed on the weight scaled the same way).
+// match the fake-quantized ones. A fused module of quant::fuse_modules_qat trains its batch norm
+// as a layer; convert folds its running statistics into the weight and bias and quantizes the
+// folded weight with the weight fake quant's qparams (which QAT computed on the weight scaled the
+// same way).
 //
 //   quant::prepare_qat(model);         // train as usual: forward sees quantization's rounding
 //   ... training loop ...
