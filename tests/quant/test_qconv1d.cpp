@@ -71,10 +71,17 @@ TEST(StaticConv1d, ConvertedModelMatchesSimulatedIntegerMath) {
   const std::vector<double> g = values(got);
   ASSERT_EQ(got.shape(), y2.shape());
   for (size_t i = 0; i < g.size(); ++i) EXPECT_LE(std::abs(g[i] - want[i]), o2 * 1e-3) << i;
+  // the im2col reference path gives the same bits as oneDNN's int8 convolution
+  q::set_onednn_int8_conv(false);
+  const st::Tensor by_im2col = model(x);
+  q::set_onednn_int8_conv(true);
+  EXPECT_TRUE(all_close(by_im2col, g, 0, 0));
   // an unbatched input gives the first sequence's result; a (N, L, C) sequence transposed, the same
   EXPECT_TRUE(all_close(model(x.narrow(0, 0, 1).squeeze(0)), values(got.narrow(0, 0, 1)), 0, 0));
   const st::Tensor x_nlc = x.permute({0, 2, 1}).contiguous().permute({0, 2, 1});
-  EXPECT_TRUE(all_close(model(x_nlc), g, 0, 0));
+  const st::Tensor y_nlc = model(x_nlc);
+  EXPECT_TRUE(all_close(y_nlc, g, 0, 0));
+  EXPECT_EQ(y_nlc.strides()[1], 1);  // laid out as the input, as the float Conv1d's result
   // the state dict loads into another model converted the same way
   nn::Sequential twin(nn::Conv1d(4, 6, 3, {.stride = 2, .padding = 2, .dilation = 2, .groups = 2}), nn::ReLU(),
                       nn::Conv1d(6, 3, 2));

@@ -68,9 +68,9 @@ STRATA_API Tensor conv_transpose2d_int8(const Tensor& x, double x_scale, int64_t
                                         nn::Size2 kernel_size, const nn::functional::ConvTranspose2dArgs& args = {},
                                         const Tensor& bias = {});
 
-/// Whether the int8 convolutions (conv2d_int8 and converted Conv2d layers) on the CPU may run
-/// oneDNN's int8 convolution, where the build has oneDNN and the CPU multiplies int8 exactly
-/// (VNNI); otherwise, or when switched off, im2col and the int8 GEMM. Both give the same results
+/// Whether the int8 convolutions (conv2d_int8 and converted Conv2d and Conv1d layers) on the CPU
+/// may run oneDNN's int8 convolution, where the build has oneDNN and the CPU multiplies int8
+/// exactly (VNNI); otherwise, or when switched off, im2col and the int8 GEMM. Both give the same results
 /// bit for bit. On by default; process-wide, as PyTorch's torch.backends.mkldnn.enabled.
 STRATA_API void set_onednn_int8_conv(bool enabled);
 STRATA_API bool onednn_int8_conv_enabled();
