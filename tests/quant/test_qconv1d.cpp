@@ -195,6 +195,7 @@ TEST(StaticConv1d, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { model(st::randn({2, 2, 4, 8})); }, {"Conv1d", "shape"}));
   EXPECT_TRUE(throws_with([&] { model(st::randn({2, 2, 2})); }, {"smaller than the kernel"}));
   EXPECT_TRUE(throws_with([&] { q::prepare(model); }, {"already"}));
+  EXPECT_EQ(model(st::randn({0, 2, 8})).shape(), (st::Shape{0, 3, 6}));  // an empty batch
   nn::Sequential circular(nn::Conv1d(2, 3, 3, {.padding = 1, .padding_mode = nn::PaddingMode::Circular}));
   EXPECT_TRUE(throws_with([&] { q::prepare_qat(circular); }, {"Conv1d", "pads other than with zeros"}));
   nn::Sequential mismatch(nn::Conv1d(2, 3, 3), nn::BatchNorm1d(4));

@@ -219,6 +219,9 @@ TEST(StaticConvTranspose2d, BadInputRaises) {
                                                          {.padding = 2}); }, {"empty"}));
   EXPECT_TRUE(throws_with([&] { q::conv_transpose2d_int8(st::randn({1, 2, 4, 4}), 0.1, 256, w, {3, 3}); },
                           {"zero point"}));
+  // an empty batch gives an empty output of the right shape
+  EXPECT_EQ(q::conv_transpose2d_int8(st::randn({0, 2, 4, 4}), 0.1, 3, w, {3, 3}).shape(), (st::Shape{0, 3, 6, 6}));
+  EXPECT_EQ(model(st::randn({0, 2, 4, 4})).shape(), (st::Shape{0, 3, 6, 6}));
   nn::Sequential twice(nn::ConvTranspose2d(2, 3, 3));
   q::prepare_qat(twice);
   EXPECT_TRUE(throws_with([&] { q::prepare(twice); }, {"already"}));

@@ -38,7 +38,7 @@ struct StaticOptions {
 /// "<layer>.observed.input_observer.*" and "<layer>.observed.output_observer.*"); a fused module's
 /// ReLU moves into its layer's form (the ReLU child becomes nn::Identity) so the output observer
 /// sees its result. Returns how many layers; raises (before changing any) on none, on a layer that
-/// is quantized or prepared already, a Conv2d padding other than with zeros, or a fused module
+/// is quantized or prepared already, a convolution padding other than with zeros, or a fused module
 /// holding batch norm (fuse in eval with fuse_modules for static quantization).
 STRATA_API int64_t prepare(nn::Module& model, const StaticOptions& options = {});
 
