@@ -53,7 +53,10 @@ std::unique_ptr<Layer> with_values(std::unique_ptr<Layer> layer, const Layer& fr
 // A new convolution of conv's configuration, with a bias, holding conv followed by bn folded.
 template <class Conv>
 std::unique_ptr<Conv> fused_conv(const Conv& conv, const nn::BatchNormBase& bn) {
-  auto wb = fold_batch_norm(bn, conv.weight, conv.bias, conv.out_channels, "fuse_conv_bn_eval");
+  // scaled along the output channels: dim 0 of the weight with them first (layer_ops.h's out_major)
+  const Tensor w = conv.weight.defined() ? detail::out_major(conv, conv.weight.detach()) : conv.weight;
+  auto wb = fold_batch_norm(bn, w, conv.bias, conv.out_channels, "fuse_conv_bn_eval");
+  wb.first = detail::from_out_major(conv, wb.first).contiguous();
   auto o = conv.options;
   o.bias = true;
   Generator unused;  // the initial values are overwritten: the default generator's stream stays as it was
@@ -62,11 +65,12 @@ std::unique_ptr<Conv> fused_conv(const Conv& conv, const nn::BatchNormBase& bn) 
                      std::move(wb));
 }
 
-enum class Role { Conv, Conv1d, Linear, BatchNorm2d, BatchNorm1d, ReLU, Other };
+enum class Role { Conv, Conv1d, ConvTranspose2d, Linear, BatchNorm2d, BatchNorm1d, ReLU, Other };
 
 Role role_of(nn::Module& m) {
   if (dynamic_cast<nn::Conv2d*>(&m)) return Role::Conv;
   if (dynamic_cast<nn::Conv1d*>(&m)) return Role::Conv1d;
+  if (dynamic_cast<nn::ConvTranspose2d*>(&m)) return Role::ConvTranspose2d;
   if (dynamic_cast<nn::Linear*>(&m)) return Role::Linear;
   if (dynamic_cast<nn::BatchNorm2d*>(&m)) return Role::BatchNorm2d;
   if (dynamic_cast<nn::BatchNorm1d*>(&m)) return Role::BatchNorm1d;
@@ -84,16 +88,18 @@ bool pattern_of(const std::vector<Role>& r, FusedKind* kind) {
   else if (is({R::Conv1d, R::BatchNorm1d})) *kind = FusedKind::ConvBn1d;
   else if (is({R::Conv1d, R::BatchNorm1d, R::ReLU})) *kind = FusedKind::ConvBnReLU1d;
   else if (is({R::Conv1d, R::ReLU})) *kind = FusedKind::ConvReLU1d;
+  else if (is({R::ConvTranspose2d, R::BatchNorm2d})) *kind = FusedKind::ConvTransposeBn2d;
   else if (is({R::Linear, R::ReLU})) *kind = FusedKind::LinearReLU;
   else if (is({R::Linear, R::BatchNorm1d})) *kind = FusedKind::LinearBn1d;
   else return false;
   return true;
 }
 
-// Whether a fused run's first layer (Conv2d, Conv1d or Linear) has a form, and its output channels.
+// Whether a fused run's first layer (Conv2d, Conv1d, ConvTranspose2d or Linear) has a form, and its output channels.
 std::pair<bool, int64_t> form_and_out_channels(nn::Module& m) {
   if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) return {c->form() != nullptr, c->out_channels};
   if (auto* c = dynamic_cast<nn::Conv1d*>(&m)) return {c->form() != nullptr, c->out_channels};
+  if (auto* c = dynamic_cast<nn::ConvTranspose2d*>(&m)) return {c->form() != nullptr, c->out_channels};
   auto& l = static_cast<nn::Linear&>(m);
   return {l.form() != nullptr, l.out_features};
 }
@@ -111,6 +117,8 @@ std::unique_ptr<nn::Module> fused_eval(FusedKind kind, std::vector<std::unique_p
     rest.push_back(std::move(m[2]));
     return std::make_unique<FusedModule>(conv2d ? FusedKind::ConvReLU2d : FusedKind::ConvReLU1d, std::move(rest));
   }
+  if (kind == FusedKind::ConvTransposeBn2d)
+    return fuse_conv_bn_eval(static_cast<nn::ConvTranspose2d&>(*m[0]), static_cast<nn::BatchNorm2d&>(*m[1]));
   if (kind == FusedKind::LinearBn1d)
     return fuse_linear_bn_eval(static_cast<nn::Linear&>(*m[0]), static_cast<nn::BatchNorm1d&>(*m[1]));
   return std::make_unique<FusedModule>(kind, std::move(m));
@@ -136,8 +144,10 @@ void fuse(nn::Module& model, const std::vector<std::vector<std::string>>& groups
     }
     FusedKind kind{};
     STRATA_CHECK(pattern_of(roles, &kind), "[{}] cannot fuse ({}): the patterns are Conv2d + BatchNorm2d (+ ReLU), "
-                 "Conv2d + ReLU, Conv1d + BatchNorm1d (+ ReLU), Conv1d + ReLU, Linear + ReLU and Linear + "
-                 "BatchNorm1d", op, types);
+                 "Conv2d + ReLU, Conv1d + BatchNorm1d (+ ReLU), Conv1d + ReLU, Linear + ReLU, Linear + "
+                 "BatchNorm1d and ConvTranspose2d + BatchNorm2d", op, types);
+    STRATA_CHECK(!qat || kind != FusedKind::ConvTransposeBn2d, "[{}] ConvTranspose2d + BatchNorm2d fuse in eval "
+                 "only (fuse_modules folds the batch norm), as in PyTorch", op);
     nn::Module& first = model.get_submodule(names[0]);
     const auto [has_form, out] = form_and_out_channels(first);
     STRATA_CHECK(!has_form, "[{}] \"{}\" is quantized or prepared already", op, names[0]);
@@ -185,7 +195,8 @@ FusedModule::FusedModule(FusedKind kind, std::vector<std::unique_ptr<nn::Module>
     types += (types.empty() ? "" : ", ") + m->name();
   }
   FusedKind found{};
-  STRATA_CHECK(pattern_of(roles, &found) && found == kind, "[{}] cannot hold ({})", name(), types);
+  STRATA_CHECK(pattern_of(roles, &found) && found == kind && kind != FusedKind::ConvTransposeBn2d,
+               "[{}] cannot hold ({})", name(), types);
   for (auto& m : layers) push_back(std::move(m));
 }
 
@@ -232,6 +243,7 @@ std::string FusedModule::name() const {
     case FusedKind::ConvReLU1d: return "ConvReLU1d";
     case FusedKind::ConvBn1d: return "ConvBn1d";
     case FusedKind::ConvBnReLU1d: return "ConvBnReLU1d";
+    case FusedKind::ConvTransposeBn2d: return "ConvTransposeBn2d";
     default: return "LinearBn1d";
   }
 }
@@ -249,6 +261,10 @@ std::unique_ptr<nn::Conv2d> fuse_conv_bn_eval(const nn::Conv2d& conv, const nn::
 }
 
 std::unique_ptr<nn::Conv1d> fuse_conv_bn_eval(const nn::Conv1d& conv, const nn::BatchNorm1d& bn) {
+  return fused_conv(conv, bn);
+}
+
+std::unique_ptr<nn::ConvTranspose2d> fuse_conv_bn_eval(const nn::ConvTranspose2d& conv, const nn::BatchNorm2d& bn) {
   return fused_conv(conv, bn);
 }
 

@@ -226,3 +226,33 @@ TEST(StaticConvTranspose2d, BadInputRaises) {
   q::prepare_qat(twice);
   EXPECT_TRUE(throws_with([&] { q::prepare(twice); }, {"already"}));
 }
+
+// Eval fusion of ConvTranspose2d + BatchNorm2d folds the statistics along the output channels (dim 1
+// of the weight); the folded layer then quantizes as any other.
+TEST(FuseConvTranspose2d, FoldsBatchNormInEvalOnly) {
+  st::manual_seed(45);
+  nn::Sequential model(nn::ConvTranspose2d(4, 6, 3, {.stride = 2, .groups = 2}), nn::BatchNorm2d(6));
+  {
+    st::NoGradGuard no_grad;
+    auto& bn = model.at<nn::BatchNorm2d>(1);
+    bn.running_mean.copy_(st::randn({6}));
+    bn.running_var.copy_(st::rand({6}) + 0.5);
+    bn.weight.copy_(st::randn({6}));
+    bn.bias.copy_(st::randn({6}));
+  }
+  model.eval();
+  const st::Tensor x = st::randn({2, 4, 5, 5});
+  const std::vector<double> want = values(model(x));
+  q::fuse_modules(model, {{"0", "1"}});
+  EXPECT_EQ(model[0].name(), "ConvTranspose2d");
+  EXPECT_EQ(model[1].name(), "Identity");
+  EXPECT_TRUE(all_close(model(x), want, 1e-5, 1e-5));
+  q::prepare(model);
+  model(x);
+  q::convert(model);
+  const double step = values(model.state_dict().at("0.quantized.output_scale"))[0];
+  EXPECT_LT(st::testing::max_abs_diff(model(x), st::from_vector(want, st::Shape{2, 6, 11, 11})), 8 * step);
+
+  nn::Sequential training(nn::ConvTranspose2d(4, 6, 3), nn::BatchNorm2d(6));
+  EXPECT_TRUE(throws_with([&] { q::fuse_modules_qat(training, {{"0", "1"}}); }, {"eval only"}));
+}

@@ -8,7 +8,7 @@
 //   quant::fuse_modules(model, {{"conv1", "bn1", "relu1"}, {"fc", "relu2"}});
 //
 // Patterns: Conv2d + BatchNorm2d (+ ReLU), Conv2d + ReLU, Conv1d + BatchNorm1d (+ ReLU), Conv1d + ReLU,
-// Linear + ReLU, Linear + BatchNorm1d.
+// Linear + ReLU, Linear + BatchNorm1d, and in eval only ConvTranspose2d + BatchNorm2d (folded).
 // The layers must be owned by their parents (elements of a Sequential or ModuleList, or children
 // registered as std::unique_ptr): a data member cannot be replaced (Note [Member children]).
 #pragma once
@@ -25,7 +25,10 @@
 namespace strata::quant {
 
 /// PyTorch's intrinsic fused modules (torch.ao.nn.intrinsic).
-enum class FusedKind { ConvReLU2d, ConvBn2d, ConvBnReLU2d, LinearReLU, LinearBn1d, ConvReLU1d, ConvBn1d, ConvBnReLU1d };
+/// ConvTransposeBn2d is a pattern of fuse_modules only (folded in eval): no FusedModule holds it.
+enum class FusedKind {
+  ConvReLU2d, ConvBn2d, ConvBnReLU2d, LinearReLU, LinearBn1d, ConvReLU1d, ConvBn1d, ConvBnReLU1d, ConvTransposeBn2d
+};
 
 /// A fused run of layers: a Sequential whose children "0" (Conv2d, Conv1d or Linear), "1" and "2" (BatchNorm,
 /// ReLU) compute as the unfused layers did, so the state dict reads "<name>.0.weight" as PyTorch's.
@@ -72,6 +75,10 @@ STRATA_API void fuse_modules_qat(nn::Module& model, const std::vector<std::vecto
 STRATA_API std::unique_ptr<nn::Conv2d> fuse_conv_bn_eval(const nn::Conv2d& conv, const nn::BatchNorm2d& bn);
 /// The same for a Conv1d followed by a BatchNorm1d.
 STRATA_API std::unique_ptr<nn::Conv1d> fuse_conv_bn_eval(const nn::Conv1d& conv, const nn::BatchNorm1d& bn);
+/// The same for a ConvTranspose2d followed by a BatchNorm2d, the weight scaled along its output
+/// channels (dim 1 of (in, out / groups, kH, kW)) (torch's fuse_convtranspose_bn_eval).
+STRATA_API std::unique_ptr<nn::ConvTranspose2d> fuse_conv_bn_eval(const nn::ConvTranspose2d& conv,
+                                                                  const nn::BatchNorm2d& bn);
 /// The same for a Linear followed by a BatchNorm1d (torch's fuse_linear_bn_eval).
 STRATA_API std::unique_ptr<nn::Linear> fuse_linear_bn_eval(const nn::Linear& linear, const nn::BatchNorm1d& bn);
 
