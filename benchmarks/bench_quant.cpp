@@ -11,14 +11,17 @@
 // reference path). A third times a float32 nn::EmbeddingBag (sum of bags of 20 rows) against the
 // same table row-wise quantized to uint8 and to 4 bits (quantize_dynamic's embeddings). A fourth
 // times a float32 nn::LSTM over a sequence against the same layer with dynamic int8 weights (each
-// step's activations quantized per row) and with float16 weights.
+// step's activations quantized per row) and with float16 weights. A fifth times float32 Conv1d and
+// ConvTranspose2d layers against the same layers statically quantized to int8.
 //
-//   bench_quant [--rounds R] [--table linear|conv|embedding|lstm]   STRATA_BENCH_THREADS: threads (default 2)
+//   bench_quant [--rounds R] [--table linear|conv|embedding|lstm|conv1d]   STRATA_BENCH_THREADS: threads
+//   (default 2)
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,6 +86,49 @@ void conv_table(int rounds) {
     const double f = median(tf), a = median(t8), b = median(tr);
     fmt::print("{:>4} {:>4} {:>4} {:>4} | {:>10.1f} {:>10.1f} {:>10.1f} | {:>9.2f} {:>9.2f}\n", N, C, HW, out, f * 1e6,
                a * 1e6, b * 1e6, f / a, f / b);
+  }
+}
+
+// One row: a float32 layer against a copy of it statically quantized (prepare, one calibration
+// batch, convert), median times over interleaved rounds.
+template <class Make>
+void static_row(const std::string& label, const Make& make, const st::Tensor& x, int rounds) {
+  st::manual_seed(0);
+  auto f32 = make(), i8 = make();
+  i8->load_state_dict(f32->state_dict());
+  st::NoGradGuard no_grad;
+  st::quant::prepare(*i8);
+  (*i8)(x);
+  st::quant::convert(*i8);
+  (*f32)(x);
+  (*i8)(x);  // warm-up
+  std::vector<double> tf, t8;
+  for (int r = 0; r < rounds; ++r) {
+    tf.push_back(time_once(*f32, x));
+    t8.push_back(time_once(*i8, x));
+  }
+  const double f = median(tf), a = median(t8);
+  fmt::print("{:<58} | {:>10.1f} {:>10.1f} | {:>7.2f}\n", label, f * 1e6, a * 1e6, f / a);
+}
+
+void conv1d_transpose_table(int rounds) {
+  namespace nn = st::nn;
+  fmt::print("\nstatic int8 Conv1d and ConvTranspose2d vs float32\n");
+  fmt::print("{:<58} | {:>10} {:>10} | {:>7}\n", "layer (input)", "f32 us", "int8 us", "int8 x");
+  for (auto [N, C, L, out, k] : std::vector<std::array<int64_t, 5>>{
+           {8, 64, 1024, 64, 3}, {32, 128, 256, 128, 5}, {1, 256, 4096, 256, 3}}) {
+    const auto make = [&] { return std::make_unique<nn::Conv1d>(C, out, k, nn::Conv1dOptions{.padding = k / 2}); };
+    static_row(fmt::format("Conv1d({}, {}, {}, pad {}) ({} x {} x {})", C, out, k, k / 2, N, C, L), make,
+               st::randn({N, C, L}), rounds);
+  }
+  for (auto [N, C, HW, out, k] : std::vector<std::array<int64_t, 5>>{
+           {8, 64, 14, 32, 4}, {4, 128, 28, 64, 2}, {1, 256, 7, 128, 4}}) {
+    const int64_t pad = k == 4 ? 1 : 0;
+    const auto make = [&] {
+      return std::make_unique<nn::ConvTranspose2d>(C, out, k, nn::ConvTranspose2dOptions{.stride = 2, .padding = pad});
+    };
+    static_row(fmt::format("ConvTranspose2d({}, {}, {}, s 2, pad {}) ({} x {} x {}^2)", C, out, k, pad, N, C, HW),
+               make, st::randn({N, C, HW, HW}), rounds);
   }
 }
 
@@ -156,12 +202,15 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--rounds") rounds = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--table") table = argv[i + 1];
   }
-  if (table == "conv" || table == "embedding" || table == "lstm") {  // that table alone
-    (table == "conv" ? conv_table : table == "embedding" ? embedding_table : lstm_table)(rounds);
+  if (table == "conv" || table == "embedding" || table == "lstm" || table == "conv1d") {  // that table alone
+    (table == "conv"        ? conv_table
+     : table == "embedding" ? embedding_table
+     : table == "lstm"      ? lstm_table
+                            : conv1d_transpose_table)(rounds);
     return 0;
   }
   if (!table.empty() && table != "linear") {
-    fmt::print(stderr, "unknown --table {} (linear, conv, embedding or lstm)\n", table);
+    fmt::print(stderr, "unknown --table {} (linear, conv, embedding, lstm or conv1d)\n", table);
     return 2;
   }
   fmt::print("quantized Linear vs float32 Linear, {} threads, {} rounds, CPU {}\n", threads, rounds,
@@ -199,4 +248,5 @@ int main(int argc, char** argv) {
   conv_table(rounds);
   embedding_table(rounds);
   lstm_table(rounds);
+  conv1d_transpose_table(rounds);
 }

@@ -129,11 +129,22 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Size2 k, ConvTranspose
   reset_parameters(o.generator);
 }
 
-void ConvTranspose2d::reset_parameters(Generator* gen) { init_conv(weight, bias, gen); }
+void ConvTranspose2d::reset_parameters(Generator* gen) {
+  STRATA_CHECK(weight.defined(), "[ConvTranspose2d] reset_parameters: the float weight was replaced by the form "
+               "\"{}\"", form_.name());
+  init_conv(weight, bias, gen);
+}
+
+ConvTranspose2dForm& ConvTranspose2d::set_form(std::string name, std::unique_ptr<ConvTranspose2dForm> form) {
+  return form_.set(*this, std::move(name), std::move(form));
+}
+
+std::unique_ptr<ConvTranspose2dForm> ConvTranspose2d::take_form() { return form_.take(*this); }
 
 Tensor ConvTranspose2d::forward(const Tensor& input) {
   check_input(describe("ConvTranspose2d", in_channels, out_channels, kernel_size, options.stride), input,
               in_channels, 2);
+  if (form_.get()) return form_.get()->forward_layer(*this, input);
   return functional::conv_transpose2d(
       input, weight, bias, {options.stride, options.padding, options.output_padding, options.groups, options.dilation});
 }
@@ -147,11 +158,22 @@ Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, Conv1dOptions o)
   reset_parameters(o.generator);
 }
 
-void Conv1d::reset_parameters(Generator* gen) { init_conv(weight, bias, gen); }
+void Conv1d::reset_parameters(Generator* gen) {
+  STRATA_CHECK(weight.defined(), "[Conv1d] reset_parameters: the float weight was replaced by the form \"{}\"",
+               form_.name());
+  init_conv(weight, bias, gen);
+}
+
+Conv1dForm& Conv1d::set_form(std::string name, std::unique_ptr<Conv1dForm> form) {
+  return form_.set(*this, std::move(name), std::move(form));
+}
+
+std::unique_ptr<Conv1dForm> Conv1d::take_form() { return form_.take(*this); }
 
 Tensor Conv1d::forward(const Tensor& input) {
   check_input(describe("Conv1d", in_channels, out_channels, kernel_size, options.stride), input, in_channels,
               1);
+  if (form_.get()) return form_.get()->forward_layer(*this, input);
   const int64_t p = options.padding;
   if (options.padding_mode == PaddingMode::Zeros)
     return functional::conv1d(input, weight, bias, {options.stride, p, options.dilation, options.groups});

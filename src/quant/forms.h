@@ -1,7 +1,7 @@
 // The layer forms of the quant module (Note [Linear forms] in nn/layer_form.hpp): int8 and int4
 // weights, which replace the float weight; fake quantization for QAT and observers for static
 // quantization, which keep it. The QAT and observer forms are templates over the layer (Linear,
-// Conv2d): they differ only in the float forward of layer_ops.h.
+// Conv2d, Conv1d, ConvTranspose2d): they differ only in the float forward of layer_ops.h.
 #pragma once
 
 #include <functional>
@@ -97,19 +97,67 @@ class Int8LinearForm : public nn::LinearForm {
   CodesCache row_sums_;
 };
 
-/// A static int8 convolution: the input quantized with fixed qparams, im2col of its codes, the int8
-/// GEMM. Buffers: weight_int8 (out, in / groups * kH * kW), weight_scale and those of register_static.
-class Int8Conv2dForm : public nn::Conv2dForm {
+/// x (N, C, H, W) float -> uint8 codes (N, H, W, C) contiguous with the input's qparams (*zero as
+/// quantize_static_input's); a channels-last input is quantized as it lies.
+Tensor nhwc_codes(const Tensor& x, const ActQParams& in, Tensor* zero);
+/// y (N, C, H, W) (a channels-last view) in x's memory format, without the batch dim when x had none.
+Tensor like_input(const Tensor& y, const Tensor& x);
+/// The int8 transposed convolution of x (N, C, H, W) or (C, H, W) (Int8ConvTranspose2dForm), float32 in
+/// x's memory format, finished per act when given; the GEMM's weight layout and its row sums kept in
+/// the caches when given.
+Tensor conv_transpose2d_codes(const Tensor& x, const ActQParams& in, const Int8Weight& w, const Tensor& bias,
+                              nn::Size2 kernel, const nn::functional::ConvTranspose2dArgs& args,
+                              const StaticActivations* act, CodesCache* layout, CodesCache* sums, const char* op);
+
+/// The weight's and activations' buffers of a static int8 layer: weight_int8, weight_scale and those
+/// of register_static.
+void register_int8(nn::Module& form, Int8Weight& weight, StaticActivations& act);
+
+/// conv2d_int8 of a form: x (N, C, H, W) or (C, H, W) -> float32 in x's memory format, finished per act.
+Tensor int8_conv2d_layer(const Tensor& x, const Int8Weight& w, const StaticActivations& act, const Tensor& bias,
+                         const Conv2dGeometry& geometry, CodesCache& row_sums, CodesCache& layout);
+
+/// A static int8 convolution (Conv2d, or Conv1d as a Conv2d of height 1): the input quantized with
+/// fixed qparams, the int8 convolution of its codes (conv2d_codes). Buffers: weight_int8 (out, in /
+/// groups * kernel elements), weight_scale and those of register_static.
+template <class Conv>
+class Int8ConvForm : public nn::LayerForm<Conv> {
  public:
-  Int8Conv2dForm(Int8Weight weight, StaticActivations act);
-  Tensor forward_layer(const nn::Conv2d& layer, const Tensor& input) override;
+  Int8ConvForm(Int8Weight weight, StaticActivations act) : weight_(std::move(weight)), act_(std::move(act)) {
+    register_int8(*this, weight_, act_);
+  }
+  Tensor forward_layer(const Conv& layer, const Tensor& input) override {
+    const Conv2dGeometry g = as_conv2d(layer);
+    const Tensor y = int8_conv2d_layer(g.one_d ? input.unsqueeze(-2) : input, weight_, act_, layer.bias, g,
+                                       row_sums_, im2col_layout_);
+    return (g.one_d ? y.squeeze(-2) : y).to(input.dtype());
+  }
   bool replaces_weight() const override { return true; }
-  std::string name() const override { return "Int8Conv2dForm"; }
+  std::string name() const override { return std::string("Int8") + layer_name(static_cast<Conv*>(nullptr)) + "Form"; }
 
  private:
   Int8Weight weight_;
   StaticActivations act_;
   CodesCache row_sums_, im2col_layout_;
+};
+using Int8Conv2dForm = Int8ConvForm<nn::Conv2d>;
+using Int8Conv1dForm = Int8ConvForm<nn::Conv1d>;
+
+/// A static int8 transposed convolution: the input's codes times the weight's in the int8 GEMM (one
+/// column per output channel and kernel tap), the float columns summed into the output (col2im) with
+/// the bias, finished per act. Buffers: weight_int8 (out, in / groups * kH * kW) (the weight as
+/// out_major lays it out), weight_scale (out) and those of register_static (src/quant/qconv_transpose.cpp).
+class Int8ConvTranspose2dForm : public nn::ConvTranspose2dForm {
+ public:
+  Int8ConvTranspose2dForm(Int8Weight weight, StaticActivations act);
+  Tensor forward_layer(const nn::ConvTranspose2d& layer, const Tensor& input) override;
+  bool replaces_weight() const override { return true; }
+  std::string name() const override { return "Int8ConvTranspose2dForm"; }
+
+ private:
+  Int8Weight weight_;
+  StaticActivations act_;
+  CodesCache gemm_layout_, row_sums_;
 };
 
 /// int4 weight only. Buffers: weight_int4, weight_scale, weight_zero_point (asymmetric).
@@ -122,6 +170,23 @@ class Int4LinearForm : public nn::LinearForm {
 
  private:
   Int4Weight weight_;
+};
+
+/// w as float16, saturated to float16's finite range (fbgemm's fp16 packing).
+Tensor to_float16_weight(const Tensor& w);
+/// x . w16^T + bias computed in float32 (float64 for a float64 x), output of x's dtype; no autograd.
+Tensor float16_product(const Tensor& x, const Tensor& w16, const Tensor& bias);
+
+/// float16 weight, float32 product (quantize_dynamic's WeightDtype::Float16). Buffer: weight_fp16.
+class Float16LinearForm : public nn::LinearForm {
+ public:
+  explicit Float16LinearForm(const Tensor& weight);
+  Tensor forward_layer(const nn::Linear& layer, const Tensor& input) override;
+  bool replaces_weight() const override { return true; }
+  std::string name() const override { return "Float16LinearForm"; }
+
+ private:
+  Tensor weight_;
 };
 
 /// The row-wise quantized form of an embedding layer's weight (8 or 4 bits; src/quant/qembedding.cpp).
@@ -157,9 +222,11 @@ class QatForm : public nn::LayerForm<Layer> {
     weight_fq_ = &this->register_module("weight_fake_quant", std::move(weight_fq));
   }
   Tensor forward_layer(const Layer& layer, const Tensor& input) override {
-    if (!bn_) return float_forward(layer, (*input_fq_)(input), (*weight_fq_)(layer.weight));
+    // the fake quant sees the weight with its output channels on dim 0 (out_major)
+    const auto fake_quant = [&](const Tensor& w) { return from_out_major(layer, (*weight_fq_)(out_major(layer, w))); };
+    if (!bn_) return float_forward(layer, (*input_fq_)(input), fake_quant(layer.weight));
     const Tensor s = bn_scale(*bn_, layer.weight);
-    const Tensor w = (*weight_fq_)(layer.weight * s.reshape(per_channel_shape(layer.weight.dim(), 0, s.numel())));
+    const Tensor w = fake_quant(layer.weight * s.reshape(per_channel_shape(layer.weight.dim(), 0, s.numel())));
     Tensor y = float_forward(layer, (*input_fq_)(input), w, Tensor());
     const Shape channels = per_channel_shape(y.dim(), output_channel_dim(layer, y.dim()), s.numel());
     y = y / s.reshape(channels);

@@ -50,10 +50,27 @@ std::unique_ptr<Layer> with_values(std::unique_ptr<Layer> layer, const Layer& fr
   return layer;
 }
 
-enum class Role { Conv, Linear, BatchNorm2d, BatchNorm1d, ReLU, Other };
+// A new convolution of conv's configuration, with a bias, holding conv followed by bn folded.
+template <class Conv>
+std::unique_ptr<Conv> fused_conv(const Conv& conv, const nn::BatchNormBase& bn) {
+  // scaled along the output channels: dim 0 of the weight with them first (layer_ops.h's out_major)
+  const Tensor w = conv.weight.defined() ? detail::out_major(conv, conv.weight.detach()) : conv.weight;
+  auto wb = fold_batch_norm(bn, w, conv.bias, conv.out_channels, "fuse_conv_bn_eval");
+  wb.first = detail::from_out_major(conv, wb.first).contiguous();
+  auto o = conv.options;
+  o.bias = true;
+  Generator unused;  // the initial values are overwritten: the default generator's stream stays as it was
+  o.generator = &unused;
+  return with_values(std::make_unique<Conv>(conv.in_channels, conv.out_channels, conv.kernel_size, o), conv,
+                     std::move(wb));
+}
+
+enum class Role { Conv, Conv1d, ConvTranspose2d, Linear, BatchNorm2d, BatchNorm1d, ReLU, Other };
 
 Role role_of(nn::Module& m) {
   if (dynamic_cast<nn::Conv2d*>(&m)) return Role::Conv;
+  if (dynamic_cast<nn::Conv1d*>(&m)) return Role::Conv1d;
+  if (dynamic_cast<nn::ConvTranspose2d*>(&m)) return Role::ConvTranspose2d;
   if (dynamic_cast<nn::Linear*>(&m)) return Role::Linear;
   if (dynamic_cast<nn::BatchNorm2d*>(&m)) return Role::BatchNorm2d;
   if (dynamic_cast<nn::BatchNorm1d*>(&m)) return Role::BatchNorm1d;
@@ -68,23 +85,40 @@ bool pattern_of(const std::vector<Role>& r, FusedKind* kind) {
   if (is({R::Conv, R::BatchNorm2d})) *kind = FusedKind::ConvBn2d;
   else if (is({R::Conv, R::BatchNorm2d, R::ReLU})) *kind = FusedKind::ConvBnReLU2d;
   else if (is({R::Conv, R::ReLU})) *kind = FusedKind::ConvReLU2d;
+  else if (is({R::Conv1d, R::BatchNorm1d})) *kind = FusedKind::ConvBn1d;
+  else if (is({R::Conv1d, R::BatchNorm1d, R::ReLU})) *kind = FusedKind::ConvBnReLU1d;
+  else if (is({R::Conv1d, R::ReLU})) *kind = FusedKind::ConvReLU1d;
+  else if (is({R::ConvTranspose2d, R::BatchNorm2d})) *kind = FusedKind::ConvTransposeBn2d;
   else if (is({R::Linear, R::ReLU})) *kind = FusedKind::LinearReLU;
   else if (is({R::Linear, R::BatchNorm1d})) *kind = FusedKind::LinearBn1d;
   else return false;
   return true;
 }
 
+// Whether a fused run's first layer (Conv2d, Conv1d, ConvTranspose2d or Linear) has a form, and its output channels.
+std::pair<bool, int64_t> form_and_out_channels(nn::Module& m) {
+  if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) return {c->form() != nullptr, c->out_channels};
+  if (auto* c = dynamic_cast<nn::Conv1d*>(&m)) return {c->form() != nullptr, c->out_channels};
+  if (auto* c = dynamic_cast<nn::ConvTranspose2d*>(&m)) return {c->form() != nullptr, c->out_channels};
+  auto& l = static_cast<nn::Linear&>(m);
+  return {l.form() != nullptr, l.out_features};
+}
+
 // The eval form of a fused run: batch norm folded into the layer (a plain layer when nothing else
 // is left), or the fused module as it stands.
 std::unique_ptr<nn::Module> fused_eval(FusedKind kind, std::vector<std::unique_ptr<nn::Module>> m) {
-  if (kind == FusedKind::ConvBn2d || kind == FusedKind::ConvBnReLU2d) {
-    m[0] = fuse_conv_bn_eval(static_cast<nn::Conv2d&>(*m[0]), static_cast<nn::BatchNorm2d&>(*m[1]));
-    if (kind == FusedKind::ConvBn2d) return std::move(m[0]);
+  const bool conv2d = kind == FusedKind::ConvBn2d || kind == FusedKind::ConvBnReLU2d;
+  if (conv2d || kind == FusedKind::ConvBn1d || kind == FusedKind::ConvBnReLU1d) {
+    if (conv2d) m[0] = fuse_conv_bn_eval(static_cast<nn::Conv2d&>(*m[0]), static_cast<nn::BatchNorm2d&>(*m[1]));
+    else m[0] = fuse_conv_bn_eval(static_cast<nn::Conv1d&>(*m[0]), static_cast<nn::BatchNorm1d&>(*m[1]));
+    if (kind == FusedKind::ConvBn2d || kind == FusedKind::ConvBn1d) return std::move(m[0]);
     std::vector<std::unique_ptr<nn::Module>> rest;
     rest.push_back(std::move(m[0]));
     rest.push_back(std::move(m[2]));
-    return std::make_unique<FusedModule>(FusedKind::ConvReLU2d, std::move(rest));
+    return std::make_unique<FusedModule>(conv2d ? FusedKind::ConvReLU2d : FusedKind::ConvReLU1d, std::move(rest));
   }
+  if (kind == FusedKind::ConvTransposeBn2d)
+    return fuse_conv_bn_eval(static_cast<nn::ConvTranspose2d&>(*m[0]), static_cast<nn::BatchNorm2d&>(*m[1]));
   if (kind == FusedKind::LinearBn1d)
     return fuse_linear_bn_eval(static_cast<nn::Linear&>(*m[0]), static_cast<nn::BatchNorm1d&>(*m[1]));
   return std::make_unique<FusedModule>(kind, std::move(m));
@@ -110,10 +144,12 @@ void fuse(nn::Module& model, const std::vector<std::vector<std::string>>& groups
     }
     FusedKind kind{};
     STRATA_CHECK(pattern_of(roles, &kind), "[{}] cannot fuse ({}): the patterns are Conv2d + BatchNorm2d (+ ReLU), "
-                 "Conv2d + ReLU, Linear + ReLU and Linear + BatchNorm1d", op, types);
+                 "Conv2d + ReLU, Conv1d + BatchNorm1d (+ ReLU), Conv1d + ReLU, Linear + ReLU, Linear + "
+                 "BatchNorm1d and ConvTranspose2d + BatchNorm2d", op, types);
+    STRATA_CHECK(!qat || kind != FusedKind::ConvTransposeBn2d, "[{}] ConvTranspose2d + BatchNorm2d fuse in eval "
+                 "only (fuse_modules folds the batch norm), as in PyTorch", op);
     nn::Module& first = model.get_submodule(names[0]);
-    const bool has_form = roles[0] == Role::Conv ? static_cast<nn::Conv2d&>(first).form() != nullptr
-                                                 : static_cast<nn::Linear&>(first).form() != nullptr;
+    const auto [has_form, out] = form_and_out_channels(first);
     STRATA_CHECK(!has_form, "[{}] \"{}\" is quantized or prepared already", op, names[0]);
     if (roles[1] == Role::BatchNorm2d || roles[1] == Role::BatchNorm1d) {
       auto& bn = static_cast<nn::BatchNormBase&>(model.get_submodule(names[1]));
@@ -125,8 +161,6 @@ void fuse(nn::Module& model, const std::vector<std::vector<std::string>>& groups
                    qat ? "fuse_modules_qat fuses for training (call model.train())"
                        : "fusing batch norm folds its running statistics, for eval only (call model.eval(), or use "
                          "fuse_modules_qat)");
-      const int64_t out = roles[0] == Role::Conv ? static_cast<nn::Conv2d&>(first).out_channels
-                                                 : static_cast<nn::Linear&>(first).out_features;
       STRATA_CHECK(bn.num_features == out, "[{}] \"{}\" has {} features for the {} output channels of \"{}\"", op,
                    names[1], bn.num_features, out, names[0]);
       STRATA_CHECK(bn.running_mean.defined(), "[{}] \"{}\" keeps no running statistics (track_running_stats=false) "
@@ -161,7 +195,8 @@ FusedModule::FusedModule(FusedKind kind, std::vector<std::unique_ptr<nn::Module>
     types += (types.empty() ? "" : ", ") + m->name();
   }
   FusedKind found{};
-  STRATA_CHECK(pattern_of(roles, &found) && found == kind, "[{}] cannot hold ({})", name(), types);
+  STRATA_CHECK(pattern_of(roles, &found) && found == kind && kind != FusedKind::ConvTransposeBn2d,
+               "[{}] cannot hold ({})", name(), types);
   for (auto& m : layers) push_back(std::move(m));
 }
 
@@ -173,6 +208,7 @@ void FusedModule::replacing_child(nn::Module* old, nn::Module* now) {
   };
   if (size() > 0) {
     qat_batch_norm(dynamic_cast<nn::Conv2d*>(&(*this)[0]));
+    qat_batch_norm(dynamic_cast<nn::Conv1d*>(&(*this)[0]));
     qat_batch_norm(dynamic_cast<nn::Linear*>(&(*this)[0]));
   }
   STRATA_CHECK(old == nullptr || old != read, "[{}] its batch norm is read by the QAT form of its layer "
@@ -204,6 +240,10 @@ std::string FusedModule::name() const {
     case FusedKind::ConvBn2d: return "ConvBn2d";
     case FusedKind::ConvBnReLU2d: return "ConvBnReLU2d";
     case FusedKind::LinearReLU: return "LinearReLU";
+    case FusedKind::ConvReLU1d: return "ConvReLU1d";
+    case FusedKind::ConvBn1d: return "ConvBn1d";
+    case FusedKind::ConvBnReLU1d: return "ConvBnReLU1d";
+    case FusedKind::ConvTransposeBn2d: return "ConvTransposeBn2d";
     default: return "LinearBn1d";
   }
 }
@@ -217,18 +257,20 @@ void fuse_modules_qat(nn::Module& model, const std::vector<std::vector<std::stri
 }
 
 std::unique_ptr<nn::Conv2d> fuse_conv_bn_eval(const nn::Conv2d& conv, const nn::BatchNorm2d& bn) {
-  auto wb = fold_batch_norm(bn, conv.weight, conv.bias, conv.out_channels, "fuse_conv_bn_eval");
-  nn::Conv2dOptions o = conv.options;
-  o.bias = true;
-  Generator unused;  // the initial values are overwritten: the default generator's stream stays as it was
-  o.generator = &unused;
-  return with_values(std::make_unique<nn::Conv2d>(conv.in_channels, conv.out_channels, conv.kernel_size, o), conv,
-                     std::move(wb));
+  return fused_conv(conv, bn);
+}
+
+std::unique_ptr<nn::Conv1d> fuse_conv_bn_eval(const nn::Conv1d& conv, const nn::BatchNorm1d& bn) {
+  return fused_conv(conv, bn);
+}
+
+std::unique_ptr<nn::ConvTranspose2d> fuse_conv_bn_eval(const nn::ConvTranspose2d& conv, const nn::BatchNorm2d& bn) {
+  return fused_conv(conv, bn);
 }
 
 std::unique_ptr<nn::Linear> fuse_linear_bn_eval(const nn::Linear& linear, const nn::BatchNorm1d& bn) {
   auto wb = fold_batch_norm(bn, linear.weight, linear.bias, linear.out_features, "fuse_linear_bn_eval");
-  Generator unused;  // as in fuse_conv_bn_eval
+  Generator unused;  // as in fused_conv
   return with_values(std::make_unique<nn::Linear>(linear.in_features, linear.out_features,
                                                   nn::LinearOptions{.bias = true, .generator = &unused}),
                      linear, std::move(wb));

@@ -1,8 +1,8 @@
-// HistogramObserver (include/strata/quant/observer.hpp), PyTorch's algorithm in float64 on the
-// host: histc of each batch over the running range, re-binning of the old histogram when the
-// range grows (_combine_histograms, _upscale_histogram), and the greedy search for the range of
-// whole bins with the least L2 quantization error (_non_linear_param_search,
-// _compute_quantization_error).
+// HistogramObserver and PerChannelHistogramObserver (include/strata/quant/observer.hpp), PyTorch's
+// algorithm in float64 on the host, once per channel for the latter: histc of each batch over the
+// running range, re-binning of the old histogram when the range grows (_combine_histograms,
+// _upscale_histogram), and the greedy search for the range of whole bins with the least L2
+// quantization error (_non_linear_param_search, _compute_quantization_error).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -62,73 +62,50 @@ std::vector<double> upscale(const std::vector<double>& old, double lo, double hi
 // density * integral of x^2 over [a, b]
 double l2_norm(double a, double b, double density) { return density * (b * b * b - a * a * a) / 3; }
 
-}  // namespace
-
-HistogramObserver::HistogramObserver(ObserverOptions options, int64_t bins)
-    : Observer(std::move(options), false, 0), bins_(bins) {
-  STRATA_CHECK(bins >= 1, "[HistogramObserver] bins must be positive, got {}", bins);
-  histogram = register_buffer("histogram", zeros({bins}));
-}
-
-void HistogramObserver::update(const Tensor&, const Tensor&) {
-  throw Error("[HistogramObserver] internal: update is not used (forward keeps the histogram)");
-}
-
-Tensor HistogramObserver::forward(const Tensor& x) {
-  checked_axis(x);
-  NoGradGuard no_grad;
-  const std::vector<double> values = host_doubles(x);
+// Folds `values` into one histogram of hist.size() bins over [*lo, *hi] (observed when *lo <= *hi):
+// histc of the batch over the grown range, the old counts re-binned into it. No finite value: no change.
+void observe(std::vector<double>& hist, double* lo, double* hi, const std::vector<double>& values) {
+  const auto bins = static_cast<int64_t>(hist.size());
   // the finite range here (finite_aminmax gives a batch without finite values [0, 0], which would
   // widen the range to 0)
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  double b_lo = std::numeric_limits<double>::infinity(), b_hi = -b_lo;
   for (double v : values)
     if (std::isfinite(v)) {
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
+      b_lo = std::min(b_lo, v);
+      b_hi = std::max(b_hi, v);
     }
-  if (lo > hi) return x;  // no finite value (or none at all), as PyTorch skips an empty batch
-  std::vector<double> hist;
-  double new_lo = lo, new_hi = hi;
-  if (!observed()) {
-    hist = histc(values, bins_, lo, hi);
-  } else {
-    const double cur_lo = min_val.item<double>(), cur_hi = max_val.item<double>();
-    new_lo = std::min(cur_lo, lo);
-    new_hi = std::max(cur_hi, hi);
-    hist = histc(values, bins_, new_lo, new_hi);
-    std::vector<double> old = host_doubles(histogram);
-    if (cur_lo == cur_hi) {  // every earlier value was cur_lo: its mass goes to cur_lo's new bin
-      double mass = 0;
-      for (double c : old) mass += c;
-      old = histc({cur_lo}, bins_, new_lo, new_hi);
-      for (double& c : old) c *= mass;
-    } else if (new_lo != cur_lo || new_hi != cur_hi) {
-      old = upscale(old, cur_lo, cur_hi, new_lo, new_hi);
-    }
-    for (size_t i = 0; i < hist.size(); ++i) hist[i] += old[i];
+  if (b_lo > b_hi) return;  // no finite value (or none at all), as PyTorch skips an empty batch
+  if (!(*lo <= *hi)) {
+    hist = histc(values, bins, b_lo, b_hi);
+    *lo = b_lo;
+    *hi = b_hi;
+    return;
   }
-  histogram.copy_(from_vector(hist).to(histogram.device(), kFloat32));
-  min_val.fill_(new_lo);
-  max_val.fill_(new_hi);
-  return x;
+  const double new_lo = std::min(*lo, b_lo), new_hi = std::max(*hi, b_hi);
+  std::vector<double> old = std::move(hist);
+  hist = histc(values, bins, new_lo, new_hi);
+  if (*lo == *hi) {  // every earlier value was lo: its mass goes to lo's new bin
+    double mass = 0;
+    for (double c : old) mass += c;
+    old = histc({*lo}, bins, new_lo, new_hi);
+    for (double& c : old) c *= mass;
+  } else if (new_lo != *lo || new_hi != *hi) {
+    old = upscale(old, *lo, *hi, new_lo, new_hi);
+  }
+  for (size_t i = 0; i < hist.size(); ++i) hist[i] += old[i];
+  *lo = new_lo;
+  *hi = new_hi;
 }
 
-double HistogramObserver::quantization_error(int64_t start, int64_t end) const {
-  STRATA_CHECK(start >= 0 && start <= end && end < bins_, "[HistogramObserver] bins [{}, {}] are not a range of "
-               "[0, {})", start, end, bins_);
-  return l2_error(host_doubles(histogram), (max_val.item<double>() - min_val.item<double>()) / bins_, start, end);
-}
-
-double HistogramObserver::l2_error(const std::vector<double>& hist, double bin_width, int64_t start,
-                                   int64_t end) const {
-  const double levels = range().quant_max - range().quant_min + 1;
+// The L2 error of quantizing hist (bins of bin_width) to `levels` levels over bins [start, end].
+double l2_error(const std::vector<double>& hist, double bin_width, int64_t start, int64_t end, double levels) {
   const double dst = bin_width * static_cast<double>(end - start + 1) / levels;
   if (dst == 0.0) return 0.0;
   double norm = 0;
-  for (int64_t b = 0; b < bins_; ++b) {
-    const double density = hist[static_cast<size_t>(b)] / bin_width;
+  for (size_t b = 0; b < hist.size(); ++b) {
+    const double density = hist[b] / bin_width;
     // the source bin [begin, end) measured from the first level's start, and the levels holding its ends
-    const double begin = static_cast<double>(b - start) * bin_width, finish = begin + bin_width;
+    const double begin = (static_cast<double>(b) - static_cast<double>(start)) * bin_width, finish = begin + bin_width;
     const double first = std::clamp(std::floor(begin / dst), 0.0, levels - 1);
     const double last = std::clamp(std::floor(finish / dst), 0.0, levels - 1);
     norm += l2_norm(begin - (first + 0.5) * dst, dst / 2, density);
@@ -138,16 +115,16 @@ double HistogramObserver::l2_error(const std::vector<double>& hist, double bin_w
   return norm;
 }
 
-std::pair<double, double> HistogramObserver::search_range() const {
-  const std::vector<double> hist = host_doubles(histogram);
-  const double lo = min_val.item<double>(), hi = max_val.item<double>();
-  const double bin_width = (hi - lo) / static_cast<double>(bins_);
+// PyTorch's _non_linear_param_search on hist over [lo, hi]: the range of whole bins it settles on.
+std::pair<double, double> search(const std::vector<double>& hist, double lo, double hi, double levels) {
+  const auto bins = static_cast<int64_t>(hist.size());
+  const double bin_width = (hi - lo) / static_cast<double>(bins);
   std::vector<double> cumulative(hist.size());
   double total = 0;
   for (size_t i = 0; i < hist.size(); ++i) cumulative[i] = total += hist[i];
   const double step = 1e-5;  // the quantile granularity
   double alpha = 0, beta = 1, norm_min = std::numeric_limits<double>::infinity();
-  int64_t start = 0, end = bins_ - 1;
+  int64_t start = 0, end = bins - 1;
   const auto cum = [&](int64_t i) { return cumulative[static_cast<size_t>(i)]; };
   while (alpha < beta) {
     const double next_alpha = alpha + step, next_beta = beta - step;
@@ -164,7 +141,7 @@ std::pair<double, double> HistogramObserver::search_range() const {
       beta = next_beta;
     }
     if (next_start == start && next_end == end) continue;
-    const double norm = l2_error(hist, bin_width, next_start, next_end);
+    const double norm = l2_error(hist, bin_width, next_start, next_end, levels);
     if (norm > norm_min) break;
     norm_min = norm;
     start = next_start;
@@ -173,11 +150,113 @@ std::pair<double, double> HistogramObserver::search_range() const {
   return {lo + bin_width * static_cast<double>(start), lo + bin_width * static_cast<double>(end + 1)};
 }
 
+double levels_of(QRange r) { return static_cast<double>(r.quant_max - r.quant_min + 1); }
+
+}  // namespace
+
+HistogramObserver::HistogramObserver(ObserverOptions options, int64_t bins)
+    : Observer(std::move(options), false, 0), bins_(bins) {
+  STRATA_CHECK(bins >= 1, "[HistogramObserver] bins must be positive, got {}", bins);
+  histogram = register_buffer("histogram", zeros({bins}));
+}
+
+void HistogramObserver::update(const Tensor&, const Tensor&) {
+  throw Error("[HistogramObserver] internal: update is not used (forward keeps the histogram)");
+}
+
+Tensor HistogramObserver::forward(const Tensor& x) {
+  checked_axis(x);
+  NoGradGuard no_grad;
+  std::vector<double> hist = host_doubles(histogram);
+  double lo = min_val.item<double>(), hi = max_val.item<double>();
+  observe(hist, &lo, &hi, host_doubles(x));
+  histogram.copy_(from_vector(hist).to(histogram.device(), kFloat32));
+  min_val.fill_(lo);
+  max_val.fill_(hi);
+  return x;
+}
+
+double HistogramObserver::quantization_error(int64_t start, int64_t end) const {
+  STRATA_CHECK(start >= 0 && start <= end && end < bins_, "[HistogramObserver] bins [{}, {}] are not a range of "
+               "[0, {})", start, end, bins_);
+  return l2_error(host_doubles(histogram), (max_val.item<double>() - min_val.item<double>()) / bins_, start, end,
+                  levels_of(range()));
+}
+
+std::pair<double, double> HistogramObserver::search_range() const {
+  return search(host_doubles(histogram), min_val.item<double>(), max_val.item<double>(), levels_of(range()));
+}
+
 std::pair<Tensor, Tensor> HistogramObserver::calculate_qparams() const {
   if (!observed()) return Observer::calculate_qparams();
   const auto [lo, hi] = search_range();
   return quant::calculate_qparams(full({}, lo, TensorOptions(kFloat32, min_val.device())),
                                   full({}, hi, TensorOptions(kFloat32, min_val.device())), range(),
+                                  is_symmetric(options().qscheme), options().eps);
+}
+
+PerChannelHistogramObserver::PerChannelHistogramObserver(ObserverOptions options, int64_t num_channels, int64_t bins)
+    : Observer(std::move(options), true, num_channels), bins_(bins) {
+  STRATA_CHECK(bins >= 1, "[PerChannelHistogramObserver] bins must be positive, got {}", bins);
+  histogram = register_buffer("histogram", zeros({num_channels, bins}));
+}
+
+void PerChannelHistogramObserver::update(const Tensor&, const Tensor&) {
+  throw Error("[PerChannelHistogramObserver] internal: update is not used (forward keeps the histograms)");
+}
+
+Tensor PerChannelHistogramObserver::forward(const Tensor& x) {
+  const int64_t axis = checked_axis(x);
+  NoGradGuard no_grad;
+  const int64_t C = x.size(axis);
+  if (min_val.numel() != C) {
+    STRATA_CHECK(min_val.numel() == 0, "[{}] observed {} channels, then an input of shape {} with {} along ch_axis "
+                 "{}", name(), min_val.numel(), x.shape(), C, axis);
+    const TensorOptions o(min_val.device());
+    set_tensor("min_val", full({C}, std::numeric_limits<float>::infinity(), o));
+    set_tensor("max_val", full({C}, -std::numeric_limits<float>::infinity(), o));
+    set_tensor("histogram", zeros({C, bins_}, o));
+  }
+  if (C == 0) return x;
+  const std::vector<double> values = host_doubles(x.transpose(0, axis).reshape({C, -1}));
+  std::vector<double> hists = host_doubles(histogram), lo = host_doubles(min_val), hi = host_doubles(max_val);
+  const auto per = static_cast<ptrdiff_t>(values.size()) / C, bins = static_cast<ptrdiff_t>(bins_);
+  for (ptrdiff_t c = 0; c < C; ++c) {
+    std::vector<double> h(hists.begin() + c * bins, hists.begin() + (c + 1) * bins);
+    observe(h, &lo[size_t(c)], &hi[size_t(c)],
+            std::vector<double>(values.begin() + c * per, values.begin() + (c + 1) * per));
+    std::copy(h.begin(), h.end(), hists.begin() + c * bins);
+  }
+  histogram.copy_(from_vector(hists, Shape{C, bins_}).to(histogram.device(), kFloat32));
+  min_val.copy_(from_vector(lo).to(min_val.device(), kFloat32));
+  max_val.copy_(from_vector(hi).to(max_val.device(), kFloat32));
+  return x;
+}
+
+std::vector<std::pair<double, double>> PerChannelHistogramObserver::search_ranges() const {
+  const std::vector<double> hists = host_doubles(histogram), lo = host_doubles(min_val), hi = host_doubles(max_val);
+  const auto bins = static_cast<ptrdiff_t>(bins_);
+  std::vector<std::pair<double, double>> out;
+  for (size_t c = 0; c < lo.size(); ++c) {
+    if (!(lo[c] <= hi[c])) {  // never observed
+      out.emplace_back(lo[c], hi[c]);
+      continue;
+    }
+    const auto first = hists.begin() + static_cast<ptrdiff_t>(c) * bins;
+    out.push_back(search(std::vector<double>(first, first + bins), lo[c], hi[c], levels_of(range())));
+  }
+  return out;
+}
+
+std::pair<Tensor, Tensor> PerChannelHistogramObserver::calculate_qparams() const {
+  if (min_val.numel() == 0) return Observer::calculate_qparams();
+  std::vector<double> lo, hi;
+  for (const auto& [l, h] : search_ranges()) {
+    lo.push_back(l);
+    hi.push_back(h);
+  }
+  const Device d = min_val.device();
+  return quant::calculate_qparams(from_vector(lo).to(d, kFloat32), from_vector(hi).to(d, kFloat32), range(),
                                   is_symmetric(options().qscheme), options().eps);
 }
 

@@ -1,6 +1,6 @@
 // prepare_qat and convert (include/strata/quant/qat.hpp), and static quantization's prepare
-// (include/strata/quant/quantize_static.hpp): forms put on the Linear and Conv2d layers, and the
-// int8 forms convert puts in their place.
+// (include/strata/quant/quantize_static.hpp): forms put on the Linear, Conv2d, Conv1d and
+// ConvTranspose2d layers, and the int8 forms convert puts in their place.
 #include <strata/quant/qat.hpp>
 
 #include <memory>
@@ -34,9 +34,9 @@ void check_unprepared(const std::vector<detail::QuantLayer>& layers, const char*
     visit(l, [&](auto& layer) {
       STRATA_CHECK(layer.form() == nullptr, "[{}] layer \"{}\" is quantized or prepared already ({})", op, l.name,
                    layer.form() ? layer.form()->name() : "");
+      STRATA_CHECK(detail::zero_padded(layer), "[{}] {} \"{}\" pads other than with zeros, which quantization does "
+                   "not support", op, layer.name(), l.name);
     });
-    STRATA_CHECK(!l.conv || l.conv->options.padding_mode == nn::PaddingMode::Zeros,
-                 "[{}] Conv2d \"{}\" pads other than with zeros, which quantization does not support", op, l.name);
   }
 }
 
@@ -46,6 +46,13 @@ std::unique_ptr<nn::LinearForm> int8_form(const nn::Linear&, Int8Weight w, detai
 std::unique_ptr<nn::Conv2dForm> int8_form(const nn::Conv2d&, Int8Weight w, detail::StaticActivations act) {
   return std::make_unique<detail::Int8Conv2dForm>(std::move(w), std::move(act));
 }
+std::unique_ptr<nn::Conv1dForm> int8_form(const nn::Conv1d&, Int8Weight w, detail::StaticActivations act) {
+  return std::make_unique<detail::Int8Conv1dForm>(std::move(w), std::move(act));
+}
+std::unique_ptr<nn::ConvTranspose2dForm> int8_form(const nn::ConvTranspose2d&, Int8Weight w,
+                                                   detail::StaticActivations act) {
+  return std::make_unique<detail::Int8ConvTranspose2dForm>(std::move(w), std::move(act));
+}
 
 std::unique_ptr<nn::Linear> fold(const nn::Linear& l, nn::Module& bn) {
   return fuse_linear_bn_eval(l, dynamic_cast<nn::BatchNorm1d&>(bn));
@@ -53,9 +60,20 @@ std::unique_ptr<nn::Linear> fold(const nn::Linear& l, nn::Module& bn) {
 std::unique_ptr<nn::Conv2d> fold(const nn::Conv2d& c, nn::Module& bn) {
   return fuse_conv_bn_eval(c, dynamic_cast<nn::BatchNorm2d&>(bn));
 }
+std::unique_ptr<nn::Conv1d> fold(const nn::Conv1d& c, nn::Module& bn) {
+  return fuse_conv_bn_eval(c, dynamic_cast<nn::BatchNorm1d&>(bn));
+}
+std::unique_ptr<nn::ConvTranspose2d> fold(const nn::ConvTranspose2d&, nn::Module&) {
+  STRATA_CHECK(false, "[convert] no fused module holds a ConvTranspose2d and a batch norm");
+  return nullptr;
+}
 
-// A weight (out, ...) as the int8 form's (out, K) codes, per channel symmetric.
-Int8Weight quantize_flat(const Tensor& weight) { return quantize_weight_int8(weight.reshape({weight.size(0), -1})); }
+// A layer's weight, output channels on dim 0 (out_major), as the int8 form's (out, K) codes, per channel symmetric.
+template <class Layer>
+Int8Weight quantize_flat(const Layer& layer) {
+  const Tensor w = detail::out_major(layer, layer.weight);
+  return quantize_weight_int8(w.reshape({w.size(0), -1}));
+}
 
 bool calibrated(const Observer& o) {
   NoGradGuard no_grad;
@@ -86,7 +104,8 @@ void convert_layer(Layer& layer, const detail::QuantLayer& l) {
     const FakeQuantize& w = qat->weight_fake_quant();
     act.input = {in.scale.clone(), in.zero_point.clone(), QRange{in.quant_min(), in.quant_max()}};
     // the qparams the fake quants used last (the buffers), so the int8 layer matches them
-    const auto quantized_with_fq = [&](const Tensor& weight) {
+    const auto quantized_with_fq = [&](const Layer& of) {
+      const Tensor weight = detail::out_major(of, of.weight);
       const Device d = weight.device();
       QuantizedTensor q = quantize_per_channel(weight, w.scale.to(d), w.zero_point.to(d), 0, kInt8);
       return Int8Weight{q.int_repr.reshape({q.int_repr.size(0), -1}), q.scales};
@@ -95,12 +114,12 @@ void convert_layer(Layer& layer, const detail::QuantLayer& l) {
       // the batch norm's running statistics folded into a new layer, whose weight the fake quant
       // saw scaled the same way while training (QatForm)
       std::unique_ptr<Layer> folded = fold(layer, (*l.fused)[1]);
-      folded->set_form("quantized", int8_form(*folded, quantized_with_fq(folded->weight), std::move(act)));
+      folded->set_form("quantized", int8_form(*folded, quantized_with_fq(*folded), std::move(act)));
       l.fused->set_submodule("0", std::move(folded));  // the prepared layer goes
       l.fused->set_submodule("1", std::make_unique<nn::Identity>());
       return;
     }
-    Int8Weight weight = quantized_with_fq(layer.weight);
+    Int8Weight weight = quantized_with_fq(layer);
     std::unique_ptr<nn::LayerForm<Layer>> old = layer.take_form();
     layer.set_form("quantized", int8_form(layer, std::move(weight), std::move(act)));
     return;
@@ -109,7 +128,7 @@ void convert_layer(Layer& layer, const detail::QuantLayer& l) {
   act.input = qparams_of(observed.input_observer());
   act.output = qparams_of(observed.output_observer());
   act.relu = observed.relu();
-  Int8Weight weight = quantize_flat(layer.weight);
+  Int8Weight weight = quantize_flat(layer);
   std::unique_ptr<nn::LayerForm<Layer>> old = layer.take_form();
   layer.set_form("quantized", int8_form(layer, std::move(weight), std::move(act)));
 }
@@ -153,7 +172,8 @@ int64_t prepare_qat(nn::Module& model, const QatOptions& o) {
 
 int64_t prepare(nn::Module& model, const StaticOptions& o) {
   const std::vector<detail::QuantLayer> layers = detail::quant_layers(model, o.filter);
-  STRATA_CHECK(!layers.empty(), "[prepare] {} holds no nn::Linear or nn::Conv2d to quantize", model.name());
+  STRATA_CHECK(!layers.empty(), "[prepare] {} holds no nn::Linear, Conv2d, Conv1d or ConvTranspose2d to quantize",
+               model.name());
   check_unprepared(layers, "prepare");
   for (const auto& l : layers)
     STRATA_CHECK(!l.fused || !l.fused->has_batch_norm(), "[prepare] \"{}\" is a {} of fuse_modules_qat: static "

@@ -2,7 +2,7 @@
 // convolution (int32 sums, then the int8 Linear's float epilogue), where it runs; elsewhere, and
 // as its reference, the codes gathered by im2col (kernels/common/im2col.h) into the rows of the
 // int8 Linear's GEMM (kernels/cpu/qgemm.h), one GEMM per group. Either gives a (pixels, channels)
-// channels-last result; conv2d_int8 and the static form Int8Conv2dForm
+// channels-last result; conv2d_int8 and the static forms of Conv2d and Conv1d (Int8ConvForm)
 // (include/strata/quant/quantize_static.hpp, src/quant/forms.h).
 #include <atomic>
 
@@ -106,6 +106,8 @@ Tensor conv_input(const Tensor& x, const Int8Weight& w, nn::Size2 k, const nn::f
   return x4;
 }
 
+}  // namespace
+
 bool channels_last(const Tensor& x) {
   return x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::ChannelsLast);
 }
@@ -124,27 +126,23 @@ Tensor like_input(const Tensor& y, const Tensor& x) {
   return x.dim() == 3 ? laid.squeeze(0) : laid;
 }
 
-}  // namespace
-
-Int8Conv2dForm::Int8Conv2dForm(Int8Weight weight, StaticActivations act)
-    : weight_(std::move(weight)), act_(std::move(act)) {
-  weight_.codes = register_buffer("weight_int8", weight_.codes);
-  weight_.scale = register_buffer("weight_scale", weight_.scale);
-  register_static(*this, act_);
+void register_int8(nn::Module& form, Int8Weight& weight, StaticActivations& act) {
+  weight.codes = form.register_buffer("weight_int8", weight.codes);
+  weight.scale = form.register_buffer("weight_scale", weight.scale);
+  register_static(form, act);
 }
 
-Tensor Int8Conv2dForm::forward_layer(const nn::Conv2d& layer, const Tensor& input) {
-  const char* op = "Conv2d(int8)";
+Tensor int8_conv2d_layer(const Tensor& x, const Int8Weight& w, const StaticActivations& act, const Tensor& bias,
+                         const Conv2dGeometry& g, CodesCache& row_sums_cache, CodesCache& layout) {
+  const char* op = g.one_d ? "Conv1d(int8)" : "Conv2d(int8)";
   NoGradGuard no_grad;
-  const nn::functional::Conv2dArgs args = conv_args(layer);
   Tensor zero;
-  const Tensor codes = nhwc_codes(conv_input(input, weight_, layer.kernel_size, args, op), act_.input, &zero);
+  const Tensor codes = nhwc_codes(conv_input(x, w, g.kernel, g.args, op), act.input, &zero);
   const auto pad = static_cast<uint8_t>(zero.item<int64_t>());
-  const Tensor bias = bias_of(layer.bias, layer.out_channels, input.device(), kFloat32, op);
-  const Tensor y = conv2d_codes(codes, act_.input.scale.to(kFloat32).contiguous(), zero, pad, weight_,
-                                row_sums_.of(weight_.codes, row_sums), bias, layer.kernel_size, args, &act_,
-                                &im2col_layout_);
-  return like_input(y, input).to(input.dtype());
+  const Tensor b = bias_of(bias, w.codes.size(0), x.device(), kFloat32, op);
+  const Tensor y = conv2d_codes(codes, act.input.scale.to(kFloat32).contiguous(), zero, pad, w,
+                                row_sums_cache.of(w.codes, row_sums), b, g.kernel, g.args, &act, &layout);
+  return like_input(y, x);
 }
 
 }  // namespace detail

@@ -9,6 +9,7 @@
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
 #include <strata/ops/reduce.hpp>
+#include <strata/ops/unary.hpp>
 #include <strata/quant/qtensor.hpp>
 #include <strata/quant/quantize.hpp>
 #include <strata/quant/quantize_static.hpp>
@@ -281,6 +282,27 @@ Int4LinearForm::Int4LinearForm(Int4Weight weight) : weight_(std::move(weight)) {
 
 Tensor Int4LinearForm::forward_layer(const nn::Linear& layer, const Tensor& input) {
   return linear_int4(input, weight_, layer.bias);
+}
+
+Tensor to_float16_weight(const Tensor& w) {
+  NoGradGuard no_grad;
+  constexpr double kMaxHalf = 65504.0;  // saturated, as fbgemm's fp16 packing (not inf)
+  return clamp(w.detach(), -kMaxHalf, kMaxHalf).to(kFloat16).contiguous();
+}
+
+Tensor float16_product(const Tensor& x, const Tensor& w16, const Tensor& bias) {
+  NoGradGuard no_grad;
+  const DType dt = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const Tensor b = bias.defined() ? bias.detach().to(dt) : bias;
+  return nn::functional::linear(x.detach().to(dt), w16.to(dt), b).to(x.dtype());
+}
+
+Float16LinearForm::Float16LinearForm(const Tensor& weight) {
+  weight_ = register_buffer("weight_fp16", to_float16_weight(weight));
+}
+
+Tensor Float16LinearForm::forward_layer(const nn::Linear& layer, const Tensor& input) {
+  return float16_product(input, weight_, layer.bias);
 }
 
 }  // namespace detail

@@ -65,7 +65,7 @@ class DynamicRecurrentForm : public nn::RecurrentForm {
         s.int8.scale = register_buffer(w.name + "_scale", q.scale);
         s.row_sums = std::make_unique<CodesCache>();
       } else {
-        s.fp16 = register_buffer(w.name + "_fp16", w.weight.detach().to(kFloat16));
+        s.fp16 = register_buffer(w.name + "_fp16", to_float16_weight(w.weight));
       }
     }
   }
@@ -77,9 +77,7 @@ class DynamicRecurrentForm : public nn::RecurrentForm {
     Slot& s = it->second;
     if (dtype_ == RecurrentDtype::Int8)
       return int8_dynamic(x, s.int8, s.row_sums->of(s.int8.codes, row_sums), bias, "recurrent(int8)");
-    NoGradGuard no_grad;  // float16 storage, the product in the activations' dtype (fbgemm's fp16 GEMM: fp32)
-    const Tensor b = bias.defined() ? bias.detach().to(x.dtype()) : bias;
-    return nn::functional::linear(x.detach(), s.fp16.to(x.dtype()), b);
+    return float16_product(x, s.fp16, bias);  // float16 storage, float32 product (as fbgemm's fp16 GEMM)
   }
 
   void check_inputs(const std::string& layer, const std::vector<Tensor>& inputs) const override {

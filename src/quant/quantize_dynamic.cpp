@@ -36,8 +36,8 @@ std::vector<std::pair<std::string, nn::Module*>> embedding_layers(nn::Module& mo
 
 int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& o) {
   const char* op = "quantize_dynamic";
-  STRATA_CHECK(o.dtype == WeightDtype::Int8 || o.dtype == WeightDtype::Int4, "[{}] unknown weight dtype {}", op,
-               static_cast<int>(o.dtype));
+  STRATA_CHECK(o.dtype == WeightDtype::Int8 || o.dtype == WeightDtype::Int4 || o.dtype == WeightDtype::Float16,
+               "[{}] unknown weight dtype {}", op, static_cast<int>(o.dtype));
   const bool int4 = o.dtype == WeightDtype::Int4;
   STRATA_CHECK(!int4 || o.group_size == 32 || o.group_size == 64 || o.group_size == 128,
                "[{}] group_size must be 32, 64 or 128, got {}", op, o.group_size);
@@ -53,7 +53,7 @@ int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& o) {
     STRATA_CHECK(!int4 || layer->in_features % o.group_size == 0,
                  "[{}] group_size {} does not divide in_features {} of layer \"{}\"", op, o.group_size,
                  layer->in_features, name);
-    STRATA_CHECK(int4 || layer->in_features <= (int64_t{1} << 16),
+    STRATA_CHECK(o.dtype != WeightDtype::Int8 || layer->in_features <= (int64_t{1} << 16),
                  "[{}] layer \"{}\" has in_features {} > 2^16, past which int8 sums could overflow", op, name,
                  layer->in_features);
   }
@@ -73,6 +73,8 @@ int64_t quantize_dynamic(nn::Module& model, const QuantizeOptions& o) {
     if (int4) {
       layer->set_form("quantized", std::make_unique<detail::Int4LinearForm>(
                                        quantize_weight_int4(layer->weight, o.group_size, o.symmetric)));
+    } else if (o.dtype == WeightDtype::Float16) {
+      layer->set_form("quantized", std::make_unique<detail::Float16LinearForm>(layer->weight));
     } else {
       layer->set_form("quantized",
                       std::make_unique<detail::Int8LinearForm>(quantize_weight_int8(layer->weight), std::nullopt));

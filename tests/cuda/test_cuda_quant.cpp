@@ -2,7 +2,7 @@
 // dequantized values, fake quant and its mask equal bit for bit (same float32 math); the int8
 // GEMM exactly; the int8 and int4 Linear layers within float summation-order tolerance; the static
 // int8 convolution, and a model calibrated and converted on the GPU against the same on the CPU;
-// the dynamic int8 LSTM.
+// the dynamic int8 LSTM; the int8 Conv1d and ConvTranspose2d.
 #include <cmath>
 #include <vector>
 
@@ -112,6 +112,30 @@ TEST(CudaQuant, StaticInt8ConvAndConvertedModelMatchTheCpu) {
     same += std::abs(g[i] - c[i]) <= 1e-5 * std::abs(c[i]) + 1e-6;
   }
   EXPECT_GE(same, g.size() * 9 / 10);
+}
+
+// Conv1d and ConvTranspose2d converted on the CPU, then moved to the GPU: the same integer sums, the
+// float32 epilogue and col2im sums within float rounding.
+TEST(CudaQuant, StaticInt8Conv1dAndConvTranspose2dMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  const st::nn::functional::ConvTranspose2dArgs args{.stride = 2, .padding = 1, .output_padding = 1, .groups = 2};
+  const st::Tensor x = ct::random({3, 4, 5, 6}, st::kFloat32, -2, 3), bias = ct::random({6}, st::kFloat32);
+  const q::Int8Weight w = q::quantize_weight_int8(ct::random({6, 2 * 9}, st::kFloat32));
+  const q::Int8Weight wg{w.codes.cuda(), w.scale.cuda()};
+  EXPECT_TRUE(all_close(q::conv_transpose2d_int8(x.cuda(), 0.02, 100, wg, {3, 3}, args, bias.cuda()),
+                        values(q::conv_transpose2d_int8(x, 0.02, 100, w, {3, 3}, args, bias)), 1e-5, 1e-5));
+  st::nn::Sequential model(st::nn::Conv1d(4, 6, 3, {.padding = 1, .groups = 2}), st::nn::ReLU());
+  model.eval();
+  q::fuse_modules(model, {{"0", "1"}});
+  q::prepare(model);
+  const st::Tensor seq = x.reshape({3, 4, 30});
+  model(seq);
+  q::convert(model);
+  const std::vector<double> c = values(model(seq));
+  model.to(st::Device::cuda());
+  const double step = values(model.state_dict().at("0.0.quantized.output_scale"))[0];
+  EXPECT_TRUE(all_close(model(seq.cuda()), c, 0, step * 1.001));
 }
 
 TEST(CudaQuant, RowwiseEmbeddingsMatchTheCpu) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "quant/quant_reference.h"
 #include "testing.h"
 
 namespace st = strata;
@@ -16,44 +17,9 @@ using st::testing::all_close;
 using st::testing::throws_with;
 using st::testing::values;
 
-namespace {
-
-// PyTorch's quantize in float32: clamp(zero_point + round_half_even(x * (1 / scale)), 0, 255).
-std::vector<double> codes_of(const st::Tensor& x, double scale, int64_t zero, int64_t qmin = 0, int64_t qmax = 255) {
-  const float inv = 1.0f / static_cast<float>(scale);
-  std::vector<double> out;
-  for (double v : values(x)) {
-    const double c = std::nearbyint(static_cast<double>(static_cast<float>(v) * inv)) + static_cast<double>(zero);
-    out.push_back(std::clamp(c, double(qmin), double(qmax)));
-  }
-  return out;
-}
-
-// (codes - zero) as a float64 tensor of `shape`: exact integers, so a float64 convolution of them
-// with the weight codes gives the int32 accumulations exactly.
-st::Tensor centered(const std::vector<double>& codes, int64_t zero, const st::Shape& shape) {
-  std::vector<double> c(codes);
-  for (double& v : c) v -= static_cast<double>(zero);
-  return st::from_vector(c, shape);
-}
-
-// The int8 layers' float32 epilogue on exact int32 sums: float(acc) * (float(x_scale) * float(w_scale))
-// + float(bias), per channel c = (i / inner) % channels, as float64 values.
-st::Tensor epilogue(const st::Tensor& acc, double x_scale, const st::Tensor& w_scale, const st::Tensor& bias,
-                    int64_t inner) {
-  const std::vector<double> a = values(acc), ws = values(w_scale), b = values(bias);
-  const size_t channels = ws.size();
-  std::vector<double> y;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const size_t c = (i / size_t(inner)) % channels;
-    const float p = static_cast<float>(x_scale) * static_cast<float>(ws[c]);
-    const float product = static_cast<float>(a[i]) * p;
-    y.push_back(static_cast<double>(product + static_cast<float>(b[c])));
-  }
-  return st::from_vector(y, acc.shape());
-}
-
-}  // namespace
+using st::testing::centered;
+using st::testing::codes_of;
+using st::testing::epilogue;
 
 TEST(Conv2dInt8, AccumulationsAreExact) {
   st::manual_seed(5);
@@ -242,7 +208,7 @@ TEST(StaticQuant, BadInputRaises) {
   EXPECT_TRUE(throws_with([&] { model(st::randn({2, 3, 3, 3})); }, {"Conv2d", "channels"}));
 
   nn::Sequential no_layers{nn::ReLU(), nn::Tanh()};
-  EXPECT_TRUE(throws_with([&] { q::prepare(no_layers); }, {"prepare", "no nn::Linear or nn::Conv2d"}));
+  EXPECT_TRUE(throws_with([&] { q::prepare(no_layers); }, {"prepare", "no nn::Linear, Conv2d, Conv1d or"}));
   nn::Sequential reflect(nn::Conv2d(2, 3, 3, {.padding = 1, .padding_mode = nn::PaddingMode::Reflect}));
   EXPECT_TRUE(throws_with([&] { q::prepare(reflect); }, {"pads other than with zeros"}));
   nn::Sequential qat_fused(nn::Conv2d(2, 3, 3), nn::BatchNorm2d(3));

@@ -78,18 +78,32 @@ struct ConvTranspose2dOptions {
   Generator* generator = nullptr;
 };
 
+class ConvTranspose2d;
+using ConvTranspose2dForm = LayerForm<ConvTranspose2d>;  // quantized forms (Note [Linear forms])
+
 class STRATA_API ConvTranspose2d : public Module {
  public:
   ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, ConvTranspose2dOptions options = {});
   Tensor forward(const Tensor& input) override;
   std::string name() const override { return "ConvTranspose2d"; }
   void reset_parameters(Generator* gen = nullptr);
+  /// As Conv2d's.
+  ConvTranspose2dForm& set_form(std::string name, std::unique_ptr<ConvTranspose2dForm> form);
+  std::unique_ptr<ConvTranspose2dForm> take_form();
+  ConvTranspose2dForm* form() const { return form_.get(); }
 
   int64_t in_channels, out_channels;
   Size2 kernel_size;
   ConvTranspose2dOptions options;
-  Tensor weight;  // (in_channels, out_channels / groups, kH, kW)
+  Tensor weight;  // (in_channels, out_channels / groups, kH, kW); undefined once a form replaced it
   Tensor bias;    // (out_channels), undefined without bias
+
+ protected:
+  void replacing_child(Module* old, Module* now) override { form_.check_not_form(old, name()); }
+
+ private:
+  friend class FormSlot<ConvTranspose2d>;
+  FormSlot<ConvTranspose2d> form_;
 };
 
 struct Conv1dOptions {
@@ -102,6 +116,9 @@ struct Conv1dOptions {
   Generator* generator = nullptr;
 };
 
+class Conv1d;
+using Conv1dForm = LayerForm<Conv1d>;  // quantized forms (Note [Linear forms])
+
 class STRATA_API Conv1d : public Module {
  public:
   Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options = {});
@@ -109,11 +126,22 @@ class STRATA_API Conv1d : public Module {
   Tensor forward(const Tensor& input) override;
   std::string name() const override { return "Conv1d"; }
   void reset_parameters(Generator* gen = nullptr);
+  /// As Conv2d's.
+  Conv1dForm& set_form(std::string name, std::unique_ptr<Conv1dForm> form);
+  std::unique_ptr<Conv1dForm> take_form();
+  Conv1dForm* form() const { return form_.get(); }
 
   int64_t in_channels, out_channels, kernel_size;
   Conv1dOptions options;
-  Tensor weight;  // (out_channels, in_channels / groups, kernel_size)
+  Tensor weight;  // (out_channels, in_channels / groups, kernel_size); undefined once a form replaced it
   Tensor bias;    // (out_channels), undefined without bias
+
+ protected:
+  void replacing_child(Module* old, Module* now) override { form_.check_not_form(old, name()); }
+
+ private:
+  friend class FormSlot<Conv1d>;
+  FormSlot<Conv1d> form_;
 };
 
 struct ConvTranspose1dOptions {

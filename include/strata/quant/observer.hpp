@@ -129,7 +129,31 @@ class STRATA_API HistogramObserver : public Observer {
   void update(const Tensor& batch_min, const Tensor& batch_max) override;
 
  private:
-  double l2_error(const std::vector<double>& hist, double bin_width, int64_t start_bin, int64_t end_bin) const;
+  int64_t bins_;
+};
+
+/// A HistogramObserver per index of ch_axis (PyTorch has none): each channel keeps its own running
+/// [min, max] and histogram of `bins` bins, re-binned as its own range grows, and gets the scale and
+/// zero point of the range HistogramObserver's search finds on that histogram. qscheme must be per
+/// channel; buffers histogram (channels, bins), min_val and max_val (channels), sized at the first
+/// observation or by num_channels (to load a state dict). The work runs on the host.
+class STRATA_API PerChannelHistogramObserver : public Observer {
+ public:
+  explicit PerChannelHistogramObserver(ObserverOptions options = per_channel_defaults(), int64_t num_channels = 0,
+                                       int64_t bins = 2048);
+  Tensor forward(const Tensor& x) override;
+  std::pair<Tensor, Tensor> calculate_qparams() const override;
+  std::string name() const override { return "PerChannelHistogramObserver"; }
+  int64_t bins() const { return bins_; }
+  /// Each channel's searched range, as HistogramObserver::search_range (never observed: min_val, max_val).
+  std::vector<std::pair<double, double>> search_ranges() const;
+
+  Tensor histogram;  // (channels, bins) float32 counts
+
+ protected:
+  void update(const Tensor& batch_min, const Tensor& batch_max) override;
+
+ private:
   int64_t bins_;
 };
 

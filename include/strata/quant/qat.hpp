@@ -1,10 +1,11 @@
-// Quantization-aware training, as torch.ao.quantization's prepare_qat and convert, for Linear and
-// Conv2d layers: prepare_qat puts fake quantization on each layer's input and weight (the layer
-// keeps training its float weight through the straight-through gradient); convert turns each into
-// an int8 layer with the observers' qparams, whose outputs match the fake-quantized ones. A fused
-// module of quant::fuse_modules_qat trains its batch norm as a layer; convert folds its running
-// statistics into the weight and bias and quantizes the folded weight with the weight fake quant's
-// qparams (which QAT computed on the weight scaled the same way).
+// Quantization-aware training, as torch.ao.quantization's prepare_qat and convert, for Linear,
+// Conv2d, Conv1d and ConvTranspose2d layers: prepare_qat puts fake quantization on each layer's
+// input and weight (the layer keeps training its float weight through the straight-through
+// gradient); convert turns each into an int8 layer with the observers' qparams, whose outputs
+// match the fake-quantized ones. A fused module of quant::fuse_modules_qat trains its batch norm
+// as a layer; convert folds its running statistics into the weight and bias and quantizes the
+// folded weight with the weight fake quant's qparams (which QAT computed on the weight scaled the
+// same way).
 //
 //   quant::prepare_qat(model);         // train as usual: forward sees quantization's rounding
 //   ... training loop ...
@@ -28,13 +29,15 @@ struct QatOptions {
   /// Fake quant of each weight, given its output channels; null: default_weight_fake_quant (int8
   /// per-channel symmetric, the form convert needs).
   std::function<std::unique_ptr<FakeQuantize>(int64_t out_channels)> weight_fake_quant;
-  /// Which layers (nn::Linear, nn::Conv2d), by dotted name; null: every one.
+  /// Which layers (nn::Linear, Conv2d, Conv1d, ConvTranspose2d), by dotted name; null: every one.
   std::function<bool(const std::string& name, const nn::Module& layer)> filter;
 };
 
-/// Attaches fake quantization to the Linear and Conv2d layers of `model` (state dict keys
+/// Attaches fake quantization to the Linear, Conv2d, Conv1d and ConvTranspose2d layers of `model`
+/// (a transposed convolution's weight fake quant sees its weight with the output channels on dim 0,
+/// (out, in / groups, kH, kW), so one scale per output channel; state dict keys
 /// "<layer>.qat.input_fake_quant.*" and "<layer>.qat.weight_fake_quant.*"); returns how many.
-/// Raises on a layer that is quantized or prepared already, or a Conv2d not padding with zeros.
+/// Raises on a layer that is quantized or prepared already, or a convolution not padding with zeros.
 STRATA_API int64_t prepare_qat(nn::Module& model, const QatOptions& options = {});
 
 /// PyTorch's QAT switches (torch.ao.quantization.enable_observer, disable_observer,

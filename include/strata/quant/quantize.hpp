@@ -22,7 +22,9 @@
 
 namespace strata::quant {
 
-enum class WeightDtype { Int8, Int4 };
+/// Linear weights: int8 (activations quantized per row at run time), int4 weight-only, or float16
+/// weight-only (float16_dynamic_qconfig: the weight stored in float16, the product in float32).
+enum class WeightDtype { Int8, Int4, Float16 };
 /// Embedding tables: left float (PyTorch's default qconfig_spec), or quantized per row with float
 /// scale and bias to uint8 or to 4 bits (quint4x2) (qembedding.hpp).
 enum class EmbeddingDtype { None, UInt8, UInt4 };
