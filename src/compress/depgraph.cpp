@@ -34,8 +34,9 @@ class TraceScope {
             const Tensor& out = outputs[0];
             modules.by_node[out.grad_fn().get()].push_back(&mod);
             modules.results.push_back(out.grad_fn());
-            if (outputs.size() == 1 && detail::has_module_rule(&mod))
-              modules.calls.push_back({&mod, inputs, out.grad_fn()});
+            if (detail::has_module_rule(&mod))
+              (outputs.size() == 1 ? modules.calls : modules.calls_with_states)
+                  .push_back({&mod, inputs, outputs.size() == 1 ? out.grad_fn() : nullptr});
           }));
       for (auto& [pname, p] : m->named_parameters(false))
         if (pname == "weight" && p.defined()) modules.by_weight.emplace(p.impl_ptr().get(), m);

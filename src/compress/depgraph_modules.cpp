@@ -72,6 +72,8 @@ class Rule {
     if (auto* in = dynamic_cast<nn::InstanceNormBase*>(m_)) return instance_norm(*in);
     if (auto* e = dynamic_cast<nn::Embedding*>(m_)) return embedding(*e);
     if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m_)) return attention(*a);
+    if (auto* b = dynamic_cast<nn::EmbeddingBag*>(m_)) return embedding_bag(*b);
+    if (auto* r = dynamic_cast<nn::RNNBase*>(m_)) return follow_recurrent(labels_, *r, inputs_, shapes_, out_);
     return refuse(fmt::format("a {}, which the dependency tracer does not know", m_->name()));
   }
 
@@ -127,6 +129,14 @@ class Rule {
     if (!e.weight.defined()) return refuse("an Embedding whose weight a form replaced");
     refuse("an Embedding's indices");  // a float input read as indices is not followed through
     return Channels{static_cast<int64_t>(out_.size()) - 1, labels_.layer(m_, ChannelRole::Out, e.embedding_dim), {}};
+  }
+
+  // As an Embedding: its indices, offsets and per-sample weights carry no channels, and each
+  // feature of a bag is reduced (sum, mean or max) over the bag's rows within that feature.
+  Channels embedding_bag(const nn::EmbeddingBag& b) {
+    if (!b.weight.defined()) return refuse("an EmbeddingBag whose weight a form replaced");
+    refuse("an EmbeddingBag's indices, offsets or per-sample weights");
+    return Channels{static_cast<int64_t>(out_.size()) - 1, labels_.layer(m_, ChannelRole::Out, b.embedding_dim), {}};
   }
 
   // Heads are units of their own (their q/k/v rows and out_proj columns, removed by
@@ -193,7 +203,8 @@ bool has_module_rule(const nn::Module* m) {
   auto* mutable_m = const_cast<nn::Module*>(m);
   return other_conv(mutable_m, unused) || dynamic_cast<const nn::GroupNorm*>(m) != nullptr ||
          dynamic_cast<const nn::InstanceNormBase*>(m) != nullptr || dynamic_cast<const nn::Embedding*>(m) != nullptr ||
-         dynamic_cast<const nn::MultiheadAttention*>(m) != nullptr;
+         dynamic_cast<const nn::MultiheadAttention*>(m) != nullptr || dynamic_cast<const nn::EmbeddingBag*>(m) != nullptr ||
+         dynamic_cast<const nn::RNNBase*>(m) != nullptr;
 }
 
 Channels follow_module(Labels& labels, nn::Module* m, const std::vector<Channels>& inputs,
