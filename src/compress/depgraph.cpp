@@ -84,6 +84,8 @@ const char* role_word(ChannelRole role) {
     case ChannelRole::Out: return "output";
     case ChannelRole::Norm: return "normalized";
     case ChannelRole::Head: return "head's";
+    case ChannelRole::Key: return "key";
+    case ChannelRole::Value: return "value";
   }
   return "?";
 }

@@ -1,5 +1,7 @@
 // What the dependency graph's pruning needs of each kind of layer: the scores of its channels,
 // how many it has, how to cut them out, and how to put its sizes back after a failed prune.
+#include <tuple>
+
 #include <fmt/format.h>
 
 #include <strata/compress/heads.hpp>
@@ -85,11 +87,20 @@ std::vector<Tensor> norm_tensors(nn::Module* m) {
 void shrink_attention(nn::MultiheadAttention& a, const std::map<ChannelRole, std::set<int64_t>>& roles) {
   if (auto it = roles.find(ChannelRole::Head); it != roles.end())
     remove_heads(a, std::vector<int64_t>(it->second.begin(), it->second.end()));
+  const bool separate = !a.in_proj_weight.defined();
   if (auto it = roles.find(ChannelRole::In); it != roles.end()) {
     const Tensor index = kept_index(a.embed_dim, it->second);
-    take_slices(a.in_proj_weight, 1, index);
-    a.embed_dim = a.kdim = a.vdim = index.numel();
+    take_slices(separate ? a.q_proj_weight : a.in_proj_weight, 1, index);
+    a.embed_dim = index.numel();
+    if (!separate) a.kdim = a.vdim = a.embed_dim;
   }
+  for (auto [role, weight, width] : {std::tuple{ChannelRole::Key, a.k_proj_weight, &a.kdim},
+                                     std::tuple{ChannelRole::Value, a.v_proj_weight, &a.vdim}})
+    if (auto it = roles.find(role); it != roles.end()) {
+      const Tensor index = kept_index(*width, it->second);
+      take_slices(weight, 1, index);
+      *width = index.numel();
+    }
   if (auto it = roles.find(ChannelRole::Out); it != roles.end()) {
     const Tensor index = kept_index(a.out_proj.out_features, it->second);
     take_slices(a.out_proj.weight, 0, index);
@@ -111,7 +122,10 @@ std::vector<double> member_scores(const GroupMember& m, Importance kind) {
   if (auto* r = dynamic_cast<nn::RNNBase*>(m.module)) return recurrent_scores(*r, m.role, kind);
   if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m.module)) {
     if (m.role == ChannelRole::Head) return host_values(head_importance(*a, kind));
-    return m.role == ChannelRole::In ? along(a->in_proj_weight, 1) : along(a->out_proj.weight, 0);
+    if (m.role == ChannelRole::Key) return along(a->k_proj_weight, 1);
+    if (m.role == ChannelRole::Value) return along(a->v_proj_weight, 1);
+    if (m.role == ChannelRole::In) return along(a->in_proj_weight.defined() ? a->in_proj_weight : a->q_proj_weight, 1);
+    return along(a->out_proj.weight, 0);
   }
   const std::vector<Tensor> norm = norm_tensors(m.module);
   return !norm.empty() && norm[0].defined() ? along(norm[0], 0) : none;
@@ -130,7 +144,11 @@ int64_t layer_channels(const nn::Module* m, ChannelRole role) {
   if (const auto* b = dynamic_cast<const nn::EmbeddingBag*>(m)) return b->embedding_dim;
   if (const auto* r = dynamic_cast<const nn::RNNBase*>(m)) return out ? r->hidden_size : r->input_size;
   if (const auto* a = dynamic_cast<const nn::MultiheadAttention*>(m))
-    return role == ChannelRole::Head ? a->num_heads : out ? a->out_proj.out_features : a->embed_dim;
+    return role == ChannelRole::Head    ? a->num_heads
+           : role == ChannelRole::Key   ? a->kdim
+           : role == ChannelRole::Value ? a->vdim
+           : out                        ? a->out_proj.out_features
+                                        : a->embed_dim;
   return -1;
 }
 

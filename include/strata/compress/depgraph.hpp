@@ -32,6 +32,8 @@ enum class ChannelRole : uint8_t {
   In,    // a convolution's input channels, a Linear's input features (a flatten gives blocks of them)
   Norm,  // a BatchNorm's, GroupNorm's or InstanceNorm's channels, a LayerNorm's features
   Head,  // a MultiheadAttention's heads (removed with compress::remove_heads)
+  Key,   // a MultiheadAttention's key features with separate weights (kdim: k_proj_weight's columns)
+  Value, // a MultiheadAttention's value features with separate weights (vdim: v_proj_weight's columns)
 };
 
 struct GroupMember {
