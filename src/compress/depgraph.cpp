@@ -1,7 +1,8 @@
 // DependencyGraph (include/strata/compress/depgraph.hpp): the trace, unit importance, selection
-// and the rebuild of every member's layers. The walk is in depgraph_trace.cpp (the layers
-// followed whole in depgraph_modules.cpp), the labels and groups in depgraph_labels.cpp, what
-// each kind of layer's pruning needs in depgraph_layers.cpp.
+// and the rebuild of every member's layers. The walk is in depgraph_trace.cpp (the ops that move,
+// split or contract the channel dim in depgraph_ops.cpp, the layers followed whole in
+// depgraph_modules.cpp, recurrent layers in depgraph_recurrent.cpp), the labels and groups in
+// depgraph_labels.cpp, what each kind of layer's pruning needs in depgraph_layers.cpp.
 #include <strata/compress/depgraph.hpp>
 
 #include <algorithm>

@@ -109,6 +109,11 @@ Channels follow_module(Labels& labels, nn::Module* m, const std::vector<Channels
 /// The product of s[from..to) (1 when empty), and whether a and b agree on their first n dims.
 int64_t product(const Shape& s, size_t from, size_t to);
 bool same_prefix(const Shape& a, const Shape& b, size_t n);
+/// Where the channel dim of `in` lands when a reduction gives `out` (the node records no dims):
+/// the same dim for every set of reduced dims (kept as 1 or dropped) that gives `out`, or -1 when
+/// one of them reduces the channels or puts them elsewhere (a sum over the 4 channels of
+/// (N, 4, 4, W) has the shape of one over its 4 rows).
+int64_t reduced_channel_dim(const Shape& in, const Shape& out, size_t channel_dim);
 
 /// An op's node as its rule sees it (depgraph_ops.cpp): its inputs' channels, the shapes, and
 /// the dims the op recorded (autograd::Node::dims).

@@ -25,6 +25,26 @@ bool same_prefix(const Shape& a, const Shape& b, size_t n) {
   return a.size() >= n && b.size() >= n && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin());
 }
 
+int64_t reduced_channel_dim(const Shape& in, const Shape& out, size_t channel_dim) {
+  const size_t rank = in.size();
+  if (rank > 16) return -1;
+  int64_t lands = -1;
+  for (uint32_t dims = 0; dims < (1u << rank); ++dims)
+    for (bool keepdim : {false, true}) {
+      Shape got;
+      int64_t at = -1;
+      for (size_t i = 0; i < rank; ++i) {
+        const bool reduced = (dims >> i) & 1u;
+        if (i == channel_dim && (!reduced || (keepdim && in[i] == 1))) at = static_cast<int64_t>(got.size());
+        if (!reduced || keepdim) got.push_back(reduced ? 1 : in[i]);
+      }
+      if (got != out) continue;
+      if (at < 0 || (lands >= 0 && at != lands)) return -1;
+      lands = at;
+    }
+  return lands;
+}
+
 namespace {
 
 // a and b from dim `from` (of a) and `to` (of b) to their ends are equal

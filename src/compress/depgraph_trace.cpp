@@ -2,7 +2,8 @@
 // depgraph_internal.h): the autograd graph's nodes in forward order, each op's rule mapping its
 // inputs' channel labels to its outputs' and uniting the labels it ties together. An op without
 // a rule, or a rule's precondition that does not hold, marks the channels it touches with the
-// reason, so their groups are not pruned.
+// reason, so their groups are not pruned. The ops that move, split or contract the channel dim
+// (reshapes, permute, split, softmax, matmul) have their rules in depgraph_ops.cpp.
 #include <algorithm>
 #include <functional>
 #include <initializer_list>
@@ -43,30 +44,6 @@ const std::map<std::string, size_t> kPoolDims = {
     {"avg_pool2d", 2}, {"max_pool2d", 2}, {"adaptive_avg_pool2d", 2}, {"adaptive_max_pool2d", 2},
     {"avg_pool3d", 3}, {"max_pool3d", 3}, {"adaptive_avg_pool3d", 3}, {"adaptive_max_pool3d", 3}};
 const std::set<std::string> kReductions = {"mean", "sum", "amax", "amin"};
-
-// Where the channel dim of `in` lands when a reduction gives `out` (the node records no dims):
-// the same dim for every set of reduced dims (kept as 1 or dropped) that gives `out`, or -1 when
-// one of them reduces the channels or puts them elsewhere (a sum over the 4 channels of
-// (N, 4, 4, W) has the shape of one over its 4 rows).
-int64_t reduced_channel_dim(const Shape& in, const Shape& out, size_t channel_dim) {
-  const size_t rank = in.size();
-  if (rank > 16) return -1;
-  int64_t lands = -1;
-  for (uint32_t dims = 0; dims < (1u << rank); ++dims)
-    for (bool keepdim : {false, true}) {
-      Shape got;
-      int64_t at = -1;
-      for (size_t i = 0; i < rank; ++i) {
-        const bool reduced = (dims >> i) & 1u;
-        if (i == channel_dim && (!reduced || (keepdim && in[i] == 1))) at = static_cast<int64_t>(got.size());
-        if (!reduced || keepdim) got.push_back(reduced ? 1 : in[i]);
-      }
-      if (got != out) continue;
-      if (at < 0 || (lands >= 0 && at != lands)) return -1;
-      lands = at;
-    }
-  return lands;
-}
 
 class Walk {
  public:
