@@ -204,8 +204,8 @@ bool has_module_rule(const nn::Module* m) {
   auto* mutable_m = const_cast<nn::Module*>(m);
   return other_conv(mutable_m, unused) || dynamic_cast<const nn::GroupNorm*>(m) != nullptr ||
          dynamic_cast<const nn::InstanceNormBase*>(m) != nullptr || dynamic_cast<const nn::Embedding*>(m) != nullptr ||
-         dynamic_cast<const nn::MultiheadAttention*>(m) != nullptr || dynamic_cast<const nn::EmbeddingBag*>(m) != nullptr ||
-         dynamic_cast<const nn::RNNBase*>(m) != nullptr;
+         dynamic_cast<const nn::MultiheadAttention*>(m) != nullptr ||
+         dynamic_cast<const nn::EmbeddingBag*>(m) != nullptr || dynamic_cast<const nn::RNNBase*>(m) != nullptr;
 }
 
 Channels follow_module(Labels& labels, nn::Module* m, const std::vector<Channels>& inputs,

@@ -22,17 +22,13 @@ namespace {
 
 int64_t gates_of(const nn::RNNBase& r) { return r.all_weights[0].weight_ih.size(0) / r.hidden_size; }
 
-// The rows of every gate block that hidden units `kept` hold (gate-major, as the weights stack them).
-Tensor gate_rows(int64_t gates, int64_t hidden, const std::vector<int64_t>& kept) {
-  std::vector<int64_t> rows;
-  for (int64_t g = 0; g < gates; ++g)
-    for (int64_t i : kept) rows.push_back(g * hidden + i);
-  return from_vector(rows);
-}
-
-// The features (one block of `width` per direction) that `kept` hold.
-Tensor direction_columns(int64_t directions, int64_t width, const std::vector<int64_t>& kept) {
-  return gate_rows(directions, width, kept);
+// The indices `kept` within each of `count` blocks of `width`: the rows of every gate block, or
+// the features of every direction, that kept hidden units hold.
+Tensor in_blocks(int64_t count, int64_t width, const std::vector<int64_t>& kept) {
+  std::vector<int64_t> index;
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t i : kept) index.push_back(b * width + i);
+  return from_vector(index);
 }
 
 std::vector<int64_t> kept_of(int64_t n, const std::set<int64_t>& removed) {
@@ -66,7 +62,8 @@ Channels follow_recurrent(Labels& labels, nn::RNNBase& r, const std::vector<Chan
                     labels.fresh(out.back(), fmt::format("the projected features of an {} with proj_size", r.name())),
                     {}};
   Channels output{features, {}, {}};
-  for (int64_t d = 0; d < r.num_directions; ++d) output.labels.insert(output.labels.end(), hidden.begin(), hidden.end());
+  for (int64_t d = 0; d < r.num_directions; ++d)
+    output.labels.insert(output.labels.end(), hidden.begin(), hidden.end());
   return output;
 }
 
@@ -98,18 +95,20 @@ void shrink_recurrent(nn::RNNBase& r, const std::map<ChannelRole, std::set<int64
                  "[DependencyGraph] internal: an {} has no channels of that role", r.name());
     if (role == ChannelRole::In) {
       const Tensor kept = from_vector(kept_of(r.input_size, removed));
-      for (int64_t k = 0; k < r.num_directions; ++k) take_slices(r.all_weights[static_cast<size_t>(k)].weight_ih, 1, kept);
+      for (int64_t k = 0; k < r.num_directions; ++k)
+        take_slices(r.all_weights[static_cast<size_t>(k)].weight_ih, 1, kept);
       r.input_size = kept.numel();
       continue;
     }
     const std::vector<int64_t> kept = kept_of(hidden, removed);
-    const Tensor rows = gate_rows(gates, hidden, kept), columns = from_vector(kept);
-    const Tensor next_inputs = direction_columns(r.num_directions, hidden, kept);
+    const Tensor rows = in_blocks(gates, hidden, kept), columns = from_vector(kept);
+    const Tensor next_inputs = in_blocks(r.num_directions, hidden, kept);
     for (size_t k = 0; k < r.all_weights.size(); ++k) {
       nn::RecurrentWeights& w = r.all_weights[k];
       for (const Tensor& t : {w.weight_ih, w.weight_hh, w.bias_ih, w.bias_hh}) take_slices(t, 0, rows);
       take_slices(w.weight_hr.defined() ? w.weight_hr : w.weight_hh, 1, columns);
-      if (static_cast<int64_t>(k) >= r.num_directions && !w.weight_hr.defined()) take_slices(w.weight_ih, 1, next_inputs);
+      if (static_cast<int64_t>(k) >= r.num_directions && !w.weight_hr.defined())
+        take_slices(w.weight_ih, 1, next_inputs);  // the previous layer's hidden units
     }
     r.hidden_size = static_cast<int64_t>(kept.size());
     if (r.options.proj_size == 0) r.state_size = r.hidden_size;

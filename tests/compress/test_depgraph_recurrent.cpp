@@ -101,8 +101,12 @@ template <class Layer> void expect_hidden_units_pruned() {
   expect_trains(*pruned, x, 3);
 }
 
-TEST(DependencyGraphRecurrent, LSTMHiddenUnitsAndInputsMatchTheZeroedNetwork) { expect_hidden_units_pruned<nn::LSTM>(); }
-TEST(DependencyGraphRecurrent, GRUHiddenUnitsAndInputsMatchTheZeroedNetwork) { expect_hidden_units_pruned<nn::GRU>(); }
+TEST(DependencyGraphRecurrent, LSTMHiddenUnitsAndInputsMatchTheZeroedNetwork) {
+  expect_hidden_units_pruned<nn::LSTM>();
+}
+TEST(DependencyGraphRecurrent, GRUHiddenUnitsAndInputsMatchTheZeroedNetwork) {
+  expect_hidden_units_pruned<nn::GRU>();
+}
 TEST(DependencyGraphRecurrent, RNNHiddenUnitsAndInputsMatchTheZeroedNetwork) { expect_hidden_units_pruned<TanhRNN>(); }
 
 // With proj_size the hidden units go (their gate rows and weight_hr's columns); the projected
