@@ -164,6 +164,7 @@ class OpRule {
     const auto ra = static_cast<int64_t>(sa.size()), rb = static_cast<int64_t>(sb.size());
     const auto r = static_cast<int64_t>(out.size());
     const Channels &a = c_.inputs[0], &b = c_.inputs[1];
+    if (!a.followed() && !b.followed()) return one(a);
     if (ra < 2 || rb < 2) return refuse("a matmul of a vector");
     std::vector<Channels> found;  // the output's channels from a, from b
     if (a.followed() && a.dim == ra - 1) labels_.unite(a.labels, labels_at(labels_, b, rb - 2, sb[rb - 2], "a matmul"));

@@ -19,17 +19,20 @@ using R = compress::ChannelRole;
 
 namespace {
 
-// q, k, v (N, T, E) -> softmax(q kᵀ / 2) v per head of head_dim, heads merged back: (N, T, E)
-Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) {
+// q, k, v (N, T, E) -> softmax(q kᵀ / 2) v per head of head_dim (by hand, or by
+// scaled_dot_product_attention), heads merged back: (N, T, E)
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, bool sdpa = false) {
   auto heads = [&](const Tensor& t) { return t.view({t.size(0), t.size(1), -1, head_dim}).transpose(1, 2); };
-  const Tensor a = F::softmax(matmul(heads(q), heads(k).transpose(-2, -1)) / 2.0, -1);
-  const Tensor o = matmul(a, heads(v)).transpose(1, 2);  // (N, T, heads, head_dim)
+  const Tensor o = sdpa ? F::scaled_dot_product_attention(heads(q), heads(k), heads(v), {}, 0, false, 0.5).transpose(1, 2)
+                        : matmul(F::softmax(matmul(heads(q), heads(k).transpose(-2, -1)) / 2.0, -1), heads(v))
+                              .transpose(1, 2);  // (N, T, heads, head_dim)
   return o.reshape({o.size(0), o.size(1), -1});
 }
 
 // x (N, T, 5) -> emb -> self-attention (2 heads of 4, separate q, k, v) + residual -> mean -> fc
 struct HeadsNet : nn::Module {
   nn::Linear emb, q, k, v, out, fc;
+  bool sdpa = false;  // scaled_dot_product_attention rather than matmul and softmax
   explicit HeadsNet(Generator& g)
       : emb(5, 8, {.generator = &g}), q(8, 8, {.generator = &g}), k(8, 8, {.generator = &g}),
         v(8, 8, {.generator = &g}), out(8, 8, {.generator = &g}), fc(8, 3, {.generator = &g}) {
@@ -38,7 +41,7 @@ struct HeadsNet : nn::Module {
   }
   Tensor forward(const Tensor& x) override {
     const Tensor e = emb(x);
-    return fc((out(attend(q(e), k(e), v(e), 4)) + e).mean(1));
+    return fc((out(attend(q(e), k(e), v(e), 4, sdpa)) + e).mean(1));
   }
 };
 
@@ -74,6 +77,26 @@ TEST(DependencyGraphViews, SeparateQkvHeadsAndTheStreamMatchTheZeroedNetwork) {
   EXPECT_EQ(pruned->out.weight.shape(), (Shape{5, 4}));
   expect_same(*pruned, *zeroed, x);
   expect_trains(*pruned, x, 3);
+}
+
+// The fused attention op (on by default on the CPU) and its composed fallback
+TEST(DependencyGraphViews, ScaledDotProductAttentionHeadsMatchTheZeroedNetwork) {
+  for (bool fused : {true, false}) {
+    F::FusedAttentionGuard guard(DeviceType::CPU, fused);
+    Generator g(42);
+    const Tensor x = randn({2, 3, 5}, kFloat64, &g);
+    auto [pruned, zeroed] = twins<HeadsNet>(x);
+    pruned->sdpa = zeroed->sdpa = true;
+    compress::DependencyGraph graph(*pruned, x);
+    const size_t heads = group_of(graph, &pruned->q, R::Out);
+    EXPECT_TRUE(graph.groups()[heads].prunable()) << graph.report();
+    EXPECT_EQ(graph.groups()[heads].size, 2);
+    EXPECT_EQ(group_of(graph, &pruned->v, R::Out), heads);
+    graph.prune_group(heads, {0});
+    zero_slices({zeroed->out.weight}, 1, channels_of({1}, 4));
+    EXPECT_EQ(pruned->k.out_features, 4);
+    expect_same(*pruned, *zeroed, x);
+  }
 }
 
 // As HeadsNet with one qkv Linear (24 outputs) chunked into q, k, v
@@ -127,7 +150,7 @@ struct GatedNet : nn::Module {
 
 TEST(DependencyGraphViews, ChunkedGateAndPermuteMatchTheZeroedNetwork) {
   Generator g(47);
-  const Tensor x = randn({2, 4, 3}, kFloat64, &g);
+  const Tensor x = randn({2, 4, 6}, kFloat64, &g);  // L = 6 as the gate's channels: only the dims tell them apart
   auto [pruned, zeroed] = twins<GatedNet>(x);
   compress::DependencyGraph graph(*pruned, x);
   const size_t gate = group_of(graph, &pruned->conv, R::Out);
