@@ -1,7 +1,7 @@
 // The dependency trace's rules for ops that move, split, merge or contract the channel dim
 // (Note [Channel labels] in depgraph_internal.h): reshapes (a flatten into feature blocks, a split
-// of the channels into heads and its merge back), permute and transpose, split and chunk,
-// softmax, matmul and the fused attention. An op's dims come from autograd::Node::dims; a rule
+// of the channels into heads and its merge back, squeezes), permute and transpose, split and
+// chunk, softmax, matmul and the fused attention, and where a reduction leaves the channels. An op's dims come from autograd::Node::dims; a rule
 // whose precondition does not hold marks the channels it touches with the reason.
 #include <algorithm>
 #include <functional>
@@ -54,6 +54,24 @@ bool same_suffix(const Shape& a, size_t from, const Shape& b, size_t to) {
                     b.begin() + static_cast<std::ptrdiff_t>(std::min(to, b.size())));
 }
 
+// Where channel dim d of `in` lands when `out` only adds or drops dims of size 1 (an unsqueeze
+// or squeeze before the channels), or -1.
+int64_t moved_by_size_one_dims(const Shape& in, const Shape& out, size_t d) {
+  if (in[d] == 1) return -1;  // which of the size-1 dims it is cannot be told
+  std::vector<int64_t> a, b;
+  int64_t at = -1;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] != 1) a.push_back(in[i]);
+  size_t kept = 0;  // the channels are the (number of in's size > 1 dims before d)-th such dim of out
+  for (size_t i = 0; i < d; ++i) kept += in[i] != 1;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i] != 1) {
+      if (b.size() == kept) at = static_cast<int64_t>(i);
+      b.push_back(out[i]);
+    }
+  return a == b ? at : -1;
+}
+
 class OpRule {
  public:
   OpRule(Labels& labels, const OpCall& call) : labels_(labels), c_(call) {}
@@ -90,6 +108,7 @@ class OpRule {
     const auto d = static_cast<size_t>(x().dim);
     if (same_prefix(in, out, d + 1) && product(in, d + 1, in.size()) == product(out, d + 1, out.size()))
       return one(x());
+    if (const int64_t at = moved_by_size_one_dims(in, out, d); at >= 0) return one(Channels{at, x().labels, {}});
     if (same_prefix(in, out, d))
       for (size_t e = d + 1; e < in.size(); ++e)  // in[d..e] merged into out[d]
         if (product(in, d, e + 1) == out[d] && same_suffix(in, e + 1, out, d + 1)) {
@@ -99,7 +118,7 @@ class OpRule {
           return one(merged);
         }
     if (same_prefix(in, out, d) && out.size() > d + 1 && out[d] * out[d + 1] == in[d] &&
-        same_suffix(in, d + 1, out, d + 2) && out[d] > 0) {
+        same_suffix(in, d + 1, out, d + 2) && out[d] > 1) {
       const auto per = static_cast<size_t>(out[d + 1]);
       Channels heads{x().dim, {}, {}};
       for (size_t h = 0; h < static_cast<size_t>(out[d]); ++h) {

@@ -165,6 +165,30 @@ TEST(DependencyGraphViews, ChunkedGateAndPermuteMatchTheZeroedNetwork) {
   expect_trains(*pruned, x, 3);
 }
 
+// x (N, 5) -> a -> unsqueeze(0) -> relu -> squeeze(0) -> b: the channels move with the size-1 dim
+struct SqueezedNet : nn::Module {
+  nn::Linear a, b;
+  explicit SqueezedNet(Generator& g) : a(5, 6, {.generator = &g}), b(6, 3, {.generator = &g}) {
+    register_module("a", a), register_module("b", b);
+  }
+  Tensor forward(const Tensor& x) override { return b(F::relu(a(x).unsqueeze(0)).squeeze(0)); }
+};
+
+TEST(DependencyGraphViews, ChannelsMoveWithSizeOneDimsMatchTheZeroedNetwork) {
+  Generator g(89);
+  const Tensor x = randn({2, 5}, kFloat64, &g);
+  auto [pruned, zeroed] = twins<SqueezedNet>(x);
+  compress::DependencyGraph graph(*pruned, x);
+  const size_t group = group_of(graph, &pruned->a, R::Out);
+  EXPECT_TRUE(graph.groups()[group].prunable()) << graph.report();
+  EXPECT_EQ(graph.groups()[group].size, 6);
+  EXPECT_EQ(group_of(graph, &pruned->b, R::In), group);
+  graph.prune_group(group, {0, 2, 3});
+  zero_rows({zeroed->a.weight, zeroed->a.bias}, {1, 4, 5});
+  EXPECT_EQ(pruned->b.in_features, 3);
+  expect_same(*pruned, *zeroed, x);
+}
+
 TEST(DependencyGraphViews, ASplitIntoUnequalPartsIsReportedUnprunable) {
   Generator g(53);
   GatedNet net(g);
