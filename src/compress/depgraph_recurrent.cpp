@@ -71,6 +71,7 @@ std::vector<double> recurrent_scores(const nn::RNNBase& r, ChannelRole role, Imp
   auto along = [&](const Tensor& w, int64_t dim) { return host_values(channel_importance(w, kind, dim)); };
   const bool in = role == ChannelRole::In;
   std::vector<double> scores(static_cast<size_t>(in ? r.input_size : r.hidden_size), 0.0);
+  if (r.form() != nullptr) return scores;  // no float weights to score
   auto add = [&](const std::vector<double>& s) {  // s has blocks of scores.size(), summed
     for (size_t j = 0; j < s.size(); ++j) scores[j % scores.size()] += s[j];
   };
