@@ -1,8 +1,9 @@
 // The dependency trace's rules for ops that move, split, merge or contract the channel dim
 // (Note [Channel labels] in depgraph_internal.h): reshapes (a flatten into feature blocks, a split
 // of the channels into heads and its merge back, squeezes), permute and transpose, split and
-// chunk, softmax, matmul and the fused attention, and where a reduction leaves the channels. An op's dims come from autograd::Node::dims; a rule
-// whose precondition does not hold marks the channels it touches with the reason.
+// chunk, softmax, matmul and the fused attention, and where a reduction leaves the channels. An
+// op's dims come from autograd::Node::dims; a rule whose precondition does not hold marks the
+// channels it touches with the reason.
 #include <algorithm>
 #include <functional>
 #include <numeric>

@@ -23,9 +23,9 @@ namespace {
 // scaled_dot_product_attention), heads merged back: (N, T, E)
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, bool sdpa = false) {
   auto heads = [&](const Tensor& t) { return t.view({t.size(0), t.size(1), -1, head_dim}).transpose(1, 2); };
-  const Tensor o = sdpa ? F::scaled_dot_product_attention(heads(q), heads(k), heads(v), {}, 0, false, 0.5).transpose(1, 2)
-                        : matmul(F::softmax(matmul(heads(q), heads(k).transpose(-2, -1)) / 2.0, -1), heads(v))
-                              .transpose(1, 2);  // (N, T, heads, head_dim)
+  const Tensor o = (sdpa ? F::scaled_dot_product_attention(heads(q), heads(k), heads(v), {}, 0, false, 0.5)
+                         : matmul(F::softmax(matmul(heads(q), heads(k).transpose(-2, -1)) / 2.0, -1), heads(v)))
+                       .transpose(1, 2);  // (N, T, heads, head_dim)
   return o.reshape({o.size(0), o.size(1), -1});
 }
 
