@@ -1,7 +1,8 @@
 // DependencyGraph (include/strata/compress/depgraph.hpp): the trace, unit importance, selection
-// and the rebuild of every member's layers. The walk is in depgraph_trace.cpp (the layers
-// followed whole in depgraph_modules.cpp), the labels and groups in depgraph_labels.cpp, what
-// each kind of layer's pruning needs in depgraph_layers.cpp.
+// and the rebuild of every member's layers. The walk is in depgraph_trace.cpp (the ops that move,
+// split or contract the channel dim in depgraph_ops.cpp, the layers followed whole in
+// depgraph_modules.cpp, recurrent layers in depgraph_recurrent.cpp), the labels and groups in
+// depgraph_labels.cpp, what each kind of layer's pruning needs in depgraph_layers.cpp.
 #include <strata/compress/depgraph.hpp>
 
 #include <algorithm>
@@ -34,8 +35,9 @@ class TraceScope {
             const Tensor& out = outputs[0];
             modules.by_node[out.grad_fn().get()].push_back(&mod);
             modules.results.push_back(out.grad_fn());
-            if (outputs.size() == 1 && detail::has_module_rule(&mod))
-              modules.calls.push_back({&mod, inputs, out.grad_fn()});
+            if (detail::has_module_rule(&mod))
+              (outputs.size() == 1 ? modules.calls : modules.calls_with_states)
+                  .push_back({&mod, inputs, outputs.size() == 1 ? out.grad_fn() : nullptr});
           }));
       for (auto& [pname, p] : m->named_parameters(false))
         if (pname == "weight" && p.defined()) modules.by_weight.emplace(p.impl_ptr().get(), m);
@@ -83,6 +85,8 @@ const char* role_word(ChannelRole role) {
     case ChannelRole::Out: return "output";
     case ChannelRole::Norm: return "normalized";
     case ChannelRole::Head: return "head's";
+    case ChannelRole::Key: return "key";
+    case ChannelRole::Value: return "value";
   }
   return "?";
 }

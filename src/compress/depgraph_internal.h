@@ -21,6 +21,7 @@
 
 #include <strata/autograd/graph.hpp>
 #include <strata/compress/depgraph.hpp>
+#include <strata/nn/recurrent.hpp>
 
 namespace strata::compress::detail {
 
@@ -81,6 +82,9 @@ struct TraceModules {
     std::shared_ptr<autograd::Node> output;
   };
   std::vector<Call> calls;
+  /// Calls of such layers with several results (a recurrent layer's output and states): not
+  /// followed; their inputs' channels are kept (`output` is null).
+  std::vector<Call> calls_with_states;
 };
 
 /// c's labels along dim (size n); channels the trace cannot follow there get labels with the
@@ -101,6 +105,30 @@ bool has_module_rule(const nn::Module* m);
 /// and shapes; ties the layer's labels to them, or marks them with why it cannot.
 Channels follow_module(Labels& labels, nn::Module* m, const std::vector<Channels>& inputs,
                        const std::vector<Shape>& shapes, const Shape& out);
+
+/// The product of s[from..to) (1 when empty), and whether a and b agree on their first n dims.
+int64_t product(const Shape& s, size_t from, size_t to);
+bool same_prefix(const Shape& a, const Shape& b, size_t n);
+/// Where the channel dim of `in` lands when a reduction gives `out` (the node records no dims):
+/// the same dim for every set of reduced dims (kept as 1 or dropped) that gives `out`, or -1 when
+/// one of them reduces the channels or puts them elsewhere (a sum over the 4 channels of
+/// (N, 4, 4, W) has the shape of one over its 4 rows).
+int64_t reduced_channel_dim(const Shape& in, const Shape& out, size_t channel_dim);
+
+/// An op's node as its rule sees it (depgraph_ops.cpp): its inputs' channels, the shapes, and
+/// the dims the op recorded (autograd::Node::dims).
+struct OpCall {
+  std::string op;
+  std::vector<Channels> inputs;
+  std::vector<Shape> in_shapes, out_shapes;
+  std::vector<int64_t> dims;
+};
+/// Whether depgraph_ops.cpp has the rule for `op`: the ops that move, split, merge or contract the
+/// channel dim (reshapes, permute, transpose, split, softmax, matmul, the fused attention).
+bool has_layout_rule(const std::string& op);
+/// The channels of each of the op's outputs; ties the labels the op ties, or marks the inputs'
+/// channels with why the trace cannot follow them.
+std::vector<Channels> follow_layout_op(Labels& labels, const OpCall& call);
 
 /// Follows the channels from `input` (the traced leaf) through the graphs of `output` and of
 /// every module call's result, and marks the output's channels as the model's and those of the
@@ -135,6 +163,13 @@ void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>&
 /// function that puts the layer's sizes back as they are now.
 std::vector<nn::Module*> shrunk_modules(nn::Module& m);
 std::function<void()> saved_sizes(nn::Module& m);
+
+// Recurrent layers (depgraph_recurrent.cpp, Note [Recurrent units]).
+/// The channels of a call's output; ties the input features and the hidden units.
+Channels follow_recurrent(Labels& labels, nn::RNNBase& r, const std::vector<Channels>& inputs,
+                          const std::vector<Shape>& shapes, const Shape& out);
+std::vector<double> recurrent_scores(const nn::RNNBase& r, ChannelRole role, Importance kind);
+void shrink_recurrent(nn::RNNBase& r, const std::map<ChannelRole, std::set<int64_t>>& roles);
 }  // namespace detail
 
 }  // namespace strata::compress

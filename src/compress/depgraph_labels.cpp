@@ -76,6 +76,8 @@ const char* role_name(ChannelRole role) {
     case ChannelRole::In: return "in";
     case ChannelRole::Norm: return "norm";
     case ChannelRole::Head: return "head";
+    case ChannelRole::Key: return "key";
+    case ChannelRole::Value: return "value";
   }
   return "?";
 }
@@ -108,10 +110,11 @@ std::unique_ptr<DependencyGraph::Traced> build_groups(Labels& labels, nn::Module
     // units writing the same layer's channels (outputs, norms) go together; a layer reading
     // several groups' channels (after a cat) does not tie them, so input roles count only for
     // units that nothing writes (the model's input channels)
-    const bool written = std::any_of(units[u].begin(), units[u].end(),
-                                     [](const UnitEntry& e) { return e.role != ChannelRole::In; });
+    auto reads = [](ChannelRole r) { return r == ChannelRole::In || r == ChannelRole::Key || r == ChannelRole::Value; };
+    const bool written =
+        std::any_of(units[u].begin(), units[u].end(), [&](const UnitEntry& e) { return !reads(e.role); });
     for (const UnitEntry& e : units[u]) {
-      if (written && e.role == ChannelRole::In) continue;
+      if (written && reads(e.role)) continue;
       auto [it, made] = first_unit.try_emplace({e.module, e.role}, u);
       if (!made) sets.parent[sets.find(u)] = sets.find(it->second);
     }

@@ -1,5 +1,7 @@
 // What the dependency graph's pruning needs of each kind of layer: the scores of its channels,
 // how many it has, how to cut them out, and how to put its sizes back after a failed prune.
+#include <tuple>
+
 #include <fmt/format.h>
 
 #include <strata/compress/heads.hpp>
@@ -76,6 +78,7 @@ std::vector<Tensor> norm_tensors(nn::Module* m) {
     return {in->weight, in->bias, in->running_mean, in->running_var};
   if (auto* ln = dynamic_cast<nn::LayerNorm*>(m)) return {ln->weight, ln->bias};
   if (auto* gn = dynamic_cast<nn::GroupNorm*>(m)) return {gn->weight, gn->bias};
+  if (auto* rms = dynamic_cast<nn::RMSNorm*>(m)) return {rms->weight};
   return {};
 }
 
@@ -84,11 +87,20 @@ std::vector<Tensor> norm_tensors(nn::Module* m) {
 void shrink_attention(nn::MultiheadAttention& a, const std::map<ChannelRole, std::set<int64_t>>& roles) {
   if (auto it = roles.find(ChannelRole::Head); it != roles.end())
     remove_heads(a, std::vector<int64_t>(it->second.begin(), it->second.end()));
+  const bool separate = !a.in_proj_weight.defined();
   if (auto it = roles.find(ChannelRole::In); it != roles.end()) {
     const Tensor index = kept_index(a.embed_dim, it->second);
-    take_slices(a.in_proj_weight, 1, index);
-    a.embed_dim = a.kdim = a.vdim = index.numel();
+    take_slices(separate ? a.q_proj_weight : a.in_proj_weight, 1, index);
+    a.embed_dim = index.numel();
+    if (!separate) a.kdim = a.vdim = a.embed_dim;
   }
+  for (auto [role, weight, width] : {std::tuple{ChannelRole::Key, a.k_proj_weight, &a.kdim},
+                                     std::tuple{ChannelRole::Value, a.v_proj_weight, &a.vdim}})
+    if (auto it = roles.find(role); it != roles.end()) {
+      const Tensor index = kept_index(*width, it->second);
+      take_slices(weight, 1, index);
+      *width = index.numel();
+    }
   if (auto it = roles.find(ChannelRole::Out); it != roles.end()) {
     const Tensor index = kept_index(a.out_proj.out_features, it->second);
     take_slices(a.out_proj.weight, 0, index);
@@ -106,9 +118,14 @@ std::vector<double> member_scores(const GroupMember& m, Importance kind) {
     return c.dim_of(m.role) == 1 && *c.groups > 1 ? none : along(c.weight, c.dim_of(m.role));
   if (auto* l = dynamic_cast<nn::Linear*>(m.module)) return along(l->weight, m.role == ChannelRole::Out ? 0 : 1);
   if (auto* e = dynamic_cast<nn::Embedding*>(m.module)) return along(e->weight, 1);
+  if (auto* b = dynamic_cast<nn::EmbeddingBag*>(m.module)) return along(b->weight, 1);
+  if (auto* r = dynamic_cast<nn::RNNBase*>(m.module)) return recurrent_scores(*r, m.role, kind);
   if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m.module)) {
     if (m.role == ChannelRole::Head) return host_values(head_importance(*a, kind));
-    return m.role == ChannelRole::In ? along(a->in_proj_weight, 1) : along(a->out_proj.weight, 0);
+    if (m.role == ChannelRole::Key) return along(a->k_proj_weight, 1);
+    if (m.role == ChannelRole::Value) return along(a->v_proj_weight, 1);
+    if (m.role == ChannelRole::In) return along(a->in_proj_weight.defined() ? a->in_proj_weight : a->q_proj_weight, 1);
+    return along(a->out_proj.weight, 0);
   }
   const std::vector<Tensor> norm = norm_tensors(m.module);
   return !norm.empty() && norm[0].defined() ? along(norm[0], 0) : none;
@@ -122,15 +139,23 @@ int64_t layer_channels(const nn::Module* m, ChannelRole role) {
   if (const auto* in = dynamic_cast<const nn::InstanceNormBase*>(m)) return in->num_features;
   if (const auto* ln = dynamic_cast<const nn::LayerNorm*>(m)) return ln->normalized_shape.back();
   if (const auto* gn = dynamic_cast<const nn::GroupNorm*>(m)) return gn->num_channels;
+  if (const auto* rms = dynamic_cast<const nn::RMSNorm*>(m)) return rms->normalized_shape.back();
   if (const auto* e = dynamic_cast<const nn::Embedding*>(m)) return e->embedding_dim;
+  if (const auto* b = dynamic_cast<const nn::EmbeddingBag*>(m)) return b->embedding_dim;
+  if (const auto* r = dynamic_cast<const nn::RNNBase*>(m)) return out ? r->hidden_size : r->input_size;
   if (const auto* a = dynamic_cast<const nn::MultiheadAttention*>(m))
-    return role == ChannelRole::Head ? a->num_heads : out ? a->out_proj.out_features : a->embed_dim;
+    return role == ChannelRole::Head    ? a->num_heads
+           : role == ChannelRole::Key   ? a->kdim
+           : role == ChannelRole::Value ? a->vdim
+           : out                        ? a->out_proj.out_features
+                                        : a->embed_dim;
   return -1;
 }
 
 void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>& roles) {
   if (ConvLayer c; conv_layer(m, c)) return shrink_conv(c, roles);
   if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m)) return shrink_attention(*a, roles);
+  if (auto* r = dynamic_cast<nn::RNNBase*>(m)) return shrink_recurrent(*r, roles);
   for (const auto& [role, removed] : roles) {
     const Tensor index = kept_index(layer_channels(m, role), removed);
     if (auto* l = dynamic_cast<nn::Linear*>(m)) {
@@ -145,10 +170,16 @@ void shrink_layer(nn::Module* m, const std::map<ChannelRole, std::set<int64_t>>&
       e->embedding_dim = index.numel();
       continue;
     }
+    if (auto* b = dynamic_cast<nn::EmbeddingBag*>(m)) {
+      take_slices(b->weight, 1, index);
+      b->embedding_dim = index.numel();
+      continue;
+    }
     for (const Tensor& t : norm_tensors(m)) take_slices(t, 0, index);
     if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m)) bn->num_features = index.numel();
     if (auto* in = dynamic_cast<nn::InstanceNormBase*>(m)) in->num_features = index.numel();
     if (auto* ln = dynamic_cast<nn::LayerNorm*>(m)) ln->normalized_shape = {index.numel()};
+    if (auto* rms = dynamic_cast<nn::RMSNorm*>(m)) rms->normalized_shape = {index.numel()};
     if (auto* gn = dynamic_cast<nn::GroupNorm*>(m)) {
       // whole groups went (depgraph_modules.cpp): the channels per group stay
       const int64_t per = gn->num_channels / gn->num_groups;
@@ -173,9 +204,16 @@ std::function<void()> saved_sizes(nn::Module& m) {
   if (auto* in = dynamic_cast<nn::InstanceNormBase*>(&m)) return [in, n = in->num_features] { in->num_features = n; };
   if (auto* ln = dynamic_cast<nn::LayerNorm*>(&m))
     return [ln, shape = ln->normalized_shape] { ln->normalized_shape = shape; };
+  if (auto* rms = dynamic_cast<nn::RMSNorm*>(&m))
+    return [rms, shape = rms->normalized_shape] { rms->normalized_shape = shape; };
   if (auto* gn = dynamic_cast<nn::GroupNorm*>(&m))
     return [gn, c = gn->num_channels, g = gn->num_groups] { gn->num_channels = c, gn->num_groups = g; };
   if (auto* e = dynamic_cast<nn::Embedding*>(&m)) return [e, d = e->embedding_dim] { e->embedding_dim = d; };
+  if (auto* b = dynamic_cast<nn::EmbeddingBag*>(&m)) return [b, d = b->embedding_dim] { b->embedding_dim = d; };
+  if (auto* r = dynamic_cast<nn::RNNBase*>(&m))
+    return [r, in = r->input_size, h = r->hidden_size, s = r->state_size] {
+      r->input_size = in, r->hidden_size = h, r->state_size = s;
+    };
   if (auto* a = dynamic_cast<nn::MultiheadAttention*>(&m))  // remove_heads shrinks out_proj's inputs too
     return [a, h = a->num_heads, e = a->embed_dim, k = a->kdim, v = a->vdim, in = a->out_proj.in_features,
             out = a->out_proj.out_features] {

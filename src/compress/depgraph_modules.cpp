@@ -72,6 +72,8 @@ class Rule {
     if (auto* in = dynamic_cast<nn::InstanceNormBase*>(m_)) return instance_norm(*in);
     if (auto* e = dynamic_cast<nn::Embedding*>(m_)) return embedding(*e);
     if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m_)) return attention(*a);
+    if (auto* b = dynamic_cast<nn::EmbeddingBag*>(m_)) return embedding_bag(*b);
+    if (auto* r = dynamic_cast<nn::RNNBase*>(m_)) return follow_recurrent(labels_, *r, inputs_, shapes_, out_);
     return refuse(fmt::format("a {}, which the dependency tracer does not know", m_->name()));
   }
 
@@ -129,24 +131,33 @@ class Rule {
     return Channels{static_cast<int64_t>(out_.size()) - 1, labels_.layer(m_, ChannelRole::Out, e.embedding_dim), {}};
   }
 
+  // As an Embedding: its indices, offsets and per-sample weights carry no channels, and each
+  // feature of a bag is reduced (sum, mean or max) over the bag's rows within that feature.
+  Channels embedding_bag(const nn::EmbeddingBag& b) {
+    if (!b.weight.defined()) return refuse("an EmbeddingBag whose weight a form replaced");
+    refuse("an EmbeddingBag's indices, offsets or per-sample weights");
+    return Channels{static_cast<int64_t>(out_.size()) - 1, labels_.layer(m_, ChannelRole::Out, b.embedding_dim), {}};
+  }
+
   // Heads are units of their own (their q/k/v rows and out_proj columns, removed by
-  // remove_heads). With one in_proj_weight, query, key and value are read through the same
-  // columns (kdim = vdim = embed_dim): their features are the layer's inputs, out_proj's rows its
-  // outputs, as a Linear's. Separate q/k/v weights (kdim or vdim of their own) are not pruned.
+  // remove_heads). The query's features are the layer's inputs (in_proj_weight's or
+  // q_proj_weight's columns), out_proj's rows its outputs, as a Linear's. With one
+  // in_proj_weight the key and value are read through the same columns as the query (kdim =
+  // vdim = embed_dim), so all three are tied; with separate weights the key's and value's
+  // features (k_proj_weight's and v_proj_weight's columns) are roles of their own.
   Channels attention(const nn::MultiheadAttention& a) {
     if (!a.out_proj.weight.defined()) return refuse("a MultiheadAttention whose out_proj a form replaced");
     labels_.layer(m_, ChannelRole::Head, a.num_heads);
-    const int64_t last = static_cast<int64_t>(out_.size()) - 1;
-    if (!a.in_proj_weight.defined()) {
-      const std::string why = "a MultiheadAttention with separate q/k/v weights, whose features are not pruned";
-      refuse(why);
-      return Channels{last, labels_.fresh(out_.back(), why), {}};
-    }
-    const auto& in = labels_.layer(m_, ChannelRole::In, a.embed_dim);
+    const bool separate = !a.in_proj_weight.defined();
+    const ChannelRole roles[3] = {ChannelRole::In, separate ? ChannelRole::Key : ChannelRole::In,
+                                  separate ? ChannelRole::Value : ChannelRole::In};
+    const int64_t widths[3] = {a.embed_dim, a.kdim, a.vdim};
     for (size_t i = 0; i < 3 && i < inputs_.size(); ++i)
-      labels_.unite(labels_at(labels_, inputs_[i], rank(i) - 1, a.embed_dim, "a MultiheadAttention"), in);
+      labels_.unite(labels_at(labels_, inputs_[i], rank(i) - 1, widths[i], "a MultiheadAttention"),
+                    labels_.layer(m_, roles[i], widths[i]));
     for (size_t i = 3; i < inputs_.size(); ++i)  // masks: not channels
       if (inputs_[i].followed()) labels_.mark(inputs_[i].labels, "a mask given to a MultiheadAttention");
+    const int64_t last = static_cast<int64_t>(out_.size()) - 1;
     return Channels{last, labels_.layer(m_, ChannelRole::Out, a.out_proj.out_features), {}};
   }
 
@@ -193,7 +204,8 @@ bool has_module_rule(const nn::Module* m) {
   auto* mutable_m = const_cast<nn::Module*>(m);
   return other_conv(mutable_m, unused) || dynamic_cast<const nn::GroupNorm*>(m) != nullptr ||
          dynamic_cast<const nn::InstanceNormBase*>(m) != nullptr || dynamic_cast<const nn::Embedding*>(m) != nullptr ||
-         dynamic_cast<const nn::MultiheadAttention*>(m) != nullptr;
+         dynamic_cast<const nn::MultiheadAttention*>(m) != nullptr ||
+         dynamic_cast<const nn::EmbeddingBag*>(m) != nullptr || dynamic_cast<const nn::RNNBase*>(m) != nullptr;
 }
 
 Channels follow_module(Labels& labels, nn::Module* m, const std::vector<Channels>& inputs,

@@ -2,7 +2,8 @@
 // depgraph_internal.h): the autograd graph's nodes in forward order, each op's rule mapping its
 // inputs' channel labels to its outputs' and uniting the labels it ties together. An op without
 // a rule, or a rule's precondition that does not hold, marks the channels it touches with the
-// reason, so their groups are not pruned.
+// reason, so their groups are not pruned. The ops that move, split or contract the channel dim
+// (reshapes, permute, split, softmax, matmul) have their rules in depgraph_ops.cpp.
 #include <algorithm>
 #include <functional>
 #include <initializer_list>
@@ -43,40 +44,6 @@ const std::map<std::string, size_t> kPoolDims = {
     {"avg_pool2d", 2}, {"max_pool2d", 2}, {"adaptive_avg_pool2d", 2}, {"adaptive_max_pool2d", 2},
     {"avg_pool3d", 3}, {"max_pool3d", 3}, {"adaptive_avg_pool3d", 3}, {"adaptive_max_pool3d", 3}};
 const std::set<std::string> kReductions = {"mean", "sum", "amax", "amin"};
-const std::set<std::string> kReshapes = {"view", "reshape", "flatten", "squeeze", "unsqueeze"};
-
-int64_t product(const Shape& s, size_t from) {
-  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(std::min(from, s.size())), s.end(), int64_t{1},
-                         std::multiplies<>());
-}
-
-bool same_prefix(const Shape& a, const Shape& b, size_t n) {
-  return a.size() >= n && b.size() >= n && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin());
-}
-
-// Where the channel dim of `in` lands when a reduction gives `out` (the node records no dims):
-// the same dim for every set of reduced dims (kept as 1 or dropped) that gives `out`, or -1 when
-// one of them reduces the channels or puts them elsewhere (a sum over the 4 channels of
-// (N, 4, 4, W) has the shape of one over its 4 rows).
-int64_t reduced_channel_dim(const Shape& in, const Shape& out, size_t channel_dim) {
-  const size_t rank = in.size();
-  if (rank > 16) return -1;
-  int64_t lands = -1;
-  for (uint32_t dims = 0; dims < (1u << rank); ++dims)
-    for (bool keepdim : {false, true}) {
-      Shape got;
-      int64_t at = -1;
-      for (size_t i = 0; i < rank; ++i) {
-        const bool reduced = (dims >> i) & 1u;
-        if (i == channel_dim && (!reduced || (keepdim && in[i] == 1))) at = static_cast<int64_t>(got.size());
-        if (!reduced || keepdim) got.push_back(reduced ? 1 : in[i]);
-      }
-      if (got != out) continue;
-      if (at < 0 || (lands >= 0 && at != lands)) return -1;
-      lands = at;
-    }
-  return lands;
-}
 
 class Walk {
  public:
@@ -97,6 +64,11 @@ class Walk {
       visit(*n);
       for (const autograd::Edge& e : n->next_edges) read.insert(e.node.get());
     }
+    for (const TraceModules::Call& call : modules_.calls_with_states)
+      for (const Tensor& t : call.inputs)
+        if (const Channels c = channels_of(t); c.followed())
+          labels_.mark(c.labels, fmt::format("a call of {} returning several results (a recurrent layer's states), "
+                                             "which the tracer does not follow", call.module->name()));
     for (Node* n : order)
       if (n != roots[0] && !read.count(n))
         for (uint32_t j = 0; j < n->output_meta.size(); ++j)
@@ -189,16 +161,16 @@ class Walk {
   void visit(const Node& n) {
     if (dynamic_cast<const autograd::AccumulateGrad*>(&n) != nullptr || inside_calls_.count(&n)) return;
     const std::string op = n.name();
-    if (n.output_meta.size() != 1) return unknown(n, fmt::format("op '{}' with {} outputs", op, n.output_meta.size()));
     if (auto it = calls_.find(&n); it != calls_.end()) return module_call(n, *it->second);
+    if (has_layout_rule(op)) return layout_op(n);
+    if (n.output_meta.size() != 1) return unknown(n, fmt::format("op '{}' with {} outputs", op, n.output_meta.size()));
     if (op == "conv2d") return conv(n);
     if (op == "linear") return linear(n);
     if (op == "batch_norm" || op == "batch_norm_relu") return batch_norm(n);
-    if (op == "layer_norm") return layer_norm(n);
+    if (op == "layer_norm" || op == "rms_norm") return norm_over_features(n);
     if (op == "cat") return cat(n);
     if (kElementwise.count(op)) return elementwise(n);
     if (kWithinChannel.count(op)) return within_channel(n);
-    if (kReshapes.count(op)) return reshape(n);
     unknown(n, fmt::format("op '{}', which the dependency tracer does not know", op));
   }
 
@@ -238,18 +210,27 @@ class Walk {
     set(n, Channels{1, x, {}});
   }
 
-  void layer_norm(const Node& n) {
-    auto* m = module_of<nn::LayerNorm>(n);
-    if (m == nullptr || !reads_own(n, {m->weight, m->bias}))
-      return unknown(n, "a layer_norm called outside an nn::LayerNorm or with weights not its own");
+  // A LayerNorm or RMSNorm: within each channel when it normalizes dims after the channels',
+  // else over one dim of features, the channels, which its weight (and bias) go with.
+  void norm_over_features(const Node& n) {
+    nn::Module* m = nullptr;
+    const Shape* normalized = nullptr;
+    if (auto* ln = module_of<nn::LayerNorm>(n); ln != nullptr && reads_own(n, {ln->weight, ln->bias}))
+      m = ln, normalized = &ln->normalized_shape;
+    else if (auto* rms = module_of<nn::RMSNorm>(n); rms != nullptr && reads_own(n, {rms->weight}))
+      m = rms, normalized = &rms->normalized_shape;
+    const std::string layer = n.name() == "layer_norm" ? "LayerNorm" : "RMSNorm";
+    const std::string a_layer = (layer == "LayerNorm" ? "a " : "an ") + layer;
+    if (m == nullptr || m->name() != layer)
+      return unknown(n, fmt::format("a {} called outside an nn::{} or with weights not its own", n.name(), layer));
     const Channels x = input(n, 0);
     const int64_t rank = static_cast<int64_t>(in_shape(n, 0).size());
-    const int64_t first_normalized = rank - static_cast<int64_t>(m->normalized_shape.size());
+    const int64_t first_normalized = rank - static_cast<int64_t>(normalized->size());
     if (x.followed() && x.dim < first_normalized) return set(n, x);  // normalizes within each channel
-    if (m->normalized_shape.size() != 1)
-      return unknown(n, "a LayerNorm over several dims, one of them the channels'");
-    const int64_t f = m->normalized_shape[0];
-    const std::vector<int64_t> labels = labels_at(x, rank - 1, f, "a LayerNorm");
+    if (normalized->size() != 1)
+      return unknown(n, fmt::format("{} over several dims, one of them the channels'", a_layer));
+    const int64_t f = normalized->front();
+    const std::vector<int64_t> labels = labels_at(x, rank - 1, f, a_layer);
     labels_.unite(labels, labels_.layer(m, ChannelRole::Norm, f));
     set(n, Channels{rank - 1, labels, {}});
   }
@@ -315,23 +296,6 @@ class Walk {
     set(n, Channels{at, x.labels, {}});
   }
 
-  void reshape(const Node& n) {
-    const Channels x = input(n, 0);
-    if (!x.followed()) return set(n, x);
-    const Shape &in = in_shape(n, 0), &out = out_shape(n);
-    const auto d = static_cast<size_t>(x.dim);
-    if (same_prefix(in, out, d + 1) && product(in, d + 1) == product(out, d + 1)) return set(n, x);
-    // a flatten of the channels with what follows them: each channel becomes a block of features
-    if (out.size() == d + 1 && same_prefix(in, out, d) && out[d] == product(in, d)) {
-      const int64_t block = product(in, d + 1);
-      Channels flat{x.dim, {}, {}};
-      for (int64_t label : x.labels) flat.labels.insert(flat.labels.end(), static_cast<size_t>(block), label);
-      return set(n, flat);
-    }
-    unknown(n, fmt::format("op '{}' from {} to {}, mixing the channel dim {}", n.name(), fmt::join(in, "x"),
-                           fmt::join(out, "x"), x.dim));
-  }
-
   void cat(const Node& n) {
     const Shape& out = out_shape(n);
     for (const autograd::TensorMeta& m : n.input_meta)
@@ -360,6 +324,17 @@ class Walk {
       return set(n, joined);
     }
     elementwise(n);  // joined along another dim: channel c of every input is channel c of the output
+  }
+
+  void layout_op(const Node& n) {
+    OpCall call{n.name(), {}, {}, {}, n.dims};
+    for (size_t i = 0; i < n.next_edges.size(); ++i) {
+      call.inputs.push_back(input(n, i));
+      call.in_shapes.push_back(in_shape(n, i));
+    }
+    for (const autograd::TensorMeta& m : n.output_meta) call.out_shapes.push_back(m.shape);
+    const std::vector<Channels> out = follow_layout_op(labels_, call);
+    for (uint32_t j = 0; j < out.size(); ++j) states_[{&n, j}] = out[j];
   }
 
   // A tensor's channels: a followed result, the model's input, or a tensor the trace does not follow.

@@ -128,6 +128,7 @@ std::vector<Tensor> split_views(const Tensor& t, int64_t d, const std::vector<in
     // the node hands its backward a defined gradient per part (zeros for unused ones)
     autograd::record("split", {t}, out, {},
                      [d](const autograd::Grads& g, const autograd::Saved&) { return autograd::Grads{cat(g, d)}; });
+    if (!out.empty() && out[0].grad_fn()) out[0].grad_fn()->dims = {d};
   }
   // views of t, for an in-place op under autograd on a part (Note [Views under autograd])
   for (const Tensor& part : out) autograd::detail::track_view(t, part);

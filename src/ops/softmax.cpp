@@ -133,6 +133,7 @@ Tensor softmax_op(OpId op, const Tensor& x, int64_t dim, std::optional<DType> dt
     autograd::record(name, {in}, {y}, {y}, [op, d](const autograd::Grads& g, const autograd::Saved& s) {
       return autograd::Grads{softmax_backward(op, s[0], g[0], d)};
     });
+    if (y.grad_fn()) y.grad_fn()->dims = {d};
   }
   return y;
 }

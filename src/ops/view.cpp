@@ -18,10 +18,12 @@ using detail::make_view;
 namespace {
 
 // A view of x that records `backward` for the gradient, then is marked a view of x's base for
-// in-place ops under autograd (Note [Views under autograd] in src/autograd/views.cpp).
+// in-place ops under autograd (Note [Views under autograd] in src/autograd/views.cpp). `dims`
+// are kept on the node for tools that read the graph (autograd::Node::dims).
 template <class Bw>
-Tensor recorded_view(const char* name, const Tensor& x, Tensor view, Bw backward) {
+Tensor recorded_view(const char* name, const Tensor& x, Tensor view, Bw backward, std::vector<int64_t> dims = {}) {
   autograd::record(name, {x}, {view}, {}, [backward](const Grads& g, const Saved&) { return Grads{backward(g[0])}; });
+  if (!dims.empty() && view.grad_fn()) view.grad_fn()->dims = std::move(dims);
   autograd::detail::track_view(x, view);
   return view;
 }
@@ -163,10 +165,12 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
     s[i] = shape()[d];
     st[i] = strides()[d];
   }
-  std::vector<int64_t> inverse(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) inverse[normalize_dim(dims[i], dim(), "permute")] = static_cast<int64_t>(i);
-  return recorded_view("permute", *this, make_view(*this, s, st, storage_offset()),
-                       [inverse](const Tensor& g) { return g.permute(inverse); });
+  std::vector<int64_t> order(dims.size()), inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) order[i] = normalize_dim(dims[i], dim(), "permute");
+  for (size_t i = 0; i < dims.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  return recorded_view(
+      "permute", *this, make_view(*this, s, st, storage_offset()),
+      [inverse](const Tensor& g) { return g.permute(inverse); }, order);
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
@@ -176,8 +180,9 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   Strides st = strides();
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
-  return recorded_view("transpose", *this, make_view(*this, s, st, storage_offset()),
-                       [a, b](const Tensor& g) { return g.transpose(a, b); });
+  return recorded_view(
+      "transpose", *this, make_view(*this, s, st, storage_offset()),
+      [a, b](const Tensor& g) { return g.transpose(a, b); }, {a, b});
 }
 
 Tensor Tensor::t() const {

@@ -1,8 +1,10 @@
 // Traced dependency groups through MultiheadAttention: its heads are units (cut by
-// remove_heads), its embed_dim goes with the residual stream, separate q/k/v weights keep their
-// features with the reason; a TransformerEncoderLayer. Pruned models compute what their twins
-// compute with a removed head's out_proj columns or a removed feature zeroed (float64, 1e-12);
-// a failed prune leaves the attention as it was.
+// remove_heads), its embed_dim goes with the residual stream, separate q/k/v weights' query,
+// key and value features go with their producers; a TransformerEncoderLayer. Pruned models
+// compute what their twins compute with a removed head's out_proj columns or a removed feature
+// zeroed (float64, 1e-12); a failed prune leaves the attention as it was.
+#include <tuple>
+
 #include "depgraph_testing.h"
 
 using namespace strata;
@@ -79,30 +81,57 @@ TEST(DependencyGraphAttention, AttentionHeadsAndTheResidualStreamMatchTheZeroedN
   expect_trains(*pruned, tokens, 3);
 }
 
-// Cross-attention with a key and value of their own width (kdim = vdim = 6): separate q/k/v
-// weights, whose features are not pruned; the heads still are.
+// Cross-attention with a key and a value of their own widths (kdim = 6, vdim = 7): separate
+// q/k/v weights, whose query, key and value features are pruned with their producers.
 struct CrossAttentionNet : nn::Module {
-  nn::Linear q, kv;
+  nn::Linear q, k, v;
   nn::MultiheadAttention attn;
   nn::Linear fc;
   explicit CrossAttentionNet(Generator& g)
-      : q(5, 8, {.generator = &g}), kv(5, 6, {.generator = &g}),
-        attn(8, 2, {.batch_first = true, .generator = &g, .kdim = 6, .vdim = 6}), fc(8, 3, {.generator = &g}) {
-    register_module("q", q), register_module("kv", kv), register_module("attn", attn), register_module("fc", fc);
+      : q(5, 8, {.generator = &g}), k(5, 6, {.generator = &g}), v(5, 7, {.generator = &g}),
+        attn(8, 2, {.batch_first = true, .generator = &g, .kdim = 6, .vdim = 7}), fc(8, 3, {.generator = &g}) {
+    register_module("q", q), register_module("k", k), register_module("v", v), register_module("attn", attn);
+    register_module("fc", fc);
   }
-  Tensor forward(const Tensor& x) override {
-    const Tensor m = kv(x);
-    return fc(attn(q(x), m, m).mean(1));
-  }
+  Tensor forward(const Tensor& x) override { return fc(attn(q(x), k(x), v(x)).mean(1)); }
 };
 
-TEST(DependencyGraphAttention, SeparateAttentionWeightsKeepTheirFeaturesWithTheReason) {
+TEST(DependencyGraphAttention, SeparateQueryKeyAndValueFeaturesMatchTheZeroedNetwork) {
   Generator g(37);
-  CrossAttentionNet net(g);
-  compress::DependencyGraph graph(net, randn({2, 3, 5}, kFloat32, &g));
-  expect_unprunable(graph, &net.kv, R::Out, "separate q/k/v");
-  EXPECT_FALSE(graph.groups()[group_of(graph, &net.q, R::Out)].prunable());
-  EXPECT_TRUE(graph.groups()[group_of(graph, &net.attn, R::Head)].prunable()) << graph.report();
+  const Tensor x = randn({2, 3, 5}, kFloat64, &g);
+  auto [pruned, zeroed] = twins<CrossAttentionNet>(x);
+  compress::DependencyGraph graph(*pruned, x);
+  for (auto [producer, role, size] : std::vector<std::tuple<nn::Linear*, R, int64_t>>{
+           {&pruned->q, R::In, 8}, {&pruned->k, R::Key, 6}, {&pruned->v, R::Value, 7}}) {
+    const size_t group = group_of(graph, producer, R::Out);
+    EXPECT_TRUE(graph.groups()[group].prunable()) << graph.report();
+    EXPECT_EQ(graph.groups()[group].size, size);
+    EXPECT_EQ(group_of(graph, &pruned->attn, role), group) << graph.report();
+  }
+  const size_t keys = group_of(graph, &pruned->k, R::Out);
+  const auto scores = graph.importance(keys);
+  for (int64_t c = 0; c < 6; ++c) {
+    const Tensor rows = abs(pruned->k.weight.select(0, c)).sum();
+    const Tensor columns = abs(pruned->attn.k_proj_weight.select(1, c)).sum();
+    EXPECT_NEAR(scores[c], (rows + columns).item<double>(), 1e-9);
+  }
+  graph.prune_group(keys, {0, 2, 3, 5});
+  graph.prune_group(group_of(graph, &pruned->v, R::Out), {1, 2, 3, 6});
+  graph.prune_group(group_of(graph, &pruned->q, R::Out), {0, 1, 2, 4, 5, 7});
+  CrossAttentionNet& z = *zeroed;
+  zero_rows({z.k.weight, z.k.bias}, {1, 4});
+  zero_rows({z.v.weight, z.v.bias}, {0, 4, 5});
+  zero_rows({z.q.weight, z.q.bias}, {3, 6});
+  EXPECT_EQ(pruned->attn.kdim, 4);
+  EXPECT_EQ(pruned->attn.vdim, 4);
+  EXPECT_EQ(pruned->attn.embed_dim, 6);
+  EXPECT_EQ(pruned->attn.q_proj_weight.shape(), (Shape{8, 6}));
+  EXPECT_EQ(pruned->attn.k_proj_weight.shape(), (Shape{8, 4}));
+  EXPECT_EQ(pruned->attn.v_proj_weight.shape(), (Shape{8, 4}));
+  expect_same(*pruned, *zeroed, x);
+  graph.prune_group(group_of(graph, &pruned->attn, R::Head), {1});
+  EXPECT_EQ(pruned->attn.num_heads, 1);
+  expect_trains(*pruned, x, 3);
 }
 
 TEST(DependencyGraphAttention, AFailedPruneLeavesTheAttentionAsItWas) {

@@ -3,7 +3,7 @@
 // After pruning, each model computes what its twin computes with the same channels zeroed by
 // hand (a GroupNorm's whole groups) in float64 to 1e-12; sizes and groups are updated; the
 // pruned models train; what is not followed is reported with the reason; a failed prune leaves
-// the model as it was.
+// the model as it was. A transpose moves the channels.
 #include <cmath>
 
 #include "depgraph_testing.h"
@@ -275,7 +275,7 @@ TEST(DependencyGraphLayers, AFailedPruneLeavesGroupNormAsItWas) {
   expect_same(*net, *reference, x);
 }
 
-// Embedding -> transpose to (N, C, T) -> Conv1d: the permuted channels are not followed
+// Embedding -> transpose to (N, C, T) -> Conv1d: the channels are followed through the transpose
 struct PermutedNet : nn::Module {
   nn::Embedding emb;
   nn::Conv1d conv;
@@ -287,18 +287,20 @@ struct PermutedNet : nn::Module {
   Tensor forward(const Tensor& x) override { return fc(F::relu(conv(emb(x).transpose(1, 2))).mean(2)); }
 };
 
-TEST(DependencyGraphLayers, PermutedChannelsAreReportedUnprunable) {
-  Generator g(35);
-  PermutedNet net(g);
+TEST(DependencyGraphLayers, TransposedChannelsAreFollowedIntoTheConvolution) {
   const Tensor tokens = from_vector(std::vector<int64_t>{1, 4, 9, 0, 3, 3}).view({2, 3});
-  compress::DependencyGraph graph(net, tokens);
-  expect_unprunable(graph, &net.emb, R::Out, "transpose");
-  const size_t conv = group_of(graph, &net.conv, R::Out);
-  EXPECT_TRUE(graph.groups()[conv].prunable()) << graph.report();
-  EXPECT_EQ(group_of(graph, &net.fc, R::In), conv);
-  graph.prune_group(conv, {0, 2});
-  EXPECT_EQ(net.conv.weight.shape(), (Shape{2, 6, 3}));
-  EXPECT_EQ(net.fc.in_features, 2);
+  auto [pruned, zeroed] = twins<PermutedNet>(tokens);
+  compress::DependencyGraph graph(*pruned, tokens);
+  const size_t emb = group_of(graph, &pruned->emb, R::Out);
+  EXPECT_TRUE(graph.groups()[emb].prunable()) << graph.report();
+  EXPECT_EQ(group_of(graph, &pruned->conv, R::In), emb);
+  graph.prune_group(emb, {0, 2, 3, 5});
+  graph.prune_group(group_of(graph, &pruned->conv, R::Out), {0, 2});
+  zero_slices({zeroed->emb.weight}, 1, {1, 4});
+  zero_rows({zeroed->conv.weight, zeroed->conv.bias}, {1, 3});
+  EXPECT_EQ(pruned->conv.weight.shape(), (Shape{2, 4, 3}));
+  EXPECT_EQ(pruned->fc.in_features, 2);
+  expect_same(*pruned, *zeroed, tokens);
 }
 
 // A Conv1d whose forward also reads a parameter of another layer: not a call of the layer alone,

@@ -84,6 +84,9 @@ class STRATA_API Node : public std::enable_shared_from_this<Node> {
   std::vector<TensorMeta> output_meta;  // to make zero gradients for unused outputs
   std::vector<std::vector<GradHook>> output_hooks;  // per output: run on its gradient
   uint64_t sequence_nr;
+  /// The dims the op was given, for tools that read the graph (compress::DependencyGraph):
+  /// permute's order, transpose's pair, split's dim, softmax's dim; empty for other ops.
+  std::vector<int64_t> dims;
 };
 
 /// The node that accumulates into a leaf's .grad; one per leaf, shared by every graph that

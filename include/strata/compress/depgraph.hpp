@@ -1,9 +1,10 @@
 // Structured pruning with traced dependency groups (DepGraph, Fang et al. 2023): one forward of
 // the model on an example input, with autograd on, is walked from its output (and every module
 // call's result) back to the input, and the layers whose channels must be removed together are
-// grouped: a producer's output channels with the norms, activations, residual adds and
-// concatenations they flow through, the depthwise or grouped convolutions that keep them apart,
-// and the input channels (or the flattened feature blocks) of every layer that reads them.
+// grouped: a producer's output channels with the norms, activations, residual adds,
+// concatenations, splits and permutes they flow through, the depthwise or grouped convolutions
+// that keep them apart, and the input channels (or the flattened feature blocks) of every layer
+// that reads them; attention heads and recurrent hidden units are units of their own.
 //
 //   compress::DependencyGraph graph(model, example_input, {.protected_layers = {&model.fc}});
 //   std::cout << graph.report();                  // every group, prunable or why not
@@ -32,6 +33,8 @@ enum class ChannelRole : uint8_t {
   In,    // a convolution's input channels, a Linear's input features (a flatten gives blocks of them)
   Norm,  // a BatchNorm's, GroupNorm's or InstanceNorm's channels, a LayerNorm's features
   Head,  // a MultiheadAttention's heads (removed with compress::remove_heads)
+  Key,   // a MultiheadAttention's key features with separate weights (kdim: k_proj_weight's columns)
+  Value, // a MultiheadAttention's value features with separate weights (vdim: v_proj_weight's columns)
 };
 
 struct GroupMember {
