@@ -158,8 +158,6 @@ AutoWrapPolicy size_based_auto_wrap_policy(int64_t min_num_params) {
 }
 
 FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& module, FSDPOptions options) : module_(module) {
-  auto group = detail::group_or_default(options.process_group);
-  STRATA_CHECK(group->is_member(), "[FullyShardedDataParallel] this rank is not a member of the process group");
   check_mixed_precision(options.mixed_precision);
   const auto modules = module_.named_modules();
   {
@@ -174,15 +172,21 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& module, FSDPOptio
   std::vector<Tensor> state = module_.parameters();
   for (const Tensor& b : module_.buffers())
     if (b.defined()) state.push_back(b);
-  detail::check_same_model(*group, state, "FullyShardedDataParallel");
-  if (options.sync_module_states && group->size() > 1) {
+  const auto [group, replicate] = detail::resolve_groups(options, state.empty() ? Device() : state.front().device());
+  std::vector<ProcessGroup*> groups{group.get()};
+  if (replicate) groups.insert(groups.begin(), replicate.get());  // (r, s) <- (r, 0) <- (0, 0)
+  detail::check_same_model(groups, state, "FullyShardedDataParallel");
+  if (options.sync_module_states) {
     NoGradGuard no_grad;
-    detail::broadcast_from_rank0(*group, module_.parameters());
-    detail::broadcast_from_rank0(*group, module_.buffers());
+    for (ProcessGroup* g : groups) {
+      if (g->size() == 1) continue;
+      detail::broadcast_from_rank0(*g, module_.parameters());
+      detail::broadcast_from_rank0(*g, module_.buffers());
+    }
   }
   const int64_t shards = options.sharding_strategy == ShardingStrategy::NoShard ? 1 : group->size();
-  runtime_ = std::make_shared<detail::FsdpRuntime>(module_, group, options.sharding_strategy,
-                                                   choose_units(module_, options, shards), options.mixed_precision);
+  runtime_ = std::make_shared<detail::FsdpRuntime>(module_, group, replicate, options,
+                                                   choose_units(module_, options, shards));
   runtime_->install();
   runtime_->cast_buffers(/*original=*/false);
   std::lock_guard<std::mutex> lock(wrapped_mutex);
@@ -221,7 +225,7 @@ std::unique_ptr<autograd::SavedTensorHooksGuard> FullyShardedDataParallel::begin
 }
 
 void FullyShardedDataParallel::rethrow_forward_error(const Error& e) const {
-  if (runtime_->strategy() != ShardingStrategy::FullShard) throw;
+  if (!runtime_->frees_after_forward()) throw;
   throw Error(fmt::format("{}\n[FullyShardedDataParallel] note: under FullShard a unit's parameters are 0-element "
                           "tensors outside its forward and backward; a parameter used outside its unit (a weight "
                           "tied across units) meets one",
@@ -243,6 +247,7 @@ std::vector<Tensor> FullyShardedDataParallel::parameters() const {
 }
 
 std::shared_ptr<ProcessGroup> FullyShardedDataParallel::process_group() const { return runtime_->group_ptr(); }
+std::shared_ptr<ProcessGroup> FullyShardedDataParallel::replicate_group() const { return runtime_->replicate_ptr(); }
 ShardingStrategy FullyShardedDataParallel::sharding_strategy() const { return runtime_->strategy(); }
 const MixedPrecision& FullyShardedDataParallel::mixed_precision() const { return runtime_->mixed_precision(); }
 
@@ -267,6 +272,15 @@ bool FullyShardedDataParallel::is_gathered(size_t unit) const {
   STRATA_CHECK(unit < runtime_->units().size(), "[FullyShardedDataParallel] unit {} is out of range ({} units)", unit,
                runtime_->units().size());
   return runtime_->units()[unit].full.defined();
+}
+
+void FullyShardedDataParallel::record_gather_events(bool on) {
+  if (on) runtime_->gather_events.emplace();
+  else runtime_->gather_events.reset();
+}
+
+std::vector<GatherEvent> FullyShardedDataParallel::gather_events() const {
+  return runtime_->gather_events.value_or(std::vector<GatherEvent>{});
 }
 
 FullyShardedDataParallel::NoSyncGuard::NoSyncGuard(std::shared_ptr<detail::FsdpRuntime> runtime)

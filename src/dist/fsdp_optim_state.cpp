@@ -111,7 +111,7 @@ optim::StateDict FullyShardedDataParallel::full_optim_state_dict(const optim::Op
       out.tensors[state_key(layout.plain_index.at({u, k}), name)] =
           per_element ? flat.narrow(0, unit.offsets[k], unit.numels[k]).view(unit.shapes[k]).clone() : t.clone();
   }
-  if (rank0_only && runtime_->group().rank() != 0) return {};
+  if (rank0_only && !runtime_->is_rank0()) return {};
   return out;
 }
 
@@ -177,8 +177,7 @@ void FullyShardedDataParallel::load_full_optim_state_dict(optim::Optimizer& opt,
     error = std::current_exception();
   }
   try {
-    detail::agree_on_error(runtime_->group(), error, units.front().shard.device(), "FullyShardedDataParallel",
-                           "load_full_optim_state_dict");
+    runtime_->agree_on_error(error, "load_full_optim_state_dict");
   } catch (...) {
     if (undo && !error) undo();
     throw;

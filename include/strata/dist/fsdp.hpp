@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <strata/autograd/graph.hpp>
+#include <strata/dist/device_mesh.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/nn/module.hpp>
 #include <strata/optim/optimizer.hpp>
@@ -47,6 +48,30 @@ enum class ShardingStrategy : uint8_t {
                 ///< for each unit's forward and again for its backward, freed after each
   ShardGradOp,  ///< ZeRO-2: gathered for the forward and kept whole until the backward ends
   NoShard,      ///< DDP: every rank keeps everything; gradients all-reduced
+  HybridShard,  ///< FullShard within a shard group, the shards replicated across a replicate group
+                ///< (their reduced gradients all-reduced over it): torch's HYBRID_SHARD
+  HybridShardZero2,  ///< ShardGradOp within the shard group, replicated likewise (_HYBRID_SHARD_ZERO2)
+};
+
+/// When the backward issues the next unit's all-gather (torch.distributed.fsdp.BackwardPrefetch):
+/// the next unit is the one after the current in the reverse of the forward's order.
+enum class BackwardPrefetch : uint8_t {
+  None,          ///< each unit gathered when its backward starts
+  BackwardPre,   ///< when a unit's backward starts, before its gradients are computed (torch's default)
+  BackwardPost,  ///< once a unit's gradients are all in, before its reduction is issued
+};
+
+/// One step of a unit's all-gather, recorded for inspection (record_gather_events).
+struct GatherEvent {
+  enum Kind : uint8_t {
+    Issue,     ///< issued when the unit needed it
+    Prefetch,  ///< issued ahead of its use (backward_prefetch, forward_prefetch)
+    Wait,      ///< waited for: the unit's parameters point at the gathered values
+  };
+  Kind kind;
+  size_t unit;
+  bool backward;  ///< inside a backward pass
+  bool operator==(const GatherEvent&) const = default;
 };
 
 /// Decides whether a submodule becomes a unit of its own: (its dotted name, the module, the number
@@ -75,8 +100,15 @@ struct MixedPrecision {
 };
 
 struct FSDPOptions {
-  /// The group to shard over; the default group when null.
+  /// The group to shard over; the default group when null. Under the hybrid strategies, the shard
+  /// group (with replicate_group: torch's process_group=(shard, replicate)), or the group split
+  /// into nodes when neither it nor device_mesh gives the two groups.
   std::shared_ptr<ProcessGroup> process_group = nullptr;
+  /// Hybrid strategies only: the group of the ranks holding the same shard (one per shard group).
+  std::shared_ptr<ProcessGroup> replicate_group = nullptr;
+  /// Instead of the groups: a 1-d mesh (its group shards), or under the hybrid strategies a 2-d
+  /// mesh, dim 0 replicating and dim 1 sharding (torch's device_mesh).
+  std::optional<DeviceMesh> device_mesh = std::nullopt;
   ShardingStrategy sharding_strategy = ShardingStrategy::FullShard;
   /// Picks the units below the root; with neither this nor wrap_modules, the root is the only unit.
   AutoWrapPolicy auto_wrap_policy = nullptr;
@@ -86,6 +118,10 @@ struct FSDPOptions {
   bool sync_module_states = true;
   /// Lower-precision compute and reduction (docs/fsdp.md); off when every dtype is unset.
   MixedPrecision mixed_precision = {};
+  /// Issue the next unit's all-gather ahead of its backward (docs/fsdp.md, Prefetching).
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::BackwardPre;
+  /// Issue the next unit's all-gather (in the previous forward's order) when a unit's forward starts.
+  bool forward_prefetch = false;
 };
 
 /// Wraps a module (not owned: it must outlive the wrapper) for fully sharded data-parallel
@@ -117,7 +153,10 @@ class STRATA_API FullyShardedDataParallel {
   /// This rank's shards, one flat 1-d leaf per unit (unit order), for the optimizer.
   std::vector<Tensor> parameters() const;
   nn::Module& module() { return module_; }
+  /// The group the parameters are sharded over (the shard group under the hybrid strategies).
   std::shared_ptr<ProcessGroup> process_group() const;
+  /// The hybrid strategies' replicate group; null under the others.
+  std::shared_ptr<ProcessGroup> replicate_group() const;
   ShardingStrategy sharding_strategy() const;
   const MixedPrecision& mixed_precision() const;
   FullyShardedDataParallel& train(bool on = true);
@@ -129,6 +168,10 @@ class STRATA_API FullyShardedDataParallel {
   std::vector<std::string> unit_parameter_names(size_t unit) const;
   /// Whether unit `unit`'s full parameters exist now on this rank.
   bool is_gathered(size_t unit) const;
+  /// From `on` until it is called with false, the all-gathers' issues and waits are recorded
+  /// (gather_events()), to check when prefetching issues them. Turning it on clears the record.
+  void record_gather_events(bool on = true);
+  std::vector<GatherEvent> gather_events() const;
 
   /// While the guard lives, backward passes only accumulate the full, unreduced gradients on the
   /// module's parameters (no communication; a FullShard unit still frees its parameters); the
