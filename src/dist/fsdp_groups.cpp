@@ -66,20 +66,24 @@ FsdpGroups split_by_node(ProcessGroup& base, Device device) {
                "strategies shard within each node and replicate across nodes, but the nodes run different numbers "
                "of ranks ({}); give the two groups or a 2-d device_mesh",
                fmt::join(counts, ", "));
-  const std::vector<int>& mine = nodes.at(host_of[static_cast<size_t>(base.rank())]);
-  const auto local = static_cast<size_t>(std::find(mine.begin(), mine.end(), base.rank()) - mine.begin());
-  const std::vector<int> global = base.global_ranks();
-  std::vector<int> shard_members, replicate_members;
-  for (int r : mine) shard_members.push_back(global[static_cast<size_t>(r)]);
-  int node = 0, node_index = 0;
-  for (const auto& [h, ranks] : nodes) {
-    if (&ranks == &mine) node_index = node;
-    replicate_members.push_back(global[static_cast<size_t>(ranks[local])]);
-    ++node;
+  // each rank's node (numbered in the order of the nodes' first ranks) and index within it
+  std::vector<int> node_of(static_cast<size_t>(base.size())), local_of(node_of.size());
+  std::map<std::vector<int64_t>, int> node_number;
+  for (size_t r = 0; r < node_of.size(); ++r) {
+    const auto [it, fresh] = node_number.try_emplace(host_of[r], static_cast<int>(node_number.size()));
+    const std::vector<int>& ranks = nodes.at(host_of[r]);
+    node_of[r] = it->second;
+    local_of[r] = static_cast<int>(std::find(ranks.begin(), ranks.end(), static_cast<int>(r)) - ranks.begin());
   }
-  std::sort(replicate_members.begin(), replicate_members.end());
-  auto shard = split_group(base, node_index, base.rank(), shard_members);
-  auto replicate = split_group(base, static_cast<int>(local), base.rank(), replicate_members);
+  const auto me = static_cast<size_t>(base.rank());
+  const std::vector<int> global = base.global_ranks();
+  std::vector<int> shard_members, replicate_members;  // global ranks, in base-rank order (the split's key)
+  for (size_t r = 0; r < node_of.size(); ++r) {
+    if (node_of[r] == node_of[me]) shard_members.push_back(global[r]);
+    if (local_of[r] == local_of[me]) replicate_members.push_back(global[r]);
+  }
+  auto shard = split_group(base, node_of[me], base.rank(), shard_members);
+  auto replicate = split_group(base, local_of[me], base.rank(), replicate_members);
   return {shard, replicate};
 }
 

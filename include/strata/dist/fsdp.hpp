@@ -4,7 +4,9 @@
 // multiple of the world size, and each rank keeps only its shard of it: the leaf tensors
 // parameters() returns, which any strata optimizer steps. A unit's full parameters are gathered
 // (all_gather) for its forward and again for its backward, and its gradients are averaged over
-// the ranks and scattered (reduce_scatter, Avg) into the shards' .grad (docs/fsdp.md).
+// the ranks and scattered (reduce_scatter, Avg) into the shards' .grad (docs/fsdp.md). The hybrid
+// strategies shard within a shard group and replicate across a replicate group (a 2-d DeviceMesh);
+// backward_prefetch and forward_prefetch issue the next unit's all-gather ahead of its use.
 //
 //   dist::init_process_group("mpi");
 //   Net net;
@@ -211,12 +213,12 @@ class STRATA_API FullyShardedDataParallel {
   double clip_grad_norm_(double max_norm, double norm_type = 2.0);
 
   /// The plain module's state dict (its names, shapes and buffers), with cloned values; on rank 0
-  /// only when rank0_only (empty elsewhere). Collective.
+  /// only when rank0_only (empty elsewhere; hybrid: rank 0 of both groups). Collective.
   nn::StateDict full_state_dict(bool rank0_only = true);
   /// Loads a plain module's state dict (every rank passes the same one). On any mismatch every
   /// rank raises and nothing changes. Collective.
   void load_full_state_dict(const nn::StateDict& dict, bool strict = true);
-  /// This rank's part: "_fsdp.world_size", "_fsdp.rank", per unit u "_fsdp.unit.<u>.numel" (int64
+  /// This rank's part: "_fsdp.world_size", "_fsdp.rank" (the shard group's), per unit u "_fsdp.unit.<u>.numel" (int64
   /// scalars) and "_fsdp.unit.<u>.shard" (the shard), and the module's persistent buffers under
   /// their names. Local: no communication.
   nn::StateDict sharded_state_dict() const;
