@@ -38,6 +38,7 @@ namespace {
 
 // A saved tensor that aliases unit `unit`'s gathered flat parameter, by its place in it.
 struct PackedParam {
+  std::weak_ptr<FsdpRuntime> owner;  // this wrapper's runtime or a nested one's
   size_t unit;
   int64_t offset;
   Shape shape;
@@ -131,18 +132,37 @@ Tensor FsdpRuntime::original_buffer(const Tensor& buffer) const {
 }
 
 std::any FsdpRuntime::pack(const Tensor& t) {
-  if (t.defined())
-    if (auto it = gathered_.find(t.storage().get()); it != gathered_.end())
-      return PackedParam{it->second, t.storage_offset(), t.shape(), t.strides()};
+  if (!t.defined()) return t;
+  if (auto it = gathered_.find(t.storage().get()); it != gathered_.end())
+    return PackedParam{weak_from_this(), it->second, t.storage_offset(), t.shape(), t.strides()};
+  for (const auto& weak : nested)  // a nested wrapper's parameters, released and re-gathered alike
+    if (auto inner = weak.lock()) {
+      std::any packed = inner->pack(t);
+      if (!std::any_cast<Tensor>(&packed)) return packed;
+    }
   return t;
 }
 
 Tensor FsdpRuntime::unpack(const std::any& packed) {
   if (const auto* p = std::any_cast<PackedParam>(&packed)) {
-    gather(p->unit);
-    return units_[p->unit].full.as_strided(p->shape, p->strides, p->offset);
+    auto owner = p->owner.lock();
+    STRATA_CHECK(owner != nullptr, "[FullyShardedDataParallel] the backward needs a nested wrapper's parameters, "
+                 "but that wrapper is gone; keep it alive until the backward has run");
+    owner->gather(p->unit);
+    return owner->units_[p->unit].full.as_strided(p->shape, p->strides, p->offset);
   }
   return std::any_cast<Tensor>(packed);
+}
+
+std::vector<std::shared_ptr<FsdpRuntime>> FsdpRuntime::with_nested() {
+  std::vector<std::shared_ptr<FsdpRuntime>> all{shared_from_this()};
+  for (const auto& weak : nested) {
+    auto inner = weak.lock();
+    STRATA_CHECK(inner != nullptr, "[FullyShardedDataParallel] a wrapper nested in this one was destroyed first; "
+                 "nested wrappers must outlive the wrapper around them");
+    for (auto& r : inner->with_nested()) all.push_back(std::move(r));
+  }
+  return all;
 }
 
 void FsdpRuntime::pre_forward(size_t u) {

@@ -121,6 +121,12 @@ class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
   void reset();
   /// At the start of a wrapper forward: forgets which graph nodes the units' outputs were traced through.
   void begin_forward_pass();
+  /// The wrappers nested in this one's module tree (built before it).
+  std::vector<std::weak_ptr<FsdpRuntime>> nested;
+  /// This runtime, then every nested one (depth first); raises when a nested wrapper is gone.
+  std::vector<std::shared_ptr<FsdpRuntime>> with_nested();
+  /// The modules this wrapper marked as wrapped (its tree less the nested wrappers' trees).
+  std::vector<const nn::Module*> own_modules;
   /// The recorded all-gather events (FullyShardedDataParallel::record_gather_events).
   std::optional<std::vector<GatherEvent>> gather_events;
   bool sync = true;  // false under no_sync()

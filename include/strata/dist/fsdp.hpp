@@ -152,7 +152,8 @@ class STRATA_API FullyShardedDataParallel {
     }
   }
 
-  /// This rank's shards, one flat 1-d leaf per unit (unit order), for the optimizer.
+  /// This rank's shards, one flat 1-d leaf per unit (unit order), for the optimizer; then those
+  /// of the wrappers nested in the module (docs/fsdp.md, Nested wrappers), in module order.
   std::vector<Tensor> parameters() const;
   nn::Module& module() { return module_; }
   /// The group the parameters are sharded over (the shard group under the hybrid strategies).
@@ -186,8 +187,7 @@ class STRATA_API FullyShardedDataParallel {
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
    private:
-    std::shared_ptr<detail::FsdpRuntime> runtime_;
-    bool previous_;
+    std::vector<std::pair<std::shared_ptr<detail::FsdpRuntime>, bool>> previous_;  // nested ones too
   };
   [[nodiscard]] NoSyncGuard no_sync();
 
@@ -205,6 +205,7 @@ class STRATA_API FullyShardedDataParallel {
    private:
     std::shared_ptr<detail::FsdpRuntime> runtime_;
     bool writeback_;
+    std::vector<std::unique_ptr<FullParamsGuard>> nested_;  // the nested wrappers', entered after
   };
   [[nodiscard]] FullParamsGuard summon_full_params(bool writeback = true);
 
