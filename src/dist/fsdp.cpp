@@ -76,6 +76,7 @@ detail::FlatUnit make_unit(const std::string& name, nn::Module& m, std::vector<s
   unit.module = &m;
   const Tensor& first = mine.front().second;
   unit.requires_grad = first.requires_grad();
+  unit.device = first.device();
   for (auto& [pname, p] : mine) {
     const std::string full_name = name.empty() ? pname : name + "." + pname;
     STRATA_CHECK(is_floating(p.dtype()) && p.dtype() == first.dtype() && p.device() == first.device(),

@@ -28,7 +28,8 @@ void FsdpRuntime::start_gather(size_t u, DType dtype, GatherEvent::Kind kind) {
   NoGradGuard no_grad;
   record(kind, u);
   // cast before the gather, as PyTorch does: the low-precision copy is what travels
-  const Tensor source = unit.shard.dtype() == dtype ? unit.shard.detach() : unit.shard.detach().to(dtype);
+  Tensor source = unit.shard.dtype() == dtype ? unit.shard.detach() : unit.shard.detach().to(dtype);
+  if (source.device() != unit.device) source = source.to(unit.device);  // CPU offload: in the cast dtype
   unit.pending_version = unit.shard.version();
   if (!sharded()) {
     unit.pending = source;
@@ -118,7 +119,7 @@ void FsdpRuntime::release(size_t u) {
   unit.pending = Tensor();
   if (!unit.full.defined()) return;
   gathered_.erase(unit.full.storage().get());
-  for (const Tensor& p : unit.params) p.set_data(empty({0}, unit.shard.options()));
+  for (const Tensor& p : unit.params) p.set_data(empty({0}, TensorOptions(unit.shard.dtype(), unit.device)));
   unit.full = Tensor();
 }
 
@@ -130,10 +131,11 @@ void FsdpRuntime::end_summon(size_t u, bool was_gathered) {
 
 void FsdpRuntime::write_back(size_t u) {
   FlatUnit& unit = units_[u];
-  if (!sharded() || !unit.full.defined()) return;  // NoShard: the parameters are the shard's memory
+  // NoShard (without CPU offload): the parameters are the shard's memory
+  if (!unit.full.defined() || unit.full.storage() == unit.shard.storage()) return;
   NoGradGuard no_grad;
-  const int64_t length = unit.shard.numel();
-  unit.shard.detach().copy_(unit.full.narrow(0, group_->rank() * length, length));
+  const int64_t length = unit.shard.numel(), rank = sharded() ? group_->rank() : 0;
+  unit.shard.detach().copy_(unit.full.narrow(0, rank * length, length));
   unit.gathered_version = unit.shard.version();  // `full` still holds its values
 }
 

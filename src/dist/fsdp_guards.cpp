@@ -69,7 +69,7 @@ double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_ty
     double part = inf ? norm : std::pow(norm, norm_type);
     total = norm;  // one wrapper, not sharded: its norm as it is
     if (r->sharded() && r->group().size() > 1) {  // every rank's shards, taken together
-      Tensor t = full({1}, part, TensorOptions(kFloat64, shards[0].device()));
+      Tensor t = full({1}, part, TensorOptions(kFloat64, r->units().front().device));  // the group's device
       r->group().allreduce(t, inf ? ReduceOp::Max : ReduceOp::Sum)->wait();
       part = t.cpu().item<double>();
     }

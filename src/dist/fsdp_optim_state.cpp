@@ -119,11 +119,11 @@ optim::StateDict FullyShardedDataParallel::full_optim_state_dict(const optim::Op
     const bool per_element = t.dim() == 1 && t.numel() == unit.shard.numel();
     Tensor flat = t.detach();
     const detail::FsdpRuntime& owner = *all.owners[u];
-    if (per_element && owner.sharded()) {
-      flat = empty({unit.padded}, t.options());
+    if (per_element && owner.sharded()) {  // on the module's device (the shard's is the CPU under offload)
+      flat = empty({unit.padded}, TensorOptions(t.dtype(), unit.device));
       std::vector<Tensor> parts;
       for (int r = 0; r < owner.group().size(); ++r) parts.push_back(flat.narrow(0, r * t.numel(), t.numel()));
-      owner.group().allgather(parts, t.detach().contiguous())->wait();
+      owner.group().allgather(parts, t.detach().to(unit.device).contiguous())->wait();
     }
     for (size_t k = 0; k < unit.params.size(); ++k)
       out.tensors[state_key(layout.plain_index.at({u, k}), name)] =

@@ -55,11 +55,12 @@ FsdpRuntime::FsdpRuntime(nn::Module& root, std::shared_ptr<ProcessGroup> group, 
       strategy_(options.sharding_strategy),
       backward_prefetch_(options.backward_prefetch),
       forward_prefetch_(options.forward_prefetch),
+      offload_params_(options.cpu_offload.offload_params),
       units_(std::move(units)),
       mixed_precision_(options.mixed_precision) {}
 
 void FsdpRuntime::agree_on_error(std::exception_ptr error, const char* what) const {
-  const Device device = units_.front().shard.device();
+  const Device device = units_.front().device;
   if (!replicate_) return detail::agree_on_error(*group_, error, device, "FullyShardedDataParallel", what);
   Tensor failed = full({1}, error ? 1 : 0, TensorOptions(kInt32, device));
   group_->allreduce(failed, ReduceOp::Max)->wait();  // then to every shard group through the replicas
@@ -80,6 +81,7 @@ void FsdpRuntime::install() {
     if (unit.padded > unit.numel) parts.push_back(zeros({unit.padded - unit.numel}, options));
     const int64_t length = unit.padded / shards;
     unit.shard = cat(parts, 0).narrow(0, rank * length, length).clone();
+    if (offload_params_) unit.shard = unit.shard.to(kCPU);
     if (unit.requires_grad) unit.shard.requires_grad_(true);
     for (const Tensor& p : unit.params) p.set_data(empty({0}, options));
     unit.used.assign(unit.params.size(), false);
@@ -278,7 +280,7 @@ void FsdpRuntime::unit_done(size_t u) {
   unit.done = true;
   if (sync && unit.requires_grad) {
     NoGradGuard no_grad;
-    Tensor flat = zeros({unit.padded}, TensorOptions(reduce_dtype(unit), unit.shard.device()));
+    Tensor flat = zeros({unit.padded}, TensorOptions(reduce_dtype(unit), unit.device));
     for (size_t k = 0; k < unit.params.size(); ++k) {
       const Tensor& p = unit.params[k];
       if (!p.grad().defined()) continue;  // unused in this pass: counts as zeros
@@ -338,9 +340,10 @@ void FsdpRuntime::finish_backward() {
     unit.work->wait();
     unit.work.reset();
     const Tensor& g = unit.shard.grad();
-    // reduced in reduce_dtype, kept in the shard's (the master's)
+    // reduced in reduce_dtype on the device, kept in the shard's dtype (the master's) and memory
     const DType master = unit.shard.dtype();
-    const Tensor reduced = unit.reduced.dtype() == master ? unit.reduced : unit.reduced.to(master);
+    Tensor reduced = unit.reduced.dtype() == master ? unit.reduced : unit.reduced.to(master);
+    if (reduced.device() != unit.shard.device()) reduced = reduced.to(unit.shard.device());
     if (g.defined()) g.add_(reduced);  // accumulating over steps without zero_grad
     else unit.shard.set_grad(reduced);
     unit.reduced = Tensor();

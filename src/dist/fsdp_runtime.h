@@ -21,6 +21,7 @@ struct FlatUnit {
   std::string name;  // the module's dotted name, "" for the root
   nn::Module* module = nullptr;
   std::vector<Tensor> params;  // the module's own parameter handles (leaves), in flat order
+  Device device;               // where the module computes (the shard is on the CPU under CPU offload)
   std::vector<std::string> param_names;
   std::vector<int64_t> offsets;  // of each parameter in the flat parameter
   std::vector<Shape> shapes;
@@ -161,6 +162,7 @@ class FsdpRuntime : public std::enable_shared_from_this<FsdpRuntime> {
   ShardingStrategy strategy_;
   BackwardPrefetch backward_prefetch_;
   bool forward_prefetch_;
+  bool offload_params_;
   std::vector<FlatUnit> units_;
   MixedPrecision mixed_precision_;
   std::unordered_map<const Storage*, DType> buffer_dtypes_;  // a cast buffer's memory -> its own dtype

@@ -1,7 +1,8 @@
 // FullyShardedDataParallel's prefetching under mpirun (2 and 4 ranks): backward_prefetch and
 // forward_prefetch change when the next unit's all-gather is issued, never the result (training
 // with any of them is bit for bit the training without), and the recorded gather events show each
-// prefetched gather issued before the unit that needs it starts.
+// prefetched gather issued before the unit that needs it starts. CPU offload of a CPU module
+// changes nothing either (its GPU side: test_fsdp_offload_cuda.cpp).
 #include "dist/fsdp_testing.h"
 
 namespace strata {
@@ -120,6 +121,25 @@ TEST(FsdpPrefetch, BackwardPostPrefetchesAfterAUnitsGradientsAreIn) {
   const std::vector<Event> want{{Event::Issue, 0, true}, {Event::Wait, 0, true},     {Event::Issue, 2, true},
                                 {Event::Wait, 2, true},  {Event::Prefetch, 1, true}, {Event::Wait, 1, true}};
   EXPECT_EQ(backward, want);
+}
+
+// CPU offload of a CPU module: the shards were on the CPU already; the training is bit for bit
+// the training without it.
+TEST(FsdpCpuOffload, OfACpuModuleChangesNothing) {
+  auto pg = dist_testing::group();
+  for (ShardingStrategy s : all_strategies()) {
+    std::vector<std::vector<Tensor>> shards;
+    for (bool offload : {false, true}) {
+      auto net = make_net(130);
+      dist::FSDPOptions o = blocks(s);
+      o.cpu_offload = {.offload_params = offload};
+      FSDP fsdp(*net, o);
+      optim::AdamW opt(fsdp.parameters(), {.lr = 0.01});
+      for (int step = 0; step < 3; ++step) fsdp_step(fsdp, opt, step);
+      shards.push_back(fsdp.parameters());
+    }
+    for (size_t u = 0; u < 3; ++u) EXPECT_TRUE(equal(shards[0][u], shards[1][u])) << static_cast<int>(s);
+  }
 }
 
 }  // namespace

@@ -101,6 +101,13 @@ struct MixedPrecision {
   bool cast_root_forward_inputs = true;
 };
 
+/// torch.distributed.fsdp.CPUOffload: with offload_params, the shards (and so their gradients and
+/// the optimizer's state and step) live in CPU memory, while the module computes on its device:
+/// a gather copies the shard to the device, the reduced gradient comes back to the CPU.
+struct CPUOffload {
+  bool offload_params = false;
+};
+
 struct FSDPOptions {
   /// The group to shard over; the default group when null. Under the hybrid strategies, the shard
   /// group (with replicate_group: torch's process_group=(shard, replicate)), or the group split
@@ -120,6 +127,8 @@ struct FSDPOptions {
   bool sync_module_states = true;
   /// Lower-precision compute and reduction (docs/fsdp.md); off when every dtype is unset.
   MixedPrecision mixed_precision = {};
+  /// Shards on the CPU for a module on a GPU; for a CPU module it changes nothing.
+  CPUOffload cpu_offload = {};
   /// Issue the next unit's all-gather ahead of its backward (docs/fsdp.md, Prefetching).
   BackwardPrefetch backward_prefetch = BackwardPrefetch::BackwardPre;
   /// Issue the next unit's all-gather (in the previous forward's order) when a unit's forward starts.
