@@ -29,7 +29,8 @@ FullyShardedDataParallel::FullParamsGuard::FullParamsGuard(std::shared_ptr<detai
   STRATA_CHECK(!runtime_->summoned, "[FullyShardedDataParallel] summon_full_params() is already active");
   // the nested wrappers first: should one raise, those entered are left again by their guards
   runtime_->with_nested();  // raises, before any collective, when a nested wrapper is gone
-  for (const auto& inner : runtime_->nested) nested_.push_back(std::make_unique<FullParamsGuard>(inner.lock(), writeback));
+  for (const auto& inner : runtime_->nested)
+    nested_.push_back(std::make_unique<FullParamsGuard>(inner.lock(), writeback));
   auto& units = runtime_->units();
   runtime_->gathered_before_summon.assign(units.size(), false);
   for (size_t u = 0; u < units.size(); ++u) {

@@ -182,8 +182,8 @@ void FsdpRuntime::post_forward(size_t u, const std::vector<Tensor>& outputs) {
   const bool grad_mode = autograd::is_grad_enabled();
   std::weak_ptr<FsdpRuntime> weak = weak_from_this();
   if (grad_mode && !in_backward_) trace_used(outputs);  // not a recomputation inside the backward
-  if (!in_backward_ && std::find(post_forward_order_.begin(), post_forward_order_.end(), u) == post_forward_order_.end())
-    post_forward_order_.push_back(u);
+  auto& ended = post_forward_order_;
+  if (!in_backward_ && std::find(ended.begin(), ended.end(), u) == ended.end()) ended.push_back(u);
   if (grad_mode)
     for (const Tensor& out : outputs)
       if (out.defined() && out.requires_grad() && !out.is_leaf())

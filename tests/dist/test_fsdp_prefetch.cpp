@@ -22,7 +22,8 @@ dist::FSDPOptions with_prefetch(ShardingStrategy s, BackwardPrefetch backward, b
 }
 
 size_t count(const std::vector<Event>& events, Event::Kind kind) {
-  return static_cast<size_t>(std::count_if(events.begin(), events.end(), [&](const Event& e) { return e.kind == kind; }));
+  const auto of_kind = [&](const Event& e) { return e.kind == kind; };
+  return static_cast<size_t>(std::count_if(events.begin(), events.end(), of_kind));
 }
 
 TEST(FsdpPrefetch, TrainingWithPrefetchingIsBitForBitTheTrainingWithout) {
