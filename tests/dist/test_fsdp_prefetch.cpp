@@ -124,6 +124,40 @@ TEST(FsdpPrefetch, BackwardPostPrefetchesAfterAUnitsGradientsAreIn) {
   EXPECT_EQ(backward, want);
 }
 
+// A net whose forward may skip b2, so that a forward prefetches (after b1) a unit it never uses.
+struct SkippingNet : Net {
+  bool skip = false;
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = b1(tanh(embed(x)));
+    return head(skip ? h : b2(h));
+  }
+};
+
+// The prefetched gather of a unit that the forward then skips is waited for and freed by the end
+// of the backward, and the training goes on as the plain model's (whose b2 gets no gradient).
+TEST(FsdpPrefetch, AGatherPrefetchedForAUnitNeverUsedIsFreed) {
+  auto pg = dist_testing::group();
+  manual_seed(140);
+  SkippingNet net, ref;
+  ref.load_state_dict(net.state_dict());
+  FSDP fsdp(net, with_prefetch(ShardingStrategy::FullShard, BackwardPrefetch::BackwardPre, true));
+  optim::SGD opt(fsdp.parameters(), {.lr = 0.1}), ref_opt(ref.parameters(), {.lr = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    net.skip = ref.skip = step == 1;
+    fsdp.record_gather_events();
+    fsdp_step(fsdp, opt, step);
+    reference_step(ref, ref_opt, step);
+    for (size_t u = 0; u < 3; ++u) EXPECT_FALSE(fsdp.is_gathered(u)) << "step " << step << " unit " << u;
+    const std::vector<Event> events = fsdp.gather_events();
+    const auto has = [&](Event e) { return std::find(events.begin(), events.end(), e) != events.end(); };
+    const bool b2_prefetched = has({Event::Prefetch, 2, false}), b2_used = has({Event::Wait, 2, false});
+    // after b1's forward in the previous forward's order: not in the first, nor after the skip
+    EXPECT_EQ(b2_prefetched, step == 1) << step;
+    EXPECT_EQ(b2_used, step != 1) << step;
+  }
+  expect_close_dicts(fsdp.full_state_dict(false), ref.state_dict(), 1e-12);
+}
+
 // CPU offload of a CPU module: the shards were on the CPU already; the training is bit for bit
 // the training without it.
 TEST(FsdpCpuOffload, OfACpuModuleChangesNothing) {
