@@ -1,17 +1,16 @@
-// FullyShardedDataParallel: the choice and checks of the units, construction, the forward's
-// saved-tensor hooks, no_sync, summon_full_params and gradient clipping. The per-unit steps are
-// in fsdp_runtime.cpp, the state dicts in fsdp_state.cpp.
+// FullyShardedDataParallel: the choice and checks of the units, the wrappers nested in the
+// module, construction and the forward's saved-tensor hooks. The per-unit steps are in
+// fsdp_runtime.cpp, no_sync, summon_full_params and clipping in fsdp_guards.cpp, the state dicts
+// in fsdp_state.cpp.
 #include <strata/dist/fsdp.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <mutex>
 #include <set>
 #include <unordered_map>
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/ops/creation.hpp>
-#include <strata/optim/clip.hpp>
 
 #include "dist/fsdp_runtime.h"
 #include "dist/model_sync.h"
@@ -21,11 +20,16 @@ namespace strata::dist {
 
 namespace {
 
-// Every module inside a live wrapper, so that no module is wrapped twice (nested wrappers).
+// Every module inside a live wrapper, so that no module is wrapped twice, and the root module of
+// each, so that a wrapper built around it later nests it.
 std::mutex wrapped_mutex;
 std::set<const nn::Module*>& wrapped_modules() {
   static std::set<const nn::Module*> modules;
   return modules;
+}
+std::unordered_map<const nn::Module*, std::weak_ptr<detail::FsdpRuntime>>& wrapper_roots() {
+  static std::unordered_map<const nn::Module*, std::weak_ptr<detail::FsdpRuntime>> roots;
+  return roots;
 }
 
 // A saved tensor the caller's saved-tensor hooks packed.
@@ -37,6 +41,33 @@ bool is_inside(const std::string& name, const std::string& ancestor) {
   return ancestor.empty() || name.rfind(ancestor + ".", 0) == 0;
 }
 
+// The wrappers nested in the module tree: their root modules' names and runtimes.
+struct Nested {
+  std::vector<std::string> names;
+  std::vector<std::weak_ptr<detail::FsdpRuntime>> runtimes;
+  bool contains(const std::string& name) const {
+    return std::any_of(names.begin(), names.end(), [&](const auto& n) { return name == n || is_inside(name, n); });
+  }
+};
+
+Nested find_nested(const std::vector<std::pair<std::string, nn::Module*>>& modules) {
+  Nested nested;
+  std::lock_guard<std::mutex> lock(wrapped_mutex);
+  for (const auto& [name, m] : modules) {
+    if (nested.contains(name) || !wrapped_modules().count(m)) continue;
+    const auto root = wrapper_roots().find(m);
+    STRATA_CHECK(!name.empty() && root != wrapper_roots().end(),
+                 "[FullyShardedDataParallel] module '{}' ({}) is already inside another FullyShardedDataParallel; a "
+                 "wrapper may hold wrappers built before it over its submodules (nested wrappers), but not lie "
+                 "inside one: build the inner wrappers first, or make inner modules units with wrap_modules or "
+                 "auto_wrap_policy",
+                 name.empty() ? "<root>" : name, m->name());
+    nested.names.push_back(name);
+    nested.runtimes.push_back(root->second);
+  }
+  return nested;
+}
+
 // The unit of module `name`: its parameters not in units below it (`mine`), checked.
 detail::FlatUnit make_unit(const std::string& name, nn::Module& m, std::vector<std::pair<std::string, Tensor>> mine,
                            int64_t shards) {
@@ -45,6 +76,7 @@ detail::FlatUnit make_unit(const std::string& name, nn::Module& m, std::vector<s
   unit.module = &m;
   const Tensor& first = mine.front().second;
   unit.requires_grad = first.requires_grad();
+  unit.device = first.device();
   for (auto& [pname, p] : mine) {
     const std::string full_name = name.empty() ? pname : name + "." + pname;
     STRATA_CHECK(is_floating(p.dtype()) && p.dtype() == first.dtype() && p.device() == first.device(),
@@ -98,7 +130,8 @@ void check_ties(nn::Module& root, const std::vector<std::pair<std::string, nn::M
 
 // The units: the root, the modules in wrap_modules and those the policy picks (children before
 // parents), each with the parameters no unit below it holds; in pre-order of the module tree.
-std::vector<detail::FlatUnit> choose_units(nn::Module& root, const FSDPOptions& o, int64_t shards) {
+std::vector<detail::FlatUnit> choose_units(nn::Module& root, const FSDPOptions& o, int64_t shards,
+                                           const Nested& nested) {
   const auto modules = root.named_modules();
   std::vector<bool> is_unit(modules.size(), false);
   is_unit[0] = true;
@@ -114,12 +147,18 @@ std::vector<detail::FlatUnit> choose_units(nn::Module& root, const FSDPOptions& 
     STRATA_CHECK(index > 0, "[FullyShardedDataParallel] wrap_modules[{}] is the wrapped module itself, which is "
                  "always the root unit", i);
     STRATA_CHECK(!is_unit[index], "[FullyShardedDataParallel] wrap_modules lists '{}' twice", it->first);
+    STRATA_CHECK(!nested.contains(it->first), "[FullyShardedDataParallel] wrap_modules[{}] ('{}') lies inside a "
+                 "nested wrapper, which manages its parameters", i, it->first);
     is_unit[index] = true;
   }
   std::unordered_map<const TensorImpl*, size_t> owner;  // parameter -> the module index of its unit
   std::vector<std::vector<std::pair<std::string, Tensor>>> unit_params(modules.size());
+  for (const auto& [name, m] : modules)  // a nested wrapper's parameters are its own
+    if (nested.contains(name))
+      for (const Tensor& p : m->parameters()) owner[p.impl_ptr().get()] = SIZE_MAX;
   for (size_t i = modules.size(); i-- > 0;) {  // reverse pre-order: every module after those below it
     const auto& [name, m] = modules[i];
+    if (nested.contains(name)) continue;
     std::vector<std::pair<std::string, Tensor>> mine;
     int64_t numel = 0;
     for (auto& [pname, p] : m->named_parameters()) {
@@ -137,7 +176,8 @@ std::vector<detail::FlatUnit> choose_units(nn::Module& root, const FSDPOptions& 
   for (size_t i = 0; i < modules.size(); ++i)
     if (is_unit[i] && !unit_params[i].empty())
       units.push_back(make_unit(modules[i].first, *modules[i].second, std::move(unit_params[i]), shards));
-  STRATA_CHECK(!units.empty(), "[FullyShardedDataParallel] the wrapped module ({}) has no parameters", root.name());
+  STRATA_CHECK(!units.empty(), "[FullyShardedDataParallel] the wrapped module ({}) has no parameters{}", root.name(),
+               nested.names.empty() ? "" : " outside the wrappers nested in it");
   return units;
 }
 
@@ -158,41 +198,49 @@ AutoWrapPolicy size_based_auto_wrap_policy(int64_t min_num_params) {
 }
 
 FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& module, FSDPOptions options) : module_(module) {
-  auto group = detail::group_or_default(options.process_group);
-  STRATA_CHECK(group->is_member(), "[FullyShardedDataParallel] this rank is not a member of the process group");
   check_mixed_precision(options.mixed_precision);
   const auto modules = module_.named_modules();
-  {
-    std::lock_guard<std::mutex> lock(wrapped_mutex);
-    for (const auto& [name, m] : modules)
-      STRATA_CHECK(!wrapped_modules().count(m),
-                   "[FullyShardedDataParallel] module '{}' ({}) is already inside another FullyShardedDataParallel; "
-                   "wrappers do not nest: wrap the outermost module once and make inner modules units with "
-                   "wrap_modules or auto_wrap_policy",
-                   name.empty() ? "<root>" : name, m->name());
-  }
-  std::vector<Tensor> state = module_.parameters();
+  const Nested nested = find_nested(modules);
+  std::set<const TensorImpl*> nested_params;
+  for (const auto& [name, m] : modules)
+    if (nested.contains(name))
+      for (const Tensor& p : m->parameters()) nested_params.insert(p.impl_ptr().get());
+  std::vector<Tensor> own_params;  // the nested wrappers' are theirs to check and broadcast
+  for (const Tensor& p : module_.parameters())
+    if (!nested_params.count(p.impl_ptr().get())) own_params.push_back(p);
+  std::vector<Tensor> state = own_params;
   for (const Tensor& b : module_.buffers())
     if (b.defined()) state.push_back(b);
-  detail::check_same_model(*group, state, "FullyShardedDataParallel");
-  if (options.sync_module_states && group->size() > 1) {
+  const auto [group, replicate] = detail::resolve_groups(options, state.empty() ? Device() : state.front().device());
+  std::vector<ProcessGroup*> groups{group.get()};
+  if (replicate) groups.insert(groups.begin(), replicate.get());  // (r, s) <- (r, 0) <- (0, 0)
+  detail::check_same_model(groups, state, "FullyShardedDataParallel");
+  if (options.sync_module_states) {
     NoGradGuard no_grad;
-    detail::broadcast_from_rank0(*group, module_.parameters());
-    detail::broadcast_from_rank0(*group, module_.buffers());
+    for (ProcessGroup* g : groups) {
+      if (g->size() == 1) continue;
+      detail::broadcast_from_rank0(*g, own_params);
+      detail::broadcast_from_rank0(*g, module_.buffers());
+    }
   }
   const int64_t shards = options.sharding_strategy == ShardingStrategy::NoShard ? 1 : group->size();
-  runtime_ = std::make_shared<detail::FsdpRuntime>(module_, group, options.sharding_strategy,
-                                                   choose_units(module_, options, shards), options.mixed_precision);
+  runtime_ = std::make_shared<detail::FsdpRuntime>(module_, group, replicate, options,
+                                                   choose_units(module_, options, shards, nested));
+  runtime_->nested = nested.runtimes;
   runtime_->install();
   runtime_->cast_buffers(/*original=*/false);
   std::lock_guard<std::mutex> lock(wrapped_mutex);
-  for (const auto& entry : modules) wrapped_modules().insert(entry.second);
+  for (const auto& [name, m] : modules)
+    if (!nested.contains(name)) runtime_->own_modules.push_back(m);
+  for (const nn::Module* m : runtime_->own_modules) wrapped_modules().insert(m);
+  wrapper_roots()[&module_] = runtime_;
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
   runtime_->uninstall();
   std::lock_guard<std::mutex> lock(wrapped_mutex);
-  for (const auto& entry : module_.named_modules()) wrapped_modules().erase(entry.second);
+  for (const nn::Module* m : runtime_->own_modules) wrapped_modules().erase(m);
+  wrapper_roots().erase(&module_);
 }
 
 std::unique_ptr<autograd::SavedTensorHooksGuard> FullyShardedDataParallel::begin_forward() {
@@ -221,7 +269,7 @@ std::unique_ptr<autograd::SavedTensorHooksGuard> FullyShardedDataParallel::begin
 }
 
 void FullyShardedDataParallel::rethrow_forward_error(const Error& e) const {
-  if (runtime_->strategy() != ShardingStrategy::FullShard) throw;
+  if (!runtime_->frees_after_forward()) throw;
   throw Error(fmt::format("{}\n[FullyShardedDataParallel] note: under FullShard a unit's parameters are 0-element "
                           "tensors outside its forward and backward; a parameter used outside its unit (a weight "
                           "tied across units) meets one",
@@ -238,11 +286,13 @@ Tensor FullyShardedDataParallel::forward(const Tensor& input) {
 
 std::vector<Tensor> FullyShardedDataParallel::parameters() const {
   std::vector<Tensor> shards;
-  for (const auto& unit : runtime_->units()) shards.push_back(unit.shard);
+  for (const auto& r : runtime_->with_nested())
+    for (const auto& unit : r->units()) shards.push_back(unit.shard);
   return shards;
 }
 
 std::shared_ptr<ProcessGroup> FullyShardedDataParallel::process_group() const { return runtime_->group_ptr(); }
+std::shared_ptr<ProcessGroup> FullyShardedDataParallel::replicate_group() const { return runtime_->replicate_ptr(); }
 ShardingStrategy FullyShardedDataParallel::sharding_strategy() const { return runtime_->strategy(); }
 const MixedPrecision& FullyShardedDataParallel::mixed_precision() const { return runtime_->mixed_precision(); }
 
@@ -269,61 +319,13 @@ bool FullyShardedDataParallel::is_gathered(size_t unit) const {
   return runtime_->units()[unit].full.defined();
 }
 
-FullyShardedDataParallel::NoSyncGuard::NoSyncGuard(std::shared_ptr<detail::FsdpRuntime> runtime)
-    : runtime_(std::move(runtime)), previous_(runtime_->sync) {
-  runtime_->sync = false;
-}
-FullyShardedDataParallel::NoSyncGuard::~NoSyncGuard() { runtime_->sync = previous_; }
-FullyShardedDataParallel::NoSyncGuard FullyShardedDataParallel::no_sync() { return NoSyncGuard(runtime_); }
-
-FullyShardedDataParallel::FullParamsGuard::FullParamsGuard(std::shared_ptr<detail::FsdpRuntime> runtime,
-                                                           bool writeback)
-    : runtime_(std::move(runtime)), writeback_(writeback) {
-  STRATA_CHECK(!runtime_->summoned, "[FullyShardedDataParallel] summon_full_params() is already active");
-  auto& units = runtime_->units();
-  runtime_->gathered_before_summon.assign(units.size(), false);
-  for (size_t u = 0; u < units.size(); ++u) {
-    runtime_->gathered_before_summon[u] = units[u].full.defined();
-    runtime_->gather(u, /*master=*/true);  // under mixed precision, the shards' dtype
-  }
-  runtime_->cast_buffers(/*original=*/true);
-  runtime_->summoned = true;
+void FullyShardedDataParallel::record_gather_events(bool on) {
+  if (on) runtime_->gather_events.emplace();
+  else runtime_->gather_events.reset();
 }
 
-FullyShardedDataParallel::FullParamsGuard::~FullParamsGuard() {
-  for (size_t u = 0; u < runtime_->units().size(); ++u) {
-    if (writeback_) runtime_->write_back(u);
-    runtime_->end_summon(u, runtime_->gathered_before_summon[u]);
-  }
-  runtime_->cast_buffers(/*original=*/false);
-  runtime_->summoned = false;
-}
-
-FullyShardedDataParallel::FullParamsGuard FullyShardedDataParallel::summon_full_params(bool writeback) {
-  return FullParamsGuard(runtime_, writeback);
-}
-
-double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_type) {
-  STRATA_CHECK(norm_type > 0, "[FullyShardedDataParallel] clip_grad_norm_: norm_type must be > 0 or inf, got {}",
-               norm_type);
-  STRATA_CHECK(max_norm >= 0, "[FullyShardedDataParallel] clip_grad_norm_: max_norm must be >= 0, got {}", max_norm);
-  const std::vector<Tensor> shards = parameters();
-  const bool inf = std::isinf(norm_type);
-  double total = optim::total_grad_norm(shards, norm_type);
-  if (runtime_->sharded() && runtime_->group().size() > 1) {  // every rank's shards, taken together
-    Tensor part = full({1}, inf ? total : std::pow(total, norm_type), TensorOptions(kFloat64, shards[0].device()));
-    runtime_->group().allreduce(part, inf ? ReduceOp::Max : ReduceOp::Sum)->wait();
-    const double combined = part.cpu().item<double>();
-    total = inf ? combined : std::pow(combined, 1.0 / norm_type);
-  }
-  if (std::isinf(max_norm)) return total;
-  const double coef = max_norm / (total + 1e-6);
-  const double clamped = 1.0 < coef ? 1.0 : coef;  // NaN stays NaN, as optim::clip_grad_norm_
-  NoGradGuard no_grad;
-  if (clamped != 1.0)
-    for (const Tensor& s : shards)
-      if (s.grad().defined()) s.grad().mul_(clamped);
-  return total;
+std::vector<GatherEvent> FullyShardedDataParallel::gather_events() const {
+  return runtime_->gather_events.value_or(std::vector<GatherEvent>{});
 }
 
 }  // namespace strata::dist

@@ -62,6 +62,22 @@ Layout layout_of(const optim::Optimizer& opt, const std::vector<detail::FlatUnit
   return layout;
 }
 
+// The units an optimizer over fsdp.parameters() steps (this wrapper's, then the nested ones'),
+// each with its wrapper.
+struct AllUnits {
+  std::vector<detail::FlatUnit> units;  // copies of the handles
+  std::vector<std::shared_ptr<detail::FsdpRuntime>> owners;
+};
+AllUnits all_units(detail::FsdpRuntime& runtime) {
+  AllUnits all;
+  for (auto& r : runtime.with_nested())
+    for (const auto& unit : r->units()) {
+      all.units.push_back(unit);
+      all.owners.push_back(r);
+    }
+  return all;
+}
+
 bool is_num_params(const std::string& key, size_t& group) {
   return std::sscanf(key.c_str(), "group.%zu.num_params", &group) == 1 && key.ends_with(".num_params");
 }
@@ -69,7 +85,8 @@ bool is_num_params(const std::string& key, size_t& group) {
 }  // namespace
 
 optim::StateDict FullyShardedDataParallel::full_optim_state_dict(const optim::Optimizer& opt, bool rank0_only) {
-  const auto& units = runtime_->units();
+  const AllUnits all = all_units(*runtime_);
+  const auto& units = all.units;
   const Layout layout = layout_of(opt, units, module_);
   const optim::StateDict local = opt.state_dict();
   optim::StateDict out;
@@ -101,22 +118,24 @@ optim::StateDict FullyShardedDataParallel::full_optim_state_dict(const optim::Op
     const detail::FlatUnit& unit = units[u];
     const bool per_element = t.dim() == 1 && t.numel() == unit.shard.numel();
     Tensor flat = t.detach();
-    if (per_element && runtime_->sharded()) {
-      flat = empty({unit.padded}, t.options());
+    const detail::FsdpRuntime& owner = *all.owners[u];
+    if (per_element && owner.sharded()) {  // on the module's device (the shard's is the CPU under offload)
+      flat = empty({unit.padded}, TensorOptions(t.dtype(), unit.device));
       std::vector<Tensor> parts;
-      for (int r = 0; r < runtime_->group().size(); ++r) parts.push_back(flat.narrow(0, r * t.numel(), t.numel()));
-      runtime_->group().allgather(parts, t.detach().contiguous())->wait();
+      for (int r = 0; r < owner.group().size(); ++r) parts.push_back(flat.narrow(0, r * t.numel(), t.numel()));
+      owner.group().allgather(parts, t.detach().to(unit.device).contiguous())->wait();
     }
     for (size_t k = 0; k < unit.params.size(); ++k)
       out.tensors[state_key(layout.plain_index.at({u, k}), name)] =
           per_element ? flat.narrow(0, unit.offsets[k], unit.numels[k]).view(unit.shapes[k]).clone() : t.clone();
   }
-  if (rank0_only && runtime_->group().rank() != 0) return {};
+  if (rank0_only && !runtime_->is_rank0()) return {};
   return out;
 }
 
 void FullyShardedDataParallel::load_full_optim_state_dict(optim::Optimizer& opt, const optim::StateDict& full) {
-  const auto& units = runtime_->units();
+  const AllUnits all = all_units(*runtime_);
+  const auto& units = all.units;
   const char* op = "[FullyShardedDataParallel] load_full_optim_state_dict:";
   std::function<void()> undo;
   std::exception_ptr error;
@@ -164,7 +183,8 @@ void FullyShardedDataParallel::load_full_optim_state_dict(optim::Optimizer& opt,
           flat.narrow(0, unit.offsets[k], unit.numels[k]).view(unit.shapes[k]).copy_(tensors[k]);
         }
         const int64_t length = unit.shard.numel();
-        const int64_t rank = runtime_->sharded() ? runtime_->group().rank() : 0;
+        const detail::FsdpRuntime& owner = *all.owners[unit_name.first];
+        const int64_t rank = owner.sharded() ? owner.group().rank() : 0;
         value = flat.narrow(0, rank * length, length).clone();
       }
       STRATA_CHECK(value.defined(), "{} the state '{}' of parameter '{}' is missing", op, unit_name.second,
@@ -177,8 +197,7 @@ void FullyShardedDataParallel::load_full_optim_state_dict(optim::Optimizer& opt,
     error = std::current_exception();
   }
   try {
-    detail::agree_on_error(runtime_->group(), error, units.front().shard.device(), "FullyShardedDataParallel",
-                           "load_full_optim_state_dict");
+    runtime_->agree_on_error(error, "load_full_optim_state_dict");
   } catch (...) {
     if (undo && !error) undo();
     throw;

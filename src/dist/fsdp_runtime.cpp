@@ -30,12 +30,15 @@
 #include <strata/ops/creation.hpp>
 #include <strata/ops/join.hpp>
 
+#include "dist/model_sync.h"
+
 namespace strata::dist::detail {
 
 namespace {
 
 // A saved tensor that aliases unit `unit`'s gathered flat parameter, by its place in it.
 struct PackedParam {
+  std::weak_ptr<FsdpRuntime> owner;  // this wrapper's runtime or a nested one's
   size_t unit;
   int64_t offset;
   Shape shape;
@@ -44,10 +47,28 @@ struct PackedParam {
 
 }  // namespace
 
-FsdpRuntime::FsdpRuntime(nn::Module& root, std::shared_ptr<ProcessGroup> group, ShardingStrategy strategy,
-                         std::vector<FlatUnit> units, MixedPrecision mixed_precision)
+FsdpRuntime::FsdpRuntime(nn::Module& root, std::shared_ptr<ProcessGroup> group, std::shared_ptr<ProcessGroup> replicate,
+                         const FSDPOptions& options, std::vector<FlatUnit> units)
     : root_(root),
-      group_(std::move(group)), strategy_(strategy), units_(std::move(units)), mixed_precision_(mixed_precision) {}
+      group_(std::move(group)),
+      replicate_(std::move(replicate)),
+      strategy_(options.sharding_strategy),
+      backward_prefetch_(options.backward_prefetch),
+      forward_prefetch_(options.forward_prefetch),
+      offload_params_(options.cpu_offload.offload_params),
+      units_(std::move(units)),
+      mixed_precision_(options.mixed_precision) {}
+
+void FsdpRuntime::agree_on_error(std::exception_ptr error, const char* what) const {
+  const Device device = units_.front().device;
+  if (!replicate_) return detail::agree_on_error(*group_, error, device, "FullyShardedDataParallel", what);
+  Tensor failed = full({1}, error ? 1 : 0, TensorOptions(kInt32, device));
+  group_->allreduce(failed, ReduceOp::Max)->wait();  // then to every shard group through the replicas
+  replicate_->allreduce(failed, ReduceOp::Max)->wait();
+  if (error) std::rethrow_exception(error);
+  STRATA_CHECK(failed.cpu().item<int32_t>() == 0,
+               "[FullyShardedDataParallel] {} failed on another rank (its error names the cause)", what);
+}
 
 void FsdpRuntime::install() {
   NoGradGuard no_grad;
@@ -60,6 +81,7 @@ void FsdpRuntime::install() {
     if (unit.padded > unit.numel) parts.push_back(zeros({unit.padded - unit.numel}, options));
     const int64_t length = unit.padded / shards;
     unit.shard = cat(parts, 0).narrow(0, rank * length, length).clone();
+    if (offload_params_) unit.shard = unit.shard.to(kCPU);
     if (unit.requires_grad) unit.shard.requires_grad_(true);
     for (const Tensor& p : unit.params) p.set_data(empty({0}, options));
     unit.used.assign(unit.params.size(), false);
@@ -91,55 +113,6 @@ void FsdpRuntime::uninstall() {
   handles_.clear();
 }
 
-void FsdpRuntime::gather(size_t u, bool master) {
-  FlatUnit& unit = units_[u];
-  const DType dtype = master ? unit.shard.dtype() : compute_dtype(unit);
-  if (unit.full.defined()) {
-    if (unit.full.dtype() == dtype) {
-      if (unit.full.storage() == unit.shard.storage()) return;  // NoShard: views of the shard for good
-      if (unit.gathered_version == unit.shard.version()) return;
-    }
-    // the shard changed since (an optimizer step after a forward whose backward never came), or
-    // mixed precision needs the other dtype (summon_full_params, then the compute)
-    release(u);
-  }
-  NoGradGuard no_grad;
-  // cast before the gather, as PyTorch does: the low-precision copy is what travels
-  const Tensor source = unit.shard.dtype() == dtype ? unit.shard.detach() : unit.shard.detach().to(dtype);
-  if (!sharded()) {
-    unit.full = source;
-  } else {
-    Tensor full = empty({unit.padded}, source.options());
-    const int64_t length = unit.shard.numel();
-    std::vector<Tensor> parts;
-    for (int r = 0; r < group_->size(); ++r) parts.push_back(full.narrow(0, r * length, length));
-    group_->allgather(parts, source)->wait();
-    unit.full = full;
-  }
-  unit.gathered_version = unit.shard.version();
-  gathered_[unit.full.storage().get()] = u;
-  for (size_t k = 0; k < unit.params.size(); ++k)
-    unit.params[k].set_data(unit.full.narrow(0, unit.offsets[k], unit.numels[k]).view(unit.shapes[k]));
-}
-
-void FsdpRuntime::free(size_t u) {
-  if (sharded()) release(u);
-}
-
-void FsdpRuntime::release(size_t u) {
-  FlatUnit& unit = units_[u];
-  if (!unit.full.defined()) return;
-  gathered_.erase(unit.full.storage().get());
-  for (const Tensor& p : unit.params) p.set_data(empty({0}, unit.shard.options()));
-  unit.full = Tensor();
-}
-
-void FsdpRuntime::end_summon(size_t u, bool was_gathered) {
-  FlatUnit& unit = units_[u];
-  if (!was_gathered) free(u);
-  if (unit.full.defined() && unit.full.dtype() != compute_dtype(unit)) release(u);  // gathered again when used
-}
-
 void FsdpRuntime::cast_buffers(bool original) {
   if (!mixed_precision_.buffer_dtype) return;
   NoGradGuard no_grad;
@@ -160,28 +133,38 @@ Tensor FsdpRuntime::original_buffer(const Tensor& buffer) const {
   return it == buffer_dtypes_.end() ? buffer : buffer.to(it->second);
 }
 
-void FsdpRuntime::write_back(size_t u) {
-  FlatUnit& unit = units_[u];
-  if (!sharded() || !unit.full.defined()) return;  // NoShard: the parameters are the shard's memory
-  NoGradGuard no_grad;
-  const int64_t length = unit.shard.numel();
-  unit.shard.detach().copy_(unit.full.narrow(0, group_->rank() * length, length));
-  unit.gathered_version = unit.shard.version();  // `full` still holds its values
-}
-
 std::any FsdpRuntime::pack(const Tensor& t) {
-  if (t.defined())
-    if (auto it = gathered_.find(t.storage().get()); it != gathered_.end())
-      return PackedParam{it->second, t.storage_offset(), t.shape(), t.strides()};
+  if (!t.defined()) return t;
+  if (auto it = gathered_.find(t.storage().get()); it != gathered_.end())
+    return PackedParam{weak_from_this(), it->second, t.storage_offset(), t.shape(), t.strides()};
+  for (const auto& weak : nested)  // a nested wrapper's parameters, released and re-gathered alike
+    if (auto inner = weak.lock()) {
+      std::any packed = inner->pack(t);
+      if (!std::any_cast<Tensor>(&packed)) return packed;
+    }
   return t;
 }
 
 Tensor FsdpRuntime::unpack(const std::any& packed) {
   if (const auto* p = std::any_cast<PackedParam>(&packed)) {
-    gather(p->unit);
-    return units_[p->unit].full.as_strided(p->shape, p->strides, p->offset);
+    auto owner = p->owner.lock();
+    STRATA_CHECK(owner != nullptr, "[FullyShardedDataParallel] the backward needs a nested wrapper's parameters, "
+                 "but that wrapper is gone; keep it alive until the backward has run");
+    owner->gather(p->unit);
+    return owner->units_[p->unit].full.as_strided(p->shape, p->strides, p->offset);
   }
   return std::any_cast<Tensor>(packed);
+}
+
+std::vector<std::shared_ptr<FsdpRuntime>> FsdpRuntime::with_nested() {
+  std::vector<std::shared_ptr<FsdpRuntime>> all{shared_from_this()};
+  for (const auto& weak : nested) {
+    auto inner = weak.lock();
+    STRATA_CHECK(inner != nullptr, "[FullyShardedDataParallel] a wrapper nested in this one was destroyed first; "
+                 "nested wrappers must outlive the wrapper around them");
+    for (auto& r : inner->with_nested()) all.push_back(std::move(r));
+  }
+  return all;
 }
 
 void FsdpRuntime::pre_forward(size_t u) {
@@ -189,12 +172,18 @@ void FsdpRuntime::pre_forward(size_t u) {
                "forward outside it", units_[u].name);
   if (units_[u].name.empty()) begin_forward_pass();  // the root called directly, not through the wrapper
   gather(u);
+  if (in_backward_ || units_[u].forwarded) return;  // a recomputation, or a unit called twice
+  units_[u].forwarded = true;
+  forward_order_.push_back(u);
+  prefetch_after_forward_of(u);
 }
 
 void FsdpRuntime::post_forward(size_t u, const std::vector<Tensor>& outputs) {
   const bool grad_mode = autograd::is_grad_enabled();
   std::weak_ptr<FsdpRuntime> weak = weak_from_this();
   if (grad_mode && !in_backward_) trace_used(outputs);  // not a recomputation inside the backward
+  auto& ended = post_forward_order_;
+  if (!in_backward_ && std::find(ended.begin(), ended.end(), u) == ended.end()) ended.push_back(u);
   if (grad_mode)
     for (const Tensor& out : outputs)
       if (out.defined() && out.requires_grad() && !out.is_leaf())
@@ -204,7 +193,7 @@ void FsdpRuntime::post_forward(size_t u, const std::vector<Tensor>& outputs) {
         });
   // ShardGradOp keeps a unit whole for the backward of a training forward only: an eval forward
   // (whose backward, if one comes, gathers again) must not hold the memory until the next backward
-  if (strategy_ == ShardingStrategy::FullShard || !grad_mode || !units_[u].module->is_training()) free(u);
+  if (frees_after_forward() || !grad_mode || !units_[u].module->is_training()) free(u);
 }
 
 // Marks the parameters in the graph of a unit's outputs as used in this pass: a unit's reduction
@@ -219,12 +208,21 @@ void FsdpRuntime::trace_used(const std::vector<Tensor>& outputs) {
 }
 
 void FsdpRuntime::begin_forward_pass() {
-  if (!in_backward_) traced_.clear();
+  if (in_backward_) return;
+  traced_.clear();
+  drop_prefetched();
+  if (!forward_order_.empty()) last_forward_order_ = std::move(forward_order_);
+  forward_order_.clear();
+  post_forward_order_.clear();
+  for (FlatUnit& unit : units_) unit.forwarded = false;
 }
 
 void FsdpRuntime::pre_backward(size_t u) {
   begin_backward();
   gather(u);
+  if (units_[u].backward_started) return;
+  units_[u].backward_started = true;
+  if (backward_prefetch_ == BackwardPrefetch::BackwardPre) prefetch_after_backward_of(u);
 }
 
 void FsdpRuntime::on_gradient(size_t u, size_t k) {
@@ -249,8 +247,10 @@ void FsdpRuntime::reset() {
     unit.work.reset();
     unit.flat_grad = unit.reduced = Tensor();
     for (const Tensor& p : unit.params) p.set_grad(Tensor());
+    unit.prefetched = false;
     free(u);
   }
+  unreplicated_ = SIZE_MAX;
   in_backward_ = false;
 }
 
@@ -263,6 +263,7 @@ void FsdpRuntime::begin_backward() {
     unit.grads_pending = static_cast<size_t>(std::count(unit.awaited.begin(), unit.awaited.end(), true));
     unit.used.assign(unit.params.size(), false);
     unit.done = false;
+    unit.backward_started = false;
   }
   next_reduction_ = 0;
   std::weak_ptr<FsdpRuntime> weak = weak_from_this();
@@ -279,7 +280,7 @@ void FsdpRuntime::unit_done(size_t u) {
   unit.done = true;
   if (sync && unit.requires_grad) {
     NoGradGuard no_grad;
-    Tensor flat = zeros({unit.padded}, TensorOptions(reduce_dtype(unit), unit.shard.device()));
+    Tensor flat = zeros({unit.padded}, TensorOptions(reduce_dtype(unit), unit.device));
     for (size_t k = 0; k < unit.params.size(); ++k) {
       const Tensor& p = unit.params[k];
       if (!p.grad().defined()) continue;  // unused in this pass: counts as zeros
@@ -288,7 +289,9 @@ void FsdpRuntime::unit_done(size_t u) {
     }
     unit.flat_grad = flat;
   }
-  if (strategy_ == ShardingStrategy::FullShard) free(u);
+  if (frees_after_forward()) free(u);
+  // before the reduction is issued, as PyTorch's BACKWARD_POST; not for the units counted at the end
+  if (backward_prefetch_ == BackwardPrefetch::BackwardPost && in_backward_) prefetch_after_backward_of(u);
   start_ready_reductions();
 }
 
@@ -303,7 +306,10 @@ void FsdpRuntime::start_ready_reductions() {
       std::vector<Tensor> parts;
       for (int r = 0; r < group_->size(); ++r) parts.push_back(unit.flat_grad.narrow(0, r * length, length));
       unit.reduced = empty({length}, unit.flat_grad.options());
+      // hybrid: the last unit's all-reduce goes first, at the same point of every rank's sequence
+      if (replicate_) replicate_reduction(unreplicated_);
       unit.work = group_->reduce_scatter(unit.reduced, parts, ReduceOp::Avg);
+      if (replicate_) unreplicated_ = static_cast<size_t>(&unit - units_.data());
     } else {
       unit.reduced = unit.flat_grad;
       unit.work = group_->allreduce(unit.reduced, ReduceOp::Avg);
@@ -312,24 +318,37 @@ void FsdpRuntime::start_ready_reductions() {
   }
 }
 
+// The mean over every rank: the reduce-scatter averaged over the shard group, this over the replicas.
+void FsdpRuntime::replicate_reduction(size_t u) {
+  if (u == SIZE_MAX) return;
+  unreplicated_ = SIZE_MAX;
+  if (replicate_->size() == 1) return;
+  FlatUnit& unit = units_[u];
+  unit.work->wait();
+  unit.work = replicate_->allreduce(unit.reduced, ReduceOp::Avg);
+}
+
 void FsdpRuntime::finish_backward() {
   in_backward_ = false;
   traced_.clear();
   for (size_t u = 0; u < units_.size(); ++u) unit_done(u);  // the gradients that never arrived
+  if (replicate_) replicate_reduction(unreplicated_);
+  drop_prefetched();
   NoGradGuard no_grad;
   for (FlatUnit& unit : units_) {
     if (!unit.work) continue;
     unit.work->wait();
     unit.work.reset();
     const Tensor& g = unit.shard.grad();
-    // reduced in reduce_dtype, kept in the shard's (the master's)
+    // reduced in reduce_dtype on the device, kept in the shard's dtype (the master's) and memory
     const DType master = unit.shard.dtype();
-    const Tensor reduced = unit.reduced.dtype() == master ? unit.reduced : unit.reduced.to(master);
+    Tensor reduced = unit.reduced.dtype() == master ? unit.reduced : unit.reduced.to(master);
+    if (reduced.device() != unit.shard.device()) reduced = reduced.to(unit.shard.device());
     if (g.defined()) g.add_(reduced);  // accumulating over steps without zero_grad
     else unit.shard.set_grad(reduced);
     unit.reduced = Tensor();
   }
-  if (strategy_ == ShardingStrategy::ShardGradOp)
+  if (strategy_ == ShardingStrategy::ShardGradOp || strategy_ == ShardingStrategy::HybridShardZero2)
     for (size_t u = 0; u < units_.size(); ++u) free(u);
 }
 

@@ -48,7 +48,7 @@ nn::StateDict buffer_entries(nn::Module& module) {
 nn::StateDict FullyShardedDataParallel::full_state_dict(bool rank0_only) {
   FullParamsGuard gathered(runtime_, /*writeback=*/false);
   nn::StateDict dict;
-  if (rank0_only && runtime_->group().rank() != 0) return dict;
+  if (rank0_only && !runtime_->is_rank0()) return dict;
   NoGradGuard no_grad;
   for (auto& [name, t] : module_.state_dict()) dict[name] = t.defined() ? t.clone() : t;
   return dict;
@@ -64,8 +64,7 @@ void FullyShardedDataParallel::load_full_state_dict(const nn::StateDict& dict, b
   } catch (...) {
     error = std::current_exception();
   }
-  detail::agree_on_error(runtime_->group(), error, runtime_->units().front().shard.device(),
-                         "FullyShardedDataParallel", "load_full_state_dict");
+  runtime_->agree_on_error(error, "load_full_state_dict");
   module_.load_state_dict(dict, strict);  // into the gathered parameters; the guard writes the shards
 }
 

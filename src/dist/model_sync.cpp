@@ -18,6 +18,10 @@ void broadcast_from_rank0(ProcessGroup& group, const std::vector<Tensor>& tensor
 // or hangs) across ranks (their sizes, weighted by position, summed) and raises on every rank
 // together when they differ.
 void check_same_model(ProcessGroup& group, const std::vector<Tensor>& params, const char* who) {
+  check_same_model(std::vector<ProcessGroup*>{&group}, params, who);
+}
+
+void check_same_model(const std::vector<ProcessGroup*>& groups, const std::vector<Tensor>& params, const char* who) {
   int64_t count = static_cast<int64_t>(params.size()), total = 0, weighted = 0, dims = 0;
   for (size_t k = 0; k < params.size(); ++k) {
     total += params[k].numel();
@@ -30,10 +34,12 @@ void check_same_model(ProcessGroup& group, const std::vector<Tensor>& params, co
     hi = hi.to(params.front().device());
     lo = lo.to(params.front().device());
   }
-  auto w1 = group.allreduce(hi, ReduceOp::Max);
-  auto w2 = group.allreduce(lo, ReduceOp::Min);
-  w1->wait();
-  w2->wait();
+  for (ProcessGroup* group : groups) {
+    auto w1 = group->allreduce(hi, ReduceOp::Max);
+    auto w2 = group->allreduce(lo, ReduceOp::Min);
+    w1->wait();
+    w2->wait();
+  }
   STRATA_CHECK(equal(hi, lo),
                "[{}] the ranks wrap different models: this rank has {} parameters and buffers of {} elements in all; "
                "every rank must construct the same model",

@@ -15,6 +15,9 @@ void broadcast_from_rank0(ProcessGroup& group, const std::vector<Tensor>& tensor
 /// Compares the count and shapes of `tensors` across ranks; raises on every rank together, naming
 /// `who`, when they differ.
 void check_same_model(ProcessGroup& group, const std::vector<Tensor>& tensors, const char* who);
+/// The same over several groups that together span the ranks (a hybrid wrapper's shard and
+/// replicate groups): the counts are combined over each group in turn, then compared.
+void check_same_model(const std::vector<ProcessGroup*>& groups, const std::vector<Tensor>& tensors, const char* who);
 /// Raises, on every rank, when some rank's `error` is set: that error on its own rank, one naming
 /// `who`, `what` and the first failing rank elsewhere. Collective; its small tensor lives on `device`.
 void agree_on_error(ProcessGroup& group, std::exception_ptr error, Device device, const char* who, const char* what);

@@ -68,7 +68,8 @@ inline Batch local_batch(int step, dist::ProcessGroup& pg) {
 }
 
 inline void fsdp_step(FSDP& fsdp, optim::Optimizer& opt, int step) {
-  Batch b = local_batch(step, *fsdp.process_group());
+  // a hybrid wrapper spans the world: each rank its own share of the batch
+  Batch b = local_batch(step, fsdp.replicate_group() ? *dist::default_group() : *fsdp.process_group());
   F::mse_loss(fsdp(b.x), b.y).backward();
   opt.step();
   opt.zero_grad();

@@ -209,10 +209,13 @@ TEST(Fsdp, BadWrappingRaises) {
   EXPECT_THROW(FSDP(*net, {.wrap_modules = {&net->b1, &net->b1}}), Error);
   EXPECT_THROW(FSDP(*net, {.wrap_modules = {net.get()}}), Error);  // the root is always the root unit
   {
+    auto wrapped = make_net(2);
+    FSDP outer(*wrapped, blocks(ShardingStrategy::FullShard));  // an inner wrapper is built first, not after
+    EXPECT_TRUE(testing::throws_with([&] { FSDP(wrapped->b1); }, {"'<root>'", "already inside another"}));
+  }
+  {
     FSDP inner(net->b1);
-    EXPECT_TRUE(testing::throws_with([&] { FSDP(*net, blocks(ShardingStrategy::FullShard)); },
-                                     {"'b1'", "already inside another"}));  // wrappers do not nest
-    EXPECT_THROW(FSDP(net->b1), Error);                                     // nor wrap one module twice
+    EXPECT_THROW(FSDP(net->b1), Error);  // nor wrap one module twice
   }
   // a tied weight whose two modules land in different units: in two units, or used outside its own
   for (auto wrap : {std::vector<int>{0, 1}, std::vector<int>{0}, std::vector<int>{1}}) {

@@ -4,7 +4,9 @@
 // multiple of the world size, and each rank keeps only its shard of it: the leaf tensors
 // parameters() returns, which any strata optimizer steps. A unit's full parameters are gathered
 // (all_gather) for its forward and again for its backward, and its gradients are averaged over
-// the ranks and scattered (reduce_scatter, Avg) into the shards' .grad (docs/fsdp.md).
+// the ranks and scattered (reduce_scatter, Avg) into the shards' .grad (docs/fsdp.md). The hybrid
+// strategies shard within a shard group and replicate across a replicate group (a 2-d DeviceMesh);
+// backward_prefetch and forward_prefetch issue the next unit's all-gather ahead of its use.
 //
 //   dist::init_process_group("mpi");
 //   Net net;
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include <strata/autograd/graph.hpp>
+#include <strata/dist/device_mesh.hpp>
 #include <strata/dist/process_group.hpp>
 #include <strata/nn/module.hpp>
 #include <strata/optim/optimizer.hpp>
@@ -47,6 +50,30 @@ enum class ShardingStrategy : uint8_t {
                 ///< for each unit's forward and again for its backward, freed after each
   ShardGradOp,  ///< ZeRO-2: gathered for the forward and kept whole until the backward ends
   NoShard,      ///< DDP: every rank keeps everything; gradients all-reduced
+  HybridShard,  ///< FullShard within a shard group, the shards replicated across a replicate group
+                ///< (their reduced gradients all-reduced over it): torch's HYBRID_SHARD
+  HybridShardZero2,  ///< ShardGradOp within the shard group, replicated likewise (_HYBRID_SHARD_ZERO2)
+};
+
+/// When the backward issues the next unit's all-gather (torch.distributed.fsdp.BackwardPrefetch):
+/// the next unit is the one after the current in the reverse of the forward's order.
+enum class BackwardPrefetch : uint8_t {
+  None,          ///< each unit gathered when its backward starts
+  BackwardPre,   ///< when a unit's backward starts, before its gradients are computed (torch's default)
+  BackwardPost,  ///< once a unit's gradients are all in, before its reduction is issued
+};
+
+/// One step of a unit's all-gather, recorded for inspection (record_gather_events).
+struct GatherEvent {
+  enum Kind : uint8_t {
+    Issue,     ///< issued when the unit needed it
+    Prefetch,  ///< issued ahead of its use (backward_prefetch, forward_prefetch)
+    Wait,      ///< waited for: the unit's parameters point at the gathered values
+  };
+  Kind kind;
+  size_t unit;
+  bool backward;  ///< inside a backward pass
+  bool operator==(const GatherEvent&) const = default;
 };
 
 /// Decides whether a submodule becomes a unit of its own: (its dotted name, the module, the number
@@ -74,9 +101,23 @@ struct MixedPrecision {
   bool cast_root_forward_inputs = true;
 };
 
+/// torch.distributed.fsdp.CPUOffload: with offload_params, the shards (and so their gradients and
+/// the optimizer's state and step) live in CPU memory, while the module computes on its device:
+/// a gather copies the shard to the device, the reduced gradient comes back to the CPU.
+struct CPUOffload {
+  bool offload_params = false;
+};
+
 struct FSDPOptions {
-  /// The group to shard over; the default group when null.
+  /// The group to shard over; the default group when null. Under the hybrid strategies, the shard
+  /// group (with replicate_group: torch's process_group=(shard, replicate)), or the group split
+  /// into nodes when neither it nor device_mesh gives the two groups.
   std::shared_ptr<ProcessGroup> process_group = nullptr;
+  /// Hybrid strategies only: the group of the ranks holding the same shard (one per shard group).
+  std::shared_ptr<ProcessGroup> replicate_group = nullptr;
+  /// Instead of the groups: a 1-d mesh (its group shards), or under the hybrid strategies a 2-d
+  /// mesh, dim 0 replicating and dim 1 sharding (torch's device_mesh).
+  std::optional<DeviceMesh> device_mesh = std::nullopt;
   ShardingStrategy sharding_strategy = ShardingStrategy::FullShard;
   /// Picks the units below the root; with neither this nor wrap_modules, the root is the only unit.
   AutoWrapPolicy auto_wrap_policy = nullptr;
@@ -86,6 +127,12 @@ struct FSDPOptions {
   bool sync_module_states = true;
   /// Lower-precision compute and reduction (docs/fsdp.md); off when every dtype is unset.
   MixedPrecision mixed_precision = {};
+  /// Shards on the CPU for a module on a GPU; for a CPU module it changes nothing.
+  CPUOffload cpu_offload = {};
+  /// Issue the next unit's all-gather ahead of its backward (docs/fsdp.md, Prefetching).
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::BackwardPre;
+  /// Issue the next unit's all-gather (in the previous forward's order) when a unit's forward starts.
+  bool forward_prefetch = false;
 };
 
 /// Wraps a module (not owned: it must outlive the wrapper) for fully sharded data-parallel
@@ -114,10 +161,14 @@ class STRATA_API FullyShardedDataParallel {
     }
   }
 
-  /// This rank's shards, one flat 1-d leaf per unit (unit order), for the optimizer.
+  /// This rank's shards, one flat 1-d leaf per unit (unit order), for the optimizer; then those
+  /// of the wrappers nested in the module (docs/fsdp.md, Nested wrappers), in module order.
   std::vector<Tensor> parameters() const;
   nn::Module& module() { return module_; }
+  /// The group the parameters are sharded over (the shard group under the hybrid strategies).
   std::shared_ptr<ProcessGroup> process_group() const;
+  /// The hybrid strategies' replicate group; null under the others.
+  std::shared_ptr<ProcessGroup> replicate_group() const;
   ShardingStrategy sharding_strategy() const;
   const MixedPrecision& mixed_precision() const;
   FullyShardedDataParallel& train(bool on = true);
@@ -129,6 +180,10 @@ class STRATA_API FullyShardedDataParallel {
   std::vector<std::string> unit_parameter_names(size_t unit) const;
   /// Whether unit `unit`'s full parameters exist now on this rank.
   bool is_gathered(size_t unit) const;
+  /// From `on` until it is called with false, the all-gathers' issues and waits are recorded
+  /// (gather_events()), to check when prefetching issues them. Turning it on clears the record.
+  void record_gather_events(bool on = true);
+  std::vector<GatherEvent> gather_events() const;
 
   /// While the guard lives, backward passes only accumulate the full, unreduced gradients on the
   /// module's parameters (no communication; a FullShard unit still frees its parameters); the
@@ -141,8 +196,7 @@ class STRATA_API FullyShardedDataParallel {
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
    private:
-    std::shared_ptr<detail::FsdpRuntime> runtime_;
-    bool previous_;
+    std::vector<std::pair<std::shared_ptr<detail::FsdpRuntime>, bool>> previous_;  // nested ones too
   };
   [[nodiscard]] NoSyncGuard no_sync();
 
@@ -160,6 +214,7 @@ class STRATA_API FullyShardedDataParallel {
    private:
     std::shared_ptr<detail::FsdpRuntime> runtime_;
     bool writeback_;
+    std::vector<std::unique_ptr<FullParamsGuard>> nested_;  // the nested wrappers', entered after
   };
   [[nodiscard]] FullParamsGuard summon_full_params(bool writeback = true);
 
@@ -168,12 +223,12 @@ class STRATA_API FullyShardedDataParallel {
   double clip_grad_norm_(double max_norm, double norm_type = 2.0);
 
   /// The plain module's state dict (its names, shapes and buffers), with cloned values; on rank 0
-  /// only when rank0_only (empty elsewhere). Collective.
+  /// only when rank0_only (empty elsewhere; hybrid: rank 0 of both groups). Collective.
   nn::StateDict full_state_dict(bool rank0_only = true);
   /// Loads a plain module's state dict (every rank passes the same one). On any mismatch every
   /// rank raises and nothing changes. Collective.
   void load_full_state_dict(const nn::StateDict& dict, bool strict = true);
-  /// This rank's part: "_fsdp.world_size", "_fsdp.rank", per unit u "_fsdp.unit.<u>.numel" (int64
+  /// This rank's part: "_fsdp.world_size", "_fsdp.rank" (the shard group's), per unit u "_fsdp.unit.<u>.numel" (int64
   /// scalars) and "_fsdp.unit.<u>.shard" (the shard), and the module's persistent buffers under
   /// their names. Local: no communication.
   nn::StateDict sharded_state_dict() const;
