@@ -175,17 +175,20 @@ DTensor DTensor::from_local(const Tensor& local, const DeviceMesh& mesh, std::ve
                  "tensor {}", text(*shape), shape->size(), local.dim());
     global = *shape;
   } else {
-    for (int i = 0; i < mesh.ndim(); ++i)
-      if (placements[static_cast<size_t>(i)].is_shard()) global[static_cast<size_t>(placements[static_cast<size_t>(i)].dim)] *= mesh.size(i);
+    for (int i = 0; i < mesh.ndim(); ++i) {
+      const Placement& p = placements[static_cast<size_t>(i)];
+      if (p.is_shard()) global[static_cast<size_t>(p.dim)] *= mesh.size(i);
+    }
   }
   const Shape expected = local_shape(global, placements, mesh);
-  const std::string mismatch =
-      expected == local.shape() ? std::string()
-                                : fmt::format("[DTensor.from_local] this rank's local tensor has shape {}, but a global shape "
-                                              "{} with placements {} gives it {}", text(local.shape()), text(global),
-                                              text(placements), text(expected));
+  std::string mismatch;
+  if (expected != local.shape())
+    mismatch = fmt::format("[DTensor.from_local] this rank's local tensor has shape {}, but a global shape {} with "
+                           "placements {} gives it {}", text(local.shape()), text(global), text(placements),
+                           text(expected));
   if (run_check) {
-    check_mesh_agrees("DTensor.from_local", mesh, local.device(), describe(local.dtype(), global, placements), mismatch);
+    check_mesh_agrees("DTensor.from_local", mesh, local.device(), describe(local.dtype(), global, placements),
+                      mismatch);
     Tensor data = local.detach();
     for (int i = 0; i < mesh.ndim(); ++i)
       if (placements[static_cast<size_t>(i)].is_replicate()) mesh.get_group(i)->broadcast(data, 0)->wait();
@@ -206,7 +209,8 @@ DTensor distribute_tensor(const Tensor& tensor, const DeviceMesh& mesh, std::vec
   } catch (const Error& e) {
     error = e.what();
   }
-  check_mesh_agrees("distribute_tensor", mesh, tensor.device(), describe(tensor.dtype(), tensor.shape(), placements), error);
+  check_mesh_agrees("distribute_tensor", mesh, tensor.device(),
+                    describe(tensor.dtype(), tensor.shape(), placements), error);
   Tensor local = tensor.detach().clone();
   for (int i = 0; i < mesh.ndim(); ++i) {
     const Placement& p = placements[static_cast<size_t>(i)];

@@ -68,7 +68,8 @@ void parallelize_linear(const std::string& path, nn::Module& module, const Devic
   lay_out(layer->weight, mesh, {colwise ? Shard(0) : Shard(1)});
   if (layer->bias.defined()) lay_out(layer->bias, mesh, {colwise ? Shard(0) : Replicate()});
   // Linear checks its input's last dim: where the input arrives cut along it, that is the piece
-  if (input.is_shard() && (input.dim == -1)) layer->in_features = chunk_piece(in, mesh.size(), mesh.get_local_rank()).length;
+  if (input.is_shard() && input.dim == -1)
+    layer->in_features = chunk_piece(in, mesh.size(), mesh.get_local_rank()).length;
   layer->set_form("tensor_parallel", std::make_unique<TensorParallelLinear>(mesh, colwise, input, output, in, out));
 }
 

@@ -35,7 +35,10 @@ Tensor gather_dim(const Tensor& local, const Group& g, int64_t d, int64_t block)
   std::vector<Tensor> parts;
   for (int r = 0; r < n; ++r) parts.push_back(empty(send.shape(), send.options()));
   g->allgather(parts, send)->wait();
-  for (int r = 0; r < n; ++r) parts[static_cast<size_t>(r)] = parts[static_cast<size_t>(r)].narrow(d, 0, chunk_piece(block, n, r).length);
+  for (int r = 0; r < n; ++r) {
+    Tensor& part = parts[static_cast<size_t>(r)];
+    part = part.narrow(d, 0, chunk_piece(block, n, r).length);
+  }
   return cat(parts, d);
 }
 
@@ -133,7 +136,8 @@ class Redistributor {
       local_ = reduce_scatter_dim(local_, g, to.dim, cur.reduce_op);
     } else {
       if (cur.is_shard()) {
-        local_ = gather_dim(local_, g, cur.dim, block_shape(from_.shape, cur_, mesh(), i)[static_cast<size_t>(cur.dim)]);
+        const int64_t block = block_shape(from_.shape, cur_, mesh(), i)[static_cast<size_t>(cur.dim)];
+        local_ = gather_dim(local_, g, cur.dim, block);
       } else if (cur.is_partial()) {
         local_ = reduce_all(local_, g, cur.reduce_op);
       }

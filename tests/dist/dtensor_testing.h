@@ -36,7 +36,8 @@ inline dist::DTensor make_dtensor(const Tensor& global, const Placements& placem
                                   bool requires_grad = false) {
   Tensor local = expected_local(global, placements, mesh).clone();
   for (int i = 0; i < mesh.ndim(); ++i)
-    if (placements[static_cast<size_t>(i)].is_partial()) local = local * part_weight(mesh.get_local_rank(i), mesh.size(i));
+    if (placements[static_cast<size_t>(i)].is_partial())
+      local = local * part_weight(mesh.get_local_rank(i), mesh.size(i));
   if (requires_grad) local.requires_grad_(true);
   return dist::DTensor::from_local(local, mesh, placements, false, global.shape());
 }

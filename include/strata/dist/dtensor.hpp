@@ -40,7 +40,8 @@ struct STRATA_API Placement {
   /// "Shard(0)", "Replicate()", "Partial(sum)".
   std::string str() const;
   bool operator==(const Placement& o) const {
-    return kind == o.kind && (kind != Kind::Shard || dim == o.dim) && (kind != Kind::Partial || reduce_op == o.reduce_op);
+    return kind == o.kind && (kind != Kind::Shard || dim == o.dim) &&
+           (kind != Kind::Partial || reduce_op == o.reduce_op);
   }
   bool operator!=(const Placement& o) const { return !(*this == o); }
 };
