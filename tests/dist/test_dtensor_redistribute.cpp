@@ -90,6 +90,21 @@ TEST(DTensorRedistribute, EveryTransitionOnAOneDimMeshWithUnevenAndEmptyPieces) 
   check_all_transitions(mesh_1d(), {2, 6, 3}, {Shard(0), Shard(2), Replicate(), Partial()});
 }
 
+TEST(DTensorRedistribute, ThreeDimMeshWithASizeOneDim) {
+  dist_testing::group();
+  check_all_transitions(dist::init_device_mesh("cpu", {2, 1, 2}, {"a", "b", "c"}), {3, 5},
+                        {Shard(0), Replicate(), Partial()});
+}
+
+TEST(DTensorRedistribute, IntegerPartialSumKeepsTheValueOnGroupRankZero) {
+  auto mesh = mesh_1d();
+  const Tensor g = arange(12, TensorOptions(kInt64)).view({3, 4});
+  dist::DTensor p = dist::distribute_tensor(g, mesh, {Replicate()}).redistribute({Partial()});
+  EXPECT_TRUE(equal(p.to_local(), mesh.get_local_rank() == 0 ? g : zeros_like(g)));
+  EXPECT_TRUE(equal(p.full_tensor(), g));
+  EXPECT_TRUE(equal(p.redistribute({Shard(1)}).to_local(), expected_local(g, {Shard(1)}, mesh)));
+}
+
 TEST(DTensorRedistribute, PartialAvgMaxMinReduceAsTheirOps) {
   auto mesh = mesh_1d();
   const int c = mesh.get_local_rank();
