@@ -168,32 +168,35 @@ DLayout DTensorAccess::layout(const DTensor& t) { return {t.mesh_, t.shape_, t.p
 DTensor DTensor::from_local(const Tensor& local, const DeviceMesh& mesh, std::vector<Placement> placements,
                             bool run_check, std::optional<Shape> shape) {
   STRATA_CHECK(local.defined(), "[DTensor.from_local] the local tensor is undefined");
-  placements = normalize("DTensor.from_local", std::move(placements), local.dim(), mesh);
+  // with run_check, what fails here fails on every rank alike (check_mesh_agrees)
   Shape global = local.shape();
-  if (shape) {
-    STRATA_CHECK(shape->size() == global.size(), "[DTensor.from_local] the global shape {} has {} dims, the local "
-                 "tensor {}", text(*shape), shape->size(), local.dim());
-    global = *shape;
-  } else {
-    for (int i = 0; i < mesh.ndim(); ++i) {
-      const Placement& p = placements[static_cast<size_t>(i)];
-      if (p.is_shard()) global[static_cast<size_t>(p.dim)] *= mesh.size(i);
+  std::string error;
+  try {
+    placements = normalize("DTensor.from_local", std::move(placements), local.dim(), mesh);
+    if (shape) {
+      STRATA_CHECK(shape->size() == global.size(), "[DTensor.from_local] the global shape {} has {} dims, the "
+                   "local tensor {}", text(*shape), shape->size(), local.dim());
+      global = *shape;
+    } else {
+      for (int i = 0; i < mesh.ndim(); ++i) {
+        const Placement& p = placements[static_cast<size_t>(i)];
+        if (p.is_shard()) global[static_cast<size_t>(p.dim)] *= mesh.size(i);
+      }
     }
+    const Shape expected = local_shape(global, placements, mesh);
+    STRATA_CHECK(expected == local.shape(), "[DTensor.from_local] this rank's local tensor has shape {}, but a "
+                 "global shape {} with placements {} gives it {}", text(local.shape()), text(global),
+                 text(placements), text(expected));
+  } catch (const Error& e) {
+    if (!run_check) throw;
+    error = e.what();
   }
-  const Shape expected = local_shape(global, placements, mesh);
-  std::string mismatch;
-  if (expected != local.shape())
-    mismatch = fmt::format("[DTensor.from_local] this rank's local tensor has shape {}, but a global shape {} with "
-                           "placements {} gives it {}", text(local.shape()), text(global), text(placements),
-                           text(expected));
   if (run_check) {
     check_mesh_agrees("DTensor.from_local", mesh, local.device(), describe(local.dtype(), global, placements),
-                      mismatch);
+                      error);
     Tensor data = local.detach();
     for (int i = 0; i < mesh.ndim(); ++i)
       if (placements[static_cast<size_t>(i)].is_replicate()) mesh.get_group(i)->broadcast(data, 0)->wait();
-  } else {
-    STRATA_CHECK(mismatch.empty(), "{}", mismatch);
   }
   return DTensorAccess::make(local, {std::make_shared<const DeviceMesh>(mesh), global, std::move(placements)});
 }

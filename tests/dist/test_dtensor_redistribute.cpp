@@ -185,6 +185,9 @@ TEST(DTensorErrors, BadInputRaisesOnEveryRankAndNothingHangs) {
     EXPECT_NE(what.find(dist::get_rank() == 1 ? "local tensor has shape [3, 4]" : "another rank"), std::string::npos)
         << what;
   }
+  // placements only one rank gets wrong: with run_check every rank raises
+  const int64_t bad_dim = dist::get_rank() == 2 ? 3 : 1;
+  EXPECT_THROW(dist::DTensor::from_local(global_values({2, 4}), mesh, {Shard(0), Shard(bad_dim)}, true), Error);
   // inferred global shapes differ between ranks (6 rows on rank 1, 4 elsewhere)
   EXPECT_TRUE(testing::throws_with([&] { dist::DTensor::from_local(piece, mesh, {Shard(0), Replicate()}, true); },
                                    {"disagree on the dtype, the global shape or the placements"}));
