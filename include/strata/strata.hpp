@@ -81,6 +81,8 @@
 #include <strata/dist/ddp.hpp>
 #include <strata/dist/ddp_comm_hooks.hpp>
 #include <strata/dist/device_mesh.hpp>
+#include <strata/dist/dtensor.hpp>
+#include <strata/dist/dtensor_parallel.hpp>
 #include <strata/dist/fsdp.hpp>
 #include <strata/dist/pipeline.hpp>
 #include <strata/dist/process_group.hpp>

@@ -91,6 +91,16 @@ int DeviceMesh::get_local_rank() const {
 
 DeviceMesh DeviceMesh::slice(const std::vector<std::string>& dim_names) const {
   STRATA_CHECK(!dim_names.empty(), "[DeviceMesh] a slice needs at least one dim name");
+  if (dim_names.size() == 1 && std::find(dim_names_.begin(), dim_names_.end(), dim_names[0]) == dim_names_.end()) {
+    auto flat = flattened_->dims.find(dim_names[0]);
+    if (flat != flattened_->dims.end()) {
+      for (const std::string& d : flat->second)
+        STRATA_CHECK(std::find(dim_names_.begin(), dim_names_.end(), d) != dim_names_.end(),
+                     "[DeviceMesh] the flattened dim '{}' spans '{}', which this mesh ({}) does not have",
+                     dim_names[0], d, quoted(dim_names_));
+      return *flattened_->meshes.at(dim_names[0]);
+    }
+  }
   std::vector<int> kept;
   for (const std::string& name : dim_names) {
     const int d = dim_index(name);
@@ -101,6 +111,7 @@ DeviceMesh DeviceMesh::slice(const std::vector<std::string>& dim_names) const {
     kept.push_back(d);
   }
   DeviceMesh sub;
+  sub.flattened_ = flattened_;
   for (int d : kept) {
     sub.shape_.push_back(shape_[static_cast<size_t>(d)]);
     sub.dim_names_.push_back(dim_names_[static_cast<size_t>(d)]);
@@ -119,6 +130,41 @@ DeviceMesh DeviceMesh::slice(const std::vector<std::string>& dim_names) const {
     sub.ranks_.push_back(rank_at(at));
   }
   return sub;
+}
+
+// Note [Flattened meshes]: the new group is split from the default group, so every rank of the
+// world takes part; ranks in one slice share its first rank as color and are ordered by their
+// row-major index. The result is recorded in the registry this mesh shares with its parent.
+DeviceMesh DeviceMesh::flatten(const std::string& mesh_dim_name) const {
+  std::string name = mesh_dim_name;
+  if (name.empty()) {
+    STRATA_CHECK(!dim_names_.empty(), "[DeviceMesh] flatten() of a mesh without dim names needs a name");
+    for (const std::string& d : dim_names_) name += (name.empty() ? "" : "_") + d;
+  }
+  STRATA_CHECK(std::find(dim_names_.begin(), dim_names_.end(), name) == dim_names_.end(),
+               "[DeviceMesh] cannot flatten into '{}': the mesh already has a dim of that name ({})", name,
+               quoted(dim_names_));
+  auto known = flattened_->dims.find(name);
+  if (known != flattened_->dims.end()) {
+    STRATA_CHECK(known->second == dim_names_,
+                 "[DeviceMesh] '{}' already names the flattened dims {}, cannot flatten {} under it", name,
+                 quoted(known->second), quoted(dim_names_));
+    return *flattened_->meshes.at(name);
+  }
+  auto world = default_group();
+  const int me = get_rank();
+  const auto index = std::find(ranks_.begin(), ranks_.end(), me) - ranks_.begin();
+  DeviceMesh flat;
+  flat.shape_ = {size()};
+  flat.ranks_ = ranks_;
+  flat.dim_names_ = {name};
+  flat.coordinate_ = {static_cast<int>(index)};
+  flat.groups_.push_back(detail::split_group(*world, ranks_.front(), static_cast<int>(index), ranks_));
+  if (!dim_names_.empty()) {
+    flattened_->dims[name] = dim_names_;
+    flattened_->meshes[name] = std::make_shared<DeviceMesh>(flat);
+  }
+  return flat;
 }
 
 void DeviceMesh::check_dim(int dim) const {

@@ -1,7 +1,8 @@
 // Slicing a device mesh under mpirun -np 4: on a 2 x 2 ("dp", "tp") mesh and a 1 x 2 x 2
 // ("pp", "dp", "tp") one, mesh["dp"] and mesh.slice({...}) hold the ranks that share this rank's
 // other coordinates (worked out here from the row-major layout), in order; their groups are the
-// parent's and reduce over exactly those ranks; nested slices agree; bad names raise.
+// parent's and reduce over exactly those ranks; nested slices agree; bad names raise. Flattening
+// (torch's _flatten) makes a 1-D mesh with a group of its own over the product of some dims.
 #include <optional>
 
 #include "dist/dist_testing.h"
@@ -96,6 +97,36 @@ TEST(DeviceMeshSlicing, ThreeDimsNestedSlicesAndErrors) {
   raises([&] { dp.rank_at({2}); }, {"outside shape"});
   auto unnamed = dist::init_device_mesh("cpu", {2, 2});
   raises([&] { unnamed["dp"]; }, {"unnamed"});
+}
+
+TEST(DeviceMeshFlatten, FlattenedDimsGetTheirOwnGroup) {
+  auto world = dist_testing::group();
+  ASSERT_EQ(world->size(), 4) << "run with mpirun -np 4";
+  const int r = world->rank(), i = r / 2, j = r % 2;  // r = 4 * pp + 2 * dp + tp, pp = 0
+  auto mesh = dist::init_device_mesh("cpu", {1, 2, 2}, {"pp", "dp", "tp"});
+  dist::DeviceMesh dp_tp = mesh.slice({"dp", "tp"}).flatten();
+  EXPECT_EQ(dp_tp.shape(), std::vector<int>{4});
+  EXPECT_EQ(dp_tp.mesh_dim_names(), std::vector<std::string>{"dp_tp"});
+  EXPECT_EQ(dp_tp.ranks(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(dp_tp.get_local_rank(), r);
+  EXPECT_NE(dp_tp.get_group(), world);  // a group of its own
+  EXPECT_EQ(sum_of_ranks(dp_tp.get_group()), 0 + 1 + 2 + 3);
+  EXPECT_EQ(mesh["dp_tp"].get_group(), dp_tp.get_group());  // the parent finds it by name
+  EXPECT_EQ(mesh.slice({"dp", "tp"}).flatten().get_group(), dp_tp.get_group());  // recorded, not made again
+
+  dist::DeviceMesh pp_dp = mesh.slice({"pp", "dp"}).flatten("pp_dp");  // ranks {j, 2 + j}
+  EXPECT_EQ(pp_dp.ranks(), (std::vector<int>{j, 2 + j}));
+  EXPECT_EQ(pp_dp.get_local_rank(), i);
+  EXPECT_EQ(sum_of_ranks(pp_dp.get_group()), 2 * j + 2);
+  EXPECT_EQ(pp_dp.get_group()->global_ranks(), (std::vector<int>{j, 2 + j}));
+
+  auto raises = [](auto&& call, std::initializer_list<const char*> needles) {
+    EXPECT_TRUE(testing::throws_with(call, needles));
+  };
+  raises([&] { mesh.slice({"dp", "tp"}).flatten("pp_dp"); }, {"already names the flattened dims", "'pp', 'dp'"});
+  raises([&] { mesh.flatten("tp"); }, {"already has a dim of that name"});
+  raises([&] { mesh["tp"]["dp_tp"]; }, {"spans 'dp'"});
+  raises([&] { dist::init_device_mesh("cpu", {2, 2}).flatten(); }, {"without dim names needs a name"});
 }
 
 }  // namespace

@@ -15,8 +15,15 @@
 //   auto mesh = dist::init_device_mesh("cpu", {2, 2, 2}, {"pp", "dp", "tp"});   // -np 8
 //   dist::DeviceMesh dp_tp = mesh.slice({"dp", "tp"});   // this "pp" stage's 2 x 2 ranks
 //   dist::DeviceMesh dp = mesh["dp"];                      // 1-D: dp.get_group(), dp.get_local_rank()
+//
+// Flattening (torch's mesh["dp", "cp"]._flatten()) is collective: a 1-D mesh over the product of
+// some dims, with a group of its own; the parent and its slices find it by name afterwards:
+//
+//   dist::DeviceMesh dp_tp = mesh.slice({"dp", "tp"}).flatten();   // named "dp_tp", 4 ranks
+//   mesh["dp_tp"].get_group() == dp_tp.get_group()
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,16 +71,37 @@ class STRATA_API DeviceMesh {
   DeviceMesh slice(const std::vector<std::string>& dim_names) const;
   DeviceMesh operator[](const std::string& dim_name) const { return slice({dim_name}); }
 
+  /// torch's _flatten(): a 1-D mesh over all of this mesh's ranks in row-major order, named
+  /// `mesh_dim_name` (default: the dim names joined by "_"), with a new group over them. Collective
+  /// over the default group: every rank flattens the same dims of its own slice, in the same
+  /// order as its other collectives. The name is recorded on the mesh it was sliced from (and
+  /// every slice of that one), so `parent[name]` gives the flattened mesh later; flattening the
+  /// same dims under the same name again returns the recorded mesh without communication.
+  DeviceMesh flatten(const std::string& mesh_dim_name = "") const;
+
+  /// Same shape, dim names and ranks (as torch's DeviceMesh equality).
+  bool operator==(const DeviceMesh& other) const {
+    return shape_ == other.shape_ && ranks_ == other.ranks_ && dim_names_ == other.dim_names_;
+  }
+  bool operator!=(const DeviceMesh& other) const { return !(*this == other); }
+
  private:
   DeviceMesh() = default;
   int dim_index(const std::string& dim_name) const;
   void check_dim(int dim) const;
+  /// Root dims of each flattened name, and this rank's flattened mesh by name; shared by a mesh,
+  /// its copies and its slices.
+  struct Flattened {
+    std::map<std::string, std::vector<std::string>> dims;
+    std::map<std::string, std::shared_ptr<DeviceMesh>> meshes;
+  };
 
   std::vector<int> shape_;
   std::vector<int> ranks_;  // row-major
   std::vector<std::string> dim_names_;
   std::vector<int> coordinate_;
   std::vector<std::shared_ptr<ProcessGroup>> groups_;
+  std::shared_ptr<Flattened> flattened_ = std::make_shared<Flattened>();
 };
 
 /// torch's init_device_mesh: creates the default group first when there is none ("cpu": the
