@@ -245,8 +245,12 @@ FullyShardedDataParallel::~FullyShardedDataParallel() {
 
 std::unique_ptr<autograd::SavedTensorHooksGuard> FullyShardedDataParallel::begin_forward() {
   STRATA_CHECK(!runtime_->summoned, "[FullyShardedDataParallel] forward inside summon_full_params(); run it outside");
-  runtime_->reset();
-  runtime_->begin_forward_pass();
+  // the nested wrappers too: one without a root unit learns of a new pass from nothing else, and
+  // one whose last backward raised would otherwise trace nothing in this forward
+  for (const auto& r : runtime_->with_nested()) {
+    r->reset();
+    r->begin_forward_pass();
+  }
   // The wrapper keeps the tensors aliasing gathered parameters itself and hands every other one to
   // the caller's hooks, if any are active (activation checkpointing or compression around it).
   auto [outer_pack, outer_unpack] = autograd::current_saved_tensor_hooks();

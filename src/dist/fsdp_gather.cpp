@@ -6,7 +6,8 @@
 // in the last pass (forward_prefetch: when unit u's forward starts, the unit after u in that order
 // that has not run yet in this pass) and the order they ended in this pass, reversed (the
 // backward's order, PyTorch's reverse post-forward order: when u's backward starts, BackwardPre,
-// or its gradients are all in, BackwardPost, the unit after u whose backward has not started).
+// or its gradients are all in, BackwardPost, the unit after u whose backward has not started and
+// whose outputs require grad: a unit without a backward, a frozen first layer, is never gathered).
 // One unit is prefetched at a time, as in PyTorch. A prefetched gather is waited for when the
 // unit is used; one never used (the graph changed) is freed at the end of the backward or at the
 // next forward. Prefetching changes when a gather is issued, never what it gathers.
@@ -95,7 +96,7 @@ void FsdpRuntime::prefetch_after_forward_of(size_t u) {
 void FsdpRuntime::prefetch_after_backward_of(size_t u) {
   const auto at = std::find(post_forward_order_.rbegin(), post_forward_order_.rend(), u);
   const auto next = std::find_if(at, post_forward_order_.rend(), [&](size_t v) {
-    return !units_[v].backward_started && !units_[v].done;
+    return units_[v].needs_backward && !units_[v].backward_started && !units_[v].done;
   });
   if (next != post_forward_order_.rend()) prefetch(*next);
 }

@@ -186,11 +186,13 @@ void FsdpRuntime::post_forward(size_t u, const std::vector<Tensor>& outputs) {
   if (!in_backward_ && std::find(ended.begin(), ended.end(), u) == ended.end()) ended.push_back(u);
   if (grad_mode)
     for (const Tensor& out : outputs)
-      if (out.defined() && out.requires_grad() && !out.is_leaf())
+      if (out.defined() && out.requires_grad() && !out.is_leaf()) {
+        units_[u].needs_backward = true;
         out.register_hook([weak, u](const Tensor&) {
           if (auto self = weak.lock()) self->pre_backward(u);
           return Tensor();
         });
+      }
   // ShardGradOp keeps a unit whole for the backward of a training forward only: an eval forward
   // (whose backward, if one comes, gathers again) must not hold the memory until the next backward
   if (frees_after_forward() || !grad_mode || !units_[u].module->is_training()) free(u);
@@ -214,7 +216,10 @@ void FsdpRuntime::begin_forward_pass() {
   if (!forward_order_.empty()) last_forward_order_ = std::move(forward_order_);
   forward_order_.clear();
   post_forward_order_.clear();
-  for (FlatUnit& unit : units_) unit.forwarded = false;
+  for (FlatUnit& unit : units_) {
+    unit.forwarded = false;
+    unit.needs_backward = false;
+  }
 }
 
 void FsdpRuntime::pre_backward(size_t u) {

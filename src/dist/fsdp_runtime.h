@@ -40,6 +40,8 @@ struct FlatUnit {
   bool prefetched = false;  // gathered ahead of its use, not used since
   bool forwarded = false;   // its forward has started in this pass
   bool backward_started = false;  // its backward has started in this pass
+  bool needs_backward = false;    // an output of its forward in this pass requires grad (PyTorch's
+                                  // _needs_pre_backward_unshard): only such a unit is prefetched for a backward
   // the backward pass in progress
   size_t grads_pending = 0;
   bool done = false;   // every gradient in (or counted missing at the end)

@@ -101,6 +101,35 @@ TEST(FsdpHybrid, ClippingTakesTheNormOfTheWholeModelsGradient) {
                          reference_shard(fsdp, u, *ref, [](const Tensor& p) { return p.grad(); }), 1e-12, 1e-14));
 }
 
+// no_sync on a hybrid wrapper holds back both groups' reductions; the next synced backward
+// reduces the accumulated gradients once: the mean over all ranks of the two steps' sum.
+TEST(FsdpHybrid, NoSyncAccumulatesAndTheNextBackwardAveragesOverEveryRankOnce) {
+  auto pg = dist_testing::group();
+  for (ShardingStrategy s : kHybrids) {
+    dist::DeviceMesh mesh({2, pg->size() / 2}, {"replicate", "shard"});
+    auto net = make_net(75), ref = make_net(75);
+    FSDP fsdp(*net, hybrid(s, mesh));
+    {
+      auto guard = fsdp.no_sync();
+      Batch b = local_batch(0, *pg);
+      F::mse_loss(fsdp(b.x), b.y).backward();
+      for (const Tensor& shard : fsdp.parameters()) EXPECT_FALSE(shard.grad().defined());
+    }
+    Batch b = local_batch(1, *pg);
+    F::mse_loss(fsdp(b.x), b.y).backward();
+    for (int step = 0; step < 2; ++step) {
+      Batch whole = batch(step);
+      F::mse_loss((*ref)(whole.x), whole.y).backward();
+    }
+    for (size_t u = 0; u < 3; ++u) {
+      EXPECT_TRUE(allclose(fsdp.parameters()[u].grad(),
+                           reference_shard(fsdp, u, *ref, [](const Tensor& p) { return p.grad(); }), 1e-12, 1e-14))
+          << static_cast<int>(s) << " unit " << u;
+      EXPECT_FALSE(fsdp.is_gathered(u));
+    }
+  }
+}
+
 // The full dicts move between grids and to FullShard over the world; the sharded dict is one
 // shard group's: it loads on any replica, or into FullShard over a group of the shard group's size.
 TEST(FsdpHybrid, StateDictsAreThePlainModelsAndLoadAtAnotherLayout) {

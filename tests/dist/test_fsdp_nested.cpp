@@ -159,6 +159,58 @@ TEST(FsdpNested, StateClippingNoSyncAndSummonCoverTheNestedWrappers) {
   EXPECT_EQ(m.net->b1.fc.weight.numel(), 0);
 }
 
+// Two blocks under a module without parameters of its own: a nested wrapper over it has no root
+// unit, so only the outer wrapper's forward tells it that a new forward pass begins.
+struct Pair : nn::Module {
+  Block b1, b2;
+  Pair() {
+    register_module("b1", b1);
+    register_module("b2", b2);
+  }
+  Tensor forward(const Tensor& x) override { return b2(b1(x)); }
+};
+struct PairNet : nn::Module {
+  nn::Linear embed{6, 8};
+  Pair pair;
+  nn::Linear head{8, 5};
+  PairNet() {
+    register_module("embed", embed);
+    register_module("pair", pair);
+    register_module("head", head);
+    to(kFloat64);
+  }
+  Tensor forward(const Tensor& x) override { return head(pair(tanh(embed(x)))); }
+};
+
+// A nested wrapper's forward_prefetch follows each forward's order, not only the first one's,
+// and it trains as the plain model.
+TEST(FsdpNested, ANestedWrapperWithoutARootUnitPrefetchesInEveryForward) {
+  auto pg = dist_testing::group();
+  manual_seed(240);
+  PairNet net, ref;
+  ref.load_state_dict(net.state_dict());
+  FSDP inner(net.pair, {.auto_wrap_policy = dist::module_wrap_policy<Block>(), .forward_prefetch = true});
+  ASSERT_EQ(inner.unit_names(), (std::vector<std::string>{"b1", "b2"}));
+  FSDP outer(net);
+  optim::SGD opt(outer.parameters(), {.lr = 0.1}), ref_opt(ref.parameters(), {.lr = 0.1});
+  using Event = dist::GatherEvent;
+  for (int step = 0; step < 3; ++step) {
+    inner.record_gather_events();
+    Batch b = local_batch(step, *pg), whole = batch(step);
+    F::mse_loss(outer(b.x), b.y).backward();
+    opt.step();
+    F::mse_loss(ref(whole.x), whole.y).backward();
+    ref_opt.step();
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    const std::vector<Event> events = inner.gather_events();
+    // b2 (unit 1) is prefetched when b1's forward starts, from the second forward on
+    const bool prefetched = std::count(events.begin(), events.end(), Event{Event::Prefetch, 1, false}) == 1;
+    EXPECT_EQ(prefetched, step > 0) << "step " << step;
+  }
+  expect_close_dicts(outer.full_state_dict(false), ref.state_dict(), 1e-12);
+}
+
 TEST(FsdpNested, AWrapperInsideAnotherOrDestroyedBeforeItRaises) {
   dist_testing::group();
   auto net = make_net(220);

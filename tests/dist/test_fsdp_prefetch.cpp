@@ -124,6 +124,31 @@ TEST(FsdpPrefetch, BackwardPostPrefetchesAfterAUnitsGradientsAreIn) {
   EXPECT_EQ(backward, want);
 }
 
+// A frozen first unit (its input and parameters need no gradient) has no backward: as PyTorch
+// (_needs_pre_backward_unshard), neither backward prefetch gathers it for nothing.
+TEST(FsdpPrefetch, AUnitWithoutABackwardIsNotPrefetchedInTheBackward) {
+  auto pg = dist_testing::group();
+  for (const BackwardPrefetch mode : {BackwardPrefetch::BackwardPre, BackwardPrefetch::BackwardPost}) {
+    auto net = make_net(150);
+    net->embed.weight.requires_grad_(false);
+    net->embed.bias.requires_grad_(false);
+    dist::FSDPOptions o = with_prefetch(ShardingStrategy::FullShard, mode, false);
+    o.wrap_modules = {&net->embed};
+    FSDP fsdp(*net, o);
+    ASSERT_EQ(fsdp.unit_names(), (std::vector<std::string>{"", "embed", "b1", "b2"}));
+    optim::SGD opt(fsdp.parameters(), {.lr = 0.1});
+    for (int step = 0; step < 2; ++step) {
+      fsdp.record_gather_events();
+      fsdp_step(fsdp, opt, step);
+      const std::vector<Event> events = fsdp.gather_events();
+      EXPECT_EQ(std::count(events.begin(), events.end(), Event{Event::Prefetch, 1, true}), 0)
+          << "mode " << static_cast<int>(mode) << " step " << step;
+      EXPECT_EQ(count(events, Event::Issue) + count(events, Event::Prefetch), count(events, Event::Wait));
+      EXPECT_EQ(std::count(events.begin(), events.end(), Event{Event::Prefetch, 2, true}), 1);  // b1's still is
+    }
+  }
+}
+
 // A net whose forward may skip b2, so that a forward prefetches (after b1) a unit it never uses.
 struct SkippingNet : Net {
   bool skip = false;
