@@ -101,6 +101,7 @@ template <class Layer> void expect_hidden_units_pruned() {
   EXPECT_EQ(pruned->rnn.all_weights[3].weight_ih.shape(), (Shape{gates * 4, 8}));
   EXPECT_EQ(pruned->rnn.all_weights[3].weight_hh.shape(), (Shape{gates * 4, 4}));
   EXPECT_EQ(pruned->fc.in_features, 8);
+  EXPECT_NE(pruned->rnn.description().find("(3, 4, num_layers=2"), std::string::npos) << pruned->rnn.description();
   expect_same(*pruned, *zeroed, x);
   expect_trains(*pruned, x, 3);
 }
