@@ -82,7 +82,7 @@ struct TraceModules {
     std::shared_ptr<autograd::Node> output;
   };
   std::vector<Call> calls;
-  /// Calls of such layers with several results (a recurrent layer's output and states): not
+  /// Calls of such layers with several results (a recurrent layer's states, an attention's weights): not
   /// followed; their inputs' channels are kept (`output` is null).
   std::vector<Call> calls_with_states;
 };

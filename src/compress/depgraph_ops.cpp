@@ -197,6 +197,12 @@ class OpRule {
         const int64_t at = c->dim + r - rank;
         if (c_.in_shapes[c == &a ? 0 : 1][static_cast<size_t>(c->dim)] != out[static_cast<size_t>(at)])
           return refuse("a matmul broadcasting the channels");
+        // the other operand's batch dim there, unless broadcast (absent or of size 1), loses them too
+        const Channels& other = c == &a ? b : a;
+        const Shape& shape = c == &a ? sb : sa;
+        const int64_t od = at - (r - static_cast<int64_t>(shape.size()));
+        if (od >= 0 && shape[static_cast<size_t>(od)] != 1)
+          labels_.unite(c->labels, labels_at(labels_, other, od, shape[static_cast<size_t>(od)], "a matmul"));
         found.push_back(Channels{at, c->labels, {}});
       }
     if (found.empty()) return one(Channels{-1, {}, "the output of a matmul contracting the channels"});

@@ -67,8 +67,8 @@ class Walk {
     for (const TraceModules::Call& call : modules_.calls_with_states)
       for (const Tensor& t : call.inputs)
         if (const Channels c = channels_of(t); c.followed())
-          labels_.mark(c.labels, fmt::format("a call of {} returning several results (a recurrent layer's states), "
-                                             "which the tracer does not follow", call.module->name()));
+          labels_.mark(c.labels, fmt::format("a call of {} returning several results (its states or attention "
+                                             "weights), which the tracer does not follow", call.module->name()));
     for (Node* n : order)
       if (n != roots[0] && !read.count(n))
         for (uint32_t j = 0; j < n->output_meta.size(); ++j)

@@ -33,6 +33,8 @@ RecurrentOptions without_nonlinearity(const RNNOptions& o) {
 
 }  // namespace
 
+std::string RNNBase::description() const { return describe(layer_, input_size, hidden_size, options); }
+
 RNNBase::RNNBase(const std::string& layer, int64_t gates, bool with_cell_state, int64_t in, int64_t hidden,
                  RecurrentOptions o)
     : input_size(in),
@@ -40,15 +42,15 @@ RNNBase::RNNBase(const std::string& layer, int64_t gates, bool with_cell_state, 
       num_directions(o.bidirectional ? 2 : 1),
       state_size(o.proj_size > 0 ? o.proj_size : hidden),
       options(o),
-      description_(describe(layer, in, hidden, o)),
+      layer_(layer),
       with_cell_state_(with_cell_state) {
-  detail::check_recurrent_sizes(description_, in, hidden);
-  STRATA_CHECK(o.num_layers > 0, "[{}] num_layers must be positive, got {}", description_, o.num_layers);
-  STRATA_CHECK(o.dropout >= 0 && o.dropout < 1, "[{}] dropout must be in [0, 1), got {}", description_, o.dropout);
+  detail::check_recurrent_sizes(description(), in, hidden);
+  STRATA_CHECK(o.num_layers > 0, "[{}] num_layers must be positive, got {}", description(), o.num_layers);
+  STRATA_CHECK(o.dropout >= 0 && o.dropout < 1, "[{}] dropout must be in [0, 1), got {}", description(), o.dropout);
   STRATA_CHECK(o.proj_size == 0 || with_cell_state, "[{}] proj_size is only supported for LSTM, not RNN or GRU",
-               description_);
+               description());
   STRATA_CHECK(o.proj_size >= 0 && o.proj_size < hidden, "[{}] proj_size must be in [0, hidden_size = {}), got {}",
-               description_, hidden, o.proj_size);
+               description(), hidden, o.proj_size);
   // PyTorch's registration order: layer by layer, the forward direction before the reverse
   for (int64_t layer_index = 0; layer_index < o.num_layers; ++layer_index) {
     const int64_t features = layer_index == 0 ? in : num_directions * state_size;
@@ -73,7 +75,7 @@ void RNNBase::reset_parameters(Generator* gen) {
 }
 
 RecurrentForm& RNNBase::set_form(std::string name, std::unique_ptr<RecurrentForm> form) {
-  detail::check_new_form(description_, form_, form.get());
+  detail::check_new_form(description(), form_, form.get());
   form_ = &register_module(std::move(name), std::move(form));
   for (int64_t k = 0; k < static_cast<int64_t>(all_weights.size()); ++k) {
     RecurrentWeights& w = all_weights[static_cast<size_t>(k)];
@@ -85,11 +87,11 @@ RecurrentForm& RNNBase::set_form(std::string name, std::unique_ptr<RecurrentForm
   return *form_;
 }
 
-void RNNBase::replacing_child(Module* old, Module*) { detail::check_not_form(description_, old, form_); }
+void RNNBase::replacing_child(Module* old, Module*) { detail::check_not_form(description(), old, form_); }
 
 std::string RNNBase::weight_name(int64_t k, RecurrentWeight which) const {
   STRATA_CHECK(k >= 0 && k < static_cast<int64_t>(all_weights.size()), "[{}] has no layer and direction {}",
-               description_, k);
+               description(), k);
   const char* kind = which == RecurrentWeight::InputHidden    ? "ih"
                      : which == RecurrentWeight::HiddenHidden ? "hh"
                                                               : "hr";
@@ -147,21 +149,21 @@ Tensor RNNBase::initial_state(const char* what, const Tensor& given, const Tenso
   const char* size_name = features == hidden_size ? "hidden_size" : "proj_size";
   STRATA_CHECK(given.shape() == want,
                "[{}] expects {} of shape {} (num_layers * num_directions, {}{}) for an input of shape {}, got {}",
-               description_, what, want, unbatched ? "" : "N, ", size_name, input.shape(), given.shape());
+               description(), what, want, unbatched ? "" : "N, ", size_name, input.shape(), given.shape());
   STRATA_CHECK(given.dtype() == input.dtype() && given.device() == input.device(),
-               "[{}] {} is {} on {} but the input is {} on {}", description_, what, given.dtype(), given.device(),
+               "[{}] {} is {} on {} but the input is {} on {}", description(), what, given.dtype(), given.device(),
                input.dtype(), input.device());
   return unbatched ? given.unsqueeze(1) : given;
 }
 
 void RNNBase::check_states_given(const Tensor& h0, const Tensor& c0) const {
-  STRATA_CHECK(with_cell_state_ || !c0.defined(), "[{}] has no cell state: c0 must not be given", description_);
+  STRATA_CHECK(with_cell_state_ || !c0.defined(), "[{}] has no cell state: c0 must not be given", description());
   STRATA_CHECK(!with_cell_state_ || h0.defined() == c0.defined(),
-               "[{}] h0 and c0 must be given together, got only {}", description_, h0.defined() ? "h0" : "c0");
+               "[{}] h0 and c0 must be given together, got only {}", description(), h0.defined() ? "h0" : "c0");
 }
 
 RNNOutput RNNBase::forward_with_state(const Tensor& input, const Tensor& h0, const Tensor& c0) {
-  const std::string& layer = description_;
+  const std::string layer = description();
   STRATA_CHECK(input.defined(), "[{}] input tensor is undefined", layer);
   STRATA_CHECK(input.dim() == 2 || input.dim() == 3,
                "[{}] expects an input of shape ({}, {}) or unbatched (L, {}), got a {}-d input of shape {}", layer,
@@ -194,12 +196,12 @@ RNNOutput RNNBase::forward_with_state(const Tensor& input, const Tensor& h0, con
 
 PackedRNNOutput RNNBase::forward_with_state(const utils::rnn::PackedSequence& input, const Tensor& h0,
                                             const Tensor& c0) {
-  const detail::PackedLayout l = detail::packed_layout(description_, input);
+  const detail::PackedLayout l = detail::packed_layout(description(), input);
   const Tensor& x = input.data;
   STRATA_CHECK(x.dim() == 2 && x.size(1) == input_size,
-               "[{}] expects packed data of shape (sum of lengths, {}), got {}", description_, input_size, x.shape());
+               "[{}] expects packed data of shape (sum of lengths, {}), got {}", description(), input_size, x.shape());
   check_states_given(h0, c0);
-  if (form_) form_->check_inputs(description_, {x, h0, c0});
+  if (form_) form_->check_inputs(description(), {x, h0, c0});
   const int64_t batch = l.batch_sizes[0];
   // the states come in the batch's order and the packed rows in sorted order
   const Tensor& sorted = input.sorted_indices;

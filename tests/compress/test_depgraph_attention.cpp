@@ -2,7 +2,8 @@
 // remove_heads), its embed_dim goes with the residual stream, separate q/k/v weights' query,
 // key and value features go with their producers; a TransformerEncoderLayer. Pruned models
 // compute what their twins compute with a removed head's out_proj columns or a removed feature
-// zeroed (float64, 1e-12); a failed prune leaves the attention as it was.
+// zeroed (float64, 1e-12); a failed prune leaves the attention as it was; a call returning the
+// attention weights is reported unprunable.
 #include <tuple>
 
 #include "depgraph_testing.h"
@@ -191,6 +192,30 @@ TEST(DependencyGraphAttention, TransformerEncoderLayerHeadsAndFeedForwardMatchTh
   EXPECT_EQ(l.self_attn.embed_dim, 6);
   EXPECT_EQ(l.norm2.normalized_shape, (Shape{6}));
   expect_trains(*pruned, tokens, 3);
+}
+
+// call_with_weights returns the attention weights too: the call is not followed whole, and the
+// reason says so (not a recurrent layer's states)
+TEST(DependencyGraphAttention, ACallReturningTheWeightsIsReportedUnprunable) {
+  struct Net : nn::Module {
+    nn::Linear in;
+    nn::MultiheadAttention attn;
+    nn::Linear fc;
+    explicit Net(Generator& g)
+        : in(5, 8, {.generator = &g}), attn(8, 2, {.batch_first = true, .generator = &g}), fc(8, 3, {.generator = &g}) {
+      register_module("in", in), register_module("attn", attn), register_module("fc", fc);
+    }
+    Tensor forward(const Tensor& x) override {
+      const Tensor h = in(x);
+      return fc(attn.call_with_weights(h, h, h).output.mean(1));
+    }
+  };
+  Generator g(107);
+  Net net(g);
+  compress::DependencyGraph graph(net, randn({2, 3, 5}, kFloat32, &g));
+  expect_unprunable(graph, &net.in, R::Out, "a call of MultiheadAttention returning several results");
+  EXPECT_EQ(graph.groups()[group_of(graph, &net.in, R::Out)].unprunable_reason.find("recurrent"), std::string::npos)
+      << graph.report();
 }
 
 }  // namespace

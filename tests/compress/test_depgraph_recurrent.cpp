@@ -3,16 +3,20 @@
 // and with the consumer's columns i and hidden + i. A hidden unit whose gate rows are all zero
 // stays 0 from a zero initial state (LSTM: c = f c + i tanh(0) = 0; GRU: n = tanh(0) = 0 and
 // h = z h; RNN: tanh(0)), so the pruned model computes what its twin computes with those rows
-// zeroed (float64, 1e-12). proj_size's projected features are reported unprunable.
+// zeroed (float64, 1e-12). proj_size's projected features are reported unprunable; a failed prune
+// leaves the layer as it was.
 #include "depgraph_testing.h"
 
 using namespace strata;
+using strata::testing::all_close;
 using strata::testing::complement;
 using strata::testing::expect_same;
 using strata::testing::expect_trains;
 using strata::testing::expect_unprunable;
 using strata::testing::group_of;
+using strata::testing::throws_with;
 using strata::testing::twins;
+using strata::testing::values;
 using strata::testing::zero_rows;
 using strata::testing::zero_slices;
 namespace F = strata::nn::functional;
@@ -97,6 +101,7 @@ template <class Layer> void expect_hidden_units_pruned() {
   EXPECT_EQ(pruned->rnn.all_weights[3].weight_ih.shape(), (Shape{gates * 4, 8}));
   EXPECT_EQ(pruned->rnn.all_weights[3].weight_hh.shape(), (Shape{gates * 4, 4}));
   EXPECT_EQ(pruned->fc.in_features, 8);
+  EXPECT_NE(pruned->rnn.description().find("(3, 4, num_layers=2"), std::string::npos) << pruned->rnn.description();
   expect_same(*pruned, *zeroed, x);
   expect_trains(*pruned, x, 3);
 }
@@ -146,6 +151,37 @@ TEST(DependencyGraphRecurrent, ACallWithStatesIsReportedUnprunable) {
   Net net(g);
   compress::DependencyGraph graph(net, randn({3, 2, 4}, kFloat32, &g));
   expect_unprunable(graph, &net.in, R::Out, "LSTM");
+}
+
+// The output split in two by a size fixed in the forward (the directions): once the hidden units
+// go the forward fails, and the prune is undone, every weight and size as it was.
+struct FixedSplitNet : RecurrentNet<nn::GRU> {
+  explicit FixedSplitNet(Generator& g) : RecurrentNet<nn::GRU>(g) {}
+  Tensor forward(const Tensor& x) override {
+    const std::vector<Tensor> p = split_with_sizes(rnn(F::relu(in(x))), {kHidden, kHidden}, -1);
+    return fc(cat({p[1], p[0]}, -1).mean(1));
+  }
+};
+
+TEST(DependencyGraphRecurrent, AFailedPruneLeavesTheLayerAsItWas) {
+  Generator g(103);
+  const Tensor x = randn({2, 3, 4}, kFloat64, &g);
+  auto [net, reference] = twins<FixedSplitNet>(x);
+  compress::DependencyGraph graph(*net, x);
+  const size_t hidden = group_of(graph, &net->rnn, R::Out);
+  EXPECT_TRUE(graph.groups()[hidden].prunable()) << graph.report();
+  EXPECT_TRUE(throws_with([&] { graph.prune_group(hidden, {0, 2, 3, 5}); }, {"nothing was pruned"}));
+  EXPECT_EQ(net->rnn.hidden_size, kHidden);
+  EXPECT_EQ(net->rnn.state_size, kHidden);
+  EXPECT_EQ(net->rnn.input_size, 5);
+  for (size_t k = 0; k < net->rnn.all_weights.size(); ++k) {
+    const nn::RecurrentWeights &w = net->rnn.all_weights[k], &r = reference->rnn.all_weights[k];
+    for (auto [a, b] : {std::pair{w.weight_ih, r.weight_ih}, std::pair{w.weight_hh, r.weight_hh},
+                        std::pair{w.bias_ih, r.bias_ih}, std::pair{w.bias_hh, r.bias_hh}})
+      EXPECT_TRUE(all_close(a, values(b), 0, 0)) << k;
+  }
+  EXPECT_EQ(net->fc.in_features, 2 * kHidden);
+  expect_same(*net, *reference, x);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // with separate q / k / v Linears (heads split by a view, q kᵀ, softmax, · v, heads merged), the
 // same with one qkv Linear chunked in three, a gated unit (chunk in two, a * sigmoid(b)), and
 // permute. Pruned models compute what their twins compute with the removed channels' weights
-// zeroed by hand (float64, 1e-12); a split into parts of unequal sizes is reported unprunable.
+// zeroed by hand (float64, 1e-12); a split into parts of unequal sizes and heads multiplied by
+// a per-head parameter are reported unprunable.
 #include "depgraph_testing.h"
 
 using namespace strata;
@@ -213,6 +214,62 @@ TEST(DependencyGraphViews, SoftmaxOverTheHeadsIsReportedUnprunable) {
   Net net(g);
   compress::DependencyGraph graph(net, randn({2, 3, 5}, kFloat32, &g));
   expect_unprunable(graph, &net.q, R::Out, "over the channel dim");
+}
+
+// Every dim of size 2 (N = T = heads = head_dim = 2, 4 features): only the recorded dims tell them apart
+struct SquareHeadsNet : nn::Module {
+  nn::Linear emb, q, k, v, out, fc;
+  explicit SquareHeadsNet(Generator& g)
+      : emb(2, 4, {.generator = &g}), q(4, 4, {.generator = &g}), k(4, 4, {.generator = &g}),
+        v(4, 4, {.generator = &g}), out(4, 4, {.generator = &g}), fc(4, 2, {.generator = &g}) {
+    register_module("emb", emb), register_module("q", q), register_module("k", k), register_module("v", v);
+    register_module("out", out), register_module("fc", fc);
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor e = emb(x);
+    return fc((out(attend(q(e), k(e), v(e), 2)) + e).mean(1));
+  }
+};
+
+TEST(DependencyGraphViews, HeadsAsManyAsTheirWidthMatchTheZeroedNetwork) {
+  Generator g(101);
+  const Tensor x = randn({2, 2, 2}, kFloat64, &g);
+  auto [pruned, zeroed] = twins<SquareHeadsNet>(x);
+  compress::DependencyGraph graph(*pruned, x);
+  const size_t heads = group_of(graph, &pruned->q, R::Out);
+  EXPECT_TRUE(graph.groups()[heads].prunable()) << graph.report();
+  EXPECT_EQ(graph.groups()[heads].size, 2);
+  EXPECT_EQ(group_of(graph, &pruned->out, R::In), heads);
+  graph.prune_group(heads, {1});
+  zero_slices({zeroed->out.weight}, 1, channels_of({0}, 2));
+  expect_same(*pruned, *zeroed, x);
+}
+
+// Heads (N, 2, T, 4) times a per-head parameter of the net's own (2, 4, 4): the parameter's head
+// dim would have to shrink with the heads, which no layer rule does, so the heads are kept
+struct PerHeadMixNet : nn::Module {
+  nn::Linear q, fc;
+  Tensor mix;
+  bool mix_first = false;  // mix @ heads (the heads on b) rather than heads @ mix
+  explicit PerHeadMixNet(Generator& g) : q(5, 8, {.generator = &g}), fc(8, 3, {.generator = &g}) {
+    register_module("q", q), register_module("fc", fc);
+    mix = register_parameter("mix", randn({2, 4, 4}, kFloat32, &g));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = q(x).view({x.size(0), x.size(1), -1, 4}).transpose(1, 2);  // (N, heads, T, 4)
+    h = mix_first ? matmul(mix, h.transpose(-2, -1)).transpose(-2, -1) : matmul(h, mix);
+    return fc(h.transpose(1, 2).reshape({x.size(0), x.size(1), -1}).mean(1));
+  }
+};
+
+TEST(DependencyGraphViews, HeadsMultipliedByAParameterPerHeadAreReportedUnprunable) {
+  for (bool mix_first : {false, true}) {
+    Generator g(97);
+    PerHeadMixNet net(g);
+    net.mix_first = mix_first;
+    compress::DependencyGraph graph(net, randn({2, 3, 5}, kFloat32, &g));
+    expect_unprunable(graph, &net.q, R::Out, "a matmul");
+  }
 }
 
 }  // namespace

@@ -121,8 +121,9 @@ class STRATA_API RNNBase : public Module {
   RecurrentForm* form() const { return form_; }
   /// The parameter name of layer and direction k's weight `which` ("weight_hh_l1_reverse").
   std::string weight_name(int64_t k, RecurrentWeight which) const;
-  /// "LSTM(10, 20, num_layers=2)", as PyTorch prints the layer.
-  const std::string& description() const { return description_; }
+  /// "LSTM(10, 20, num_layers=2)", as PyTorch prints the layer, from its sizes now (a pruned
+  /// layer's are smaller).
+  std::string description() const;
 
   int64_t input_size, hidden_size;
   int64_t num_directions;  // 2 when bidirectional, else 1
@@ -159,7 +160,7 @@ class STRATA_API RNNBase : public Module {
                        int64_t features) const;
   void check_states_given(const Tensor& h0, const Tensor& c0) const;
 
-  std::string description_;  // "LSTM(10, 20, num_layers=2)", for errors
+  std::string layer_;  // "LSTM", "GRU" or "RNN", for description()
   bool with_cell_state_;
   RecurrentForm* form_ = nullptr;  // owned as a child
 };
