@@ -95,7 +95,7 @@ struct VectorCodes {
 };
 #elif defined(__AVX2__)
 /// kPerLane 8: 32 bytes as 8 int32 lanes of 8 codes (groups that are multiples of 64); 2: 8
-/// bytes widened to 8 lanes of one byte (groups of 32). The values in integer math.
+/// bytes widened to 8 lanes of one byte (groups that are multiples of 16). The values in integer math.
 template <int PerLane>
 struct VectorCodes {
   static constexpr int W = 8, kPerLane = PerLane, kRun = W * PerLane;

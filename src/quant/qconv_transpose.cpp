@@ -42,6 +42,8 @@ Tensor transposed_input(const Tensor& x, const Int8Weight& w, nn::Size2 k, const
                "[{}] expects a floating input of shape (N, C, H, W) or (C, H, W)", op);
   const Tensor x4 = x.dim() == 3 ? x.unsqueeze(0) : x;
   const int64_t C = x4.size(1), out = w.codes.size(0);
+  STRATA_CHECK(x4.size(2) > 0 && x4.size(3) > 0, "[{}] expects an input with rows and columns, got {} x {} "
+               "(shape {})", op, x4.size(2), x4.size(3), x.shape());
   STRATA_CHECK(C % a.groups == 0 && out % a.groups == 0 && w.codes.size(1) == C / a.groups * k.h * k.w,
                "[{}] weight codes of shape {} do not fit {} input channels, kernel {} and {} groups (expected (out, "
                "in / groups * kH * kW))", op, w.codes.shape(), C, k, a.groups);

@@ -287,7 +287,9 @@ Tensor Int4LinearForm::forward_layer(const nn::Linear& layer, const Tensor& inpu
 Tensor to_float16_weight(const Tensor& w) {
   NoGradGuard no_grad;
   constexpr double kMaxHalf = 65504.0;  // saturated, as fbgemm's fp16 packing (not inf)
-  return clamp(w.detach(), -kMaxHalf, kMaxHalf).to(kFloat16).contiguous();
+  // clamped in float32 at least: bfloat16 has no 65504 and would round the bound up to 65536 (inf)
+  const Tensor wf = w.dtype() == kFloat64 ? w.detach() : w.detach().to(kFloat32);
+  return clamp(wf, -kMaxHalf, kMaxHalf).to(kFloat16).contiguous();
 }
 
 Tensor float16_product(const Tensor& x, const Tensor& w16, const Tensor& bias) {

@@ -219,6 +219,11 @@ TEST(StaticConvTranspose2d, BadInputRaises) {
                                                          {.padding = 2}); }, {"empty"}));
   EXPECT_TRUE(throws_with([&] { q::conv_transpose2d_int8(st::randn({1, 2, 4, 4}), 0.1, 256, w, {3, 3}); },
                           {"zero point"}));
+  // an input without rows or columns raises, as the float transposed convolution does (its output
+  // would be the bias alone, spread over a size the formula gives from a height of 0)
+  EXPECT_TRUE(throws_with([&] { q::conv_transpose2d_int8(st::randn({1, 2, 0, 4}), 0.1, 0, w, {3, 3}); },
+                          {"conv_transpose2d_int8", "0 x 4"}));
+  EXPECT_TRUE(throws_with([&] { model(st::randn({2, 2, 4, 0})); }, {"ConvTranspose2d", "4 x 0"}));
   // an empty batch gives an empty output of the right shape
   EXPECT_EQ(q::conv_transpose2d_int8(st::randn({0, 2, 4, 4}), 0.1, 3, w, {3, 3}).shape(), (st::Shape{0, 3, 6, 6}));
   EXPECT_EQ(model(st::randn({0, 2, 4, 4})).shape(), (st::Shape{0, 3, 6, 6}));

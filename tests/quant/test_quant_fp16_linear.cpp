@@ -68,3 +68,21 @@ TEST(Float16DynamicLinear, SaturatesWeightsBeyondTheFloat16Range) {
   const st::Tensor ones = st::from_vector(std::vector<double>{1, 1}, st::Shape{1, 2}).to(st::kFloat32);
   EXPECT_TRUE(all_close(fc(ones), {0, 65504.5}, 0, 0));
 }
+
+// A bfloat16 layer's large weights saturate to the largest float16 too (65504 has no bfloat16
+// value: clamping in bfloat16 would round it up to 65536, an inf in float16), and a NaN weight stays
+// NaN (fbgemm's saturation compares, which a NaN fails).
+TEST(Float16DynamicLinear, SaturatesBFloat16WeightsAndKeepsNaN) {
+  nn::Linear fc(2, 2, {.bias = false});
+  {
+    st::NoGradGuard no_grad;
+    fc.weight.copy_(st::from_vector(std::vector<double>{1e6, -70000.0, 0.5, std::nan("")}, st::Shape{2, 2}));
+  }
+  fc.to(st::kBFloat16);
+  q::quantize_dynamic(fc, {.dtype = q::WeightDtype::Float16});
+  const std::vector<double> w = values(fc.state_dict().at("quantized.weight_fp16"));
+  EXPECT_EQ(w[0], 65504);
+  EXPECT_EQ(w[1], -65504);
+  EXPECT_EQ(w[2], 0.5);
+  EXPECT_TRUE(std::isnan(w[3]));
+}
