@@ -93,7 +93,7 @@ struct VectorCodes {
     return s;
   }
 };
-#elif defined(__AVX2__)
+#elif defined(__AVX2__) && defined(__FMA__)  // its sums use FMA
 /// kPerLane 8: 32 bytes as 8 int32 lanes of 8 codes (groups that are multiples of 64); 2: 8
 /// bytes widened to 8 lanes of one byte (groups that are multiples of 16). The values in integer math.
 template <int PerLane>
