@@ -280,7 +280,12 @@ DTensor DTensor::grad() const {
 void DTensor::backward() const {
   STRATA_CHECK(numel() == 1, "[DTensor.backward] needs a one-element DTensor (a loss), this one has shape {}",
                text(shape_));
-  local_.backward();
+  // a Shard leaves the ranks past the element an empty piece they cannot start backward from, while
+  // the rank holding it may reach a collective: gather it so that every rank starts from a 1
+  std::vector<Placement> whole = placements_;
+  for (Placement& p : whole)
+    if (p.is_shard()) p = Replicate();
+  (whole == placements_ ? local_ : redistribute(std::move(whole)).to_local()).backward();
 }
 
 DTensor DTensor::detach() const { return DTensorAccess::make(local_.detach(), DTensorAccess::layout(*this)); }

@@ -163,6 +163,19 @@ TEST(DTensorRedistribute, FullTensorAndToLocalGradients) {
   EXPECT_TRUE(close(r.grad().to_local(), w * 10.0));  // 1 + 2 + 3 + 4
 }
 
+TEST(DTensorRedistribute, BackwardOfAOneElementShardedLoss) {
+  auto mesh = mesh_1d();
+  const TensorOptions f64(kFloat64);
+  // one element over 4 ranks: rank 0 holds it, the others an empty piece, and all call backward
+  dist::DTensor x = dist::distribute_tensor(full({1}, 2.0, f64).requires_grad_(), mesh, {Shard(0)});
+  ASSERT_NO_THROW(x.backward());
+  EXPECT_TRUE(close(x.grad().to_local(), expected_local(ones({1}, f64), {Shard(0)}, mesh)));
+  // with a collective in the backward (the chunk's all-gather) every rank must take part
+  dist::DTensor r = dist::distribute_tensor(full({1}, 3.0, f64).requires_grad_(), mesh, {Replicate()});
+  ASSERT_NO_THROW(r.redistribute({Shard(0)}).backward());
+  EXPECT_TRUE(close(r.grad().to_local(), ones({1}, f64)));
+}
+
 TEST(DTensorErrors, BadInputRaisesOnEveryRankAndNothingHangs) {
   auto mesh = mesh_2x2();
   auto line = mesh_1d();
