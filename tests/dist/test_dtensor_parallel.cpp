@@ -67,7 +67,7 @@ TEST(DTensorParallel, SequenceParallelLayouts) {
   dist_testing::group();
   auto tp = dist::init_device_mesh("cpu", {4}, {"tp"});
   Mlp whole(8), parallel(8);
-  // rows of the input arrive scattered and leave scattered (reduce-scatter instead of all-reduce)
+  // rows of the input arrive scattered and leave scattered (the bias is added to the all-reduced value)
   dist::parallelize_module(parallel.net, tp,
                            {{"0", dist::ColwiseParallel{.input_layouts = Shard(0)}},
                             {"2", dist::RowwiseParallel{.output_layouts = Shard(0)}}});
@@ -123,6 +123,11 @@ TEST(DTensorParallel, BadPlansRaise) {
   raises([&] { dist::parallelize_module(m.net, tp, {{"1", dist::ColwiseParallel{}}}); }, {"'1' is a ReLU"});
   raises([&] { dist::parallelize_module(m.net, tp, {{"5", dist::ColwiseParallel{}}}); }, {"matches no submodule"});
   raises([&] { dist::parallelize_module(m.net, mesh, {{"0", dist::ColwiseParallel{}}}); }, {"1-D mesh"});
+  // a plan that fails on one entry changes nothing (no layer half parallelized)
+  raises([&] { dist::parallelize_module(m.net, tp, {{"0", dist::ColwiseParallel{}}, {"5", dist::RowwiseParallel{}}}); },
+         {"matches no submodule"});
+  EXPECT_EQ(m.fc(0).weight.shape(), (Shape{8, 6}));
+  EXPECT_EQ(m.fc(0).form(), nullptr);
   dist::parallelize_module(m.net, tp, {{"0", dist::ColwiseParallel{}}});
   raises([&] { dist::parallelize_module(m.net, tp, {{"0", dist::RowwiseParallel{}}}); }, {"already has a form"});
 }
