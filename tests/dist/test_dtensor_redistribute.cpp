@@ -207,6 +207,12 @@ TEST(DTensorErrors, BadInputRaisesOnEveryRankAndNothingHangs) {
   EXPECT_THROW(dist::DTensor::from_local(global_values({3, 4}), mesh, {Shard(0), Replicate()}, false,
                                          Shape{4, 4}),
                Error);  // 4 rows over 2 ranks give 2 each, not 3
+  // a gradient layout must cut the local tensor as the DTensor's does (only Replicate and
+  // Partial may trade places): a Shard gradient for a replicated piece would not fit it
+  dist::DTensor rep = dist::distribute_tensor(g, mesh, {Replicate(), Replicate()});
+  EXPECT_TRUE(testing::throws_with([&] { rep.to_local(Placements{Shard(0), Replicate()}); }, {"grad_placements"}));
+  EXPECT_THROW(x.to_local(Placements{Shard(1), Replicate()}), Error);
+  EXPECT_NO_THROW(x.to_local(Placements{Shard(0), Partial()}));
   // the ranks still agree on what to call next
   EXPECT_TRUE(close(x.full_tensor(), g));
 }
