@@ -72,8 +72,17 @@ TEST(DTensorParallel, SequenceParallelLayouts) {
                            {{"0", dist::ColwiseParallel{.input_layouts = Shard(0)}},
                             {"2", dist::RowwiseParallel{.output_layouts = Shard(0)}}});
   const Tensor x = global_values({8, 6});
-  Tensor got = parallel.net(block(x, 0, tp));
-  EXPECT_TRUE(close(got.detach(), block(whole.net(x), 0, tp).detach()));
+  Tensor xr = x.clone().requires_grad_(), xp = block(x, 0, tp).requires_grad_();
+  Tensor want = whole.net(xr), got = parallel.net(xp);
+  EXPECT_TRUE(close(got.detach(), block(want, 0, tp).detach()));
+  // each rank's loss on its rows: together the loss of the whole output
+  const Tensor w = global_values(want.shape(), 1.0);
+  (want * w).sum().backward();
+  (got * block(w, 0, tp)).sum().backward();
+  EXPECT_TRUE(close(xp.grad(), block(xr.grad(), 0, tp)));
+  EXPECT_TRUE(close(parallel.fc(0).weight.grad(), block(whole.fc(0).weight.grad(), 0, tp)));
+  EXPECT_TRUE(close(parallel.fc(2).weight.grad(), block(whole.fc(2).weight.grad(), 1, tp)));
+  EXPECT_TRUE(close(parallel.fc(2).bias.grad(), whole.fc(2).bias.grad()));
 }
 
 TEST(DTensorParallel, DistributeModuleReplicatesAndHooks) {
