@@ -163,6 +163,24 @@ TEST(DTensorRedistribute, FullTensorAndToLocalGradients) {
   EXPECT_TRUE(close(r.grad().to_local(), w * 10.0));  // 1 + 2 + 3 + 4
 }
 
+// Partial(sum) over mesh dim 0 of Partial(max) over mesh dim 1: the value is the sum over i of
+// the max over j of the parts x_ij (the last mesh dim reduced first, as full_tensor does), which
+// every redistribution keeps; reducing dim 0 alone first would give the max of the sums.
+TEST(DTensorRedistribute, MixedPartialOpsOnTwoMeshDims) {
+  auto mesh = mesh_2x2();
+  const int i = mesh.get_local_rank(0), j = mesh.get_local_rank(1);
+  const Tensor g = global_values({3, 4});
+  // max over j of x_ij is g / 2 (at j == i), so the sum over i is g; the sums over i are g - 1
+  const Tensor part = g.div(2.0).sub(i == j ? 0.0 : 1.0);
+  for (const auto& [outer, inner] : {std::pair{ReduceOp::Sum, ReduceOp::Max}, std::pair{ReduceOp::Avg, ReduceOp::Min}}) {
+    const Tensor x_ij = outer == ReduceOp::Sum ? part : g.add(i == j ? 0.0 : 1.0);  // avg over i of min over j: g
+    dist::DTensor x = dist::DTensor::from_local(x_ij, mesh, {Partial(outer), Partial(inner)});
+    ASSERT_TRUE(close(x.full_tensor(), g));
+    for (const Placement& p : {Shard(0), Shard(1), Replicate(), Partial(outer), Partial(inner)})
+      EXPECT_TRUE(close(x.redistribute({p, Partial(inner)}).full_tensor(), g)) << p.str() << " over " << x.str();
+  }
+}
+
 TEST(DTensorRedistribute, BackwardOfAOneElementShardedLoss) {
   auto mesh = mesh_1d();
   const TensorOptions f64(kFloat64);
