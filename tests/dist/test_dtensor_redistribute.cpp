@@ -172,8 +172,10 @@ TEST(DTensorRedistribute, MixedPartialOpsOnTwoMeshDims) {
   const Tensor g = global_values({3, 4});
   // max over j of x_ij is g / 2 (at j == i), so the sum over i is g; the sums over i are g - 1
   const Tensor part = g.div(2.0).sub(i == j ? 0.0 : 1.0);
-  for (const auto& [outer, inner] : {std::pair{ReduceOp::Sum, ReduceOp::Max}, std::pair{ReduceOp::Avg, ReduceOp::Min}}) {
-    const Tensor x_ij = outer == ReduceOp::Sum ? part : g.add(i == j ? 0.0 : 1.0);  // avg over i of min over j: g
+  using Ops = std::pair<ReduceOp, ReduceOp>;
+  for (const auto& [outer, inner] : {Ops{ReduceOp::Sum, ReduceOp::Max}, Ops{ReduceOp::Avg, ReduceOp::Min}}) {
+    // avg over i of min over j of g + (i != j) is g too
+    const Tensor x_ij = outer == ReduceOp::Sum ? part : g.add(i == j ? 0.0 : 1.0);
     dist::DTensor x = dist::DTensor::from_local(x_ij, mesh, {Partial(outer), Partial(inner)});
     ASSERT_TRUE(close(x.full_tensor(), g));
     for (const Placement& p : {Shard(0), Shard(1), Replicate(), Partial(outer), Partial(inner)})
