@@ -209,6 +209,8 @@ TEST(DTensorErrors, BadInputRaisesOnEveryRankAndNothingHangs) {
   // one rank's shape differs: every rank raises, the odd one with its own message
   const Tensor odd = dist::get_rank() == 3 ? global_values({4, 5}) : g;
   EXPECT_THROW(dist::distribute_tensor(odd, mesh, {Shard(0), Shard(1)}), Error);
+  const Tensor odd_dtype = dist::get_rank() == 2 ? g.to(kFloat32) : g;  // the dtype too
+  EXPECT_THROW(dist::distribute_tensor(odd_dtype, mesh, {Shard(0), Replicate()}), Error);
   const Tensor piece = dist::get_rank() == 1 ? global_values({3, 4}) : global_values({2, 4});
   try {
     dist::DTensor::from_local(piece, mesh, {Shard(0), Replicate()}, /*run_check=*/true, Shape{4, 4});
