@@ -43,6 +43,7 @@ DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> dim_name
     STRATA_CHECK(std::count(dim_names_.begin(), dim_names_.end(), dim_names_[d]) == 1,
                  "[DeviceMesh] the dim name '{}' is given twice", dim_names_[d]);
   }
+  flattened_->root_dims = dim_names_;
   for (int r = 0; r < world->size(); ++r) ranks_.push_back(r);
   // row-major coordinate of this rank
   coordinate_.assign(shape_.size(), 0);
@@ -141,9 +142,12 @@ DeviceMesh DeviceMesh::flatten(const std::string& mesh_dim_name) const {
     STRATA_CHECK(!dim_names_.empty(), "[DeviceMesh] flatten() of a mesh without dim names needs a name");
     for (const std::string& d : dim_names_) name += (name.empty() ? "" : "_") + d;
   }
-  STRATA_CHECK(std::find(dim_names_.begin(), dim_names_.end(), name) == dim_names_.end(),
+  // the dims of the mesh this one was sliced from too: mesh[name] must keep meaning that dim
+  const auto& root = flattened_->root_dims;
+  STRATA_CHECK(std::find(dim_names_.begin(), dim_names_.end(), name) == dim_names_.end() &&
+                   std::find(root.begin(), root.end(), name) == root.end(),
                "[DeviceMesh] cannot flatten into '{}': the mesh already has a dim of that name ({})", name,
-               quoted(dim_names_));
+               quoted(root.empty() ? dim_names_ : root));
   auto known = flattened_->dims.find(name);
   if (known != flattened_->dims.end()) {
     STRATA_CHECK(known->second == dim_names_,

@@ -235,6 +235,12 @@ const DeviceMesh& DTensor::device_mesh() const {
 Tensor DTensor::to_local(std::optional<std::vector<Placement>> grad_placements_in) const {
   if (!grad_placements_in) return local_;
   auto from = normalize("DTensor.to_local", std::move(*grad_placements_in), ndim(), device_mesh());
+  // the gradient has the local tensor's shape: it can differ in Replicate / Partial only (a rule
+  // on the placements alone, so every rank raises alike)
+  for (size_t i = 0; i < from.size(); ++i)
+    STRATA_CHECK(from[i].is_shard() == placements_[i].is_shard() && (!from[i].is_shard() || from[i] == placements_[i]),
+                 "[DTensor.to_local] grad_placements {} do not cut the local tensor as the placements {} do (mesh dim "
+                 "{}); only Replicate and Partial may differ", text(from), text(placements_), i);
   return with_grad_layout(local_, DTensorAccess::layout(*this), from, grad_placements(placements_));
 }
 
@@ -280,7 +286,12 @@ DTensor DTensor::grad() const {
 void DTensor::backward() const {
   STRATA_CHECK(numel() == 1, "[DTensor.backward] needs a one-element DTensor (a loss), this one has shape {}",
                text(shape_));
-  local_.backward();
+  // a Shard leaves the ranks past the element an empty piece they cannot start backward from, while
+  // the rank holding it may reach a collective: gather it so that every rank starts from a 1
+  std::vector<Placement> whole = placements_;
+  for (Placement& p : whole)
+    if (p.is_shard()) p = Replicate();
+  (whole == placements_ ? local_ : redistribute(std::move(whole)).to_local()).backward();
 }
 
 DTensor DTensor::detach() const { return DTensorAccess::make(local_.detach(), DTensorAccess::layout(*this)); }

@@ -51,14 +51,17 @@ void lay_out(const Tensor& t, const DeviceMesh& mesh, const std::vector<Placemen
   t.set_data(distribute_tensor(t.detach(), mesh, placements).to_local());
 }
 
-void parallelize_linear(const std::string& path, nn::Module& module, const DeviceMesh& mesh,
-                        const ParallelStyle& style) {
+nn::Linear& parallelizable_linear(const std::string& path, nn::Module& module) {
   auto* layer = dynamic_cast<nn::Linear*>(&module);
   STRATA_CHECK(layer != nullptr, "[parallelize_module] '{}' is a {}; ColwiseParallel and RowwiseParallel apply to "
                "Linear layers", path, module.name());
   STRATA_CHECK(layer->weight.defined() && layer->form() == nullptr,
                "[parallelize_module] the Linear '{}' already has a form ({}); it cannot be parallelized as well", path,
                layer->form() ? layer->form()->name() : "");
+  return *layer;
+}
+
+void parallelize_linear(nn::Linear* layer, const DeviceMesh& mesh, const ParallelStyle& style) {
   const bool colwise = std::holds_alternative<ColwiseParallel>(style);
   const Placement input = colwise ? std::get<ColwiseParallel>(style).input_layouts
                                   : std::get<RowwiseParallel>(style).input_layouts;
@@ -99,17 +102,27 @@ nn::Module& parallelize_module(nn::Module& module, const DeviceMesh& mesh,
   STRATA_CHECK(mesh.ndim() == 1, "[parallelize_module] needs a 1-D mesh, this one has {} dims; pass a slice "
                "(mesh[\"tp\"])", mesh.ndim());
   const auto modules = module.named_modules();
+  // the whole plan is checked before any layer changes, so a bad entry leaves the module as it was
+  std::map<nn::Linear*, std::pair<std::string, const ParallelStyle*>> layers;
   for (const auto& [pattern, style] : plan) {
     STRATA_CHECK(pattern.find_first_of("?[") == std::string::npos,
                  "[parallelize_module] '{}': only '*' parts are supported as wildcards", pattern);
     bool found = false;
     for (const auto& [path, child] : modules) {
       if (!matches(pattern, path)) continue;
-      parallelize_linear(path, *child, mesh, style);
+      const auto [it, added] = layers.try_emplace(&parallelizable_linear(path, *child), pattern, &style);
+      STRATA_CHECK(added, "[parallelize_module] the plan names '{}' twice ('{}' and '{}')", path, it->second.first,
+                   pattern);
       found = true;
     }
     STRATA_CHECK(found, "[parallelize_module] the plan names '{}', which matches no submodule", pattern);
   }
+  // in the order of named_modules, the same on every rank (the layouts communicate)
+  for (const auto& [path, child] : modules)
+    if (auto it = layers.find(dynamic_cast<nn::Linear*>(child)); it != layers.end()) {
+      parallelize_linear(it->first, mesh, *it->second.second);
+      layers.erase(it);
+    }
   return module;
 }
 

@@ -93,6 +93,13 @@ Tensor partition(const Tensor& local, const Group& g, ReduceOp op) {
   return g->rank() == 0 ? local : zeros_like(local);
 }
 
+// Whether reducing over one mesh dim with `a`, then another with `b`, is the same as the other
+// way round: sums and averages (both linear) do, and an op with itself.
+bool reductions_commute(ReduceOp a, ReduceOp b) {
+  auto linear = [](ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::Avg; };
+  return a == b || (linear(a) && linear(b));
+}
+
 class Redistributor {
  public:
   Redistributor(const DLayout& from, Tensor local) : from_(from), cur_(from.placements), local_(std::move(local)) {}
@@ -104,8 +111,12 @@ class Redistributor {
     for (int i = 0; i < nd; ++i) {
       marked[at(i)] = changed[at(i)];
       const Placement& p = cur_[at(i)];
-      for (int k = 0; k < i && p.is_shard(); ++k)
-        if (changed[at(k)] && (cur_[at(k)].is_shard(p.dim) || to[at(k)].is_shard(p.dim))) marked[at(i)] = true;
+      for (int k = 0; k < i; ++k) {
+        if (!changed[at(k)]) continue;
+        const Placement &was = cur_[at(k)], &will = to[at(k)];
+        if (p.is_shard() && (was.is_shard(p.dim) || will.is_shard(p.dim))) marked[at(i)] = true;
+        if (p.is_partial() && was.is_partial() && !reductions_commute(was.reduce_op, p.reduce_op)) marked[at(i)] = true;
+      }
     }
     const auto first = std::find(marked.begin(), marked.end(), true) - marked.begin();
     for (int i = nd - 1; i >= 0; --i) {
@@ -184,10 +195,13 @@ struct GradLayout : autograd::Function<GradLayout> {
 }  // namespace
 
 // Note [Redistribution order]: with several mesh dims, the local piece is the global tensor cut
-// by mesh dim 0, that block cut by mesh dim 1, and so on. A collective along mesh dim i over
-// tensor dim d is only right while no later mesh dim cuts d. So the plan first undoes, from the
-// last mesh dim to the first, every mesh dim that changes (and every later one that cuts a
-// tensor dim such a change touches), taking each to Replicate, except the first of them, which
+// by mesh dim 0, that block cut by mesh dim 1, and so on; Partial parts are reduced over the last
+// mesh dim first (op_0 over i of op_1 over j of the parts). A collective along mesh dim i over
+// tensor dim d is only right while no later mesh dim cuts d, and a reduction along i only while
+// no later mesh dim is Partial with an op that does not commute with i's (sum and max). So the
+// plan first undoes, from the last mesh dim to the first, every mesh dim that changes (and every
+// later one that cuts a tensor dim such a change touches, or is Partial with such an op), taking
+// each to Replicate, except the first of them, which
 // goes straight to its target in one collective (all-to-all, reduce-scatter...); then, from the
 // first mesh dim to the last, it cuts (or partitions) the Replicate dims still to change. One
 // mesh dim changing costs one collective; two changing on one tensor dim take them in turn.

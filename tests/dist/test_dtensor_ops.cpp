@@ -2,7 +2,8 @@
 // Replicate, Partial on each dim of a 2 x 2 mesh), the result's global value equals the op on
 // the whole tensors, and each operand's gradient (of a loss summed over the output's pieces)
 // equals its block of the gradient the same op gives in one process; the placement rules for
-// matmul and sum; bad operands raising on every rank.
+// matmul and sum; uneven and empty pieces on 4 ranks, Partial(avg) operands, mixed dtypes; bad
+// operands raising on every rank.
 #include "dist/dtensor_testing.h"
 
 namespace strata {
@@ -166,6 +167,90 @@ TEST(DTensorOps, BadOperandsRaiseOnEveryRank) {
   EXPECT_THROW(dist::sum(a, {2}), Error);
   EXPECT_THROW(dist::relu(DTensor()), Error);
   EXPECT_TRUE(close(dist::add(a, a).full_tensor(), global_values({3, 4}) * 2.0));  // still in step
+}
+
+TEST(DTensorOps, UnevenAndEmptyPiecesOnFourRanks) {
+  dist_testing::group();
+  auto mesh = dist::init_device_mesh("cpu", {4}, {"x"});
+  // K = 3 over 4 ranks: the last rank multiplies an empty piece
+  check_binary(mesh, {5, 3}, {3, 2}, dist::matmul, [](const Tensor& a, const Tensor& b) { return matmul(a, b); },
+               "matmul K=3");
+  check_binary(mesh, {2, 3}, {3, 1}, dist::matmul, [](const Tensor& a, const Tensor& b) { return matmul(a, b); },
+               "matmul N=1");
+  check_binary(mesh, {5, 3}, {1, 3}, dist::add, [](const Tensor& a, const Tensor& b) { return a + b; }, "add");
+  check_binary(mesh, {5, 1}, {3}, dist::mul, [](const Tensor& a, const Tensor& b) { return a * b; }, "mul");
+  check_binary(mesh, {2, 1, 3}, {5, 1}, dist::sub, [](const Tensor& a, const Tensor& b) { return a - b; }, "sub3");
+}
+
+TEST(DTensorOps, PartialAvgOperands) {
+  dist_testing::group();
+  auto mesh = dist::init_device_mesh("cpu", {4}, {"x"});
+  const int c = mesh.get_local_rank();
+  const Tensor ga = global_values({5, 3}), gb = global_values({3, 2}, 0.3), gc = global_values({5, 3}, 0.9);
+  // parts g + (c - 1.5) average to g; avg stays avg through linear ops with a replicated factor
+  auto avg = [&](const Tensor& g) {
+    Tensor part = g.add(c - 1.5).detach().requires_grad_();
+    return DTensor::from_local(part, mesh, {Partial(dist::ReduceOp::Avg)});
+  };
+  DTensor a = avg(ga);
+  DTensor b = dist::distribute_tensor(gb.clone().requires_grad_(), mesh, {Replicate()});
+  DTensor m = dist::matmul(a, b);
+  EXPECT_TRUE(close(m.full_tensor().detach(), matmul(ga, gb))) << text(m.placements());
+  DTensor cc = avg(gc);
+  DTensor s = a + cc;
+  EXPECT_TRUE(close(s.full_tensor().detach(), ga + gc)) << text(s.placements());
+  DTensor p = a * dist::distribute_tensor(gc, mesh, {Replicate()});
+  EXPECT_TRUE(close(p.full_tensor().detach(), ga * gc)) << text(p.placements());
+  DTensor su = dist::sum(a, {0}, true);
+  EXPECT_TRUE(close(su.full_tensor().detach(), ga.sum({0}, true))) << text(su.placements());
+  for (const DTensor* t : {&m, &s, &p, &su}) EXPECT_EQ(t->placements(), Placements{Partial(dist::ReduceOp::Avg)});
+  DTensor sh = a.redistribute({Shard(0)});
+  EXPECT_TRUE(close(sh.to_local(), expected_local(ga, {Shard(0)}, mesh)));
+  // b's gradient through the avg matmul: avg(a)^T g
+  const Tensor w = global_values({5, 2}, 2.0);
+  (m.full_tensor() * w).sum().backward();
+  EXPECT_TRUE(close(b.grad().to_local(), matmul(ga.transpose(0, 1), w)));
+}
+
+TEST(DTensorOps, MixedDtypesPromoteAndKeepGradientDtypes) {
+  dist_testing::group();
+  auto mesh = dist::init_device_mesh("cpu", {2, 2}, {"a", "b"});
+  const Tensor ga = global_values({5, 3}), gb = global_values({5, 3}, 0.4).to(kFloat32);
+  for (const Placements& pa : all_combinations(kChoices, 2))
+    for (const Placements& pb : all_combinations(kChoices, 2)) {
+      DTensor a = make_dtensor(ga, pa, mesh, true), b = make_dtensor(gb, pb, mesh, true);
+      DTensor out = a * b;
+      EXPECT_TRUE(allclose(out.full_tensor().detach(), ga * gb.to(kFloat64), 1e-5, 1e-5)) << text(pa) << text(pb);
+      backward_through_pieces(out, ones({5, 3}, TensorOptions(kFloat64)));
+      EXPECT_EQ(b.grad().dtype(), kFloat32);
+      EXPECT_TRUE(allclose(b.grad().to_local(), expected_local(ga, pb, mesh).to(kFloat32), 1e-5, 1e-5));
+    }
+}
+
+// 3 columns over 4 ranks: 1, 1, 1, 0
+TEST(DTensorOps, SumGeluTransposeOnEmptyPieces) {
+  dist_testing::group();
+  auto mesh = dist::init_device_mesh("cpu", {4}, {"x"});
+  const Tensor g = global_values({3, 5});
+  for (const Placement& pl : {Shard(0), Shard(1), Replicate(), Partial()})
+    for (const auto& [dims, keep] : std::vector<std::pair<std::vector<int64_t>, bool>>{{{0}, true}, {{1}, true},
+                                                                                     {{}, false}, {{0, 1}, true}}) {
+      Tensor r = g.clone().requires_grad_();
+      Tensor want = dims.empty() ? gelu(r).sum() : gelu(r).sum(dims, keep);
+      const Tensor w = global_values(want.shape(), 3.0);
+      (want * w).sum().backward();
+      DTensor x = make_dtensor(g, {pl}, mesh, true);
+      DTensor s = dist::sum(dist::gelu(dist::transpose(dist::transpose(x, 0, 1), 0, 1)), dims, keep);
+      EXPECT_TRUE(close(s.full_tensor().detach(), want.detach())) << pl.str();
+      backward_through_pieces(s, w);
+      EXPECT_TRUE(close(x.grad().to_local(), expected_local(r.grad(), {pl}, mesh))) << pl.str();
+    }
+  // transposed (non-contiguous) pieces through every redistribution
+  DTensor t = dist::transpose(make_dtensor(g, {Shard(1)}, mesh), 0, 1);
+  for (const Placement& pl : {Shard(0), Shard(1), Replicate(), Partial()})
+    EXPECT_TRUE(close(t.redistribute({pl}).full_tensor(), g.transpose(0, 1).contiguous())) << pl.str();
+  EXPECT_TRUE(close(dist::matmul(t, make_dtensor(g, {Shard(0)}, mesh)).full_tensor(),
+                    matmul(g.transpose(0, 1), g)));
 }
 
 }  // namespace

@@ -67,13 +67,22 @@ TEST(DTensorParallel, SequenceParallelLayouts) {
   dist_testing::group();
   auto tp = dist::init_device_mesh("cpu", {4}, {"tp"});
   Mlp whole(8), parallel(8);
-  // rows of the input arrive scattered and leave scattered (reduce-scatter instead of all-reduce)
+  // rows of the input arrive scattered and leave scattered (the bias is added to the all-reduced value)
   dist::parallelize_module(parallel.net, tp,
                            {{"0", dist::ColwiseParallel{.input_layouts = Shard(0)}},
                             {"2", dist::RowwiseParallel{.output_layouts = Shard(0)}}});
   const Tensor x = global_values({8, 6});
-  Tensor got = parallel.net(block(x, 0, tp));
-  EXPECT_TRUE(close(got.detach(), block(whole.net(x), 0, tp).detach()));
+  Tensor xr = x.clone().requires_grad_(), xp = block(x, 0, tp).requires_grad_();
+  Tensor want = whole.net(xr), got = parallel.net(xp);
+  EXPECT_TRUE(close(got.detach(), block(want, 0, tp).detach()));
+  // each rank's loss on its rows: together the loss of the whole output
+  const Tensor w = global_values(want.shape(), 1.0);
+  (want * w).sum().backward();
+  (got * block(w, 0, tp)).sum().backward();
+  EXPECT_TRUE(close(xp.grad(), block(xr.grad(), 0, tp)));
+  EXPECT_TRUE(close(parallel.fc(0).weight.grad(), block(whole.fc(0).weight.grad(), 0, tp)));
+  EXPECT_TRUE(close(parallel.fc(2).weight.grad(), block(whole.fc(2).weight.grad(), 1, tp)));
+  EXPECT_TRUE(close(parallel.fc(2).bias.grad(), whole.fc(2).bias.grad()));
 }
 
 TEST(DTensorParallel, DistributeModuleReplicatesAndHooks) {
@@ -123,6 +132,11 @@ TEST(DTensorParallel, BadPlansRaise) {
   raises([&] { dist::parallelize_module(m.net, tp, {{"1", dist::ColwiseParallel{}}}); }, {"'1' is a ReLU"});
   raises([&] { dist::parallelize_module(m.net, tp, {{"5", dist::ColwiseParallel{}}}); }, {"matches no submodule"});
   raises([&] { dist::parallelize_module(m.net, mesh, {{"0", dist::ColwiseParallel{}}}); }, {"1-D mesh"});
+  // a plan that fails on one entry changes nothing (no layer half parallelized)
+  raises([&] { dist::parallelize_module(m.net, tp, {{"0", dist::ColwiseParallel{}}, {"5", dist::RowwiseParallel{}}}); },
+         {"matches no submodule"});
+  EXPECT_EQ(m.fc(0).weight.shape(), (Shape{8, 6}));
+  EXPECT_EQ(m.fc(0).form(), nullptr);
   dist::parallelize_module(m.net, tp, {{"0", dist::ColwiseParallel{}}});
   raises([&] { dist::parallelize_module(m.net, tp, {{"0", dist::RowwiseParallel{}}}); }, {"already has a form"});
 }

@@ -163,6 +163,39 @@ TEST(DTensorRedistribute, FullTensorAndToLocalGradients) {
   EXPECT_TRUE(close(r.grad().to_local(), w * 10.0));  // 1 + 2 + 3 + 4
 }
 
+// Partial(sum) over mesh dim 0 of Partial(max) over mesh dim 1: the value is the sum over i of
+// the max over j of the parts x_ij (the last mesh dim reduced first, as full_tensor does), which
+// every redistribution keeps; reducing dim 0 alone first would give the max of the sums.
+TEST(DTensorRedistribute, MixedPartialOpsOnTwoMeshDims) {
+  auto mesh = mesh_2x2();
+  const int i = mesh.get_local_rank(0), j = mesh.get_local_rank(1);
+  const Tensor g = global_values({3, 4});
+  // max over j of x_ij is g / 2 (at j == i), so the sum over i is g; the sums over i are g - 1
+  const Tensor part = g.div(2.0).sub(i == j ? 0.0 : 1.0);
+  using Ops = std::pair<ReduceOp, ReduceOp>;
+  for (const auto& [outer, inner] : {Ops{ReduceOp::Sum, ReduceOp::Max}, Ops{ReduceOp::Avg, ReduceOp::Min}}) {
+    // avg over i of min over j of g + (i != j) is g too
+    const Tensor x_ij = outer == ReduceOp::Sum ? part : g.add(i == j ? 0.0 : 1.0);
+    dist::DTensor x = dist::DTensor::from_local(x_ij, mesh, {Partial(outer), Partial(inner)});
+    ASSERT_TRUE(close(x.full_tensor(), g));
+    for (const Placement& p : {Shard(0), Shard(1), Replicate(), Partial(outer), Partial(inner)})
+      EXPECT_TRUE(close(x.redistribute({p, Partial(inner)}).full_tensor(), g)) << p.str() << " over " << x.str();
+  }
+}
+
+TEST(DTensorRedistribute, BackwardOfAOneElementShardedLoss) {
+  auto mesh = mesh_1d();
+  const TensorOptions f64(kFloat64);
+  // one element over 4 ranks: rank 0 holds it, the others an empty piece, and all call backward
+  dist::DTensor x = dist::distribute_tensor(full({1}, 2.0, f64).requires_grad_(), mesh, {Shard(0)});
+  ASSERT_NO_THROW(x.backward());
+  EXPECT_TRUE(close(x.grad().to_local(), expected_local(ones({1}, f64), {Shard(0)}, mesh)));
+  // with a collective in the backward (the chunk's all-gather) every rank must take part
+  dist::DTensor r = dist::distribute_tensor(full({1}, 3.0, f64).requires_grad_(), mesh, {Replicate()});
+  ASSERT_NO_THROW(r.redistribute({Shard(0)}).backward());
+  EXPECT_TRUE(close(r.grad().to_local(), ones({1}, f64)));
+}
+
 TEST(DTensorErrors, BadInputRaisesOnEveryRankAndNothingHangs) {
   auto mesh = mesh_2x2();
   auto line = mesh_1d();
@@ -176,6 +209,8 @@ TEST(DTensorErrors, BadInputRaisesOnEveryRankAndNothingHangs) {
   // one rank's shape differs: every rank raises, the odd one with its own message
   const Tensor odd = dist::get_rank() == 3 ? global_values({4, 5}) : g;
   EXPECT_THROW(dist::distribute_tensor(odd, mesh, {Shard(0), Shard(1)}), Error);
+  const Tensor odd_dtype = dist::get_rank() == 2 ? g.to(kFloat32) : g;  // the dtype too
+  EXPECT_THROW(dist::distribute_tensor(odd_dtype, mesh, {Shard(0), Replicate()}), Error);
   const Tensor piece = dist::get_rank() == 1 ? global_values({3, 4}) : global_values({2, 4});
   try {
     dist::DTensor::from_local(piece, mesh, {Shard(0), Replicate()}, /*run_check=*/true, Shape{4, 4});
@@ -194,6 +229,12 @@ TEST(DTensorErrors, BadInputRaisesOnEveryRankAndNothingHangs) {
   EXPECT_THROW(dist::DTensor::from_local(global_values({3, 4}), mesh, {Shard(0), Replicate()}, false,
                                          Shape{4, 4}),
                Error);  // 4 rows over 2 ranks give 2 each, not 3
+  // a gradient layout must cut the local tensor as the DTensor's does (only Replicate and
+  // Partial may trade places): a Shard gradient for a replicated piece would not fit it
+  dist::DTensor rep = dist::distribute_tensor(g, mesh, {Replicate(), Replicate()});
+  EXPECT_TRUE(testing::throws_with([&] { rep.to_local(Placements{Shard(0), Replicate()}); }, {"grad_placements"}));
+  EXPECT_THROW(x.to_local(Placements{Shard(1), Replicate()}), Error);
+  EXPECT_NO_THROW(x.to_local(Placements{Shard(0), Partial()}));
   // the ranks still agree on what to call next
   EXPECT_TRUE(close(x.full_tensor(), g));
 }

@@ -126,6 +126,10 @@ TEST(DeviceMeshFlatten, FlattenedDimsGetTheirOwnGroup) {
   raises([&] { mesh.slice({"dp", "tp"}).flatten("pp_dp"); }, {"already names the flattened dims", "'pp', 'dp'"});
   raises([&] { mesh.flatten("tp"); }, {"already has a dim of that name"});
   raises([&] { mesh["tp"]["dp_tp"]; }, {"spans 'dp'"});
+  // a dim of the mesh the slice came from cannot name a flattened one ("dp" would mean two groups)
+  raises([&] { mesh["tp"].flatten("dp"); }, {"already has a dim of that name"});
+  EXPECT_EQ(mesh["dp"].get_group(), mesh.get_group(1));
+
   raises([&] { dist::init_device_mesh("cpu", {2, 2}).flatten(); }, {"without dim names needs a name"});
 }
 

@@ -92,6 +92,7 @@ class STRATA_API DeviceMesh {
   /// Root dims of each flattened name, and this rank's flattened mesh by name; shared by a mesh,
   /// its copies and its slices.
   struct Flattened {
+    std::vector<std::string> root_dims;  // the dim names of the mesh the others were sliced from
     std::map<std::string, std::vector<std::string>> dims;
     std::map<std::string, std::shared_ptr<DeviceMesh>> meshes;
   };

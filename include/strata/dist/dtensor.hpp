@@ -68,7 +68,8 @@ class STRATA_API DTensor {
   bool defined() const { return local_.defined(); }
   /// This rank's piece. `grad_placements`: how the gradient arriving at the result is laid out
   /// (e.g. Partial where each rank computed its own loss from it); it is redistributed to this
-  /// DTensor's layout in backward. Default: as this DTensor's placements.
+  /// DTensor's layout in backward. Default: as this DTensor's placements. They may trade Replicate
+  /// and Partial only: a Shard where the DTensor has another placement raises.
   Tensor to_local(std::optional<std::vector<Placement>> grad_placements = std::nullopt) const;
   /// The global value on every rank (redistribute to Replicate everywhere, then to_local).
   Tensor full_tensor(std::optional<std::vector<Placement>> grad_placements = std::nullopt) const;

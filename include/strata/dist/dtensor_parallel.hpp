@@ -44,8 +44,8 @@ using ParallelStyle = std::variant<ColwiseParallel, RowwiseParallel>;
 /// Applies each style of `plan` to the submodules its key names: a dotted path as get_submodule
 /// takes ("" for `module` itself), where a "*" part matches any one name ("layers.*.fc1").
 /// `mesh` is 1-D (slice a larger one: mesh["tp"]). The weights are the ones each layer holds on
-/// the mesh's first rank, scattered. Raises for a key that matches nothing, a match that is not
-/// a Linear, or a layer that already has a form.
+/// the mesh's first rank, scattered. Raises, before changing any layer, for a key that matches
+/// nothing, a match that is not a Linear, a layer that already has a form or that two keys match.
 STRATA_API nn::Module& parallelize_module(nn::Module& module, const DeviceMesh& mesh,
                                          const std::map<std::string, ParallelStyle>& plan);
 /// `module` itself parallelized with `style`.
