@@ -183,6 +183,22 @@ TEST(Parametrize, RemoveLeavesTheParametrizedValueOrTheOriginal) {
   }
 }
 
+TEST(Parametrize, AMovedModuleInAContainerStaysParametrized) {
+  nn::Linear lin = linear64(2, 2, 13);
+  const std::vector<double> w0 = values(lin.weight), b = values(lin.bias);
+  P::register_parametrization(lin, "weight", std::make_unique<Scale>(-1.0));
+  nn::Sequential seq(std::move(lin));
+  Tensor x = from_vector<double>({1, 2}, Shape{1, 2});
+  std::vector<double> neg = w0;
+  for (double& v : neg) v = -v;
+  EXPECT_TRUE(all_close(seq(x), affine(values(x), neg, b, 1, 2, 2), 1e-15, 0));
+  EXPECT_EQ(keys(seq.state_dict()), (std::set<std::string>{"0.bias", "0.parametrizations.weight.original",
+                                                           "0.parametrizations.weight.0.scale"}));
+  seq(x).sum().backward();  // dL/dW = -x per row
+  const Tensor original = P::parametrizations(seq[0], "weight").originals()[0];
+  EXPECT_TRUE(all_close(original.grad(), {-1, -2, -1, -2}, 0, 0));
+}
+
 TEST(Parametrize, StateDictRoundTrip) {
   nn::Linear a = linear64(3, 2, 7), b = linear64(3, 2, 8);
   P::register_parametrization(a, "weight", std::make_unique<Scale>(0.5));

@@ -29,6 +29,7 @@
 //   refresh repoints the shared member).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
