@@ -54,6 +54,8 @@
 #include <strata/nn/loss.hpp>
 #include <strata/nn/module.hpp>
 #include <strata/nn/normalization.hpp>
+#include <strata/nn/parametrizations.hpp>
+#include <strata/nn/parametrize.hpp>
 #include <strata/nn/pooling.hpp>
 #include <strata/nn/recurrent.hpp>
 #include <strata/nn/resample.hpp>
