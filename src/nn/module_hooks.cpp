@@ -204,15 +204,18 @@ struct BackwardHookCall {
     return full;
   }
 
-  // The entries of `full` at `slots`, checked against the shapes of `grads` (the engine's).
+  // The entries of `full` at `slots`, checked against the shapes, dtypes and devices of `grads`
+  // (the engine's), as the engine checks a tensor hook's result.
   std::vector<Tensor> gather(const std::vector<Tensor>& full, const std::vector<size_t>& slots,
                              const std::vector<Tensor>& grads, const char* hook, const char* of) const {
     std::vector<Tensor> out;
     for (size_t i = 0; i < slots.size(); ++i) {
-      const Tensor& g = full[slots[i]];
-      STRATA_CHECK(g.defined() && g.shape() == grads[i].shape(), "[{}] a {} must return a gradient of shape {} for "
-                   "{} {}, got {}", module->name(), hook, grads[i].shape(), of, slots[i],
-                   g.defined() ? fmt::format("{}", g.shape()) : std::string("an undefined tensor"));
+      const Tensor &g = full[slots[i]], &want = grads[i];
+      STRATA_CHECK(g.defined() && g.shape() == want.shape() && g.dtype() == want.dtype() && g.device() == want.device(),
+                   "[{}] a {} must return a gradient of shape {} ({}, {}) for {} {}, got {}", module->name(), hook,
+                   want.shape(), want.dtype(), want.device(), of, slots[i],
+                   g.defined() ? fmt::format("{} ({}, {})", g.shape(), g.dtype(), g.device())
+                               : std::string("an undefined tensor"));
       out.push_back(g);
     }
     return out;

@@ -192,6 +192,10 @@ TEST(ModuleBackwardHooks, ErrorsInHooksPropagateAndLeaveTheModuleUsable) {
   EXPECT_TRUE(throws_with([&] { (lin(x) * c).sum().backward(); },
                           {"[Linear] a backward pre-hook must return a gradient of shape", "for output 0"}));
   bad_shape.remove();
+  nn::RemovableHandle bad_dtype =
+      lin.register_full_backward_pre_hook([](nn::Module&, const Tensor& g) { return g.to(kFloat32); });
+  EXPECT_TRUE(throws_with([&] { (lin(x) * c).sum().backward(); }, {"[Linear] a backward pre-hook", "float32"}));
+  bad_dtype.remove();
   // the failures left no trace: x.grad = c W exactly, with W = [[1, 2], [3, -1]]
   lin.zero_grad();
   Tensor x2 = x.detach().clone().requires_grad_();
