@@ -113,9 +113,23 @@ TEST(ModuleBackwardHooks, MultipleOutputsAndAnOutputWithoutGradient) {
     // the first doubled; a replacement for the detached output is ignored
     return std::vector<Tensor>{grad_outputs[0] * 2.0, grad_outputs[1], ones(Shape{3}, kFloat64)};
   });
+  std::vector<Tensor> global_grad_outputs;
+  size_t global_grad_inputs = 0;
+  nn::RemovableHandle global = nn::register_module_full_backward_hook(
+      [&](nn::Module&, std::vector<Tensor>& grad_inputs, const std::vector<Tensor>& grad_outputs) {
+        global_grad_inputs = grad_inputs.size();
+        global_grad_outputs = grad_outputs;
+      });
   std::vector<Tensor> out = m(a, b);
   ((out[0] * from_vector<double>(c0)).sum() + (out[1] * from_vector<double>(c1)).sum()).backward();
+  global.remove();
   EXPECT_EQ(seen, (std::vector<std::string>{"defined", "defined", "undefined"}));
+  ASSERT_EQ(global_grad_outputs.size(), 3u);  // the global full hook sees the pre-hook's replacement
+  EXPECT_EQ(global_grad_inputs, 2u);
+  std::vector<double> doubled_c0;
+  for (double c : c0) doubled_c0.push_back(2 * c);
+  EXPECT_TRUE(all_close(global_grad_outputs[0], doubled_c0, 0, 0));
+  EXPECT_FALSE(global_grad_outputs[2].defined());
   std::vector<double> ga, gb;  // d/da (a b . 2 c0 + (a + b) . c1) = 2 c0 b + c1, and likewise for b
   for (size_t i = 0; i < av.size(); ++i) {
     ga.push_back(2 * c0[i] * bv[i] + c1[i]);

@@ -173,6 +173,11 @@ TEST(StateDictHooks, ErrorsInHooksPropagateAndLeaveTheValues) {
   EXPECT_TRUE(throws_with([&] { m.load_state_dict(dict); }, {"load post-hook refused"}));
   EXPECT_EQ(values_of(m.state_dict()), held);  // written, then put back
   h.remove();
+  h = m.a.register_state_dict_post_hook([](const nn::Module&, nn::StateDict&, const std::string&) {
+    throw Error("state dict post-hook refused");
+  });
+  EXPECT_TRUE(throws_with([&] { m.state_dict(); }, {"state dict post-hook refused"}));
+  h.remove();
   m.load_state_dict(dict);
   EXPECT_EQ(values_of(m.state_dict()), values_of(dict));
   EXPECT_TRUE(throws_with([&] { m.register_state_dict_post_hook(nn::StateDictPostHook()); }, {"hook is empty"}));
