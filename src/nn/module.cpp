@@ -7,6 +7,7 @@
 #include <strata/nn/module.hpp>
 
 #include "core/tensor_internal.h"
+#include "nn/module_state_hooks.h"
 
 namespace strata::nn {
 
@@ -325,6 +326,13 @@ int64_t Module::num_parameters() const {
 }
 
 StateDict Module::state_dict() const {
+  StateDictHooks::state_dict_pre(*this);
+  StateDict out = own_state_dict();
+  StateDictHooks::state_dict_post(*this, out);
+  return out;
+}
+
+StateDict Module::own_state_dict() const {
   // detached aliases, as PyTorch's state_dict(keep_vars=False): writing into them changes the
   // module, but they are not graph leaves, so in-place edits need no no_grad
   StateDict out;
@@ -404,22 +412,49 @@ std::set<std::string> Module::all_optional_state_keys() const {
 }
 
 std::vector<std::string> Module::check_state_dict(const StateDict& dict, bool strict) const {
-  return compare_state_dict(state_dict(), dict, all_optional_state_keys()).problems(strict);
+  return compare_state_dict(own_state_dict(), dict, all_optional_state_keys()).problems(strict);
 }
 
-LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
-  StateDict own = state_dict();
-  StateDictCheck check = compare_state_dict(own, dict, all_optional_state_keys());
-  std::vector<std::string> problems = check.problems(strict);
-  if (!problems.empty())  // nothing has been written yet
-    throw Error(fmt::format("[load_state_dict] {} does not match the state dict:\n  {}", name(),
-                            fmt::join(problems, "\n  ")));
-  NoGradGuard no_grad;
-  for (auto& [k, t] : own) {
-    auto it = dict.find(k);
-    if (it != dict.end()) t.copy_(it->second.reshape(t.shape()));
+LoadResult Module::load_state_dict(const StateDict& given, bool strict) {
+  // the pre-hooks edit a copy: the caller's dict stays as it was
+  StateDict edited;
+  const bool pre_hooks = StateDictHooks::has_load_pre(*this);
+  if (pre_hooks) {
+    edited = given;
+    StateDictHooks::load_pre(*this, edited);
   }
-  return check.keys;
+  const StateDict& dict = pre_hooks ? edited : given;
+  StateDict own = own_state_dict();
+  StateDictCheck check = compare_state_dict(own, dict, all_optional_state_keys());
+  // with post-hooks, missing and unexpected keys are judged after them (they may clear some)
+  const bool post_hooks = StateDictHooks::has_load_post(*this);
+  auto raise_for = [&](const std::vector<std::string>& problems) {
+    if (!problems.empty())
+      throw Error(fmt::format("[load_state_dict] {} does not match the state dict:\n  {}", name(),
+                              fmt::join(problems, "\n  ")));
+  };
+  raise_for(check.problems(strict && !post_hooks));  // nothing has been written yet
+  std::vector<std::pair<Tensor, Tensor>> written;     // (destination, its old value), kept for the post-hooks
+  {
+    NoGradGuard no_grad;
+    for (auto& [k, t] : own) {
+      auto it = dict.find(k);
+      if (it == dict.end()) continue;
+      if (post_hooks) written.emplace_back(t, t.clone());
+      t.copy_(it->second.reshape(t.shape()));
+    }
+  }
+  if (!post_hooks) return check.keys;
+  LoadResult keys = check.keys;
+  try {
+    StateDictHooks::load_post(*this, keys);
+    raise_for(StateDictCheck{keys, {}, {}}.problems(strict));
+  } catch (...) {
+    NoGradGuard no_grad;
+    for (auto& [t, old] : written) t.copy_(old);
+    throw;
+  }
+  return keys;
 }
 
 }  // namespace strata::nn

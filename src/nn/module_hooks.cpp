@@ -1,5 +1,5 @@
-// Module forward hooks: per-module and global registries, their handles, and the call path
-// operator() takes when any hook is registered.
+// Module hooks: per-module and global registries, their handles, and the call path operator()
+// takes when any call hook is registered (forward, backward pre- and full backward hooks).
 #include <algorithm>
 #include <any>
 #include <exception>
@@ -29,13 +29,15 @@ const std::shared_ptr<HookRegistry>& global_registry() {
 }
 
 void recount_global(const HookRegistry& r) {
-  global_hook_count.store(static_cast<int>(size_of(r.pre) + size_of(r.post)), std::memory_order_relaxed);
+  global_hook_count.store(static_cast<int>(size_of(r.pre) + size_of(r.post) + size_of(r.backward) +
+                                           size_of(r.backward_pre)),
+                          std::memory_order_relaxed);
 }
 
 template <class Hook>
 RemovableHandle add_to(const std::shared_ptr<HookRegistry>& r, HookList<Hook>& list, Hook hook, bool prepend,
                        bool always_call = false) {
-  STRATA_CHECK(hook != nullptr, "[register_forward_hook] the hook is empty");
+  STRATA_CHECK(hook != nullptr, "[register_hook] the hook is empty");
   const uint64_t id = r->next_id++;
   auto changed = list ? std::make_shared<std::vector<HookEntry<Hook>>>(*list)
                       : std::make_shared<std::vector<HookEntry<Hook>>>();
@@ -69,13 +71,29 @@ RemovableHandle add_global_hook(ForwardArgsHook hook, bool always_call) {
   return h;
 }
 
+RemovableHandle add_global_hook(BackwardArgsHook hook) {
+  const auto& r = global_registry();
+  std::lock_guard<std::mutex> lock(global_mutex);
+  RemovableHandle h = add_to(r, r->backward, std::move(hook), false);
+  recount_global(*r);
+  return h;
+}
+
+RemovableHandle add_global_backward_pre_hook(BackwardPreArgsHook hook) {
+  const auto& r = global_registry();
+  std::lock_guard<std::mutex> lock(global_mutex);
+  RemovableHandle h = add_to(r, r->backward_pre, std::move(hook), false);
+  recount_global(*r);
+  return h;
+}
+
 // The one-input forms act on the first input and output (Note [Hook forms]); a call has at least
 // one input, and outputs are empty only on an always_call run after forward raised.
 ForwardPreArgsHook pre_hook_from_one_input(ForwardPreHook hook) {
   if (!hook) return {};
   return [hook = std::move(hook)](Module& m, std::vector<Tensor>& inputs) -> std::optional<std::vector<Tensor>> {
     if (std::optional<Tensor> r = hook(m, inputs[0])) {
-      STRATA_CHECK(r->defined(), "[{}] a forward pre-hook returned an undefined tensor", m.name());
+      STRATA_CHECK(r->defined(), "[{}] a pre-hook returned an undefined tensor", m.name());
       inputs[0] = std::move(*r);
     }
     return std::nullopt;
@@ -113,6 +131,11 @@ void RemovableHandle::remove() {
   hook_detail::remove_from(r->pre, id_);
   hook_detail::remove_from(r->post, id_);
   hook_detail::remove_from(r->backward, id_);
+  hook_detail::remove_from(r->backward_pre, id_);
+  hook_detail::remove_from(r->state_dict_pre, id_);
+  hook_detail::remove_from(r->state_dict_post, id_);
+  hook_detail::remove_from(r->load_pre, id_);
+  hook_detail::remove_from(r->load_post, id_);
   if (r->mutex) hook_detail::recount_global(*r);
   registry_.reset();
 }
@@ -132,15 +155,44 @@ RemovableHandle Module::add_backward_hook(BackwardArgsHook hook, bool prepend) {
   return hook_detail::add_to(hooks_, hooks_->backward, std::move(hook), prepend);
 }
 
+RemovableHandle Module::add_backward_pre_hook(BackwardPreArgsHook hook, bool prepend) {
+  if (!hooks_) hooks_ = std::make_shared<hook_detail::HookRegistry>();
+  return hook_detail::add_to(hooks_, hooks_->backward_pre, std::move(hook), prepend);
+}
+
+// The state dict hooks live in state_hooks_, apart from the call hooks, so that a module with only
+// these keeps its calls on the path without hooks (hooks_ stays null).
+template <class Hook>
+static RemovableHandle add_state_hook(std::shared_ptr<hook_detail::HookRegistry>& r,
+                                      hook_detail::HookList<Hook> hook_detail::HookRegistry::*list, Hook hook) {
+  if (!r) r = std::make_shared<hook_detail::HookRegistry>();
+  return hook_detail::add_to(r, (*r).*list, std::move(hook), false);
+}
+
+RemovableHandle Module::register_state_dict_pre_hook(StateDictPreHook hook) {
+  return add_state_hook(state_hooks_, &hook_detail::HookRegistry::state_dict_pre, std::move(hook));
+}
+RemovableHandle Module::register_state_dict_post_hook(StateDictPostHook hook) {
+  return add_state_hook(state_hooks_, &hook_detail::HookRegistry::state_dict_post, std::move(hook));
+}
+RemovableHandle Module::register_load_state_dict_pre_hook(LoadStateDictPreHook hook) {
+  return add_state_hook(state_hooks_, &hook_detail::HookRegistry::load_pre, std::move(hook));
+}
+RemovableHandle Module::register_load_state_dict_post_hook(LoadStateDictPostHook hook) {
+  return add_state_hook(state_hooks_, &hook_detail::HookRegistry::load_post, std::move(hook));
+}
+
 namespace {
 
 // Note [Full backward hooks]: as torch's BackwardHook, one call's inputs and outputs that require
 // grad pass through two identity functions, one over all the inputs and one over all the outputs;
-// the outputs' records grad_outputs, the inputs' runs the hooks with grad_inputs (or the outputs'
-// does, with no grad_inputs, when no input needs one).
+// the outputs' records grad_outputs after the backward pre-hooks replaced them, the inputs' runs
+// the hooks with grad_inputs (or the outputs' does, with no grad_inputs, when no input needs one).
+// Both lists are taken when the call runs forward, the global hooks first, as torch's.
 struct BackwardHookCall {
   Module* module = nullptr;
-  hook_detail::HookList<BackwardArgsHook> hooks;
+  hook_detail::HookList<BackwardPreArgsHook> pre_hooks[2];  // global, the module's
+  hook_detail::HookList<BackwardArgsHook> hooks[2];
   size_t num_inputs = 0, num_outputs = 0;
   std::vector<size_t> input_slots, output_slots;  // the inputs and outputs through the identities
   std::vector<Tensor> grad_outputs;
@@ -152,27 +204,53 @@ struct BackwardHookCall {
     return full;
   }
 
+  // The entries of `full` at `slots`, checked against the shapes, dtypes and devices of `grads`
+  // (the engine's), as the engine checks a tensor hook's result.
+  std::vector<Tensor> gather(const std::vector<Tensor>& full, const std::vector<size_t>& slots,
+                             const std::vector<Tensor>& grads, const char* hook, const char* of) const {
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const Tensor &g = full[slots[i]], &want = grads[i];
+      STRATA_CHECK(g.defined() && g.shape() == want.shape() && g.dtype() == want.dtype() && g.device() == want.device(),
+                   "[{}] a {} must return a gradient of shape {} ({}, {}) for {} {}, got {}", module->name(), hook,
+                   want.shape(), want.dtype(), want.device(), of, slots[i],
+                   g.defined() ? fmt::format("{} ({}, {})", g.shape(), g.dtype(), g.device())
+                               : std::string("an undefined tensor"));
+      out.push_back(g);
+    }
+    return out;
+  }
+
+  // The pre-hooks on `grads` (those of output_slots); keeps the result as grad_outputs and returns
+  // it, of output_slots.
+  std::vector<Tensor> run_pre(const std::vector<Tensor>& grads) {
+    grad_outputs = spread(grads, output_slots, num_outputs);
+    for (const auto& list : pre_hooks)
+      if (list)
+        for (const auto& e : *list)
+          if (std::optional<std::vector<Tensor>> r = e.hook(*module, grad_outputs)) {
+            STRATA_CHECK(r->size() == num_outputs, "[{}] a backward pre-hook must return {} output gradients, "
+                         "got {}", module->name(), num_outputs, r->size());
+            for (size_t i : output_slots) grad_outputs[i] = std::move((*r)[i]);
+          }
+    return gather(grad_outputs, output_slots, grads, "backward pre-hook", "output");
+  }
+
   // The hooks on `grads` (those of input_slots); returns the gradients they leave, of input_slots.
   std::vector<Tensor> run(const std::vector<Tensor>& grads) const {
     std::vector<Tensor> grad_inputs = spread(grads, input_slots, num_inputs);
     // undefined output gradients when the gradient reached the inputs without the outputs (a
     // tensor forward kept elsewhere)
     const std::vector<Tensor> outs = grad_outputs.empty() ? std::vector<Tensor>(num_outputs) : grad_outputs;
-    for (const auto& e : *hooks)
-      if (std::optional<std::vector<Tensor>> r = e.hook(*module, grad_inputs, outs)) {
-        STRATA_CHECK(r->size() == num_inputs, "[{}] a backward hook must return {} input gradients, got {}",
-                     module->name(), num_inputs, r->size());
-        for (size_t i : input_slots) grad_inputs[i] = std::move((*r)[i]);
-      }
-    std::vector<Tensor> out;
-    for (size_t i = 0; i < input_slots.size(); ++i) {
-      const Tensor& g = grad_inputs[input_slots[i]];
-      STRATA_CHECK(g.defined() && g.shape() == grads[i].shape(), "[{}] a backward hook must return a gradient of "
-                   "shape {} for input {}, got {}", module->name(), grads[i].shape(), input_slots[i],
-                   g.defined() ? fmt::format("{}", g.shape()) : std::string("an undefined tensor"));
-      out.push_back(g);
-    }
-    return out;
+    for (const auto& list : hooks)
+      if (list)
+        for (const auto& e : *list)
+          if (std::optional<std::vector<Tensor>> r = e.hook(*module, grad_inputs, outs)) {
+            STRATA_CHECK(r->size() == num_inputs, "[{}] a backward hook must return {} input gradients, got {}",
+                         module->name(), num_inputs, r->size());
+            for (size_t i : input_slots) grad_inputs[i] = std::move((*r)[i]);
+          }
+    return gather(grad_inputs, input_slots, grads, "backward hook", "input");
   }
 };
 
@@ -185,9 +263,9 @@ struct BackwardHookOutputs : autograd::Function<BackwardHookOutputs> {
   }
   static std::vector<Tensor> backward(AutogradContext& ctx, const std::vector<Tensor>& grads) {
     const auto call = std::any_cast<CallPtr>(ctx.saved_data.at("call"));
-    call->grad_outputs = BackwardHookCall::spread(grads, call->output_slots, call->num_outputs);
+    std::vector<Tensor> replaced = call->run_pre(grads);
     if (call->input_slots.empty()) call->run({});
-    return grads;
+    return replaced;
   }
 };
 
@@ -232,20 +310,27 @@ std::vector<Tensor> Module::run_hooked(std::vector<Tensor> inputs,
   // the lists as the call starts (HookList), global hooks first, as torch's
   hook_detail::HookList<ForwardPreArgsHook> pre[2];
   hook_detail::HookList<ForwardArgsHook> post[2];
+  hook_detail::HookList<BackwardPreArgsHook> backward_pre[2];
+  hook_detail::HookList<BackwardArgsHook> backward[2];
+  auto take = [&](const hook_detail::HookRegistry& r, int at) {
+    pre[at] = r.pre;
+    post[at] = r.post;
+    backward_pre[at] = r.backward_pre;
+    backward[at] = r.backward;
+  };
   if (has_global_forward_hooks()) {
     std::lock_guard<std::mutex> lock(hook_detail::global_mutex);
-    pre[0] = hook_detail::global_registry()->pre;
-    post[0] = hook_detail::global_registry()->post;
+    take(*hook_detail::global_registry(), 0);
   }
-  if (hooks_) {
-    pre[1] = hooks_->pre;
-    post[1] = hooks_->post;
-  }
+  if (hooks_) take(*hooks_, 1);
   CallPtr backward_call;
-  if (hooks_ && hooks_->backward && autograd::is_grad_enabled()) {
+  if ((backward_pre[0] || backward_pre[1] || backward[0] || backward[1]) && autograd::is_grad_enabled()) {
     backward_call = std::make_shared<BackwardHookCall>();
     backward_call->module = this;
-    backward_call->hooks = hooks_->backward;
+    for (int at = 0; at < 2; ++at) {
+      backward_call->pre_hooks[at] = std::move(backward_pre[at]);
+      backward_call->hooks[at] = std::move(backward[at]);
+    }
   }
 
   std::vector<Tensor> outputs;

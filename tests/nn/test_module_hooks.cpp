@@ -262,7 +262,7 @@ TEST(ModuleHooks, BadHooksRaise) {
   EXPECT_TRUE(throws_with([&] { lin.register_forward_hook(nn::ForwardHook()); }, {"hook is empty"}));
   lin.register_forward_pre_hook([](nn::Module&, const Tensor&) { return Tensor(); });
   EXPECT_TRUE(throws_with([&] { lin(from_vector<double>({1, 1}, Shape{1, 2})); },
-                          {"[Linear]", "forward pre-hook returned an undefined tensor"}));
+                          {"[Linear]", "pre-hook returned an undefined tensor"}));
 }
 
 TEST(ModuleHooks, FullBackwardHookSeesAndReplacesTheInputGradient) {

@@ -1,7 +1,9 @@
 // Module hooks, after torch.nn.Module's: a forward pre-hook sees (and may replace) a module's
 // inputs before its forward, a forward hook sees the inputs and outputs (and may replace the
 // outputs) after it, a full backward hook sees the gradients of the inputs and outputs (and may
-// replace the inputs'). Hooks run whenever a module is called through one of its call operators
+// replace the inputs'), a full backward pre-hook sees (and may replace) the output gradients before
+// the inputs' are computed. State dict hooks (nn/module.hpp) run around state_dict() and
+// load_state_dict(). Hooks run whenever a module is called through one of its call operators
 // (operator()(const Tensor&), and the multi-input ones: a loss's (input, target), attention's
 // (query, key, value, ...), a recurrent layer's (input, state)), which is how containers call
 // their children; forward() itself runs none. A hook returns std::nullopt (or nothing: a void
@@ -26,9 +28,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -56,6 +60,12 @@ using ForwardHook = std::function<std::optional<Tensor>(Module&, const Tensor& i
 using BackwardHook =
     std::function<std::optional<Tensor>(Module&, const Tensor& grad_input, const Tensor& grad_output)>;
 
+/// (module, grad_output) -> a replacement grad_output (its shape), or std::nullopt to keep it:
+/// called once the gradient of the module's output is known, before the inputs' gradients are
+/// computed (torch's full backward pre-hook); the full backward hooks then see the replacement.
+/// The same signature as ForwardPreHook, on gradients.
+using BackwardPreHook = ForwardPreHook;
+
 /// The args forms (Note [Hook forms]): (module, inputs) -> replacement inputs (as many), or
 /// std::nullopt to keep them (edits made in place stay).
 using ForwardPreArgsHook = std::function<std::optional<std::vector<Tensor>>(Module&, std::vector<Tensor>& inputs)>;
@@ -70,6 +80,25 @@ using ForwardArgsHook = std::function<std::optional<std::vector<Tensor>>(Module&
 /// once, when the inputs' gradients are known (or grad_outputs, if no input needs one).
 using BackwardArgsHook = std::function<std::optional<std::vector<Tensor>>(
     Module&, std::vector<Tensor>& grad_inputs, const std::vector<Tensor>& grad_outputs)>;
+
+/// (module, grad_outputs) -> replacement grad_outputs (as many), or std::nullopt: one per output,
+/// as BackwardArgsHook's; a replacement for an output that does not require grad is ignored.
+using BackwardPreArgsHook = ForwardPreArgsHook;
+
+using StateDict = std::map<std::string, Tensor>;
+struct LoadResult;
+/// State dict hooks (torch's), run for each module with its dotted prefix ("fc1."), on every
+/// registration of it. (module, prefix), before state_dict() collects anything.
+using StateDictPreHook = std::function<void(const Module&, const std::string& prefix)>;
+/// (module, state_dict, prefix): after the module's and its children's entries are in; edits the
+/// dict in place (renames, adds or removes keys, replaces values).
+using StateDictPostHook = std::function<void(const Module&, StateDict& state_dict, const std::string& prefix)>;
+/// (module, state_dict, prefix): before load_state_dict() compares anything; edits (a copy of) the
+/// dict being loaded in place.
+using LoadStateDictPreHook = std::function<void(Module&, StateDict& state_dict, const std::string& prefix)>;
+/// (module, incompatible_keys): after the values are written; may add or clear missing and
+/// unexpected keys, which a strict load checks after these hooks, as torch's.
+using LoadStateDictPostHook = std::function<void(Module&, LoadResult& incompatible_keys)>;
 
 namespace hook_detail {
 
@@ -90,10 +119,20 @@ struct STRATA_API HookRegistry {
   // one-input hooks are kept in the args form (the *_from_one_input converters)
   HookList<ForwardPreArgsHook> pre;
   HookList<ForwardArgsHook> post;
-  HookList<BackwardArgsHook> backward;  // a module's only
+  HookList<BackwardArgsHook> backward;
+  HookList<BackwardPreArgsHook> backward_pre;
+  // a module keeps these in a registry of their own, so that they leave its calls on the fast path
+  HookList<StateDictPreHook> state_dict_pre;
+  HookList<StateDictPostHook> state_dict_post;
+  HookList<LoadStateDictPreHook> load_pre;
+  HookList<LoadStateDictPostHook> load_post;
   uint64_t next_id = 0;
   std::mutex* mutex = nullptr;  // the global registry's; a module's hooks are not locked
-  bool empty() const { return size_of(pre) == 0 && size_of(post) == 0 && size_of(backward) == 0; }
+  bool empty() const {
+    return size_of(pre) + size_of(post) + size_of(backward) + size_of(backward_pre) + size_of(state_dict_pre) +
+               size_of(state_dict_post) + size_of(load_pre) + size_of(load_post) ==
+           0;
+  }
 };
 
 /// How many global hooks are registered: the one check a module call makes for them.
@@ -163,6 +202,8 @@ class STRATA_API RemovableHandle {
 namespace hook_detail {
 STRATA_API RemovableHandle add_global_hook(ForwardPreArgsHook hook);
 STRATA_API RemovableHandle add_global_hook(ForwardArgsHook hook, bool always_call);
+STRATA_API RemovableHandle add_global_hook(BackwardArgsHook hook);
+STRATA_API RemovableHandle add_global_backward_pre_hook(BackwardPreArgsHook hook);
 template <class F> ForwardPreArgsHook pre_hook_of(F&& fn) {
   return either_form<ForwardPreHook, ForwardPreArgsHook>(std::forward<F>(fn), &pre_hook_from_one_input);
 }
@@ -183,7 +224,17 @@ template <class F> RemovableHandle register_module_forward_pre_hook(F&& fn) {
 template <class F> RemovableHandle register_module_forward_hook(F&& fn, bool always_call = false) {
   return hook_detail::add_global_hook(hook_detail::forward_hook_of(std::forward<F>(fn)), always_call);
 }
-/// Whether any global hook is registered (one relaxed atomic load).
+/// Hooks run in the backward of every module's call, before the module's own, as torch's
+/// register_module_full_backward_pre_hook / register_module_full_backward_hook order them; `fn` is
+/// of either form (a BackwardPreHook or BackwardPreArgsHook; a BackwardHook or BackwardArgsHook).
+/// A call snapshots the hooks when it runs forward: its backward runs those.
+template <class F> RemovableHandle register_module_full_backward_pre_hook(F&& fn) {
+  return hook_detail::add_global_backward_pre_hook(hook_detail::pre_hook_of(std::forward<F>(fn)));
+}
+template <class F> RemovableHandle register_module_full_backward_hook(F&& fn) {
+  return hook_detail::add_global_hook(hook_detail::backward_hook_of(std::forward<F>(fn)));
+}
+/// Whether any global hook, forward or backward, is registered (one relaxed atomic load).
 inline bool has_global_forward_hooks() { return hook_detail::global_hook_count.load(std::memory_order_relaxed) > 0; }
 
 }  // namespace strata::nn

@@ -34,9 +34,8 @@
 
 namespace strata::nn {
 
-using StateDict = std::map<std::string, Tensor>;
-
-/// What load_state_dict found: keys the module has but the dict lacks, and the reverse.
+/// What load_state_dict found: keys the module has but the dict lacks, and the reverse (torch's
+/// incompatible_keys, which load post-hooks may edit).
 struct LoadResult {
   std::vector<std::string> missing_keys;
   std::vector<std::string> unexpected_keys;
@@ -75,7 +74,21 @@ class STRATA_API Module {
   template <class F> RemovableHandle register_full_backward_hook(F&& fn, bool prepend = false) {
     return add_backward_hook(hook_detail::backward_hook_of(std::forward<F>(fn)), prepend);
   }
-  /// Whether this module has hooks of its own (global ones aside).
+  /// Adds a hook run in the backward of each call made with grad mode on, before the full backward
+  /// hooks (see BackwardPreHook); `fn` is a BackwardPreHook or BackwardPreArgsHook, or the same
+  /// returning void. The module must outlive the backward.
+  template <class F> RemovableHandle register_full_backward_pre_hook(F&& fn, bool prepend = false) {
+    return add_backward_pre_hook(hook_detail::pre_hook_of(std::forward<F>(fn)), prepend);
+  }
+  /// State dict hooks (nn/hooks.hpp), run in registration order; they leave the module's calls on
+  /// the path without hooks. state_dict() runs the pre-hooks of this module and every submodule
+  /// before the children's (pre-order), the post-hooks after them (post-order); load_state_dict()
+  /// likewise. check_state_dict() runs none.
+  RemovableHandle register_state_dict_pre_hook(StateDictPreHook hook);
+  RemovableHandle register_state_dict_post_hook(StateDictPostHook hook);
+  RemovableHandle register_load_state_dict_pre_hook(LoadStateDictPreHook hook);
+  RemovableHandle register_load_state_dict_post_hook(LoadStateDictPostHook hook);
+  /// Whether this module has call hooks of its own (global and state dict hooks aside).
   bool has_hooks() const { return hooks_ && !hooks_->empty(); }
   /// The class name shown in errors and printing ("Linear").
   virtual std::string name() const { return "Module"; }
@@ -125,13 +138,16 @@ class STRATA_API Module {
   int64_t num_parameters() const;
 
   /// Parameters and persistent buffers by dotted name: detached tensors sharing memory with the
-  /// module (PyTorch's keep_vars=False).
+  /// module (PyTorch's keep_vars=False), as the state dict hooks leave them.
   StateDict state_dict() const;
   /// Copies values in. strict: every key must match both ways. Shapes must always match (a
   /// one-element [1] tensor loads into a 0-d one, as in PyTorch). A key the module marks as
   /// optional (batch norm's num_batches_tracked, absent from older checkpoints) may be missing:
   /// its value is kept. Raises Error listing every missing key, unexpected key, shape mismatch
-  /// and destination that cannot be written (an expanded view), before writing anything.
+  /// and destination that cannot be written (an expanded view), before writing anything. With
+  /// load post-hooks below this module, missing and unexpected keys are judged after the values
+  /// are written and the hooks ran (as torch's); if that check or a hook raises, the old values
+  /// are put back (the load keeps a copy of them for this).
   LoadResult load_state_dict(const StateDict& dict, bool strict = true);
   /// What load_state_dict(dict, strict) would refuse, one line per problem, without writing
   /// anything; empty when it would load (load_checkpoint checks the model this way first).
@@ -218,6 +234,10 @@ class STRATA_API Module {
   RemovableHandle add_hook(ForwardPreArgsHook hook, bool prepend);
   RemovableHandle add_hook(ForwardArgsHook hook, bool prepend, bool always_call);
   RemovableHandle add_backward_hook(BackwardArgsHook hook, bool prepend);
+  RemovableHandle add_backward_pre_hook(BackwardPreArgsHook hook, bool prepend);
+  friend struct StateDictHooks;  // runs the state dict hooks of a module tree (module_state_hooks.cpp)
+  /// The state dict without hooks: what load_state_dict writes into.
+  StateDict own_state_dict() const;
   Tensor call_with_hooks(const Tensor& input);
   std::vector<Tensor> run_hooked(std::vector<Tensor> inputs,
                                  const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn);
@@ -244,6 +264,7 @@ class STRATA_API Module {
   // null until the first hook; dropped again when the last is removed, so that a call checks
   // one pointer. Moves with the module, and handles hold it weakly.
   std::shared_ptr<hook_detail::HookRegistry> hooks_;
+  std::shared_ptr<hook_detail::HookRegistry> state_hooks_;  // the state dict hooks; null until the first
   bool training_ = true;
 };
 
