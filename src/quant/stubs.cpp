@@ -52,6 +52,10 @@ void QuantStub::set_fake_quant(std::unique_ptr<FakeQuantize> fake_quant) {
   stage_ = Stage::FakeQuantizing;
 }
 
+void QuantStub::replacing_child(nn::Module*, nn::Module*) {
+  STRATA_CHECK(false, "[QuantStub] its \"{}\" cannot be replaced: prepare a new QuantStub instead", kChild);
+}
+
 bool QuantStub::convertible() const {
   return stage_ == Stage::FakeQuantizing || (stage_ == Stage::Observing && detail::calibrated(*observer_));
 }

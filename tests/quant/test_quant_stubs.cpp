@@ -144,6 +144,9 @@ TEST(QuantStub, BadInput) {
   EXPECT_TRUE(throws_with([&] { net.quant.set_observer(std::make_unique<q::MinMaxObserver>(q::ObserverOptions{})); },
                           {"QuantStub", "already"}));
   EXPECT_TRUE(throws_with([&] { net.quant.convert(); }, {"QuantStub", "seen no data"}));
+  EXPECT_TRUE(throws_with([&] {
+    net.set_submodule("quant.activation_post_process", std::make_unique<q::MinMaxObserver>(q::ObserverOptions{}));
+  }, {"QuantStub", "cannot be replaced"}));
   q::QuantStub lone;
   EXPECT_TRUE(throws_with([&] { lone.convert(); }, {"QuantStub", "not prepared"}));
   EXPECT_TRUE(throws_with([&] {

@@ -51,6 +51,10 @@ class STRATA_API QuantStub : public nn::Module {
   int64_t zero_point() const;
   QRange range() const { return range_; }
 
+ protected:
+  /// The observer or fake quant is the stub's stage: set_submodule cannot replace it.
+  void replacing_child(nn::Module* old, nn::Module* now) override;
+
  private:
   Stage stage_ = Stage::Float;
   Observer* observer_ = nullptr;
