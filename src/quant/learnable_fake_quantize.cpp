@@ -61,9 +61,9 @@ Tensor learnable(const char* op, const Tensor& x, const Tensor& scale, const Ten
     const Tensor inv = reciprocal(sc);
     const Tensor code = round(xs * inv) + zp;  // PyTorch's xq, unclamped
     const Tensor inside = sv[3].to(kBool), nan = isnan(xs);
-    const Tensor x_fq = (clamp(code, quant_min, quant_max) - zp) * sc;
-    const Tensor outside_ds = where(lt(code, static_cast<double>(quant_min)), dy * (static_cast<double>(quant_min) - zp),
-                                    dy * (static_cast<double>(quant_max) - zp));
+    const double lo = static_cast<double>(quant_min), hi = static_cast<double>(quant_max);
+    const Tensor x_fq = (clamp(code, lo, hi) - zp) * sc;
+    const Tensor outside_ds = where(lt(code, lo), dy * (lo - zp), dy * (hi - zp));
     Tensor ds = where(nan, 0.0, where(inside, dy * (x_fq - xs) * inv, outside_ds)) * grad_factor;
     Tensor dz = where(logical_or(inside, nan), 0.0, dy * sc * -grad_factor);
     std::vector<int64_t> dims;
@@ -166,8 +166,10 @@ Tensor LearnableFakeQuantize::forward(const Tensor& x) {
     NoGradGuard no_grad;  // PyTorch zeroes it; the symmetric code is 0 only for a signed range
     zero_point.fill_(qmath::choose_qparams(0.0f, 0.0f, quant_min(), quant_max(), true).zero_point);
   }
-  const double grad_factor =
-      options_.use_grad_scaling ? 1.0 / std::sqrt(static_cast<double>(x.numel()) * quant_max()) : 1.0;
+  // LSQ's 1 / sqrt(N * Q_P); 1 for an empty input or a range without positive codes
+  const double grad_factor = options_.use_grad_scaling && x.numel() > 0 && quant_max() > 0
+                                 ? 1.0 / std::sqrt(static_cast<double>(x.numel()) * quant_max())
+                                 : 1.0;
   const Device d = x.device();
   if (per_channel())
     return fake_quantize_learnable_per_channel_affine(x, scale.to(d), zero_point.to(d), ch_axis(), quant_min(),

@@ -141,6 +141,11 @@ TEST(LearnableFakeQuant, ModesAndObserverCopy) {
   w->enable_param_learning();
   (*w)(st::randn({3, 4}));
   EXPECT_TRUE(all_close(w->zero_point, {0.0, 0.0, 0.0}, 0, 0));
+  // an empty batch (observer off, grad scaling on) gives an empty output, no gradient factor of inf
+  st::Tensor ye = (*w)(st::zeros({3, 0}).requires_grad_(true));
+  EXPECT_EQ(ye.numel(), 0);
+  ye.sum().backward();
+  EXPECT_TRUE(all_close(w->scale.grad(), {0.0, 0.0, 0.0}, 0, 0));
 }
 
 TEST(LearnableFakeQuant, QatTrainsAndConvertsWithTheLearnedQparams) {
