@@ -159,5 +159,9 @@ TEST(QuantStub, BadInput) {
   nn::Sequential only;
   only.push_back(q::QuantStub());
   EXPECT_EQ(q::prepare(only), 1);
+  EXPECT_TRUE(throws_with([&] { q::convert(only); }, {"convert", "QuantStub \"0\"", "seen no data"}));
+  only(st::tensor({-1.0f, 3.0f}));
+  EXPECT_EQ(q::convert(only), 1);
+  EXPECT_EQ(dynamic_cast<q::QuantStub&>(only[0]).zero_point(), 64);  // -1 / (4 / 255) -> 63.75 -> 64
   EXPECT_TRUE(throws_with([&] { q::prepare(only); }, {"prepare", "QuantStub"}));
 }
