@@ -1,6 +1,7 @@
 // Learnable fake quantization (LSQ): values and gradients against PyTorch's
 // _fake_quantize_learnable_*_affine backward written out in float64, finite differences of the
 // forward, the module's modes, QAT with learned qparams converted, state dicts, bad input.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -179,6 +180,7 @@ TEST(LearnableFakeQuant, QatTrainsAndConvertsWithTheLearnedQparams) {
   }
   EXPECT_LT(last, 0.05 * first) << first << " -> " << last;
   const st::Tensor learned = model->state_dict().at("2.qat.input_fake_quant.scale");
+  const st::Tensor learned_zero = model->state_dict().at("2.qat.input_fake_quant.zero_point");
   EXPECT_GT(std::abs(learned.item<double>() - observed_scale.item<double>()), 1e-4);  // the scale trained
   model->eval();
   const st::Tensor fake = (*model)(x).detach();
@@ -189,6 +191,8 @@ TEST(LearnableFakeQuant, QatTrainsAndConvertsWithTheLearnedQparams) {
   EXPECT_TRUE(all_close((*twin)(x), values(fake), 0, 0));
   EXPECT_EQ(q::convert(*model), 2);
   EXPECT_FLOAT_EQ(model->state_dict().at("2.quantized.input_scale").item<float>(), learned.item<float>());
+  EXPECT_EQ(model->state_dict().at("2.quantized.input_zero_point").item<int64_t>(),
+            int64_t(std::clamp(std::nearbyint(learned_zero.item<double>()), 0.0, 255.0)));
   // the same integers and scales: the outputs differ by float sums only, far below one step
   EXPECT_TRUE(all_close((*model)(x), values(fake), 1e-4, 1e-4));
 }
