@@ -105,12 +105,14 @@
 
 #include <strata/quant/fake_quantize.hpp>
 #include <strata/quant/fuse.hpp>
+#include <strata/quant/learnable_fake_quantize.hpp>
 #include <strata/quant/observer.hpp>
 #include <strata/quant/qat.hpp>
 #include <strata/quant/qembedding.hpp>
 #include <strata/quant/qtensor.hpp>
 #include <strata/quant/quantize.hpp>
 #include <strata/quant/quantize_static.hpp>
+#include <strata/quant/stubs.hpp>
 
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>

@@ -12,23 +12,38 @@
 #include <strata/ops/unary.hpp>
 
 #include "quant/dispatch.h"
+#include "quant/fake_quantize.h"
 
 namespace strata::quant {
+
+namespace detail {
+
+std::pair<Tensor, Tensor> fake_quantize_values(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
+                                               int64_t axis, int64_t quant_min, int64_t quant_max) {
+  Tensor out = empty(x.shape(), TensorOptions(kFloat32, x.device()));
+  Tensor mask = empty(x.shape(), TensorOptions(kUInt8, x.device()));
+  NoGradGuard no_grad;
+  run_fake_quantize(x.detach().to(kFloat32).contiguous(), out, mask, layout_of(x.shape(), axis),
+                    scale.detach().to(kFloat32).contiguous(), zero_point.detach().to(kInt32).contiguous(),
+                    static_cast<int32_t>(quant_min), static_cast<int32_t>(quant_max));
+  return {out.to(x.dtype()), mask};
+}
+
+void check_fake_quantize_input(const char* op, const Tensor& x, int64_t quant_min, int64_t quant_max) {
+  STRATA_CHECK(x.defined(), "[{}] the input tensor is undefined", op);
+  STRATA_CHECK(is_floating(x.dtype()), "[{}] expects a floating tensor, got {}", op, x.dtype());
+  STRATA_CHECK(quant_min < quant_max && quant_min >= -(int64_t{1} << 24) && quant_max <= (int64_t{1} << 24),
+               "[{}] quant_min ({}) must be below quant_max ({}), both within +-2^24", op, quant_min, quant_max);
+}
+
+}  // namespace detail
 
 namespace {
 
 // scale float32 and zero_point int32, one per channel of `axis` (-1: one), already checked
 Tensor fake_quantize(const char* op, const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis,
                      int64_t quant_min, int64_t quant_max) {
-  Tensor out = empty(x.shape(), TensorOptions(kFloat32, x.device()));
-  Tensor mask = empty(x.shape(), TensorOptions(kUInt8, x.device()));
-  {
-    NoGradGuard no_grad;
-    detail::run_fake_quantize(x.detach().to(kFloat32).contiguous(), out, mask, detail::layout_of(x.shape(), axis),
-                              scale.to(kFloat32).contiguous(), zero_point.to(kInt32).contiguous(),
-                              static_cast<int32_t>(quant_min), static_cast<int32_t>(quant_max));
-    out = out.to(x.dtype());
-  }
+  auto [out, mask] = detail::fake_quantize_values(x, scale, zero_point, axis, quant_min, quant_max);
   // straight-through: the gradient passes where the unclamped code is inside [quant_min, quant_max]
   autograd::record(op, {x}, {out}, {mask}, [](const autograd::Grads& g, const autograd::Saved& s) {
     return autograd::Grads{g[0] * s[0].to(g[0].dtype())};
@@ -36,19 +51,14 @@ Tensor fake_quantize(const char* op, const Tensor& x, const Tensor& scale, const
   return out;
 }
 
-void check_common(const char* op, const Tensor& x, int64_t quant_min, int64_t quant_max) {
-  STRATA_CHECK(x.defined(), "[{}] the input tensor is undefined", op);
-  STRATA_CHECK(is_floating(x.dtype()), "[{}] expects a floating tensor, got {}", op, x.dtype());
-  STRATA_CHECK(quant_min < quant_max && quant_min >= -(int64_t{1} << 24) && quant_max <= (int64_t{1} << 24),
-               "[{}] quant_min ({}) must be below quant_max ({}), both within +-2^24", op, quant_min, quant_max);
-}
+using detail::check_fake_quantize_input;
 
 }  // namespace
 
 Tensor fake_quantize_per_tensor_affine(const Tensor& x, double scale, int64_t zero_point, int64_t quant_min,
                                        int64_t quant_max) {
   const char* op = "fake_quantize_per_tensor_affine";
-  check_common(op, x, quant_min, quant_max);
+  check_fake_quantize_input(op, x, quant_min, quant_max);
   STRATA_CHECK(std::isfinite(static_cast<float>(scale)) && static_cast<float>(scale) > 0,
                "[{}] scale must be positive and finite in float32, got {}", op, scale);
   STRATA_CHECK(zero_point >= quant_min && zero_point <= quant_max, "[{}] zero_point {} is outside [{}, {}]", op,
@@ -60,7 +70,7 @@ Tensor fake_quantize_per_tensor_affine(const Tensor& x, double scale, int64_t ze
 Tensor fake_quantize_per_channel_affine(const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis,
                                         int64_t quant_min, int64_t quant_max) {
   const char* op = "fake_quantize_per_channel_affine";
-  check_common(op, x, quant_min, quant_max);
+  check_fake_quantize_input(op, x, quant_min, quant_max);
   STRATA_CHECK(x.dim() >= 1 && axis >= -x.dim() && axis < x.dim(), "[{}] axis {} is out of range for shape {}", op,
                axis, x.shape());
   if (axis < 0) axis += x.dim();
@@ -85,12 +95,19 @@ Tensor fake_quantize_per_channel_affine(const Tensor& x, const Tensor& scale, co
 
 // ---- FakeQuantize ---------------------------------------------------------------------------------
 
-FakeQuantize::FakeQuantize(std::unique_ptr<Observer> observer) {
+FakeQuantize::FakeQuantize(std::unique_ptr<Observer> observer) : FakeQuantize(std::move(observer), false) {}
+
+FakeQuantize::FakeQuantize(std::unique_ptr<Observer> observer, bool learnable) {
   STRATA_CHECK(observer != nullptr, "[FakeQuantize] the observer is null");
   observer_ = &register_module("activation_post_process", std::move(observer));
   const Shape shape = observer_->per_channel() ? observer_->min_val.shape() : Shape{1};
-  scale = register_buffer("scale", ones(shape));
-  zero_point = register_buffer("zero_point", zeros(shape, kInt32));
+  if (learnable) {
+    scale = register_parameter("scale", ones(shape));
+    zero_point = register_parameter("zero_point", zeros(shape));
+  } else {
+    scale = register_buffer("scale", ones(shape));
+    zero_point = register_buffer("zero_point", zeros(shape, kInt32));
+  }
   fake_quant_enabled_ = register_buffer("fake_quant_enabled", ones({1}, kUInt8));
   observer_enabled_ = register_buffer("observer_enabled", ones({1}, kUInt8));
 }
@@ -98,6 +115,11 @@ FakeQuantize::FakeQuantize(std::unique_ptr<Observer> observer) {
 void FakeQuantize::replacing_child(nn::Module* old, nn::Module*) {
   STRATA_CHECK(old != observer_, "[FakeQuantize] its observer \"activation_post_process\" cannot be replaced (scale "
                "and zero_point take its shape): make a new FakeQuantize with the observer instead");
+}
+
+std::pair<Tensor, Tensor> FakeQuantize::qparams() const {
+  NoGradGuard no_grad;
+  return {scale.detach().to(kFloat32).clone(), zero_point.detach().to(kInt32).clone()};
 }
 
 void FakeQuantize::enable_fake_quant(bool on) { fake_quant_enabled_.fill_(on ? 1 : 0); }

@@ -16,9 +16,11 @@
 #include <strata/quant/fuse.hpp>
 #include <strata/quant/qtensor.hpp>
 #include <strata/quant/quantize_static.hpp>
+#include <strata/quant/stubs.hpp>
 
 #include "quant/forms.h"
 #include "quant/module_walk.h"
+#include "quant/stubs.h"
 
 namespace strata::quant {
 
@@ -75,9 +77,18 @@ Int8Weight quantize_flat(const Layer& layer) {
   return quantize_weight_int8(w.reshape({w.size(0), -1}));
 }
 
-bool calibrated(const Observer& o) {
-  NoGradGuard no_grad;
-  return o.min_val.numel() > 0 && le(o.min_val, o.max_val).all().item<bool>();
+using detail::calibrated;
+
+using Filter = std::function<bool(const std::string&, const nn::Module&)>;
+
+// The QuantStubs under `model` that `filter` accepts (all when null) at `stage`.
+std::vector<std::pair<std::string, QuantStub*>> stubs_at(nn::Module& model, const Filter& filter,
+                                                         QuantStub::Stage stage) {
+  std::vector<std::pair<std::string, QuantStub*>> out;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* stub = dynamic_cast<QuantStub*>(m); stub && stub->stage() == stage && (!filter || filter(name, *m)))
+      out.emplace_back(name, stub);
+  return out;
 }
 
 detail::ActQParams qparams_of(const Observer& o) {
@@ -102,12 +113,14 @@ void convert_layer(Layer& layer, const detail::QuantLayer& l) {
   if (auto* qat = dynamic_cast<detail::QatForm<Layer>*>(layer.form())) {
     const FakeQuantize& in = qat->input_fake_quant();
     const FakeQuantize& w = qat->weight_fake_quant();
-    act.input = {in.scale.clone(), in.zero_point.clone(), QRange{in.quant_min(), in.quant_max()}};
+    auto [in_scale, in_zero_point] = in.qparams();
+    act.input = {in_scale, in_zero_point, QRange{in.quant_min(), in.quant_max()}};
     // the qparams the fake quants used last (the buffers), so the int8 layer matches them
     const auto quantized_with_fq = [&](const Layer& of) {
       const Tensor weight = detail::out_major(of, of.weight);
       const Device d = weight.device();
-      QuantizedTensor q = quantize_per_channel(weight, w.scale.to(d), w.zero_point.to(d), 0, kInt8);
+      auto [w_scale, w_zero_point] = w.qparams();
+      QuantizedTensor q = quantize_per_channel(weight, w_scale.to(d), w_zero_point.to(d), 0, kInt8);
       return Int8Weight{q.int_repr.reshape({q.int_repr.size(0), -1}), q.scales};
     };
     if (l.fused && l.fused->has_batch_norm()) {
@@ -166,14 +179,21 @@ int64_t prepare_qat(nn::Module& model, const QatOptions& o) {
         l.fused && l.fused->has_batch_norm() ? dynamic_cast<const nn::BatchNormBase*>(&(*l.fused)[1]) : nullptr;
     return std::make_unique<detail::QatForm<Layer>>(std::move(input_fq), std::move(weight_fq), bn);
   });
+  // the stubs' fake quants made before any change, as the forms
+  const auto stubs = stubs_at(model, o.filter, QuantStub::Stage::Float);
+  std::vector<std::unique_ptr<FakeQuantize>> stub_fqs;
+  for (size_t i = 0; i < stubs.size(); ++i)
+    stub_fqs.push_back(o.input_fake_quant ? o.input_fake_quant() : default_fake_quant());
   set_forms(layers, std::move(forms), "qat");
-  return static_cast<int64_t>(layers.size());
+  for (size_t i = 0; i < stubs.size(); ++i) stubs[i].second->set_fake_quant(std::move(stub_fqs[i]));
+  return static_cast<int64_t>(layers.size() + stubs.size());
 }
 
 int64_t prepare(nn::Module& model, const StaticOptions& o) {
   const std::vector<detail::QuantLayer> layers = detail::quant_layers(model, o.filter);
-  STRATA_CHECK(!layers.empty(), "[prepare] {} holds no nn::Linear, Conv2d, Conv1d or ConvTranspose2d to quantize",
-               model.name());
+  const auto stubs = stubs_at(model, o.filter, QuantStub::Stage::Float);
+  STRATA_CHECK(!layers.empty() || !stubs.empty(), "[prepare] {} holds no nn::Linear, Conv2d, Conv1d or "
+               "ConvTranspose2d (nor QuantStub) to quantize", model.name());
   check_unprepared(layers, "prepare");
   for (const auto& l : layers)
     STRATA_CHECK(!l.fused || !l.fused->has_batch_norm(), "[prepare] \"{}\" is a {} of fuse_modules_qat: static "
@@ -190,8 +210,11 @@ int64_t prepare(nn::Module& model, const StaticOptions& o) {
   // the forms apply the fused ReLUs, so that the output observers see their results
   for (const auto& l : layers)
     if (fused_relu(l)) l.fused->set_submodule("1", std::make_unique<nn::Identity>());
+  std::vector<std::unique_ptr<Observer>> stub_observers;
+  for (size_t i = 0; i < stubs.size(); ++i) stub_observers.push_back(observer());
   set_forms(layers, std::move(forms), "observed");
-  return static_cast<int64_t>(layers.size());
+  for (size_t i = 0; i < stubs.size(); ++i) stubs[i].second->set_observer(std::move(stub_observers[i]));
+  return static_cast<int64_t>(layers.size() + stubs.size());
 }
 
 namespace {
@@ -240,10 +263,16 @@ int64_t convert(nn::Module& model) {
       }
     });
   }
-  STRATA_CHECK(!prepared.empty(), "[convert] no layer of {} is prepared: call quant::prepare (then calibrate) or "
-               "quant::prepare_qat first", model.name());
+  auto stubs = stubs_at(model, nullptr, QuantStub::Stage::Observing);
+  for (auto& stub : stubs_at(model, nullptr, QuantStub::Stage::FakeQuantizing)) stubs.push_back(stub);
+  for (const auto& [name, stub] : stubs)
+    STRATA_CHECK(stub->convertible(), "[convert] the observer of QuantStub \"{}\" has seen no data: run calibration "
+                 "batches through the model after quant::prepare", name);
+  STRATA_CHECK(!prepared.empty() || !stubs.empty(), "[convert] no layer or QuantStub of {} is prepared: call "
+               "quant::prepare (then calibrate) or quant::prepare_qat first", model.name());
   for (const auto& l : prepared) visit(l, [&](auto& layer) { convert_layer(layer, l); });
-  return static_cast<int64_t>(prepared.size());
+  for (const auto& [name, stub] : stubs) stub->convert();
+  return static_cast<int64_t>(prepared.size() + stubs.size());
 }
 
 }  // namespace strata::quant

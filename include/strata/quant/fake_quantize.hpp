@@ -35,6 +35,9 @@ class STRATA_API FakeQuantize : public nn::Module {
   /// enabled) with them; with both disabled, returns x.
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "FakeQuantize"; }
+  /// The float32 scale and int32 zero point (detached copies) the fake quantization applies:
+  /// what convert quantizes with.
+  virtual std::pair<Tensor, Tensor> qparams() const;
 
   void enable_fake_quant(bool on = true);
   void disable_fake_quant() { enable_fake_quant(false); }
@@ -53,9 +56,12 @@ class STRATA_API FakeQuantize : public nn::Module {
   int64_t ch_axis() const { return per_channel() ? observer_->options().ch_axis : -1; }
 
   Tensor scale;       // float32: (1) per tensor, (channels) per channel once observed
-  Tensor zero_point;  // int32, shaped as scale
+  Tensor zero_point;  // int32, shaped as scale (float32 parameters in LearnableFakeQuantize)
 
  protected:
+  /// learnable: scale and zero_point are float32 parameters of the observer's shape
+  /// (LearnableFakeQuantize) rather than buffers.
+  FakeQuantize(std::unique_ptr<Observer> observer, bool learnable);
   /// The observer sized scale and zero_point: set_submodule cannot replace it.
   void replacing_child(nn::Module* old, nn::Module* now) override;
 

@@ -38,6 +38,7 @@ struct QatOptions {
 /// (out, in / groups, kH, kW), so one scale per output channel; state dict keys
 /// "<layer>.qat.input_fake_quant.*" and "<layer>.qat.weight_fake_quant.*"); returns how many.
 /// Raises on a layer that is quantized or prepared already, or a convolution not padding with zeros.
+/// Each float QuantStub (stubs.hpp) that `options.filter` accepts gets an input_fake_quant (counted too).
 STRATA_API int64_t prepare_qat(nn::Module& model, const QatOptions& options = {});
 
 /// PyTorch's QAT switches (torch.ao.quantization.enable_observer, disable_observer,
@@ -58,8 +59,9 @@ STRATA_API void update_bn_stats(nn::Module& module);
 /// and returns how many. QAT: int8 weights quantized with the weight observer's qparams (which must
 /// be per-channel symmetric along dim 0 with a signed range), static input quantization with the
 /// input's, float outputs. Static: weights quantized per channel, symmetric; the observers' input
-/// and output qparams, outputs requantized. Raises (before converting any) when no layer is
-/// prepared or an observer has seen no data.
+/// and output qparams, outputs requantized. Prepared QuantStubs become quantizes with their
+/// observer's (fake quant's) qparams and count too; a LearnableFakeQuantize gives its learned ones.
+/// Raises (before converting any) when nothing is prepared or an observer has seen no data.
 STRATA_API int64_t convert(nn::Module& model);
 
 }  // namespace strata::quant

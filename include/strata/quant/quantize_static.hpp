@@ -39,7 +39,8 @@ struct StaticOptions {
 /// ReLU moves into its layer's form (the ReLU child becomes nn::Identity) so the output observer
 /// sees its result. Returns how many layers; raises (before changing any) on none, on a layer that
 /// is quantized or prepared already, a convolution padding other than with zeros, or a fused module
-/// holding batch norm (fuse in eval with fuse_modules for static quantization).
+/// holding batch norm (fuse in eval with fuse_modules for static quantization). Each QuantStub
+/// (stubs.hpp) that `options.filter` accepts gets an activation observer too; the count includes them.
 STRATA_API int64_t prepare(nn::Module& model, const StaticOptions& options = {});
 
 /// y = x . dequantize(w)^T + bias with x quantized per tensor to uint8 with the fixed (x_scale,
