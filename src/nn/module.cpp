@@ -411,19 +411,29 @@ std::set<std::string> Module::all_optional_state_keys() const {
   return optional;
 }
 
-std::vector<std::string> Module::check_state_dict(const StateDict& dict, bool strict) const {
-  return compare_state_dict(own_state_dict(), dict, all_optional_state_keys()).problems(strict);
+namespace {
+// The dict a load compares with the module: `given` after the load pre-hooks, which edit a copy
+// (kept in `edited`) so that the caller's dict stays as it was.
+const StateDict& after_load_pre_hooks(Module& m, const StateDict& given, StateDict& edited) {
+  if (!StateDictHooks::has_load_pre(m)) return given;
+  edited = given;
+  StateDictHooks::load_pre(m, edited);
+  return edited;
+}
+}  // namespace
+
+std::vector<std::string> Module::check_state_dict(const StateDict& given, bool strict) const {
+  // judged as load_state_dict judges: after the load pre-hooks (they get the module as a load
+  // gives it to them), and missing or unexpected keys left to the load when post-hooks may clear them
+  StateDict edited;
+  const StateDict& dict = after_load_pre_hooks(const_cast<Module&>(*this), given, edited);
+  const bool post_hooks = StateDictHooks::has_load_post(*this);
+  return compare_state_dict(own_state_dict(), dict, all_optional_state_keys()).problems(strict && !post_hooks);
 }
 
 LoadResult Module::load_state_dict(const StateDict& given, bool strict) {
-  // the pre-hooks edit a copy: the caller's dict stays as it was
   StateDict edited;
-  const bool pre_hooks = StateDictHooks::has_load_pre(*this);
-  if (pre_hooks) {
-    edited = given;
-    StateDictHooks::load_pre(*this, edited);
-  }
-  const StateDict& dict = pre_hooks ? edited : given;
+  const StateDict& dict = after_load_pre_hooks(*this, given, edited);
   StateDict own = own_state_dict();
   StateDictCheck check = compare_state_dict(own, dict, all_optional_state_keys());
   // with post-hooks, missing and unexpected keys are judged after them (they may clear some)

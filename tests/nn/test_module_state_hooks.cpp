@@ -2,8 +2,11 @@
 // prefixes; post-hooks renaming keys and replacing values, load pre-hooks renaming them back
 // (the caller's dict untouched), load post-hooks seeing and clearing missing and unexpected keys
 // under strict, removal (while running too), and errors in hooks leaving the values as they were.
+#include <cstdio>
 #include <string>
 #include <vector>
+
+#include <strata/io/checkpoint.hpp>
 
 #include "nn/nn_testing.h"
 
@@ -181,4 +184,45 @@ TEST(StateDictHooks, ErrorsInHooksPropagateAndLeaveTheValues) {
   m.load_state_dict(dict);
   EXPECT_EQ(values_of(m.state_dict()), values_of(dict));
   EXPECT_TRUE(throws_with([&] { m.register_state_dict_post_hook(nn::StateDictPostHook()); }, {"hook is empty"}));
+}
+
+// check_state_dict (and load_checkpoint's model check through it) judges a dict as the load
+// does: a model whose hooks rename its keys checks and restores its own checkpoint.
+TEST(StateDictHooks, CheckAndCheckpointsSeeTheLoadPreHooks) {
+  auto renaming = [](Pair& m) {
+    m.b.register_state_dict_post_hook([](const nn::Module&, nn::StateDict& dict, const std::string& prefix) {
+      dict[prefix + "kernel"] = dict.at(prefix + "weight");
+      dict.erase(prefix + "weight");
+    });
+    m.b.register_load_state_dict_pre_hook([](nn::Module&, nn::StateDict& dict, const std::string& prefix) {
+      if (!dict.count(prefix + "kernel")) return;
+      dict[prefix + "weight"] = dict.at(prefix + "kernel");
+      dict.erase(prefix + "kernel");
+    });
+  };
+  Pair m, fresh;
+  renaming(m);
+  renaming(fresh);
+  const nn::StateDict saved = m.state_dict();
+  EXPECT_TRUE(fresh.check_state_dict(saved).empty());
+  nn::StateDict unrenamed = saved;
+  unrenamed["b.weight"] = unrenamed.at("b.kernel");
+  unrenamed.erase("b.kernel");
+  EXPECT_TRUE(fresh.check_state_dict(unrenamed).empty());  // the pre-hook leaves it alone
+  unrenamed.erase("b.weight");
+  EXPECT_EQ(fresh.check_state_dict(unrenamed).size(), 1u);  // missing b.weight
+
+  const std::string path = ::testing::TempDir() + "state_hooks_checkpoint.safetensors";
+  io::save_checkpoint(path, {.model = &m}, {.step = 3});
+  io::TrainingState into{.model = &fresh};
+  EXPECT_EQ(io::load_checkpoint(path, into).step, 3);
+  EXPECT_TRUE(all_close(fresh.b.weight, values(m.b.weight), 0, 0));
+  EXPECT_TRUE(all_close(fresh.a.weight, values(m.a.weight), 0, 0));
+  std::remove(path.c_str());
+
+  // with a load post-hook, missing keys are the load's to judge (the hook may clear them)
+  Pair cleared;
+  cleared.register_load_state_dict_post_hook([](nn::Module&, nn::LoadResult& keys) { keys.missing_keys.clear(); });
+  EXPECT_TRUE(cleared.check_state_dict(unrenamed).empty());
+  EXPECT_NO_THROW(cleared.load_state_dict(unrenamed));
 }

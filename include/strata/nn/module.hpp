@@ -83,7 +83,7 @@ class STRATA_API Module {
   /// State dict hooks (nn/hooks.hpp), run in registration order; they leave the module's calls on
   /// the path without hooks. state_dict() runs the pre-hooks of this module and every submodule
   /// before the children's (pre-order), the post-hooks after them (post-order); load_state_dict()
-  /// likewise. check_state_dict() runs none.
+  /// likewise. check_state_dict() runs the load pre-hooks (on a copy of the dict) and no others.
   RemovableHandle register_state_dict_pre_hook(StateDictPreHook hook);
   RemovableHandle register_state_dict_post_hook(StateDictPostHook hook);
   RemovableHandle register_load_state_dict_pre_hook(LoadStateDictPreHook hook);
@@ -150,7 +150,9 @@ class STRATA_API Module {
   /// are put back (the load keeps a copy of them for this).
   LoadResult load_state_dict(const StateDict& dict, bool strict = true);
   /// What load_state_dict(dict, strict) would refuse, one line per problem, without writing
-  /// anything; empty when it would load (load_checkpoint checks the model this way first).
+  /// anything; empty when it would load (load_checkpoint checks the model this way first). With
+  /// load post-hooks registered, missing and unexpected keys are left to the load (they may
+  /// clear them).
   std::vector<std::string> check_state_dict(const StateDict& dict, bool strict = true) const;
   /// Whether a state-dict entry of `saved`'s shape loads into `into`: the same shape, or a
   /// one-element [1] tensor into a 0-d one, as PyTorch allows (checkpoints from before 0-d
