@@ -110,10 +110,13 @@
 #include <strata/quant/quantize.hpp>
 #include <strata/quant/quantize_static.hpp>
 
+#include <strata/optim/adadelta.hpp>
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/adam8bit.hpp>
+#include <strata/optim/adam_variants.hpp>
 #include <strata/optim/clip.hpp>
+#include <strata/optim/cyclic_lr.hpp>
 #include <strata/optim/lamb.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/optim/rmsprop.hpp>
