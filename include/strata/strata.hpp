@@ -122,3 +122,4 @@
 #include <strata/optim/rmsprop.hpp>
 #include <strata/optim/scheduler.hpp>
 #include <strata/optim/sgd.hpp>
+#include <strata/optim/swa_utils.hpp>
