@@ -51,10 +51,11 @@ CyclicLR::CyclicLR(Optimizer& opt, std::vector<double> base_lrs, std::vector<dou
   STRATA_CHECK(std::isfinite(o_.gamma) && o_.gamma > 0, "[CyclicLR] gamma must be finite and > 0, got {}", o_.gamma);
   STRATA_CHECK(!o_.cycle_momentum || opt.has_momentum(),
                "[CyclicLR] {} has no momentum or betas to cycle; pass cycle_momentum = false", opt.name());
-  STRATA_CHECK(!o_.cycle_momentum || (o_.base_momentum >= 0 && o_.base_momentum <= o_.max_momentum &&
+  // either may be the larger (PyTorch allows both); each must be a valid momentum or beta1
+  STRATA_CHECK(!o_.cycle_momentum || (o_.base_momentum >= 0 && o_.base_momentum < 1 && o_.max_momentum >= 0 &&
                                       o_.max_momentum < 1),
-               "[CyclicLR] base_momentum ({}) and max_momentum ({}) must satisfy 0 <= base <= max < 1",
-               o_.base_momentum, o_.max_momentum);
+               "[CyclicLR] base_momentum ({}) and max_momentum ({}) must be in [0, 1)", o_.base_momentum,
+               o_.max_momentum);
   total_size_ = static_cast<double>(o_.step_size_up + down);
   step_ratio_ = static_cast<double>(o_.step_size_up) / total_size_;
   for (size_t g = 0; g < base_lrs.size(); ++g) {

@@ -107,6 +107,8 @@ TEST(SchedulerMore, CyclicLRModesAndMomentum) {
   EXPECT_TRUE(testing::throws_with([&] { optim::CyclicLR(*h.opt, 0.01, 0.1, {.step_size_up = 0}); },
                                    {"step_size_up"}));
   EXPECT_TRUE(testing::throws_with([&] { optim::CyclicLR(*h.opt, -0.01, 0.1); }, {"base_lr"}));
+  EXPECT_TRUE(testing::throws_with([&] { optim::CyclicLR(*h.opt, 0.01, 0.1, {.max_momentum = 1.0}); },
+                                   {"max_momentum"}));
 }
 
 // stepped 13 times, saved, loaded into a fresh scheduler on a fresh optimizer: the next steps agree
