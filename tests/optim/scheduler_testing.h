@@ -2,6 +2,7 @@
 // scheduler and checks its lrs against an expected formula.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <memory>
 
@@ -23,7 +24,7 @@ struct Fixture {
 // lr_of(epoch, group, previous lr of the group) -> expected lr; the scheduler has made its
 // step-0 lr already. Checks get_last_lr() and the optimizer's lrs over `epochs` steps.
 inline void expect_schedule(optim::LRScheduler& s, optim::Optimizer& opt, int epochs,
-                     const std::function<double(int64_t, size_t, double)>& lr_of, double rtol = 1e-12) {
+                            const std::function<double(int64_t, size_t, double)>& lr_of, double rtol = 1e-12) {
   std::vector<double> prev = s.base_lrs();
   for (int64_t e = 0; e < epochs; ++e) {
     if (e > 0) s.step();
