@@ -118,6 +118,7 @@
 #include <strata/optim/clip.hpp>
 #include <strata/optim/cyclic_lr.hpp>
 #include <strata/optim/lamb.hpp>
+#include <strata/optim/lbfgs.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/optim/rmsprop.hpp>
 #include <strata/optim/scheduler.hpp>
