@@ -114,12 +114,17 @@
 #include <strata/quant/quantize_static.hpp>
 #include <strata/quant/stubs.hpp>
 
+#include <strata/optim/adadelta.hpp>
 #include <strata/optim/adagrad.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/adam8bit.hpp>
+#include <strata/optim/adam_variants.hpp>
 #include <strata/optim/clip.hpp>
+#include <strata/optim/cyclic_lr.hpp>
 #include <strata/optim/lamb.hpp>
+#include <strata/optim/lbfgs.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/optim/rmsprop.hpp>
 #include <strata/optim/scheduler.hpp>
 #include <strata/optim/sgd.hpp>
+#include <strata/optim/swa_utils.hpp>

@@ -1,5 +1,6 @@
 // LRScheduler and the closed-form schedules: LambdaLR, StepLR, MultiStepLR, ExponentialLR,
-// CosineAnnealingLR, LinearLR and the warmup-decay family.
+// CosineAnnealingLR, LinearLR, ConstantLR, MultiplicativeLR, PolynomialLR and the warmup-decay
+// family.
 #include <strata/optim/scheduler.hpp>
 
 #include <algorithm>
@@ -197,6 +198,54 @@ LinearLR::LinearLR(Optimizer& opt, double start_factor, double end_factor, int64
 double LinearLR::lr_at(int64_t epoch, size_t g) const {
   double t = static_cast<double>(std::min(epoch, total_)) / static_cast<double>(total_);
   return base_lrs_.at(g) * (start_ + (end_ - start_) * t);
+}
+
+ConstantLR::ConstantLR(Optimizer& opt, double factor, int64_t total_iters)
+    : LRScheduler(opt, "ConstantLR"), factor_(factor), total_(total_iters) {
+  STRATA_CHECK(factor >= 0 && factor <= 1, "[ConstantLR] factor must be in [0, 1], got {}", factor);
+  STRATA_CHECK(total_iters >= 0, "[ConstantLR] total_iters must be >= 0, got {}", total_iters);
+  initial_step();
+}
+
+double ConstantLR::lr_at(int64_t epoch, size_t g) const { return base_lrs_.at(g) * (epoch < total_ ? factor_ : 1.0); }
+
+MultiplicativeLR::MultiplicativeLR(Optimizer& opt, Lambda lambda)
+    : MultiplicativeLR(opt, std::vector<Lambda>(opt.num_param_groups(), lambda)) {}
+
+MultiplicativeLR::MultiplicativeLR(Optimizer& opt, std::vector<Lambda> lambdas)
+    : LRScheduler(opt, "MultiplicativeLR"), lambdas_(std::move(lambdas)) {
+  STRATA_CHECK(lambdas_.size() == base_lrs_.size(), "[MultiplicativeLR] got {} lambdas for {} param groups",
+               lambdas_.size(), base_lrs_.size());
+  for (const Lambda& f : lambdas_) STRATA_CHECK(static_cast<bool>(f), "[MultiplicativeLR] a lambda is empty");
+  products_.assign(lambdas_.size(), std::vector<double>{1.0});
+  initial_step();
+}
+
+double MultiplicativeLR::lr_at(int64_t epoch, size_t g) const {
+  STRATA_CHECK(epoch >= 0, "[MultiplicativeLR] step {} is negative", epoch);
+  std::vector<double>& prod = products_.at(g);
+  while (static_cast<int64_t>(prod.size()) <= epoch) {
+    const int64_t e = static_cast<int64_t>(prod.size());
+    const double f = lambdas_[g](e);
+    STRATA_CHECK(std::isfinite(f) && f >= 0,
+                 "[MultiplicativeLR] the lambda of param group {} returned {} at step {}; the factor must be finite "
+                 "and >= 0",
+                 g, f, e);
+    prod.push_back(prod.back() * f);
+  }
+  return base_lrs_[g] * prod[static_cast<size_t>(epoch)];
+}
+
+PolynomialLR::PolynomialLR(Optimizer& opt, int64_t total_iters, double power)
+    : LRScheduler(opt, "PolynomialLR"), total_(total_iters), power_(power) {
+  STRATA_CHECK(total_iters > 0, "[PolynomialLR] total_iters must be > 0, got {}", total_iters);
+  STRATA_CHECK(std::isfinite(power) && power >= 0, "[PolynomialLR] power must be finite and >= 0, got {}", power);
+  initial_step();
+}
+
+double PolynomialLR::lr_at(int64_t epoch, size_t g) const {
+  const double t = static_cast<double>(std::min(epoch, total_)) / static_cast<double>(total_);
+  return base_lrs_.at(g) * std::pow(1 - t, power_);
 }
 
 WarmupDecayLR::WarmupDecayLR(Optimizer& opt, int64_t warmup_steps, int64_t total_steps, double min_lr, Decay decay)

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <strata/ops/creation.hpp>
 #include <strata/optim/optimizer.hpp>
@@ -72,6 +73,27 @@ inline Tensor& zeros_state(ParamState& st, const std::string& name, const Shape&
   auto it = st.tensors.find(name);
   if (it == st.tensors.end()) it = st.tensors.emplace(name, zeros(shape, TensorOptions(dtype, device))).first;
   return it->second;
+}
+
+/// Runs `update(param, grad, state)`, a CPU-only update, for each CUDA parameter of `batch` on
+/// host copies laid out as the parameter, then writes the parameter and its state back.
+template <class F>
+void update_on_host(const std::vector<ParamUpdate>& batch, F&& update) {
+  for (const ParamUpdate& u : batch) {
+    const MemoryFormat format = param_format(u.param);
+    Tensor p = in_format(u.param.to(kCPU), format);
+    Tensor g = in_format(u.grad.to(kCPU), format);
+    ParamState host{u.state->step, {}};
+    for (const auto& [name, t] : u.state->tensors) host.tensors.emplace(name, state_layout(t.to(kCPU), p));
+    update(p, g, host);
+    u.param.copy_(p);
+    for (auto& [name, t] : host.tensors) {
+      auto it = u.state->tensors.find(name);
+      if (it != u.state->tensors.end()) it->second.copy_(t);
+      else u.state->tensors.emplace(name, state_layout(t.to(u.param.device()), u.param));
+    }
+    u.state->step = host.step;
+  }
 }
 
 inline void check_nonneg(const char* opt, const char* what, double v) {

@@ -209,6 +209,17 @@ TEST(CudaOptim, RMSprop) {
   check_optimizer<optim::RMSprop>(std::vector<optim::RMSpropOptions>{{.lr = 1e-3}, {.lr = 2e-3}, {.lr = 1e-3}});
 }
 
+// The optimizers without a device kernel update CUDA parameters through host copies.
+TEST(CudaOptim, HostUpdatedOptimizers) {
+  SKIP_WITHOUT_GPU();
+  SEED_TRACE();
+  check_optimizer<optim::NAdam>(std::vector<optim::NAdamOptions>{
+      {.weight_decay = 1e-2}, {.decoupled_weight_decay = true}, {.maximize = true}});
+  check_optimizer<optim::RAdam>(std::vector<optim::RAdamOptions>{{.weight_decay = 1e-2}, {}, {.maximize = true}});
+  check_optimizer<optim::Adamax>(std::vector<optim::AdamaxOptions>{{.weight_decay = 1e-2}, {}, {.maximize = true}});
+  check_optimizer<optim::Adadelta>(std::vector<optim::AdadeltaOptions>{{.weight_decay = 1e-2}, {}, {.maximize = true}});
+}
+
 // Codes and scales as the CPU stores them: the dequantized moments of the two runs differ by at
 // most one quantization step (the gap between neighbouring codes, scaled by the block's absmax),
 // and nearly all codes are identical, since both devices run the same float math.

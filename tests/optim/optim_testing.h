@@ -95,6 +95,11 @@ std::vector<optim::ParamGroup<Options>> make_groups(const OptimProblem& pr, cons
   return groups;
 }
 
+constexpr double kF32Rtol = 1e-6, kF32Atol = 1e-6;  // parameters are O(1)
+constexpr double kF64Rtol = 1e-12, kF64Atol = 1e-13;
+
+inline double sgn(bool maximize) { return maximize ? -1.0 : 1.0; }
+
 /// A reference optimizer's state for one parameter: its update count and named vectors.
 struct RefState {
   int64_t t = 0;

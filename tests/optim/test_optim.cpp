@@ -13,10 +13,11 @@ namespace {
 
 using testing::RefState;
 
-constexpr double kF32Rtol = 1e-6, kF32Atol = 1e-6;  // parameters are O(1)
-constexpr double kF64Rtol = 1e-12, kF64Atol = 1e-13;
-
-double sgn(bool maximize) { return maximize ? -1.0 : 1.0; }
+using testing::kF32Atol;
+using testing::kF32Rtol;
+using testing::kF64Atol;
+using testing::kF64Rtol;
+using testing::sgn;
 
 // ---- SGD ---------------------------------------------------------------------------------
 void sgd_ref(std::vector<double>& p, const std::vector<double>& grad, RefState& st, const optim::SGDOptions& o) {

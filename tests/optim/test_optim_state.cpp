@@ -91,6 +91,12 @@ TEST(OptimState, ExactResume) {
       {.lr_decay = 0.01}, {.initial_accumulator_value = 0.1}, {}});
   expect_exact_resume<optim::RMSprop>(std::vector<optim::RMSpropOptions>{
       {.momentum = 0.9, .centered = true}, {.centered = true}, {.momentum = 0.5}});
+  expect_exact_resume<optim::NAdam>(std::vector<optim::NAdamOptions>{
+      {.weight_decay = 0.01}, {.weight_decay = 0.01, .decoupled_weight_decay = true}, {.momentum_decay = 0.01}});
+  expect_exact_resume<optim::RAdam>(std::vector<optim::RAdamOptions>{
+      {.weight_decay = 0.01}, {.weight_decay = 0.01, .decoupled_weight_decay = true}, {}}, kFloat64);
+  expect_exact_resume<optim::Adamax>(std::vector<optim::AdamaxOptions>{{.weight_decay = 0.01}, {}, {.eps = 1e-6}});
+  expect_exact_resume<optim::Adadelta>(std::vector<optim::AdadeltaOptions>{{.weight_decay = 0.01}, {.rho = 0.5}, {}});
 }
 
 // A channels-last parameter (Module::to(MemoryFormat::ChannelsLast)) trains as its contiguous
@@ -143,6 +149,8 @@ TEST(OptimState, ChannelsLastParameters) {
   expect_layouts_agree<optim::AdamW>(optim::AdamWOptions{.amsgrad = true}, true);
   expect_layouts_agree<optim::Adagrad>(optim::AdagradOptions{.initial_accumulator_value = 0.1}, true);
   expect_layouts_agree<optim::RMSprop>(optim::RMSpropOptions{.momentum = 0.5, .centered = true}, true);
+  expect_layouts_agree<optim::NAdam>(optim::NAdamOptions{.weight_decay = 0.01}, true);
+  expect_layouts_agree<optim::Adadelta>(optim::AdadeltaOptions{}, true);
   expect_layouts_agree<optim::LAMB>(optim::LAMBOptions{.weight_decay = 0.01}, false);
   expect_layouts_agree<optim::Adam8bit>(optim::Adam8bitOptions{.min_8bit_size = 1 << 20}, true);
   // 8-bit codes follow a parameter's memory order: a channels-last one keeps 32-bit moments

@@ -142,6 +142,45 @@ class STRATA_API LinearLR : public LRScheduler {
   int64_t total_;
 };
 
+/// lr = base_lr * factor before total_iters, base_lr from then on; factor in [0, 1],
+/// total_iters >= 0.
+class STRATA_API ConstantLR : public LRScheduler {
+ public:
+  ConstantLR(Optimizer& opt, double factor = 1.0 / 3, int64_t total_iters = 5);
+  double lr_at(int64_t epoch, size_t group) const override;
+
+ private:
+  double factor_;
+  int64_t total_;
+};
+
+/// lr = base_lr * lambda(1) * ... * lambda(epoch) (PyTorch's lr *= lambda(epoch) each step); one
+/// function for all groups, or one per group. A factor that is negative or not finite raises
+/// Error naming the group and the step. Each factor is computed once and remembered.
+class STRATA_API MultiplicativeLR : public LRScheduler {
+ public:
+  using Lambda = std::function<double(int64_t)>;
+  MultiplicativeLR(Optimizer& opt, Lambda lambda);
+  MultiplicativeLR(Optimizer& opt, std::vector<Lambda> lambdas);
+  double lr_at(int64_t epoch, size_t group) const override;
+
+ private:
+  std::vector<Lambda> lambdas_;
+  mutable std::vector<std::vector<double>> products_;  // by group: products_[g][e] is the product to step e
+};
+
+/// lr = base_lr * (1 - min(epoch, total_iters) / total_iters)^power; total_iters > 0, power
+/// finite and >= 0.
+class STRATA_API PolynomialLR : public LRScheduler {
+ public:
+  PolynomialLR(Optimizer& opt, int64_t total_iters = 5, double power = 1.0);
+  double lr_at(int64_t epoch, size_t group) const override;
+
+ private:
+  int64_t total_;
+  double power_;
+};
+
 /// Linear warmup from 0 over warmup_steps (lr = base_lr * epoch / warmup_steps, as the
 /// Hugging Face schedules), then a decay from base_lr to min_lr at total_steps, and min_lr
 /// after it: none (constant base_lr), linear, or cosine (half a cosine period).
