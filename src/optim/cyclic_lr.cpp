@@ -2,6 +2,7 @@
 #include <strata/optim/cyclic_lr.hpp>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 namespace strata::optim {
@@ -18,15 +19,22 @@ CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& opt, int64_t
 double CosineAnnealingWarmRestarts::lr_at(int64_t epoch, size_t g) const {
   // the position in the current period, counted in integers (PyTorch's log form rounds)
   int64_t t_cur = epoch, t_i = t0_;
+  double period = static_cast<double>(t0_);
   if (t_mult_ == 1) {
     t_cur = epoch % t0_;
   } else {
     while (t_cur >= t_i) {
       t_cur -= t_i;
+      // a period longer than int64 can count outlasts any step: t_cur is in it (no overflow)
+      if (t_i > std::numeric_limits<int64_t>::max() / t_mult_) {
+        period = static_cast<double>(t_i) * static_cast<double>(t_mult_);
+        break;
+      }
       t_i *= t_mult_;
+      period = static_cast<double>(t_i);
     }
   }
-  const double x = std::numbers::pi * static_cast<double>(t_cur) / static_cast<double>(t_i);
+  const double x = std::numbers::pi * static_cast<double>(t_cur) / period;
   return eta_min_ + (base_lrs_.at(g) - eta_min_) * (1 + std::cos(x)) / 2;
 }
 

@@ -174,11 +174,12 @@ void LBFGS::load_state_dict(const StateDict& dict) {
     base.scalars.erase(it);
     return v;
   };
-  auto take_vector = [&](const std::string& k, size_t n) {
+  // n: the size the vector must have (SIZE_MAX: any); empty: whether it may instead be empty
+  auto take_vector = [&](const std::string& k, size_t n, bool empty) {
     auto it = base.tensors.find(k);
     STRATA_CHECK(it != base.tensors.end(), "[LBFGS] load_state_dict: the state dict has no '{}'", k);
     std::vector<double> v = to_vector(it->second);
-    STRATA_CHECK(n == SIZE_MAX || v.size() == n || v.empty(),
+    STRATA_CHECK(n == SIZE_MAX || v.size() == n || (empty && v.empty()),
                  "[LBFGS] load_state_dict: '{}' has {} elements but the parameters have {}", k, v.size(), n);
     base.tensors.erase(it);
     return v;
@@ -193,14 +194,18 @@ void LBFGS::load_state_dict(const StateDict& dict) {
   const auto func_evals = static_cast<int64_t>(take_scalar("lbfgs.func_evals"));
   const double t = take_scalar("lbfgs.t"), h_diag = take_scalar("lbfgs.H_diag");
   const double prev_loss = take_scalar("lbfgs.prev_loss");
-  std::vector<double> d = take_vector("lbfgs.d", numel), prev = take_vector("lbfgs.prev_flat_grad", numel);
-  std::vector<double> ro = take_vector("lbfgs.ro", SIZE_MAX);
+  // after the first iteration the next one reads the direction and the last grad
+  STRATA_CHECK(n_iter >= 0 && func_evals >= 0, "[LBFGS] load_state_dict: negative counters (n_iter {}, func_evals {})",
+               n_iter, func_evals);
+  std::vector<double> d = take_vector("lbfgs.d", numel, n_iter == 0);
+  std::vector<double> prev = take_vector("lbfgs.prev_flat_grad", numel, n_iter == 0);
+  std::vector<double> ro = take_vector("lbfgs.ro", SIZE_MAX, true);
   STRATA_CHECK(ro.size() == static_cast<size_t>(history), "[LBFGS] load_state_dict: 'lbfgs.ro' has {} elements, not {}",
                ro.size(), history);
   std::vector<std::vector<double>> dirs, stps;
   for (size_t i = 0; i < static_cast<size_t>(history); ++i) {
-    dirs.push_back(take_vector("lbfgs.old_dirs." + std::to_string(i), numel));
-    stps.push_back(take_vector("lbfgs.old_stps." + std::to_string(i), numel));
+    dirs.push_back(take_vector("lbfgs.old_dirs." + std::to_string(i), numel, false));
+    stps.push_back(take_vector("lbfgs.old_stps." + std::to_string(i), numel, false));
   }
   Optimizer::load_state_dict(base);
   n_iter_ = n_iter, func_evals_ = func_evals, t_ = t, h_diag_ = h_diag, prev_loss_ = prev_loss;

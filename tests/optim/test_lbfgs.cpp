@@ -111,6 +111,30 @@ TEST(LBFGS, ResumesBitForBit) {
   EXPECT_EQ(wrong.n_iter(), 0);
 }
 
+// A dict whose search state does not fit its counters (curvature pairs or a direction missing
+// after the first iteration) is refused at load, not read out of bounds at the next step.
+TEST(LBFGS, InconsistentStateDictIsRefused) {
+  const optim::LBFGSOptions o{.max_iter = 3, .history_size = 2};
+  Tensor x = start();
+  optim::LBFGS first(std::vector<Tensor>{x}, o);
+  const optim::StateDict fresh = first.state_dict();  // before any step: no direction yet
+  for (int i = 0; i < 2; ++i) first.step(closure_for(first, x));
+  const optim::StateDict stepped = first.state_dict();
+  ASSERT_GE(stepped.scalars.at("lbfgs.history"), 1);
+  Tensor y = start();
+  optim::LBFGS second(std::vector<Tensor>{y}, o);
+  optim::StateDict no_direction = fresh;
+  no_direction.scalars["lbfgs.n_iter"] = 4;
+  EXPECT_TRUE(testing::throws_with([&] { second.load_state_dict(no_direction); }, {"lbfgs.d"}));
+  optim::StateDict empty_pair = stepped;
+  empty_pair.tensors["lbfgs.old_dirs.0"] = zeros({0}, TensorOptions(kFloat64));
+  EXPECT_TRUE(testing::throws_with([&] { second.load_state_dict(empty_pair); }, {"lbfgs.old_dirs.0"}));
+  EXPECT_EQ(second.n_iter(), 0);
+  second.load_state_dict(fresh);  // a dict saved before the first step still loads
+  second.load_state_dict(stepped);
+  EXPECT_EQ(second.n_iter(), first.n_iter());
+}
+
 TEST(LBFGS, BadInput) {
   Tensor x = start();
   EXPECT_TRUE(testing::throws_with([&] { optim::LBFGS({x}, {.lr = -1}); }, {"lr"}));

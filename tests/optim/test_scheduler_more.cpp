@@ -65,6 +65,17 @@ TEST(SchedulerMore, CosineAnnealingWarmRestarts) {
   EXPECT_TRUE(testing::throws_with([&] { optim::CosineAnnealingWarmRestarts(*h.opt, 5, 0); }, {"T_mult"}));
 }
 
+// A T_mult so large that the second period's length does not fit in int64: the first restart
+// still comes at T_0, then the (practically endless) second period anneals from base_lr.
+TEST(SchedulerMore, CosineAnnealingWarmRestartsHugeTMult) {
+  Fixture f;
+  optim::CosineAnnealingWarmRestarts s(*f.opt, 4, int64_t{1} << 62);
+  expect_schedule(s, *f.opt, 8, [](int64_t e, size_t g, double) {
+    if (e < 4) return kBase[g] * (1 + std::cos(kPi * static_cast<double>(e) / 4)) / 2;
+    return kBase[g] * (1 + std::cos(kPi * static_cast<double>(e - 4) / std::ldexp(1.0, 64))) / 2;
+  });
+}
+
 // PyTorch's CyclicLR.get_lr, with its scale functions
 double cyclic(int64_t e, double lo, double hi, double up, double down, optim::CyclicLROptions::Mode mode,
               double gamma) {

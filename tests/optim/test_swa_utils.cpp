@@ -149,7 +149,14 @@ TEST(SwaUtils, UpdateBnRecomputesStatisticsOverAllTheData) {
       }
     batches.push_back(from_vector(x, Shape{4, 2}).to(kFloat32));
   }
+  {  // stale statistics, which update_bn must discard rather than average into
+    NoGradGuard no_grad;
+    bn.running_mean.copy_(from_vector(std::vector<double>{50, -50}).to(kFloat32));
+    bn.running_var.copy_(from_vector(std::vector<double>{9, 9}).to(kFloat32));
+    bn.num_batches_tracked.add_(7);
+  }
   swa::update_bn(batches, bn);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 3);
   // cumulative averages of the batch means and unbiased batch variances
   for (int c = 0; c < 2; ++c) {
     double mean = 0, var = 0;
