@@ -217,23 +217,25 @@ MultiplicativeLR::MultiplicativeLR(Optimizer& opt, std::vector<Lambda> lambdas)
   STRATA_CHECK(lambdas_.size() == base_lrs_.size(), "[MultiplicativeLR] got {} lambdas for {} param groups",
                lambdas_.size(), base_lrs_.size());
   for (const Lambda& f : lambdas_) STRATA_CHECK(static_cast<bool>(f), "[MultiplicativeLR] a lambda is empty");
-  products_.assign(lambdas_.size(), std::vector<double>{1.0});
+  products_.assign(lambdas_.size(), {0, 1.0});
   initial_step();
 }
 
 double MultiplicativeLR::lr_at(int64_t epoch, size_t g) const {
   STRATA_CHECK(epoch >= 0, "[MultiplicativeLR] step {} is negative", epoch);
-  std::vector<double>& prod = products_.at(g);
-  while (static_cast<int64_t>(prod.size()) <= epoch) {
-    const int64_t e = static_cast<int64_t>(prod.size());
+  auto& [at, prod] = products_.at(g);
+  if (epoch < at) at = 0, prod = 1.0;
+  while (at < epoch) {
+    const int64_t e = at + 1;
     const double f = lambdas_[g](e);
     STRATA_CHECK(std::isfinite(f) && f >= 0,
                  "[MultiplicativeLR] the lambda of param group {} returned {} at step {}; the factor must be finite "
                  "and >= 0",
                  g, f, e);
-    prod.push_back(prod.back() * f);
+    prod *= f;
+    at = e;
   }
-  return base_lrs_[g] * prod[static_cast<size_t>(epoch)];
+  return base_lrs_[g] * prod;
 }
 
 PolynomialLR::PolynomialLR(Optimizer& opt, int64_t total_iters, double power)

@@ -33,6 +33,19 @@ TEST(SchedulerMore, MultiplicativeLRIsPyTorchsRecursion) {
   bad.step(), bad.step();
   EXPECT_TRUE(testing::throws_with([&] { bad.step(); }, {"param group 0", "step 3"}));
   EXPECT_EQ(h.opt->lr(0), 0.05);  // nothing changed
+
+  // loaded back to an earlier step, the product starts again from there
+  Fixture a, b;
+  auto factor = [](int64_t e) { return 1.0 - 0.01 * static_cast<double>(e % 7); };
+  optim::MultiplicativeLR early(*a.opt, factor), late(*b.opt, factor);
+  for (int i = 0; i < 5; ++i) early.step();
+  for (int i = 0; i < 12; ++i) late.step();
+  late.load_state_dict(early.state_dict());
+  early.step(), late.step();
+  double expected = kBase[1];
+  for (int64_t e = 1; e <= 6; ++e) expected *= factor(e);
+  EXPECT_DOUBLE_EQ(b.opt->lr(1), expected);
+  EXPECT_EQ(b.opt->lr(1), a.opt->lr(1));
 }
 
 TEST(SchedulerMore, PolynomialLR) {

@@ -166,7 +166,9 @@ class STRATA_API MultiplicativeLR : public LRScheduler {
 
  private:
   std::vector<Lambda> lambdas_;
-  mutable std::vector<std::vector<double>> products_;  // by group: products_[g][e] is the product to step e
+  // by group: the last step computed and the product of the factors up to it (steps advance one at
+  // a time, so each costs one factor; an earlier step starts again from 0)
+  mutable std::vector<std::pair<int64_t, double>> products_;
 };
 
 /// lr = base_lr * (1 - min(epoch, total_iters) / total_iters)^power; total_iters > 0, power
