@@ -19,6 +19,11 @@ namespace strata::quant {
 
 namespace {
 
+// The zero point of a symmetric scheme: 0 for a signed range, the middle code for an unsigned one.
+int32_t symmetric_zero_point(int32_t quant_min, int32_t quant_max) {
+  return qmath::choose_qparams(0.0f, 0.0f, quant_min, quant_max, true).zero_point;
+}
+
 // scale and zero point as float32, zero point rounded half to even and clamped (PyTorch's
 // _get_rounded_zero_point), checked: finite positive scales, finite zero points.
 std::pair<Tensor, Tensor> checked_qparams(const char* op, const Tensor& x, const Tensor& scale,
@@ -54,6 +59,7 @@ Tensor learnable(const char* op, const Tensor& x, const Tensor& scale, const Ten
   if (axis >= 0) bshape[static_cast<size_t>(axis)] = channels;
   const Tensor x32 = x.detach().to(kFloat32);
   const DType scale_dtype = scale.dtype(), zp_dtype = zero_point.dtype();
+  const Shape scale_shape = scale.shape(), zp_shape = zero_point.shape();  // one element: any shape
   autograd::record(op, {x, scale, zero_point}, {out}, {x32, s.reshape(bshape), z.reshape(bshape), mask},
                    [=](const autograd::Grads& g, const autograd::Saved& sv) {
     const Tensor dy = g[0].to(kFloat32);
@@ -73,8 +79,8 @@ Tensor learnable(const char* op, const Tensor& x, const Tensor& scale, const Ten
       ds = sum(ds, dims);
       dz = sum(dz, dims);
     }
-    return autograd::Grads{g[0] * sv[3].to(g[0].dtype()), ds.reshape({channels}).to(scale_dtype),
-                           is_floating(zp_dtype) ? dz.reshape({channels}).to(zp_dtype) : Tensor()};
+    return autograd::Grads{g[0] * sv[3].to(g[0].dtype()), ds.reshape(scale_shape).to(scale_dtype),
+                           is_floating(zp_dtype) ? dz.reshape(zp_shape).to(zp_dtype) : Tensor()};
   });
   return out;
 }
@@ -120,6 +126,10 @@ LearnableFakeQuantize::LearnableFakeQuantize(std::unique_ptr<Observer> observer,
 std::pair<Tensor, Tensor> LearnableFakeQuantize::qparams() const {
   NoGradGuard no_grad;
   const Tensor s = clamp(scale.detach().to(kFloat32), eps_.item<double>(), std::nullopt);
+  // symmetric: the code each forward applies, whatever an optimizer step since made the parameter
+  if (is_symmetric(observer().options().qscheme))
+    return {s, full(zero_point.shape(), symmetric_zero_point(quant_min(), quant_max()),
+                    TensorOptions(kInt32, zero_point.device()))};
   return {s, clamp(round(zero_point.detach().to(kFloat32)), quant_min(), quant_max()).to(kInt32)};
 }
 
@@ -164,7 +174,7 @@ Tensor LearnableFakeQuantize::forward(const Tensor& x) {
   if (!fake_quant_enabled()) return x;
   if (is_symmetric(observer().options().qscheme)) {
     NoGradGuard no_grad;  // PyTorch zeroes it; the symmetric code is 0 only for a signed range
-    zero_point.fill_(qmath::choose_qparams(0.0f, 0.0f, quant_min(), quant_max(), true).zero_point);
+    zero_point.fill_(symmetric_zero_point(quant_min(), quant_max()));
   }
   // LSQ's 1 / sqrt(N * Q_P); 1 for an empty input or a range without positive codes
   const double grad_factor = options_.use_grad_scaling && x.numel() > 0 && quant_max() > 0

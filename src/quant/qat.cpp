@@ -184,6 +184,10 @@ int64_t prepare_qat(nn::Module& model, const QatOptions& o) {
   std::vector<std::unique_ptr<FakeQuantize>> stub_fqs;
   for (size_t i = 0; i < stubs.size(); ++i)
     stub_fqs.push_back(o.input_fake_quant ? o.input_fake_quant() : default_fake_quant());
+  // checked here, as set_fake_quant would, since the layers take what a stub refuses
+  for (size_t i = 0; i < stubs.size(); ++i)
+    STRATA_CHECK(stub_fqs[i] != nullptr && !stub_fqs[i]->per_channel(), "[prepare_qat] QuantStub \"{}\" needs a "
+                 "per-tensor fake quant (options.input_fake_quant)", stubs[i].first);
   set_forms(layers, std::move(forms), "qat");
   for (size_t i = 0; i < stubs.size(); ++i) stubs[i].second->set_fake_quant(std::move(stub_fqs[i]));
   return static_cast<int64_t>(layers.size() + stubs.size());

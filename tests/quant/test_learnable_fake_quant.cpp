@@ -224,3 +224,49 @@ TEST(LearnableFakeQuant, BadInput) {
   auto w = q::learnable_weight_fake_quant(5);  // sized for 5 channels, given 4
   EXPECT_TRUE(throws_with([&] { (*w)(st::randn({4, 2})); }, {"5 channels"}));
 }
+
+TEST(LearnableFakeQuant, OneElementQparamsOfAnyShapeGetGradientsOfTheirShape) {
+  // a 0-d scale and a (1, 1) zero point hold one element each, as the per-tensor op accepts
+  const st::Tensor x = st::from_vector(std::vector<double>{-3.0, 0.26, 1.1, 9.0}).to(st::kFloat32);
+  st::Tensor s = st::tensor({0.5f}).reshape({}).requires_grad_(true);
+  st::Tensor zp = st::tensor({1.0f}).reshape({1, 1}).requires_grad_(true);
+  q::fake_quantize_learnable_per_tensor_affine(x, s, zp, 0, 15).sum().backward();
+  ASSERT_EQ(s.grad().shape(), s.shape());
+  ASSERT_EQ(zp.grad().shape(), zp.shape());
+  // codes 1 + round(x / 0.5): -5 (below), 2, 3, 19 (above)
+  double ds = 0, dz = 0;
+  for (double xv : {-3.0, 0.26, 1.1, 9.0}) {
+    const Ref r = reference(xv, 0.5, 1.0, 0, 15, 1.0, 1.0);
+    ds += r.ds;
+    dz += r.dz;
+  }
+  EXPECT_NEAR(s.grad().item<double>(), ds, 1e-5);
+  EXPECT_NEAR(zp.grad().item<double>(), dz, 1e-5);
+}
+
+TEST(LearnableFakeQuant, SymmetricQparamsAreTheSymmetricCodeAfterTheZeroPointMoved) {
+  // An optimizer step moves the symmetric weight fake quant's zero point parameter (its gradient
+  // is -s * dy where weights clamp); the next forward puts it back at 0, so convert must too.
+  st::manual_seed(44);
+  auto model = std::make_unique<st::nn::Sequential>(st::nn::Linear(6, 5));
+  q::prepare_qat(*model, {.input_fake_quant = [] { return q::learnable_fake_quant(); },
+                          .weight_fake_quant = [](int64_t c) { return q::learnable_weight_fake_quant(c); }});
+  const st::Tensor x = st::randn({12, 6});
+  (*model)(x);
+  q::enable_param_learning(*model);
+  model->eval();
+  const st::Tensor fake = (*model)(x).detach();
+  auto& w = dynamic_cast<q::LearnableFakeQuantize&>(model->get_submodule("0.qat.weight_fake_quant"));
+  {
+    st::NoGradGuard no_grad;
+    w.zero_point.fill_(0.8);
+  }
+  EXPECT_TRUE(all_close(w.qparams().second.to(st::kFloat64), {0, 0, 0, 0, 0}, 0, 0));
+  EXPECT_TRUE(all_close((*model)(x), values(fake), 0, 0));  // the fake quant applies 0
+  {
+    st::NoGradGuard no_grad;
+    w.zero_point.fill_(0.8);
+  }
+  q::convert(*model);
+  EXPECT_TRUE(all_close((*model)(x), values(fake), 1e-4, 1e-4));
+}

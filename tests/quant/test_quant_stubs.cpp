@@ -165,3 +165,18 @@ TEST(QuantStub, BadInput) {
   EXPECT_EQ(dynamic_cast<q::QuantStub&>(only[0]).zero_point(), 64);  // -1 / (4 / 255) -> 63.75 -> 64
   EXPECT_TRUE(throws_with([&] { q::prepare(only); }, {"prepare", "QuantStub"}));
 }
+
+TEST(QuantStub, PrepareQatRefusingAStubsFakeQuantChangesNothing) {
+  // the layers take a per-channel input fake quant (convert refuses it later); a stub refuses it
+  // at once, before any layer is prepared
+  StubNet net;
+  const auto per_channel = [] {
+    return std::make_unique<q::FakeQuantize>(
+        std::make_unique<q::MovingAveragePerChannelMinMaxObserver>(q::per_channel_defaults(), 10));
+  };
+  EXPECT_TRUE(throws_with([&] { q::prepare_qat(net, {.input_fake_quant = per_channel}); },
+                          {"QuantStub", "per-tensor"}));
+  EXPECT_EQ(net.quant.stage(), q::QuantStub::Stage::Float);
+  EXPECT_EQ(net.named_modules().size(), 6u);  // the net and its five children: no form was added
+  EXPECT_EQ(q::prepare_qat(net), 3);
+}

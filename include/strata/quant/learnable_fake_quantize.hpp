@@ -53,7 +53,8 @@ class STRATA_API LearnableFakeQuantize : public FakeQuantize {
   explicit LearnableFakeQuantize(std::unique_ptr<Observer> observer, const LearnableOptions& options = {});
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "LearnableFakeQuantize"; }
-  /// The scale (clamped to eps) and the rounded, clamped zero point.
+  /// The scale (clamped to eps) and the rounded, clamped zero point (for a symmetric scheme its
+  /// symmetric code, which the forward applies).
   std::pair<Tensor, Tensor> qparams() const override;
 
   /// Whether scale and zero_point require grad (learning_enabled).
