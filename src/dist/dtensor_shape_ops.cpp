@@ -8,6 +8,7 @@
 #include <strata/ops/reduce.hpp>
 
 #include "dtensor_layout.h"
+#include "ops/view_shape.h"
 
 namespace strata::dist {
 

@@ -8,6 +8,7 @@
 
 #include "autograd/views.h"
 #include "core/tensor_internal.h"
+#include "ops/view_shape.h"
 
 namespace strata {
 

@@ -17,8 +17,6 @@ using Strides = std::vector<int64_t>;
 
 /// Product of the sizes; raises Error naming `op` on a negative size or int64 overflow.
 STRATA_API int64_t checked_numel(const Shape& shape, std::string_view op = "shape");
-/// `shape` with its one -1 entry inferred from `numel`; raises (naming `op`) where the count differs.
-STRATA_API Shape infer_shape(const Shape& shape, int64_t numel, std::string_view op);
 /// Row-major (C order) strides of a shape.
 STRATA_API Strides contiguous_strides(const Shape& shape);
 /// Maps a possibly negative dim into [0, ndim); raises Error naming `op` when out of range.
