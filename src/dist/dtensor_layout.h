@@ -61,7 +61,6 @@ Tensor redistribute_local(const Tensor& local, const DLayout& from, const std::v
 Tensor with_grad_layout(const Tensor& local, const DLayout& layout, const std::vector<Placement>& grad_from,
                         const std::vector<Placement>& grad_to);
 
-
 /// Partial(max) and Partial(min) read as Replicate (no linear op may keep them).
 Placement linear_or_replicate(const Placement& p);
 /// The local piece of `x` laid out as `target` for an op whose output is laid out as `out`; where

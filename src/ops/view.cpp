@@ -16,27 +16,6 @@ using autograd::Grads;
 using autograd::Saved;
 using detail::make_view;
 
-Shape infer_shape(const Shape& shape, int64_t numel, std::string_view op) {
-  Shape out = shape;
-  int64_t known = 1, infer = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) {
-      STRATA_CHECK(infer < 0, "[{}] only one dim may be -1 in {}", op, shape);
-      infer = static_cast<int64_t>(i);
-    } else {
-      STRATA_CHECK(out[i] >= 0, "[{}] invalid size {} in {}", op, out[i], shape);
-      known *= out[i];
-    }
-  }
-  if (infer >= 0) {
-    STRATA_CHECK(known != 0 && numel % known == 0, "[{}] cannot infer the -1 in {} for {} elements", op, shape, numel);
-    out[infer] = numel / known;
-  }
-  STRATA_CHECK(checked_numel(out, op) == numel, "[{}] shape {} is invalid for a tensor of {} elements", op, shape,
-               numel);
-  return out;
-}
-
 namespace {
 
 // A view of x that records `backward` for the gradient, then is marked a view of x's base for
@@ -84,6 +63,32 @@ bool non_overlapping(const Shape& shape, const Strides& strides) {
   }
   return true;
 }
+
+}  // namespace
+
+// Infers a -1 entry and checks the element count (also used by dist::reshape).
+Shape infer_shape(const Shape& shape, int64_t numel, std::string_view op) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      STRATA_CHECK(infer < 0, "[{}] only one dim may be -1 in {}", op, shape);
+      infer = static_cast<int64_t>(i);
+    } else {
+      STRATA_CHECK(out[i] >= 0, "[{}] invalid size {} in {}", op, out[i], shape);
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    STRATA_CHECK(known != 0 && numel % known == 0, "[{}] cannot infer the -1 in {} for {} elements", op, shape, numel);
+    out[infer] = numel / known;
+  }
+  STRATA_CHECK(checked_numel(out, op) == numel, "[{}] shape {} is invalid for a tensor of {} elements", op, shape,
+               numel);
+  return out;
+}
+
+namespace {
 
 // Strides for viewing (old shape, strides) as new_shape without a copy, if possible (the
 // algorithm of NumPy's _attempt_nocopy_reshape): each run of old dims that is contiguous in
