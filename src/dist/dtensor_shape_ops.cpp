@@ -2,6 +2,8 @@
 // softmax, log_softmax, layer_norm, reshape (view, unsqueeze, squeeze) and cross_entropy. A Shard
 // of a dim the op must see whole is gathered first (Partial reduced); other shards stay and the
 // op runs on the local pieces with strata's differentiable ops.
+#include <limits>
+
 #include <strata/nn/functional.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
@@ -209,7 +211,9 @@ DTensor cross_entropy(const DTensor& input, const DTensor& target, const F::Cros
                                  "sum"});
       count = DTensor::from_local(part, input.device_mesh(), batch, false, Shape{}).full_tensor();
     }
-    local = strata::div(local, count);
+    // nothing counted: NaN with a gradient of 0, as the whole op (count is the same on every rank)
+    local = count.item<double>() == 0 ? local * 0.0 + std::numeric_limits<double>::quiet_NaN()
+                                      : strata::div(local, count);
   }
   return result(input, local, {}, to);
 }

@@ -184,6 +184,24 @@ TEST(DTensorShapeOps, CrossEntropyOnABatchCutOrWhole) {
     }
 }
 
+TEST(DTensorShapeOps, CrossEntropyWithEveryTargetIgnoredIsNanWithZeroGradient) {
+  dist_testing::group();
+  auto mesh = dist::init_device_mesh("cpu", {4}, {"x"});
+  const Tensor logits = global_values({5, 3});
+  const Tensor labels = full({5}, 1, TensorOptions(kInt64));
+  Tensor r = logits.clone().requires_grad_();
+  Tensor want = F::cross_entropy(r, labels, {.ignore_index = 1});
+  want.backward();
+  for (const Placement& p : {Shard(0), Replicate()}) {
+    DTensor x = make_dtensor(logits, {p}, mesh, true);
+    DTensor out = dist::cross_entropy(x, make_dtensor(labels, {p}, mesh), {.ignore_index = 1});
+    EXPECT_TRUE(std::isnan(out.full_tensor().item<double>())) << p.str();
+    out.to_local().sum().backward();
+    EXPECT_TRUE(close(x.grad().to_local(), expected_local(r.grad(), {p}, mesh))) << p.str();
+  }
+  EXPECT_TRUE(std::isnan(want.item<double>()));
+}
+
 TEST(DTensorShapeOps, BadArgumentsRaiseOnEveryRank) {
   dist_testing::group();
   auto mesh = dist::init_device_mesh("cpu", {2, 2}, {"dp", "tp"});
