@@ -85,6 +85,7 @@
 #include <strata/dist/device_mesh.hpp>
 #include <strata/dist/dtensor.hpp>
 #include <strata/dist/dtensor_parallel.hpp>
+#include <strata/dist/dtensor_state_dict.hpp>
 #include <strata/dist/fsdp.hpp>
 #include <strata/dist/pipeline.hpp>
 #include <strata/dist/process_group.hpp>

@@ -4,10 +4,15 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <strata/dist/dtensor.hpp>
+
+namespace strata::nn {
+class Linear;
+}
 
 namespace strata::dist {
 
@@ -55,6 +60,20 @@ Tensor redistribute_local(const Tensor& local, const DLayout& from, const std::v
 /// Identity forward; backward redistributes the gradient from `grad_from` to `grad_to`.
 Tensor with_grad_layout(const Tensor& local, const DLayout& layout, const std::vector<Placement>& grad_from,
                         const std::vector<Placement>& grad_to);
+
+/// Partial(max) and Partial(min) read as Replicate (no linear op may keep them).
+Placement linear_or_replicate(const Placement& p);
+/// The local piece of `x` laid out as `target` for an op whose output is laid out as `out`; where
+/// it is Replicate and the output not, its gradient is all-reduced in backward (Megatron's "f").
+Tensor operand(const DTensor& x, const std::vector<Placement>& target, const std::vector<Placement>& out);
+/// A DTensor on `like`'s mesh holding `local`.
+DTensor result(const DTensor& like, Tensor local, Shape shape, std::vector<Placement> placements);
+
+/// The global layouts of a tensor-parallel Linear's weight and bias; nullopt for any other Linear.
+struct LinearLayouts {
+  DLayout weight, bias;
+};
+std::optional<LinearLayouts> tensor_parallel_layouts(const nn::Linear& layer);
 
 }  // namespace dtensor_detail
 }  // namespace strata::dist

@@ -14,6 +14,34 @@ namespace strata::dist {
 
 using namespace dtensor_detail;
 
+namespace dtensor_detail {
+
+// Partial(max) and Partial(min) parts cannot go through a linear op: reduce them first.
+Placement linear_or_replicate(const Placement& p) {
+  return p.is_partial() && (p.reduce_op == ReduceOp::Max || p.reduce_op == ReduceOp::Min) ? Replicate() : p;
+}
+
+// The local piece of `x` laid out as `target`. Where it is Replicate along a mesh dim and the
+// output is not, each rank's gradient for it is one part of the whole, all-reduced in backward
+// (Megatron's "f": identity forward, all-reduce backward).
+Tensor operand(const DTensor& x, const std::vector<Placement>& target, const std::vector<Placement>& out) {
+  DLayout layout = DTensorAccess::layout(x);
+  Tensor local = redistribute_local(DTensorAccess::local(x), layout, target);
+  layout.placements = target;
+  std::vector<Placement> grad_from = grad_placements(target);
+  for (size_t i = 0; i < target.size(); ++i)
+    if (target[i].is_replicate() && !out[i].is_replicate())
+      grad_from[i] = Partial(out[i].is_partial() && out[i].reduce_op == ReduceOp::Avg ? ReduceOp::Avg : ReduceOp::Sum);
+  return with_grad_layout(local, layout, grad_from, grad_placements(target));
+}
+
+DTensor result(const DTensor& like, Tensor local, Shape shape, std::vector<Placement> placements) {
+  return DTensorAccess::make(std::move(local), {DTensorAccess::layout(like).mesh, std::move(shape),
+                                                std::move(placements)});
+}
+
+}  // namespace dtensor_detail
+
 namespace {
 
 using Placements = std::vector<Placement>;
@@ -24,30 +52,6 @@ void check_operands(const char* op, const DTensor& a, const DTensor& b) {
                "[{}] the operands live on different device meshes (shapes {} and {}); redistribute one first", op,
                text(a.device_mesh().shape()),
                text(b.device_mesh().shape()));
-}
-
-// Partial(max) and Partial(min) parts cannot go through a linear op: reduce them first.
-Placement linear_or_replicate(const Placement& p) {
-  return p.is_partial() && (p.reduce_op == ReduceOp::Max || p.reduce_op == ReduceOp::Min) ? Replicate() : p;
-}
-
-// The local piece of `x` laid out as `target`. Where it is Replicate along a mesh dim and the
-// output is not, each rank's gradient for it is one part of the whole, all-reduced in backward
-// (Megatron's "f": identity forward, all-reduce backward).
-Tensor operand(const DTensor& x, const Placements& target, const Placements& out) {
-  DLayout layout = DTensorAccess::layout(x);
-  Tensor local = redistribute_local(DTensorAccess::local(x), layout, target);
-  layout.placements = target;
-  Placements grad_from = grad_placements(target);
-  for (size_t i = 0; i < target.size(); ++i)
-    if (target[i].is_replicate() && !out[i].is_replicate())
-      grad_from[i] = Partial(out[i].is_partial() && out[i].reduce_op == ReduceOp::Avg ? ReduceOp::Avg : ReduceOp::Sum);
-  return with_grad_layout(local, layout, grad_from, grad_placements(target));
-}
-
-DTensor result(const DTensor& like, Tensor local, Shape shape, Placements placements) {
-  return DTensorAccess::make(std::move(local), {DTensorAccess::layout(like).mesh, std::move(shape),
-                                                std::move(placements)});
 }
 
 // `x`'s placement along one mesh dim, seen in the dims of a broadcast output `out` (x's dims
@@ -121,6 +125,41 @@ DTensor relu(const DTensor& x) {
 
 DTensor gelu(const DTensor& x, std::string_view approximate) {
   return pointwise("gelu", x, [&](const Tensor& t) { return strata::gelu(t, approximate); });
+}
+
+DTensor exp(const DTensor& x) {
+  return pointwise("exp", x, [](const Tensor& t) { return strata::exp(t); });
+}
+
+DTensor tanh(const DTensor& x) {
+  return pointwise("tanh", x, [](const Tensor& t) { return strata::tanh(t); });
+}
+
+// Linear in x: Partial(sum/avg) parts are scaled as they are; max and min are reduced first,
+// except under neg, which turns a max of parts into a min of their negations.
+template <class Fn>
+DTensor scaled(const char* op, const DTensor& x, bool negates, Fn fn) {
+  STRATA_CHECK(x.defined(), "[{}] the input is an undefined DTensor", op);
+  Placements target, to;
+  for (const Placement& p : x.placements()) {
+    const bool extreme = p.is_partial() && (p.reduce_op == ReduceOp::Max || p.reduce_op == ReduceOp::Min);
+    target.push_back(extreme && !negates ? Replicate() : p);
+    to.push_back(extreme && negates ? Partial(p.reduce_op == ReduceOp::Max ? ReduceOp::Min : ReduceOp::Max)
+                                    : target.back());
+  }
+  return result(x, fn(operand(x, target, to)), x.shape(), to);
+}
+
+DTensor neg(const DTensor& x) {
+  return scaled("neg", x, true, [](const Tensor& t) { return strata::neg(t); });
+}
+
+DTensor mul(const DTensor& x, Scalar s) {
+  return scaled("mul", x, false, [&](const Tensor& t) { return strata::mul(t, s); });
+}
+
+DTensor div(const DTensor& x, Scalar s) {
+  return scaled("div", x, false, [&](const Tensor& t) { return strata::div(t, s); });
 }
 
 // Per mesh dim, in order of preference (a (*, K) @ b (K, N), k = a's last dim):

@@ -38,6 +38,11 @@ class TensorParallelLinear final : public nn::LinearForm {
   bool replaces_weight() const override { return false; }
   std::string name() const override { return colwise_ ? "ColwiseParallel" : "RowwiseParallel"; }
 
+  LinearLayouts layouts() const {
+    auto mesh = std::make_shared<const DeviceMesh>(mesh_);
+    return {{mesh, {out_, in_}, {colwise_ ? Shard(0) : Shard(1)}}, {mesh, {out_}, {colwise_ ? Shard(0) : Replicate()}}};
+  }
+
  private:
   DeviceMesh mesh_;
   bool colwise_;
@@ -96,6 +101,15 @@ bool matches(const std::string& pattern, const std::string& path) {
 }
 
 }  // namespace
+
+namespace dtensor_detail {
+
+std::optional<LinearLayouts> tensor_parallel_layouts(const nn::Linear& layer) {
+  const auto* form = dynamic_cast<const TensorParallelLinear*>(layer.form());
+  return form ? std::optional<LinearLayouts>(form->layouts()) : std::nullopt;
+}
+
+}  // namespace dtensor_detail
 
 nn::Module& parallelize_module(nn::Module& module, const DeviceMesh& mesh,
                                const std::map<std::string, ParallelStyle>& plan) {

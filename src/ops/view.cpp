@@ -8,6 +8,7 @@
 
 #include "autograd/views.h"
 #include "core/tensor_internal.h"
+#include "ops/view_shape.h"
 
 namespace strata {
 
@@ -63,7 +64,9 @@ bool non_overlapping(const Shape& shape, const Strides& strides) {
   return true;
 }
 
-// Infers a -1 entry and checks the element count.
+}  // namespace
+
+// Infers a -1 entry and checks the element count (also used by dist::reshape).
 Shape infer_shape(const Shape& shape, int64_t numel, std::string_view op) {
   Shape out = shape;
   int64_t known = 1, infer = -1;
@@ -84,6 +87,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, std::string_view op) {
                numel);
   return out;
 }
+
+namespace {
 
 // Strides for viewing (old shape, strides) as new_shape without a copy, if possible (the
 // algorithm of NumPy's _attempt_nocopy_reshape): each run of old dims that is contiguous in

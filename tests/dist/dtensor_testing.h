@@ -63,6 +63,38 @@ inline std::vector<Placements> all_combinations(const Placements& choices, int m
   return out;
 }
 
+// Shard of every dim, Replicate and Partial.
+inline Placements choices_for(const Shape& shape) {
+  Placements c{dist::Replicate(), dist::Partial()};
+  for (size_t d = 0; d < shape.size(); ++d) c.push_back(dist::Shard(static_cast<int64_t>(d)));
+  return c;
+}
+
+// The output's pieces summed against the loss weights' blocks: the gradient of sum(out * w).
+inline void backward_through_pieces(const dist::DTensor& out, const Tensor& w) {
+  Placements read;
+  for (const Placement& p : out.placements()) read.push_back(p.is_partial() ? dist::Replicate() : p);
+  (out.to_local() * expected_local(w, read, out.device_mesh())).sum().backward();
+}
+
+// Linear(6, hidden), ReLU, Linear(hidden, 5) in float64, the same weights on every rank.
+struct Mlp {
+  nn::Sequential net;
+  explicit Mlp(int64_t hidden) {
+    Generator g1(3), g2(4);
+    net.push_back(nn::Linear(6, hidden, {.generator = &g1}));
+    net.push_back(nn::ReLU());
+    net.push_back(nn::Linear(hidden, 5, {.generator = &g2}));
+    net.to(kFloat64);
+  }
+  nn::Linear& fc(int i) { return dynamic_cast<nn::Linear&>(net.get_submodule(std::to_string(i))); }
+};
+
+// The block of `whole` this rank holds when cut along `dim` over `tp` (torch.chunk's pieces).
+inline Tensor block(const Tensor& whole, int64_t dim, const dist::DeviceMesh& tp) {
+  return expected_local(whole, {dist::Shard(dim)}, tp);
+}
+
 // A float64 tensor with distinct values, the same on every rank.
 inline Tensor global_values(const Shape& shape, double phase = 0.0) {
   int64_t n = 1;

@@ -13,23 +13,6 @@ using namespace dtensor_testing;
 using dist::Replicate;
 using dist::Shard;
 
-struct Mlp {
-  nn::Sequential net;
-  explicit Mlp(int64_t hidden) {
-    Generator g1(3), g2(4);
-    net.push_back(nn::Linear(6, hidden, {.generator = &g1}));
-    net.push_back(nn::ReLU());
-    net.push_back(nn::Linear(hidden, 5, {.generator = &g2}));
-    net.to(kFloat64);
-  }
-  nn::Linear& fc(int i) { return dynamic_cast<nn::Linear&>(net.get_submodule(std::to_string(i))); }
-};
-
-// The block of `whole` this rank holds when cut along `dim` over `tp` (torch.chunk's pieces).
-Tensor block(const Tensor& whole, int64_t dim, const dist::DeviceMesh& tp) {
-  return expected_local(whole, {Shard(dim)}, tp);
-}
-
 void check_mlp(const dist::DeviceMesh& tp, int64_t hidden) {
   Mlp whole(hidden), parallel(hidden);
   dist::parallelize_module(parallel.net, tp, {{"0", dist::ColwiseParallel{}}, {"2", dist::RowwiseParallel{}}});

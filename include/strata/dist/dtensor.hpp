@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <strata/dist/device_mesh.hpp>
+#include <strata/nn/functional.hpp>
 
 namespace strata::dist {
 
@@ -137,8 +138,44 @@ STRATA_API DTensor sum(const DTensor& x, const std::vector<int64_t>& dims = {}, 
 /// dims dim0 and dim1 swapped, shard dims with them; no communication.
 STRATA_API DTensor transpose(const DTensor& x, int64_t dim0, int64_t dim1);
 
+/// exp and tanh reduce Partial operands first; neg and scalar mul/div keep Partial(sum/avg) (neg
+/// turns Partial(max) into Partial(min)). Shards and replicas stay.
+STRATA_API DTensor exp(const DTensor& x);
+STRATA_API DTensor tanh(const DTensor& x);
+STRATA_API DTensor neg(const DTensor& x);
+STRATA_API DTensor mul(const DTensor& x, Scalar s);
+STRATA_API DTensor div(const DTensor& x, Scalar s);
+/// Mean over `dims` (all when empty): sum, then divided by the count, so a sharded dim averaged
+/// becomes Partial(sum) of the local sums over the global count.
+STRATA_API DTensor mean(const DTensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// Softmax / log-softmax over `dim`: a Shard of `dim` is gathered (Replicate) first, Partial
+/// reduced; other shards stay.
+STRATA_API DTensor softmax(const DTensor& x, int64_t dim);
+STRATA_API DTensor log_softmax(const DTensor& x, int64_t dim);
+/// Layer norm over the trailing `normalized_shape` dims: Shards of those dims are gathered first;
+/// weight and bias (optional, of normalized_shape) are replicated.
+STRATA_API DTensor layer_norm(const DTensor& x, const Shape& normalized_shape, const DTensor& weight = DTensor(),
+                              const DTensor& bias = DTensor(), double eps = 1e-5);
+/// The same elements in `shape` (one -1 inferred). A sharded dim stays sharded where it is kept
+/// whole, or is the leading dim of a merge or split whose leading sizes divide evenly over the mesh
+/// dim; otherwise it is gathered first. view is reshape (pieces may be non-contiguous).
+STRATA_API DTensor reshape(const DTensor& x, const Shape& shape);
+inline DTensor view(const DTensor& x, const Shape& shape) { return reshape(x, shape); }
+STRATA_API DTensor unsqueeze(const DTensor& x, int64_t dim);
+/// Removes `dim` (all size-1 dims without one) if its size is 1; a Shard of it becomes Replicate.
+STRATA_API DTensor squeeze(const DTensor& x, std::optional<int64_t> dim = std::nullopt);
+/// Cross entropy of logits (N, C) against class indices (N) or probabilities (N, C), the batch
+/// Replicate or Shard(0) (a Shard of the classes is gathered). "mean" and "sum" give a Replicate
+/// loss where no mesh dim shards the batch, else Partial(sum) (the mean divides by the global
+/// count of targets, or their summed class weights); "none" gives (N) laid out as the batch.
+STRATA_API DTensor cross_entropy(const DTensor& input, const DTensor& target,
+                                 const nn::functional::CrossEntropyOptions& options = {});
+
 inline DTensor operator+(const DTensor& a, const DTensor& b) { return add(a, b); }
 inline DTensor operator-(const DTensor& a, const DTensor& b) { return sub(a, b); }
 inline DTensor operator*(const DTensor& a, const DTensor& b) { return mul(a, b); }
+inline DTensor operator*(const DTensor& a, Scalar s) { return mul(a, s); }
+inline DTensor operator/(const DTensor& a, Scalar s) { return div(a, s); }
+inline DTensor operator-(const DTensor& a) { return neg(a); }
 
 }  // namespace strata::dist
