@@ -243,11 +243,13 @@ struct BackwardHookCall {
   }
 
   // The hooks on `grads` (those of input_slots); returns the gradients they leave, of input_slots.
-  std::vector<Tensor> run(const std::vector<Tensor>& grads) const {
+  std::vector<Tensor> run(const std::vector<Tensor>& grads) {
     std::vector<Tensor> grad_inputs = spread(grads, input_slots, num_inputs);
     // undefined output gradients when the gradient reached the inputs without the outputs (a
-    // tensor forward kept elsewhere)
-    const std::vector<Tensor> outs = grad_outputs.empty() ? std::vector<Tensor>(num_outputs) : grad_outputs;
+    // tensor forward kept elsewhere); taken, not kept: a later backward has its own, and the
+    // graph does not hold them once the hooks ran
+    const std::vector<Tensor> outs = grad_outputs.empty() ? std::vector<Tensor>(num_outputs) : std::move(grad_outputs);
+    grad_outputs.clear();
     for (const auto& list : hooks)
       if (list)
         for (const auto& e : *list)

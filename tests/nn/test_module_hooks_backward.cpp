@@ -273,3 +273,22 @@ TEST(ModuleBackwardHooks, PreHookReturningAnUndefinedGradientStopsIt) {
   EXPECT_TRUE(all_close(a.grad(), {1, 1, 1}, 0, 0));  // d/da (a + b) only
   EXPECT_TRUE(all_close(b.grad(), {1, 1, 1}, 0, 0));
 }
+
+// A call's output gradients are its backward's: a later backward that reaches the inputs without
+// the outputs (through a tensor the forward kept) sees them undefined, not the earlier ones.
+TEST(ModuleBackwardHooks, ALaterBackwardDoesNotSeeAnEarlierOnesOutputGradients) {
+  struct Keeping : nn::Module {
+    Tensor kept;
+    Tensor forward(const Tensor& x) override {
+      kept = x;
+      return x * 2.0;
+    }
+  } m;
+  std::vector<bool> defined;
+  m.register_full_backward_hook([&](nn::Module&, const Tensor&, const Tensor& g) { defined.push_back(g.defined()); });
+  Tensor x = from_vector<double>({1, 2}).requires_grad_();
+  m(x).sum().backward();
+  m.kept.sum().backward();
+  EXPECT_EQ(defined, (std::vector<bool>{true, false}));
+  EXPECT_TRUE(all_close(x.grad(), {3, 3}, 0, 0));
+}
