@@ -460,8 +460,9 @@ LoadResult Module::load_state_dict(const StateDict& given, bool strict) {
     StateDictHooks::load_post(*this, keys);
     raise_for(StateDictCheck{keys, {}, {}}.problems(strict));
   } catch (...) {
+    // last written first: a tensor under two names (tied weights) ends with the value it had
     NoGradGuard no_grad;
-    for (auto& [t, old] : written) t.copy_(old);
+    for (auto it = written.rbegin(); it != written.rend(); ++it) it->first.copy_(it->second);
     throw;
   }
   return keys;

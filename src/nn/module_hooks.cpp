@@ -205,12 +205,18 @@ struct BackwardHookCall {
   }
 
   // The entries of `full` at `slots`, checked against the shapes, dtypes and devices of `grads`
-  // (the engine's), as the engine checks a tensor hook's result.
+  // (the engine's), as the engine checks a tensor hook's result; `allow_undefined`: an undefined
+  // entry passes (no gradient flows there, as torch's None).
   std::vector<Tensor> gather(const std::vector<Tensor>& full, const std::vector<size_t>& slots,
-                             const std::vector<Tensor>& grads, const char* hook, const char* of) const {
+                             const std::vector<Tensor>& grads, const char* hook, const char* of,
+                             bool allow_undefined = false) const {
     std::vector<Tensor> out;
     for (size_t i = 0; i < slots.size(); ++i) {
       const Tensor &g = full[slots[i]], &want = grads[i];
+      if (allow_undefined && !g.defined()) {
+        out.emplace_back();
+        continue;
+      }
       STRATA_CHECK(g.defined() && g.shape() == want.shape() && g.dtype() == want.dtype() && g.device() == want.device(),
                    "[{}] a {} must return a gradient of shape {} ({}, {}) for {} {}, got {}", module->name(), hook,
                    want.shape(), want.dtype(), want.device(), of, slots[i],
@@ -222,7 +228,7 @@ struct BackwardHookCall {
   }
 
   // The pre-hooks on `grads` (those of output_slots); keeps the result as grad_outputs and returns
-  // it, of output_slots.
+  // it, of output_slots. A pre-hook may leave an output's gradient undefined (torch's None).
   std::vector<Tensor> run_pre(const std::vector<Tensor>& grads) {
     grad_outputs = spread(grads, output_slots, num_outputs);
     for (const auto& list : pre_hooks)
@@ -233,15 +239,17 @@ struct BackwardHookCall {
                          "got {}", module->name(), num_outputs, r->size());
             for (size_t i : output_slots) grad_outputs[i] = std::move((*r)[i]);
           }
-    return gather(grad_outputs, output_slots, grads, "backward pre-hook", "output");
+    return gather(grad_outputs, output_slots, grads, "backward pre-hook", "output", /*allow_undefined=*/true);
   }
 
   // The hooks on `grads` (those of input_slots); returns the gradients they leave, of input_slots.
-  std::vector<Tensor> run(const std::vector<Tensor>& grads) const {
+  std::vector<Tensor> run(const std::vector<Tensor>& grads) {
     std::vector<Tensor> grad_inputs = spread(grads, input_slots, num_inputs);
     // undefined output gradients when the gradient reached the inputs without the outputs (a
-    // tensor forward kept elsewhere)
-    const std::vector<Tensor> outs = grad_outputs.empty() ? std::vector<Tensor>(num_outputs) : grad_outputs;
+    // tensor forward kept elsewhere); taken, not kept: a later backward has its own, and the
+    // graph does not hold them once the hooks ran
+    const std::vector<Tensor> outs = grad_outputs.empty() ? std::vector<Tensor>(num_outputs) : std::move(grad_outputs);
+    grad_outputs.clear();
     for (const auto& list : hooks)
       if (list)
         for (const auto& e : *list)

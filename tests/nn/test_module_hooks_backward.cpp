@@ -2,8 +2,11 @@
 // torch's, prepend), a replaced grad_output against the input and weight gradients computed by
 // hand in float64, multi-output calls with an output that needs no gradient, removal (while
 // running too), the call path without hooks, and errors raised in hooks.
+#include <algorithm>
 #include <string>
 #include <vector>
+
+#include <strata/memory/checkpoint.hpp>
 
 #include "nn/nn_testing.h"
 
@@ -218,4 +221,74 @@ TEST(ModuleBackwardHooks, ErrorsInHooksPropagateAndLeaveTheModuleUsable) {
   EXPECT_TRUE(all_close(lin.weight.grad(), {3 * 1, 3 * -2, -1 * 1, -1 * -2}, 1e-12, 0));  // c^T x
   EXPECT_FALSE(lin.has_hooks());
   EXPECT_FALSE(nn::has_global_forward_hooks());
+}
+
+// A module called twice in one step runs each call's hooks with that call's gradients; a
+// checkpointed call runs them once (the recomputed graph is never run backward).
+TEST(ModuleBackwardHooks, EachCallRunsItsOwnHooksAndACheckpointedCallRunsThemOnce) {
+  nn::Linear lin = known_linear();
+  std::vector<std::vector<double>> pre_seen;
+  int full_calls = 0;
+  lin.register_full_backward_pre_hook([&](nn::Module&, const Tensor& g) {
+    pre_seen.push_back(values(g));
+    return g * 2.0;
+  });
+  lin.register_full_backward_hook([&](nn::Module&, const Tensor&, const Tensor&) { ++full_calls; });
+  Tensor x = from_vector<double>({1, -2}, Shape{1, 2}).requires_grad_();
+  Tensor y1 = lin(x), y2 = lin(x);
+  ((y1 * from_vector<double>({1, 2}, Shape{1, 2})).sum() + (y2 * from_vector<double>({3, 4}, Shape{1, 2})).sum())
+      .backward();
+  ASSERT_EQ(pre_seen.size(), 2u);
+  std::sort(pre_seen.begin(), pre_seen.end());
+  EXPECT_EQ(pre_seen[0], (std::vector<double>{1, 2}));
+  EXPECT_EQ(pre_seen[1], (std::vector<double>{3, 4}));
+  EXPECT_EQ(full_calls, 2);
+  EXPECT_TRUE(all_close(lin.bias.grad(), {2 * (1 + 3), 2 * (2 + 4)}, 1e-12, 0));
+
+  pre_seen.clear();
+  full_calls = 0;
+  lin.zero_grad();
+  Tensor c = memory::checkpoint([&](const Tensor& in) { return lin(in); }, x);
+  (c * from_vector<double>({1, 2}, Shape{1, 2})).sum().backward();
+  EXPECT_EQ(pre_seen.size(), 1u);
+  EXPECT_EQ(full_calls, 1);
+  EXPECT_TRUE(all_close(lin.bias.grad(), {2, 4}, 1e-12, 0));
+}
+
+// As torch's, a pre-hook may return an undefined gradient (None) for an output: no gradient
+// flows back from it, and the full backward hooks see it undefined.
+TEST(ModuleBackwardHooks, PreHookReturningAnUndefinedGradientStopsIt) {
+  ThreeOutputs m;
+  Tensor a = from_vector<double>({1, -2, 3}).requires_grad_(), b = from_vector<double>({0.5, 4, -1}).requires_grad_();
+  m.register_full_backward_pre_hook([](nn::Module&, std::vector<Tensor>& g) {
+    return std::vector<Tensor>{Tensor(), g[1], g[2]};
+  });
+  bool first_undefined = false;
+  m.register_full_backward_hook([&](nn::Module&, std::vector<Tensor>&, const std::vector<Tensor>& g) {
+    first_undefined = !g[0].defined();
+  });
+  std::vector<Tensor> out = m(a, b);
+  (out[0].sum() + out[1].sum()).backward();
+  EXPECT_TRUE(first_undefined);
+  EXPECT_TRUE(all_close(a.grad(), {1, 1, 1}, 0, 0));  // d/da (a + b) only
+  EXPECT_TRUE(all_close(b.grad(), {1, 1, 1}, 0, 0));
+}
+
+// A call's output gradients are its backward's: a later backward that reaches the inputs without
+// the outputs (through a tensor the forward kept) sees them undefined, not the earlier ones.
+TEST(ModuleBackwardHooks, ALaterBackwardDoesNotSeeAnEarlierOnesOutputGradients) {
+  struct Keeping : nn::Module {
+    Tensor kept;
+    Tensor forward(const Tensor& x) override {
+      kept = x;
+      return x * 2.0;
+    }
+  } m;
+  std::vector<bool> defined;
+  m.register_full_backward_hook([&](nn::Module&, const Tensor&, const Tensor& g) { defined.push_back(g.defined()); });
+  Tensor x = from_vector<double>({1, 2}).requires_grad_();
+  m(x).sum().backward();
+  m.kept.sum().backward();
+  EXPECT_EQ(defined, (std::vector<bool>{true, false}));
+  EXPECT_TRUE(all_close(x.grad(), {3, 3}, 0, 0));
 }

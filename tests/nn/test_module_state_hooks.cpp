@@ -226,3 +226,25 @@ TEST(StateDictHooks, CheckAndCheckpointsSeeTheLoadPreHooks) {
   EXPECT_TRUE(cleared.check_state_dict(unrenamed).empty());
   EXPECT_NO_THROW(cleared.load_state_dict(unrenamed));
 }
+
+// A child registered under two names (tied weights) is written once per name; when the strict
+// check after the post-hooks raises, the value before the load comes back, not the first name's.
+TEST(StateDictHooks, FailedLoadPutsBackTiedWeightsAsTheyWere) {
+  struct Tied : nn::Module {
+    nn::Linear a{2, 2};
+    Tied() {
+      register_module("a", a);
+      register_module("tied", a);
+      to(kFloat64);
+    }
+    Tensor forward(const Tensor& x) override { return a(x); }
+  } m;
+  const std::vector<double> weight = values(m.a.weight), bias = values(m.a.bias);
+  nn::StateDict dict = m.state_dict();
+  ASSERT_TRUE(dict.count("a.weight") && dict.count("tied.weight"));
+  for (auto& [k, t] : dict) t = t + 5.0;
+  m.register_load_state_dict_post_hook([](nn::Module&, nn::LoadResult& keys) { keys.missing_keys.push_back("x"); });
+  EXPECT_TRUE(throws_with([&] { m.load_state_dict(dict); }, {"missing keys: x"}));
+  EXPECT_EQ(values(m.a.weight), weight);
+  EXPECT_EQ(values(m.a.bias), bias);
+}
