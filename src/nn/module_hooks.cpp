@@ -17,15 +17,15 @@ std::atomic<int> global_hook_count{0};
 
 namespace {
 
-std::mutex global_mutex;
-
+// Never destroyed: a module called (or a handle removed) during static destruction, after this
+// file's statics are gone, still finds the registry and its mutex.
 const std::shared_ptr<HookRegistry>& global_registry() {
-  static const std::shared_ptr<HookRegistry> registry = [] {
+  static const auto* registry = new std::shared_ptr<HookRegistry>([] {
     auto r = std::make_shared<HookRegistry>();
-    r->mutex = &global_mutex;
+    r->mutex = new std::mutex;
     return r;
-  }();
-  return registry;
+  }());
+  return *registry;
 }
 
 void recount_global(const HookRegistry& r) {
@@ -57,7 +57,7 @@ template <class Hook> void remove_from(HookList<Hook>& list, uint64_t id) {
 
 RemovableHandle add_global_hook(ForwardPreArgsHook hook) {
   const auto& r = global_registry();
-  std::lock_guard<std::mutex> lock(global_mutex);
+  std::lock_guard<std::mutex> lock(*r->mutex);
   RemovableHandle h = add_to(r, r->pre, std::move(hook), false);
   recount_global(*r);
   return h;
@@ -65,7 +65,7 @@ RemovableHandle add_global_hook(ForwardPreArgsHook hook) {
 
 RemovableHandle add_global_hook(ForwardArgsHook hook, bool always_call) {
   const auto& r = global_registry();
-  std::lock_guard<std::mutex> lock(global_mutex);
+  std::lock_guard<std::mutex> lock(*r->mutex);
   RemovableHandle h = add_to(r, r->post, std::move(hook), false, always_call);
   recount_global(*r);
   return h;
@@ -73,7 +73,7 @@ RemovableHandle add_global_hook(ForwardArgsHook hook, bool always_call) {
 
 RemovableHandle add_global_hook(BackwardArgsHook hook) {
   const auto& r = global_registry();
-  std::lock_guard<std::mutex> lock(global_mutex);
+  std::lock_guard<std::mutex> lock(*r->mutex);
   RemovableHandle h = add_to(r, r->backward, std::move(hook), false);
   recount_global(*r);
   return h;
@@ -81,7 +81,7 @@ RemovableHandle add_global_hook(BackwardArgsHook hook) {
 
 RemovableHandle add_global_backward_pre_hook(BackwardPreArgsHook hook) {
   const auto& r = global_registry();
-  std::lock_guard<std::mutex> lock(global_mutex);
+  std::lock_guard<std::mutex> lock(*r->mutex);
   RemovableHandle h = add_to(r, r->backward_pre, std::move(hook), false);
   recount_global(*r);
   return h;
@@ -327,7 +327,7 @@ std::vector<Tensor> Module::run_hooked(std::vector<Tensor> inputs,
     backward[at] = r.backward;
   };
   if (has_global_forward_hooks()) {
-    std::lock_guard<std::mutex> lock(hook_detail::global_mutex);
+    std::lock_guard<std::mutex> lock(*hook_detail::global_registry()->mutex);
     take(*hook_detail::global_registry(), 0);
   }
   if (hooks_) take(*hooks_, 1);
