@@ -111,11 +111,14 @@ struct Access {
     list.cache_generation_ = generation;
     return list.target_;
   }
+  // Points the member at `value`, computed without grad: a cached() scope recomputes it.
+  static void settle(ParametrizationList& list, const Tensor& value) {
+    point_at(list.target_, value);
+    list.cache_generation_ = 0;
+  }
   static void refresh_without_grad(ParametrizationList& list) {
     NoGradGuard no_grad;
-    list.cache_generation_ = 0;
-    refresh(list);
-    list.cache_generation_ = 0;  // the value has no history: a cached() scope recomputes it
+    settle(list, list.compute());
   }
 
   static void register_first(Module& module, const std::string& name, std::unique_ptr<Module> p, bool unsafe) {
@@ -150,10 +153,12 @@ struct Access {
     list->was_buffer_ = is_buffer;
     list->buffer_persistent_ = persistent;
     list->target_ = target;
-    if (!unsafe) {
+    Tensor value;  // computed (unsafe too) before the module changes, as it may raise
+    {
       NoGradGuard no_grad;
-      check_like(op, fmt::format("the parametrized \"{}\"", name).c_str(), list->compute(), target);
+      value = list->compute();
     }
+    if (!unsafe) check_like(op, fmt::format("the parametrized \"{}\"", name).c_str(), value, target);
     // every check passed: from here on nothing raises
     if (is_buffer) {
       module.remove_buffer(name);
@@ -169,18 +174,20 @@ struct Access {
           },
           /*prepend=*/true);
     }
-    refresh_without_grad(dict->add(name, std::move(list)));
+    settle(dict->add(name, std::move(list)), value);
   }
 
   static void register_next(ParametrizationList& list, const std::string& name, std::unique_ptr<Module> p,
                             bool unsafe) {
     constexpr const char* op = "register_parametrization";
-    if (!unsafe) {
+    Tensor x;  // computed (unsafe too) before the chain changes, as it may raise
+    {
       NoGradGuard no_grad;
       const Tensor y = list.compute();
-      const Tensor x = (*p)(y);
-      check_like(op, fmt::format("{} applied to \"{}\"", p->name(), name).c_str(), x, y);
-      if (Parametrization* inverse = with_inverse(*p)) {
+      x = (*p)(y);
+      Parametrization* inverse = unsafe ? nullptr : with_inverse(*p);
+      if (!unsafe) check_like(op, fmt::format("{} applied to \"{}\"", p->name(), name).c_str(), x, y);
+      if (inverse) {
         std::vector<Tensor> z = inverse->right_inverse(x);
         STRATA_CHECK(z.size() == 1, "[{}] right_inverse of {} returned {} tensors; only the first parametrization "
                      "of a tensor may return several", op, p->name(), z.size());
@@ -189,7 +196,7 @@ struct Access {
     }
     add_item(list, std::move(p));
     list.unsafe_ = list.unsafe_ || unsafe;
-    refresh_without_grad(list);
+    settle(list, x);
   }
 
   static void remove(Module& module, const std::string& name, bool leave_parametrized) {

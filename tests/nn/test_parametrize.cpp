@@ -46,6 +46,11 @@ struct Flatten : nn::Module {
   Tensor forward(const Tensor& x) override { return x.flatten(); }
 };
 
+// A parametrization whose forward raises.
+struct Raises : nn::Module {
+  Tensor forward(const Tensor&) override { detail::throw_error("[Raises] refused"); }
+};
+
 nn::Linear linear64(int64_t in, int64_t out, uint64_t seed) {
   Generator g(seed);
   nn::LinearOptions o;
@@ -266,3 +271,25 @@ TEST(Parametrize, ABufferStaysABuffer) {
   EXPECT_EQ(keys(m.state_dict()), (std::set<std::string>{"stats"}));
   EXPECT_TRUE(all_close(m.named_buffers()[0].second, {3, 6}, 0, 0));
 }
+
+TEST(Parametrize, AnUnsafeRegistrationWhoseForwardRaisesChangesNothing) {
+  nn::Linear lin = linear64(3, 2, 14);
+  EXPECT_TRUE(throws_with([&] { P::register_parametrization(lin, "weight", std::make_unique<Raises>(), true); },
+                          {"refused"}));
+  EXPECT_FALSE(P::is_parametrized(lin));
+  EXPECT_FALSE(lin.has_hooks());
+  EXPECT_EQ(keys(lin.state_dict()), (std::set<std::string>{"bias", "weight"}));
+  EXPECT_EQ(lin.parameters().size(), 2u);
+  EXPECT_TRUE(lin.weight.is_leaf());
+
+  // appended to a parametrized tensor: the chain keeps its one parametrization and still computes
+  P::register_parametrization(lin, "weight", std::make_unique<Scale>(2.0));
+  EXPECT_TRUE(throws_with([&] { P::register_parametrization(lin, "weight", std::make_unique<Raises>(), true); },
+                          {"refused"}));
+  EXPECT_EQ(P::parametrizations(lin, "weight").size(), 1u);
+  EXPECT_FALSE(P::parametrizations(lin, "weight").unsafe());
+  std::vector<double> twice = values(P::parametrizations(lin, "weight").originals()[0]);
+  for (double& v : twice) v *= 2;
+  EXPECT_TRUE(all_close(P::get(lin, "weight"), twice, 0, 0));
+}
+
