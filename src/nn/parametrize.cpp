@@ -70,6 +70,9 @@ struct ModuleOpener : Module {
     return (m.*(&ModuleOpener::register_parameter))(std::move(name), t, requires_grad);
   }
   static void unregister_on(Module& m, const std::string& name) { (m.*(&ModuleOpener::unregister))(name); }
+  static bool is_persistent_buffer_of(const Module& m, const std::string& name) {
+    return (m.*(&ModuleOpener::is_persistent_buffer))(name);
+  }
   template <class M> static M& register_module_on(Module& m, std::string name, std::unique_ptr<M> child) {
     using Fn = M& (Module::*)(std::string, std::unique_ptr<M>);
     return (m.*static_cast<Fn>(&ModuleOpener::register_module<M>))(std::move(name), std::move(child));
@@ -131,7 +134,7 @@ struct Access {
                  module.name(), kDictName);
     const bool is_buffer = !param.defined();
     const Tensor target = is_buffer ? buffer : param;
-    const bool persistent = is_buffer && module.state_dict().count(name) > 0;
+    const bool persistent = is_buffer && ModuleOpener::is_persistent_buffer_of(module, name);
 
     auto list = std::make_unique<ParametrizationList>();
     std::vector<Tensor> originals{target};

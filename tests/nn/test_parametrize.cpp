@@ -293,3 +293,31 @@ TEST(Parametrize, AnUnsafeRegistrationWhoseForwardRaisesChangesNothing) {
   EXPECT_TRUE(all_close(P::get(lin, "weight"), twice, 0, 0));
 }
 
+TEST(Parametrize, ABufferKeepsItsPersistenceWhateverTheStateDictHooksDo) {
+  struct WithBuffers : nn::Module {
+    Tensor stats, scratch;
+    WithBuffers() {
+      stats = register_buffer("stats", from_vector<double>({1, 2}));
+      scratch = register_buffer("scratch", from_vector<double>({3}), /*persistent=*/false);
+    }
+  } m;
+  int hook_runs = 0;
+  // a post-hook renaming the buffer's key, as a module keeping an old checkpoint format would
+  m.register_state_dict_post_hook([&](const nn::Module&, nn::StateDict& d, const std::string& prefix) {
+    ++hook_runs;
+    if (auto it = d.find(prefix + "stats"); it != d.end()) {
+      d[prefix + "legacy_stats"] = it->second;
+      d.erase(it);
+    }
+  });
+  P::register_parametrization(m, "stats", std::make_unique<Scale>(3.0));
+  P::register_parametrization(m, "scratch", std::make_unique<Scale>(2.0));
+  EXPECT_EQ(hook_runs, 0);  // registering reads no state dict
+  EXPECT_EQ(keys(m.state_dict()), (std::set<std::string>{"parametrizations.stats.original",
+                                                         "parametrizations.stats.0.scale",
+                                                         "parametrizations.scratch.0.scale"}));
+  P::remove_parametrizations(m, "stats");
+  P::remove_parametrizations(m, "scratch");
+  EXPECT_EQ(keys(m.state_dict()), (std::set<std::string>{"legacy_stats"}));
+  EXPECT_EQ(m.buffers().size(), 2u);
+}
