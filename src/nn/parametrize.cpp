@@ -1,5 +1,6 @@
 // Parametrized tensors (nn/parametrize.hpp): registration and removal, the forward pre-hook that
 // refreshes a module's parametrized members (Note [Parametrized members]), and cached() scopes.
+#include <algorithm>
 #include <atomic>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -216,7 +217,9 @@ struct Access {
     }
     const Tensor target = list->target_;
     const bool is_buffer = list->was_buffer_, persistent = list->buffer_persistent_;
-    const bool requires_grad = list->originals_[0].requires_grad();
+    // as PyTorch's, the parametrized value's: it needs a gradient when any original does
+    const bool requires_grad = std::any_of(list->originals_.begin(), list->originals_.end(),
+                                           [](const Tensor& t) { return t.requires_grad(); });
     STRATA_CHECK(!name_taken(module, name), "[{}] {} has a member named \"{}\" again", op, module.name(), name);
     // every check passed: from here on nothing raises
     dict->erase(name);

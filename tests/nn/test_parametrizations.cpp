@@ -232,6 +232,18 @@ TEST(WeightNorm, NegativeDimsBelowMinusOneCountFromTheEnd) {
   EXPECT_FALSE(P::is_parametrized(wide));
 }
 
+TEST(WeightNorm, RemovalKeepsTheWeightTrainableWhileEitherOriginalIs) {
+  nn::Linear lin = linear64(3, 2, 10);
+  PZ::weight_norm(lin);
+  P::parametrizations(lin, "weight").originals()[0].requires_grad_(false);  // g frozen, v trained
+  P::remove_parametrizations(lin, "weight");
+  EXPECT_TRUE(lin.weight.requires_grad());
+  PZ::weight_norm(lin);
+  for (const Tensor& o : P::parametrizations(lin, "weight").originals()) o.requires_grad_(false);
+  P::remove_parametrizations(lin, "weight");
+  EXPECT_FALSE(lin.weight.requires_grad());
+}
+
 TEST(SpectralNorm, ANegativeDimCountsFromTheEnd) {
   nn::Linear lin = linear64(7, 5, 11);  // weight (5, 7)
   PZ::spectral_norm(lin, "weight", 1, 1e-12, -1);
