@@ -251,3 +251,27 @@ TEST(SpectralNorm, ANegativeDimCountsFromTheEnd) {
   EXPECT_EQ(buffers[0].second.shape(), (Shape{7}));  // _u: the rows of the (7, 5) matrix
   EXPECT_EQ(buffers[1].second.shape(), (Shape{5}));
 }
+
+TEST(SpectralNorm, TwoCallsInACachedScopeBackpropagateThroughTheWeightTheyUsed) {
+  // in training each computation takes a power iteration; the scope computes the weight once. 8 x 8:
+  // close singular values, so that the estimate still moves after the first 16 iterations
+  nn::Linear lin = linear64(8, 8, 12);
+  PZ::spectral_norm(lin);
+  Generator g(13);
+  Tensor real = randn({2, 8}, kFloat64, &g).requires_grad_(), fake = randn({2, 8}, kFloat64, &g).requires_grad_();
+  std::vector<double> w_first;
+  {
+    auto scope = P::cached();
+    Tensor loss = lin(real).sum();
+    w_first = values(lin.weight);
+    loss = loss + lin(fake).sum();
+    loss.backward();
+  }
+  // d(sum y)/dx[i][k] = sum_o W[o][k], W the weight the first call used
+  std::vector<double> want(16, 0.0);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 8; ++k)
+      for (int o = 0; o < 8; ++o) want[static_cast<size_t>(i * 8 + k)] += w_first[static_cast<size_t>(o * 8 + k)];
+  EXPECT_TRUE(all_close(real.grad(), want, 1e-14, 1e-15));
+  EXPECT_TRUE(all_close(fake.grad(), want, 1e-14, 1e-15));
+}

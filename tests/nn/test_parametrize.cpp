@@ -321,3 +321,21 @@ TEST(Parametrize, ABufferKeepsItsPersistenceWhateverTheStateDictHooksDo) {
   EXPECT_EQ(keys(m.state_dict()), (std::set<std::string>{"legacy_stats"}));
   EXPECT_EQ(m.buffers().size(), 2u);
 }
+
+TEST(Parametrize, AnOptimizerBuiltBeforeRegistrationRaisesUntilRemoval) {
+  // its handle is the member's, which holds the computed value (Note [Parametrized members])
+  nn::Linear lin = linear64(2, 2, 15);
+  optim::SGD opt(lin.parameters(), {.lr = 0.5});
+  P::register_parametrization(lin, "weight", std::make_unique<Scale>(2.0));
+  Tensor x = ones({1, 2}, kFloat64);
+  lin(x).sum().backward();
+  EXPECT_TRUE(throws_with([&] { opt.step(); }, {"not a leaf"}));
+  P::remove_parametrizations(lin, "weight");
+  const std::vector<double> w = values(lin.weight);
+  opt.zero_grad();
+  lin(x).sum().backward();  // dL/dW = 1 everywhere
+  opt.step();
+  std::vector<double> want = w;
+  for (double& v : want) v -= 0.5;
+  EXPECT_TRUE(all_close(lin.weight, want, 1e-15, 0));
+}
