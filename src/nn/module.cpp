@@ -55,6 +55,12 @@ Tensor Module::remove_buffer(const std::string& name) {
   detail::throw_error("[{}] no buffer named \"{}\"", this->name(), name);
 }
 
+bool Module::is_persistent_buffer(const std::string& name) const {
+  for (size_t i = 0; i < buffers_.size(); ++i)
+    if (buffers_[i].first == name) return buffer_persistent_[i];
+  return false;
+}
+
 void Module::set_tensor(const std::string& name, const Tensor& value) {
   for (auto* list : {&params_, &buffers_})
     for (auto& [n, t] : *list)

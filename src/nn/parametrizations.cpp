@@ -13,9 +13,10 @@ namespace strata::nn::utils::parametrizations {
 namespace {
 
 // The 2-norm over every dim of v but `dim` (kept, size 1), or over all of v (0-d) when dim is -1:
-// PyTorch's norm_except_dim.
+// PyTorch's norm_except_dim, where -2, -3, ... count from the end as dims do.
 Tensor norm_except_dim(const Tensor& v, int64_t dim) {
   if (dim == -1) return norm(v);
+  if (dim < 0) dim += v.dim();
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < v.dim(); ++d)
     if (d != dim) dims.push_back(d);
@@ -24,8 +25,8 @@ Tensor norm_except_dim(const Tensor& v, int64_t dim) {
 }
 
 void check_weight_norm_dim(int64_t dim, const Tensor& t, const char* what) {
-  STRATA_CHECK(dim == -1 || (dim >= 0 && dim < t.dim()), "[weight_norm] dim {} is out of range for {} of shape {} "
-               "(expected -1 for the whole tensor, or [0, {}])", dim, what, t.shape(), t.dim() - 1);
+  STRATA_CHECK(dim == -1 || (dim >= -t.dim() && dim < t.dim()), "[weight_norm] dim {} is out of range for {} of "
+               "shape {} (expected -1 for the whole tensor, or [{}, {}])", dim, what, t.shape(), -t.dim(), t.dim() - 1);
 }
 
 // module.<name> as it reads now: its parameter or buffer, or its parametrized value.

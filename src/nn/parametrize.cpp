@@ -1,5 +1,6 @@
 // Parametrized tensors (nn/parametrize.hpp): registration and removal, the forward pre-hook that
 // refreshes a module's parametrized members (Note [Parametrized members]), and cached() scopes.
+#include <algorithm>
 #include <atomic>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -70,6 +71,9 @@ struct ModuleOpener : Module {
     return (m.*(&ModuleOpener::register_parameter))(std::move(name), t, requires_grad);
   }
   static void unregister_on(Module& m, const std::string& name) { (m.*(&ModuleOpener::unregister))(name); }
+  static bool is_persistent_buffer_of(const Module& m, const std::string& name) {
+    return (m.*(&ModuleOpener::is_persistent_buffer))(name);
+  }
   template <class M> static M& register_module_on(Module& m, std::string name, std::unique_ptr<M> child) {
     using Fn = M& (Module::*)(std::string, std::unique_ptr<M>);
     return (m.*static_cast<Fn>(&ModuleOpener::register_module<M>))(std::move(name), std::move(child));
@@ -111,11 +115,14 @@ struct Access {
     list.cache_generation_ = generation;
     return list.target_;
   }
+  // Points the member at `value`, computed without grad: a cached() scope recomputes it.
+  static void settle(ParametrizationList& list, const Tensor& value) {
+    point_at(list.target_, value);
+    list.cache_generation_ = 0;
+  }
   static void refresh_without_grad(ParametrizationList& list) {
     NoGradGuard no_grad;
-    list.cache_generation_ = 0;
-    refresh(list);
-    list.cache_generation_ = 0;  // the value has no history: a cached() scope recomputes it
+    settle(list, list.compute());
   }
 
   static void register_first(Module& module, const std::string& name, std::unique_ptr<Module> p, bool unsafe) {
@@ -128,7 +135,7 @@ struct Access {
                  module.name(), kDictName);
     const bool is_buffer = !param.defined();
     const Tensor target = is_buffer ? buffer : param;
-    const bool persistent = is_buffer && module.state_dict().count(name) > 0;
+    const bool persistent = is_buffer && ModuleOpener::is_persistent_buffer_of(module, name);
 
     auto list = std::make_unique<ParametrizationList>();
     std::vector<Tensor> originals{target};
@@ -150,10 +157,12 @@ struct Access {
     list->was_buffer_ = is_buffer;
     list->buffer_persistent_ = persistent;
     list->target_ = target;
-    if (!unsafe) {
+    Tensor value;  // computed (unsafe too) before the module changes, as it may raise
+    {
       NoGradGuard no_grad;
-      check_like(op, fmt::format("the parametrized \"{}\"", name).c_str(), list->compute(), target);
+      value = list->compute();
     }
+    if (!unsafe) check_like(op, fmt::format("the parametrized \"{}\"", name).c_str(), value, target);
     // every check passed: from here on nothing raises
     if (is_buffer) {
       module.remove_buffer(name);
@@ -169,18 +178,20 @@ struct Access {
           },
           /*prepend=*/true);
     }
-    refresh_without_grad(dict->add(name, std::move(list)));
+    settle(dict->add(name, std::move(list)), value);
   }
 
   static void register_next(ParametrizationList& list, const std::string& name, std::unique_ptr<Module> p,
                             bool unsafe) {
     constexpr const char* op = "register_parametrization";
-    if (!unsafe) {
+    Tensor x;  // computed (unsafe too) before the chain changes, as it may raise
+    {
       NoGradGuard no_grad;
       const Tensor y = list.compute();
-      const Tensor x = (*p)(y);
-      check_like(op, fmt::format("{} applied to \"{}\"", p->name(), name).c_str(), x, y);
-      if (Parametrization* inverse = with_inverse(*p)) {
+      x = (*p)(y);
+      Parametrization* inverse = unsafe ? nullptr : with_inverse(*p);
+      if (!unsafe) check_like(op, fmt::format("{} applied to \"{}\"", p->name(), name).c_str(), x, y);
+      if (inverse) {
         std::vector<Tensor> z = inverse->right_inverse(x);
         STRATA_CHECK(z.size() == 1, "[{}] right_inverse of {} returned {} tensors; only the first parametrization "
                      "of a tensor may return several", op, p->name(), z.size());
@@ -189,7 +200,7 @@ struct Access {
     }
     add_item(list, std::move(p));
     list.unsafe_ = list.unsafe_ || unsafe;
-    refresh_without_grad(list);
+    settle(list, x);
   }
 
   static void remove(Module& module, const std::string& name, bool leave_parametrized) {
@@ -206,7 +217,9 @@ struct Access {
     }
     const Tensor target = list->target_;
     const bool is_buffer = list->was_buffer_, persistent = list->buffer_persistent_;
-    const bool requires_grad = list->originals_[0].requires_grad();
+    // as PyTorch's, the parametrized value's: it needs a gradient when any original does
+    const bool requires_grad = std::any_of(list->originals_.begin(), list->originals_.end(),
+                                           [](const Tensor& t) { return t.requires_grad(); });
     STRATA_CHECK(!name_taken(module, name), "[{}] {} has a member named \"{}\" again", op, module.name(), name);
     // every check passed: from here on nothing raises
     dict->erase(name);

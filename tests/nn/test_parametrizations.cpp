@@ -194,7 +194,7 @@ TEST(SpectralNorm, FollowsTheModuleToAnotherDtype) {
 TEST(Parametrizations, BadInputRaises) {
   nn::Linear lin = linear64(3, 2, 7);
   EXPECT_TRUE(throws_with([&] { PZ::weight_norm(lin, "weight", 2); }, {"weight_norm", "dim 2", "out of range"}));
-  EXPECT_TRUE(throws_with([&] { PZ::weight_norm(lin, "weight", -2); }, {"dim -2"}));
+  EXPECT_TRUE(throws_with([&] { PZ::weight_norm(lin, "weight", -3); }, {"dim -3"}));
   EXPECT_TRUE(throws_with([&] { PZ::spectral_norm(lin, "weight", 1, 1e-12, 2); },
                           {"spectral_norm", "dim 2", "out of range"}));
   EXPECT_TRUE(throws_with([&] { PZ::spectral_norm(lin, "weight", 0); }, {"n_power_iterations", "positive"}));
@@ -208,4 +208,70 @@ TEST(Parametrizations, BadInputRaises) {
   P::remove_parametrizations(lin, "weight");
   EXPECT_TRUE(all_close(lin.weight, w, 0, 0));
   EXPECT_EQ(keys(lin.state_dict()), (std::set<std::string>{"bias", "weight"}));
+}
+
+TEST(WeightNorm, NegativeDimsBelowMinusOneCountFromTheEnd) {
+  // PyTorch's norm_except_dim: -1 is the whole tensor, -2, -3, ... wrap as dims do
+  nn::Conv2d conv(2, 3, 3);  // weight (3, 2, 3, 3)
+  conv.to(kFloat64);
+  const std::vector<double> w = values(conv.weight);
+  PZ::weight_norm(conv, "weight", -3);  // dim 1
+  const auto& originals = P::parametrizations(conv, "weight").originals();
+  ASSERT_EQ(originals[0].shape(), (Shape{1, 2, 1, 1}));
+  std::vector<double> want(2, 0.0);  // the norm of each input channel's weights
+  for (size_t i = 0; i < w.size(); ++i) want[(i / 9) % 2] += w[i] * w[i];
+  for (double& n : want) n = std::sqrt(n);
+  EXPECT_TRUE(all_close(originals[0], want, 1e-14, 0));
+  EXPECT_TRUE(all_close(P::get(conv, "weight"), w, 1e-14, 1e-15));
+
+  nn::Linear lin = linear64(5, 3, 9);
+  PZ::weight_norm(lin, "weight", -2);  // dim 0
+  EXPECT_EQ(P::parametrizations(lin, "weight").originals()[0].shape(), (Shape{3, 1}));
+  nn::Linear wide = linear64(5, 3, 9);
+  EXPECT_TRUE(throws_with([&] { PZ::weight_norm(wide, "weight", -3); }, {"weight_norm", "dim -3", "out of range"}));
+  EXPECT_FALSE(P::is_parametrized(wide));
+}
+
+TEST(WeightNorm, RemovalKeepsTheWeightTrainableWhileEitherOriginalIs) {
+  nn::Linear lin = linear64(3, 2, 10);
+  PZ::weight_norm(lin);
+  P::parametrizations(lin, "weight").originals()[0].requires_grad_(false);  // g frozen, v trained
+  P::remove_parametrizations(lin, "weight");
+  EXPECT_TRUE(lin.weight.requires_grad());
+  PZ::weight_norm(lin);
+  for (const Tensor& o : P::parametrizations(lin, "weight").originals()) o.requires_grad_(false);
+  P::remove_parametrizations(lin, "weight");
+  EXPECT_FALSE(lin.weight.requires_grad());
+}
+
+TEST(SpectralNorm, ANegativeDimCountsFromTheEnd) {
+  nn::Linear lin = linear64(7, 5, 11);  // weight (5, 7)
+  PZ::spectral_norm(lin, "weight", 1, 1e-12, -1);
+  const auto buffers = P::parametrizations(lin, "weight")[0].named_buffers(false);
+  EXPECT_EQ(buffers[0].second.shape(), (Shape{7}));  // _u: the rows of the (7, 5) matrix
+  EXPECT_EQ(buffers[1].second.shape(), (Shape{5}));
+}
+
+TEST(SpectralNorm, TwoCallsInACachedScopeBackpropagateThroughTheWeightTheyUsed) {
+  // in training each computation takes a power iteration; the scope computes the weight once. 8 x 8:
+  // close singular values, so that the estimate still moves after the first 16 iterations
+  nn::Linear lin = linear64(8, 8, 12);
+  PZ::spectral_norm(lin);
+  Generator g(13);
+  Tensor real = randn({2, 8}, kFloat64, &g).requires_grad_(), fake = randn({2, 8}, kFloat64, &g).requires_grad_();
+  std::vector<double> w_first;
+  {
+    auto scope = P::cached();
+    Tensor loss = lin(real).sum();
+    w_first = values(lin.weight);
+    loss = loss + lin(fake).sum();
+    loss.backward();
+  }
+  // d(sum y)/dx[i][k] = sum_o W[o][k], W the weight the first call used
+  std::vector<double> want(16, 0.0);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 8; ++k)
+      for (int o = 0; o < 8; ++o) want[static_cast<size_t>(i * 8 + k)] += w_first[static_cast<size_t>(o * 8 + k)];
+  EXPECT_TRUE(all_close(real.grad(), want, 1e-14, 1e-15));
+  EXPECT_TRUE(all_close(fake.grad(), want, 1e-14, 1e-15));
 }

@@ -46,6 +46,11 @@ struct Flatten : nn::Module {
   Tensor forward(const Tensor& x) override { return x.flatten(); }
 };
 
+// A parametrization whose forward raises.
+struct Raises : nn::Module {
+  Tensor forward(const Tensor&) override { detail::throw_error("[Raises] refused"); }
+};
+
 nn::Linear linear64(int64_t in, int64_t out, uint64_t seed) {
   Generator g(seed);
   nn::LinearOptions o;
@@ -265,4 +270,72 @@ TEST(Parametrize, ABufferStaysABuffer) {
   P::remove_parametrizations(m, "stats");
   EXPECT_EQ(keys(m.state_dict()), (std::set<std::string>{"stats"}));
   EXPECT_TRUE(all_close(m.named_buffers()[0].second, {3, 6}, 0, 0));
+}
+
+TEST(Parametrize, AnUnsafeRegistrationWhoseForwardRaisesChangesNothing) {
+  nn::Linear lin = linear64(3, 2, 14);
+  EXPECT_TRUE(throws_with([&] { P::register_parametrization(lin, "weight", std::make_unique<Raises>(), true); },
+                          {"refused"}));
+  EXPECT_FALSE(P::is_parametrized(lin));
+  EXPECT_FALSE(lin.has_hooks());
+  EXPECT_EQ(keys(lin.state_dict()), (std::set<std::string>{"bias", "weight"}));
+  EXPECT_EQ(lin.parameters().size(), 2u);
+  EXPECT_TRUE(lin.weight.is_leaf());
+
+  // appended to a parametrized tensor: the chain keeps its one parametrization and still computes
+  P::register_parametrization(lin, "weight", std::make_unique<Scale>(2.0));
+  EXPECT_TRUE(throws_with([&] { P::register_parametrization(lin, "weight", std::make_unique<Raises>(), true); },
+                          {"refused"}));
+  EXPECT_EQ(P::parametrizations(lin, "weight").size(), 1u);
+  EXPECT_FALSE(P::parametrizations(lin, "weight").unsafe());
+  std::vector<double> twice = values(P::parametrizations(lin, "weight").originals()[0]);
+  for (double& v : twice) v *= 2;
+  EXPECT_TRUE(all_close(P::get(lin, "weight"), twice, 0, 0));
+}
+
+TEST(Parametrize, ABufferKeepsItsPersistenceWhateverTheStateDictHooksDo) {
+  struct WithBuffers : nn::Module {
+    Tensor stats, scratch;
+    WithBuffers() {
+      stats = register_buffer("stats", from_vector<double>({1, 2}));
+      scratch = register_buffer("scratch", from_vector<double>({3}), /*persistent=*/false);
+    }
+  } m;
+  int hook_runs = 0;
+  // a post-hook renaming the buffer's key, as a module keeping an old checkpoint format would
+  m.register_state_dict_post_hook([&](const nn::Module&, nn::StateDict& d, const std::string& prefix) {
+    ++hook_runs;
+    if (auto it = d.find(prefix + "stats"); it != d.end()) {
+      d[prefix + "legacy_stats"] = it->second;
+      d.erase(it);
+    }
+  });
+  P::register_parametrization(m, "stats", std::make_unique<Scale>(3.0));
+  P::register_parametrization(m, "scratch", std::make_unique<Scale>(2.0));
+  EXPECT_EQ(hook_runs, 0);  // registering reads no state dict
+  EXPECT_EQ(keys(m.state_dict()), (std::set<std::string>{"parametrizations.stats.original",
+                                                         "parametrizations.stats.0.scale",
+                                                         "parametrizations.scratch.0.scale"}));
+  P::remove_parametrizations(m, "stats");
+  P::remove_parametrizations(m, "scratch");
+  EXPECT_EQ(keys(m.state_dict()), (std::set<std::string>{"legacy_stats"}));
+  EXPECT_EQ(m.buffers().size(), 2u);
+}
+
+TEST(Parametrize, AnOptimizerBuiltBeforeRegistrationRaisesUntilRemoval) {
+  // its handle is the member's, which holds the computed value (Note [Parametrized members])
+  nn::Linear lin = linear64(2, 2, 15);
+  optim::SGD opt(lin.parameters(), {.lr = 0.5});
+  P::register_parametrization(lin, "weight", std::make_unique<Scale>(2.0));
+  Tensor x = ones({1, 2}, kFloat64);
+  lin(x).sum().backward();
+  EXPECT_TRUE(throws_with([&] { opt.step(); }, {"not a leaf"}));
+  P::remove_parametrizations(lin, "weight");
+  const std::vector<double> w = values(lin.weight);
+  opt.zero_grad();
+  lin(x).sum().backward();  // dL/dW = 1 everywhere
+  opt.step();
+  std::vector<double> want = w;
+  for (double& v : want) v -= 0.5;
+  EXPECT_TRUE(all_close(lin.weight, want, 1e-15, 0));
 }

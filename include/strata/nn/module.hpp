@@ -190,6 +190,8 @@ class STRATA_API Module {
   /// Replaces a registered parameter's or buffer's value (same name), keeping the handle; a
   /// buffer registered undefined has no value to replace and raises.
   void set_tensor(const std::string& name, const Tensor& value);
+  /// Whether this module's own buffer `name` is persistent (in the state dict); false when there is none.
+  bool is_persistent_buffer(const std::string& name) const;
   /// Removes this module's own parameter or owned child `name` (a layer that changes form, as a
   /// quantized Linear dropping its float weight) and returns the child (null for a parameter);
   /// raises when neither has that name or the child is a data member (remove_buffer for buffers).

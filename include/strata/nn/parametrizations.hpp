@@ -24,7 +24,7 @@ namespace strata::nn::utils::parametrizations {
 class STRATA_API WeightNorm : public parametrize::Parametrization {
  public:
   /// dim: the dim kept (one norm per index along it); std::nullopt or -1: one norm over the whole
-  /// tensor, as PyTorch's None and -1.
+  /// tensor, as PyTorch's None and -1 (-2, -3, ... count from the end).
   explicit WeightNorm(std::optional<int64_t> dim = 0) : dim_(dim.value_or(-1)) {}
   Tensor forward_originals(const std::vector<Tensor>& originals) override;
   bool has_right_inverse() const override { return true; }

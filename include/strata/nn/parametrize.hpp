@@ -26,7 +26,10 @@
 // - the member's old handle is no longer a parameter: build the optimizer after registering (and
 //   again after remove_parametrizations), as parameters() then lists the originals;
 // - concurrent forwards of one parametrized module on several threads are not supported (each
-//   refresh repoints the shared member).
+//   refresh repoints the shared member);
+// - a graph that saved the member sees the newest refresh: a module called several times before
+//   one backward, with a value that changes between computations (spectral_norm in training),
+//   needs a cached() scope for exact input gradients.
 #pragma once
 
 #include <cstdint>
