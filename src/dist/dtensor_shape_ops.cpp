@@ -7,6 +7,7 @@
 #include <strata/nn/functional.hpp>
 #include <strata/ops/binary.hpp>
 #include <strata/ops/creation.hpp>
+#include <strata/ops/join.hpp>
 #include <strata/ops/reduce.hpp>
 
 #include "dtensor_layout.h"
@@ -198,19 +199,28 @@ DTensor cross_entropy(const DTensor& input, const DTensor& target, const F::Cros
     to.push_back(cut && reduction == "none" ? Shard(0) : batch.back());
   }
   Tensor x = operand(input, tin, to), t = operand(target, ttarget, to);
+  // torch's mean divides by the summed weights of the targets that count. That sum's parts are
+  // gathered before the local loss, with the count of out-of-range labels: a bad label on one rank
+  // then raises on every rank instead of leaving the others waiting in the all-reduce.
+  Tensor count = full({}, static_cast<double>(input.size(0)), TensorOptions(x.dtype()).device(x.device()));
+  if (reduction == "mean" && indices) {
+    const Tensor labels = t.detach();
+    const Tensor bad = logical_and(labels != options.ignore_index,
+                                   logical_or(lt(labels, 0), ge(labels, input.size(1))));
+    Tensor part = F::nll_loss(full_like(x.detach(), -1.0), where(bad, Scalar(options.ignore_index), labels),
+                              {options.weight.defined() ? options.weight.detach() : Tensor(), options.ignore_index,
+                               "sum"});
+    Tensor parts = stack({part, bad.sum().to(x.dtype())});
+    Tensor whole = DTensor::from_local(parts, input.device_mesh(), batch, false, Shape{2}).full_tensor();
+    STRATA_CHECK(whole[1].item<double>() == 0, "[cross_entropy] {} target class indices are out of range for {} "
+                 "classes (ignore_index is {})", whole[1].item<double>(), input.size(1), options.ignore_index);
+    count = whole[0];
+  }
   F::CrossEntropyOptions local_options = options;
   local_options.reduction = reduction == "none" ? "none" : "sum";
   Tensor local = F::cross_entropy(x, t, local_options);
   if (reduction == "none") return result(input, local, {input.size(0)}, to);
   if (reduction == "mean") {
-    // torch divides by the summed weights of the targets that count: gather that sum's parts
-    Tensor count = full({}, static_cast<double>(input.size(0)), TensorOptions(x.dtype()).device(x.device()));
-    if (indices) {
-      Tensor part = F::nll_loss(full_like(x.detach(), -1.0), t.detach(),
-                                {options.weight.defined() ? options.weight.detach() : Tensor(), options.ignore_index,
-                                 "sum"});
-      count = DTensor::from_local(part, input.device_mesh(), batch, false, Shape{}).full_tensor();
-    }
     // nothing counted: NaN with a gradient of 0, as the whole op (count is the same on every rank)
     local = count.item<double>() == 0 ? local * 0.0 + std::numeric_limits<double>::quiet_NaN()
                                       : strata::div(local, count);

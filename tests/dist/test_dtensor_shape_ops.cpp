@@ -202,6 +202,18 @@ TEST(DTensorShapeOps, CrossEntropyWithEveryTargetIgnoredIsNanWithZeroGradient) {
   EXPECT_TRUE(std::isnan(want.item<double>()));
 }
 
+TEST(DTensorShapeOps, CrossEntropyMeanWithABadLabelOnOneRankRaisesOnEveryRank) {
+  // the rank holding the bad label must not raise alone while the others wait in the count's all-reduce
+  dist_testing::group();
+  auto mesh = dist::init_device_mesh("cpu", {4}, {"x"});
+  Tensor labels = remainder(arange(8, TensorOptions(kInt64)), 3);
+  labels = where(arange(8, TensorOptions(kInt64)) == 7, full({8}, 3, TensorOptions(kInt64)), labels);
+  DTensor x = make_dtensor(global_values({8, 3}), {Shard(0)}, mesh, true);
+  DTensor t = make_dtensor(labels, {Shard(0)}, mesh);
+  EXPECT_TRUE(testing::throws_with([&] { dist::cross_entropy(x, t); }, {"cross_entropy", "out of range"}));
+  EXPECT_TRUE(close(dist::softmax(x, 1).full_tensor().detach(), softmax(global_values({8, 3}), 1)));  // in step
+}
+
 TEST(DTensorShapeOps, BadArgumentsRaiseOnEveryRank) {
   dist_testing::group();
   auto mesh = dist::init_device_mesh("cpu", {2, 2}, {"dp", "tp"});
@@ -228,3 +240,4 @@ TEST(DTensorShapeOps, BadArgumentsRaiseOnEveryRank) {
 
 }  // namespace
 }  // namespace strata
+
