@@ -57,7 +57,7 @@ void check_mesh_agrees(const char* op, const DeviceMesh& mesh, Device device, co
   STRATA_CHECK(m[0] == 0, "[{}] another rank of the mesh raised an error (see its message)", op);
   STRATA_CHECK(m[1] == -m[3], "[{}] the ranks of the mesh disagree on the dtype, the global shape or the placements "
                "(this rank: {}, shape {})", op, dtype_name(static_cast<DType>(meta[0])),
-               text(Shape(meta.begin() + 2, meta.begin() + 2 + meta[1])));
+               Shape(meta.begin() + 2, meta.begin() + 2 + meta[1]));
 }
 
 // `block` cut along `d` over `g`: group rank 0's pieces scattered, padded to one size.
@@ -144,14 +144,6 @@ std::string text(const std::vector<Placement>& placements) {
   return "[" + s + "]";
 }
 
-std::string text(const Shape& shape) {
-  std::string s;
-  for (int64_t x : shape) s += (s.empty() ? "" : ", ") + std::to_string(x);
-  return "[" + s + "]";
-}
-
-std::string text(const std::vector<int>& values) { return text(Shape(values.begin(), values.end())); }
-
 }  // namespace dtensor_detail
 
 DTensor DTensorAccess::make(Tensor local, DLayout layout) {
@@ -175,7 +167,7 @@ DTensor DTensor::from_local(const Tensor& local, const DeviceMesh& mesh, std::ve
     placements = normalize("DTensor.from_local", std::move(placements), local.dim(), mesh);
     if (shape) {
       STRATA_CHECK(shape->size() == global.size(), "[DTensor.from_local] the global shape {} has {} dims, the "
-                   "local tensor {}", text(*shape), shape->size(), local.dim());
+                   "local tensor {}", *shape, shape->size(), local.dim());
       global = *shape;
     } else {
       for (int i = 0; i < mesh.ndim(); ++i) {
@@ -185,8 +177,8 @@ DTensor DTensor::from_local(const Tensor& local, const DeviceMesh& mesh, std::ve
     }
     const Shape expected = local_shape(global, placements, mesh);
     STRATA_CHECK(expected == local.shape(), "[DTensor.from_local] this rank's local tensor has shape {}, but a "
-                 "global shape {} with placements {} gives it {}", text(local.shape()), text(global),
-                 text(placements), text(expected));
+                 "global shape {} with placements {} gives it {}", local.shape(), global,
+                 text(placements), expected);
   } catch (const Error& e) {
     if (!run_check) throw;
     error = e.what();
@@ -251,9 +243,9 @@ Tensor DTensor::full_tensor(std::optional<std::vector<Placement>> grad_placement
 DTensor DTensor::redistribute(const DeviceMesh& mesh, std::vector<Placement> placements) const {
   STRATA_CHECK(mesh == device_mesh(), "[DTensor.redistribute] the target mesh (shape {}, ranks {}) is not the "
                "DTensor's (shape {}, ranks {}); redistributing across meshes is not supported",
-               text(mesh.shape()), text(mesh.ranks()),
-               text(mesh_->shape()),
-               text(mesh_->ranks()));
+               mesh.shape(), mesh.ranks(),
+               mesh_->shape(),
+               mesh_->ranks());
   placements = normalize("DTensor.redistribute", std::move(placements), ndim(), mesh);
   DLayout layout = DTensorAccess::layout(*this);
   Tensor local = redistribute_local(local_, layout, placements);
@@ -285,7 +277,7 @@ DTensor DTensor::grad() const {
 
 void DTensor::backward() const {
   STRATA_CHECK(numel() == 1, "[DTensor.backward] needs a one-element DTensor (a loss), this one has shape {}",
-               text(shape_));
+               shape_);
   // a Shard leaves the ranks past the element an empty piece they cannot start backward from, while
   // the rank holding it may reach a collective: gather it so that every rank starts from a 1
   std::vector<Placement> whole = placements_;
@@ -298,10 +290,10 @@ DTensor DTensor::detach() const { return DTensorAccess::make(local_.detach(), DT
 
 std::string DTensor::str() const {
   if (!defined()) return "DTensor(undefined)";
-  return fmt::format("DTensor(shape={}, placements={}, mesh={}, local shape={}, dtype={})", text(shape_),
+  return fmt::format("DTensor(shape={}, placements={}, mesh={}, local shape={}, dtype={})", shape_,
                      text(placements_),
-                     text(mesh_->shape()),
-                     text(local_.shape()), dtype_name(local_.dtype()));
+                     mesh_->shape(),
+                     local_.shape(), dtype_name(local_.dtype()));
 }
 
 }  // namespace strata::dist

@@ -51,8 +51,6 @@ inline Shape local_shape(const Shape& global, const std::vector<Placement>& plac
 /// A gradient's layout: Partial read as Replicate.
 std::vector<Placement> grad_placements(std::vector<Placement> placements);
 std::string text(const std::vector<Placement>& placements);
-std::string text(const Shape& shape);
-std::string text(const std::vector<int>& values);
 
 /// `local` (laid out as `from`) laid out as `to` over the same mesh and shape; differentiable,
 /// its backward redistributing the gradient from grad_placements(to) to grad_placements(from).

@@ -50,8 +50,8 @@ void check_operands(const char* op, const DTensor& a, const DTensor& b) {
   STRATA_CHECK(a.defined() && b.defined(), "[{}] an operand is an undefined DTensor", op);
   STRATA_CHECK(a.device_mesh() == b.device_mesh(),
                "[{}] the operands live on different device meshes (shapes {} and {}); redistribute one first", op,
-               text(a.device_mesh().shape()),
-               text(b.device_mesh().shape()));
+               a.device_mesh().shape(),
+               b.device_mesh().shape());
 }
 
 // `x`'s placement along one mesh dim, seen in the dims of a broadcast output `out` (x's dims
@@ -171,9 +171,9 @@ DTensor div(const DTensor& x, Scalar s) {
 DTensor matmul(const DTensor& a, const DTensor& b) {
   check_operands("matmul", a, b);
   STRATA_CHECK(a.ndim() >= 2 && b.ndim() == 2, "[matmul] DTensor matmul takes a (*, K) with at least 2 dims and b "
-               "(K, N), got shapes {} and {}", text(a.shape()), text(b.shape()));
-  STRATA_CHECK(a.size(-1) == b.size(0), "[matmul] shapes {} and {} cannot be multiplied ({} != {})", text(a.shape()),
-               text(b.shape()), a.size(-1), b.size(0));
+               "(K, N), got shapes {} and {}", a.shape(), b.shape());
+  STRATA_CHECK(a.size(-1) == b.size(0), "[matmul] shapes {} and {} cannot be multiplied ({} != {})", a.shape(),
+               b.shape(), a.size(-1), b.size(0));
   const int64_t k = a.ndim() - 1;
   Shape out = a.shape();
   out.back() = b.size(1);
@@ -216,7 +216,7 @@ DTensor transpose(const DTensor& x, int64_t dim0, int64_t dim1) {
 DTensor linear(const DTensor& x, const DTensor& weight, const DTensor& bias) {
   check_operands("linear", x, weight);
   STRATA_CHECK(weight.ndim() == 2, "[linear] the weight must be (out_features, in_features), got shape {}",
-               text(weight.shape()));
+               weight.shape());
   DTensor y = matmul(x, transpose(weight, 0, 1));
   return bias.defined() ? add(y, bias) : y;
 }

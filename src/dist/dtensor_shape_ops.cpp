@@ -28,7 +28,7 @@ void check_defined(const char* op, const DTensor& x) {
 
 void check_same_mesh(const char* op, const DTensor& a, const DTensor& b) {
   STRATA_CHECK(a.device_mesh() == b.device_mesh(), "[{}] the operands live on different device meshes (shapes {} and "
-               "{}); redistribute one first", op, text(a.device_mesh().shape()), text(b.device_mesh().shape()));
+               "{}); redistribute one first", op, a.device_mesh().shape(), b.device_mesh().shape());
 }
 
 // x's placements with Partial reduced and the Shards of the dims the op needs whole gathered.
@@ -136,12 +136,12 @@ DTensor layer_norm(const DTensor& x, const Shape& normalized_shape, const DTenso
   const auto k = static_cast<int64_t>(normalized_shape.size());
   STRATA_CHECK(k >= 1 && k <= x.ndim() && Shape(x.shape().end() - k, x.shape().end()) == normalized_shape,
                "[layer_norm] normalized_shape {} is not the trailing dims of the input's shape {}",
-               text(normalized_shape), text(x.shape()));
+               normalized_shape, x.shape());
   for (const DTensor* p : {&weight, &bias})
     if (p->defined()) {
       check_same_mesh("layer_norm", x, *p);
       STRATA_CHECK(p->shape() == normalized_shape, "[layer_norm] weight and bias must have normalized_shape {}, got "
-                   "{}", text(normalized_shape), text(p->shape()));
+                   "{}", normalized_shape, p->shape());
     }
   const int64_t first = x.ndim() - k;
   Placements target = gathering(x, [&](int64_t d) { return d >= first; });
@@ -181,11 +181,11 @@ DTensor cross_entropy(const DTensor& input, const DTensor& target, const F::Cros
   STRATA_CHECK(input.defined() && target.defined(), "[cross_entropy] an operand is an undefined DTensor");
   check_same_mesh("cross_entropy", input, target);
   STRATA_CHECK(input.ndim() == 2, "[cross_entropy] DTensor cross_entropy takes logits (N, C), got shape {}",
-               text(input.shape()));
+               input.shape());
   const bool indices = target.ndim() == 1;
   STRATA_CHECK(indices ? target.size(0) == input.size(0) : target.shape() == input.shape(),
                "[cross_entropy] the target must be class indices (N) or probabilities (N, C) for logits {}, got {}",
-               text(input.shape()), text(target.shape()));
+               input.shape(), target.shape());
   const std::string& reduction = options.reduction;
   STRATA_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none",
                "[cross_entropy] reduction must be 'mean', 'sum' or 'none', got '{}'", reduction);

@@ -31,7 +31,7 @@ std::map<std::string, DLayout> sharded_entries(const nn::Module& module) {
 // This rank's piece of the whole `full` laid out as `layout` (no communication).
 Tensor local_piece(const std::string& key, const Tensor& full, const DLayout& layout) {
   STRATA_CHECK(full.shape() == layout.shape, "[set_model_state_dict] '{}' has shape {}, the model's whole one is {}",
-               key, text(full.shape()), text(layout.shape));
+               key, full.shape(), layout.shape);
   Tensor t = full.detach();
   for (int i = 0; i < layout.mesh->ndim(); ++i) {
     const Placement& p = layout.placements[static_cast<size_t>(i)];

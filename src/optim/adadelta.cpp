@@ -29,21 +29,19 @@ void Adadelta::update(size_t g, const Tensor& p, const Tensor& grad, ParamState&
   ++st.step;
   Tensor& s = detail::state_tensor(st, "square_avg", p);
   Tensor& a = detail::state_tensor(st, "acc_delta", p);
-  const double sign = o.maximize ? -1.0 : 1.0, rho = o.rho;
+  const double rho = o.rho;
   detail::dispatch_param(p.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    T* pp = detail::ptr<T>(p);
-    const T* gp = detail::ptr<T>(grad);
     T* sp = detail::ptr<T>(s);
     T* ap = detail::ptr<T>(a);
-    for (int64_t i = 0, n = p.numel(); i < n; ++i) {
-      const double pi = pp[i], gi = sign * static_cast<double>(gp[i]) + o.weight_decay * pi;
+    auto step = [&](int64_t i, double& pi, double gi) {
       const double si = rho * sp[i] + (1 - rho) * gi * gi;
       const double d = std::sqrt(static_cast<double>(ap[i]) + o.eps) / std::sqrt(si + o.eps) * gi;
       ap[i] = static_cast<T>(rho * ap[i] + (1 - rho) * d * d);
       sp[i] = static_cast<T>(si);
-      pp[i] = static_cast<T>(pi - o.lr * d);
-    }
+      pi -= o.lr * d;
+    };
+    detail::for_each_element<T>(p, grad, o.maximize, o.lr, o.weight_decay, /*decoupled=*/false, step);
   });
 }
 

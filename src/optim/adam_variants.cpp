@@ -21,23 +21,6 @@ void check_adam_like(const char* opt, const Options& o) {
   detail::check_nonneg(opt, "weight_decay", o.weight_decay);
 }
 
-// f(i, p_i, g_i) over the parameter's elements in double, g_i already negated when maximize
-// and with the L2 term added unless `decoupled`, which instead scales p by 1 - lr * wd first.
-template <class T, class F>
-void for_each_element(const Tensor& p, const Tensor& grad, bool maximize, double lr, double wd, bool decoupled,
-                      F&& f) {
-  T* pp = detail::ptr<T>(p);
-  const T* gp = detail::ptr<T>(grad);
-  const double sign = maximize ? -1.0 : 1.0;
-  for (int64_t i = 0, n = p.numel(); i < n; ++i) {
-    double pi = pp[i], gi = sign * static_cast<double>(gp[i]);
-    if (decoupled) pi *= 1 - lr * wd;
-    else gi += wd * pi;
-    f(i, pi, gi);
-    pp[i] = static_cast<T>(pi);
-  }
-}
-
 // NAdam's momentum coefficient mu_t
 double nadam_mu(const NAdamOptions& o, int64_t t) {
   return o.betas[0] * (1 - 0.5 * std::pow(0.96, static_cast<double>(t) * o.momentum_decay));
@@ -80,7 +63,7 @@ void NAdam::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st
     using T = std::remove_pointer_t<decltype(tag)>;
     T* mp = detail::ptr<T>(m);
     T* vp = detail::ptr<T>(v);
-    for_each_element<T>(p, grad, o.maximize, o.lr, o.weight_decay, o.decoupled_weight_decay,
+    detail::for_each_element<T>(p, grad, o.maximize, o.lr, o.weight_decay, o.decoupled_weight_decay,
                         [&](int64_t i, double& pi, double gi) {
                           const double mi = b1 * mp[i] + (1 - b1) * gi, vi = b2 * vp[i] + (1 - b2) * gi * gi;
                           const double d = std::sqrt(vi / bc2) + o.eps;
@@ -120,7 +103,7 @@ void RAdam::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& st
     using T = std::remove_pointer_t<decltype(tag)>;
     T* mp = detail::ptr<T>(m);
     T* vp = detail::ptr<T>(v);
-    for_each_element<T>(p, grad, o.maximize, o.lr, o.weight_decay, o.decoupled_weight_decay,
+    detail::for_each_element<T>(p, grad, o.maximize, o.lr, o.weight_decay, o.decoupled_weight_decay,
                         [&](int64_t i, double& pi, double gi) {
                           const double mi = b1 * mp[i] + (1 - b1) * gi, vi = b2 * vp[i] + (1 - b2) * gi * gi;
                           const double m_hat = mi / bc1;
@@ -157,11 +140,12 @@ void Adamax::update(size_t g, const Tensor& p, const Tensor& grad, ParamState& s
     using T = std::remove_pointer_t<decltype(tag)>;
     T* mp = detail::ptr<T>(m);
     T* up = detail::ptr<T>(u);
-    for_each_element<T>(p, grad, o.maximize, o.lr, o.weight_decay, false, [&](int64_t i, double& pi, double gi) {
+    auto step = [&](int64_t i, double& pi, double gi) {
       const double mi = b1 * mp[i] + (1 - b1) * gi, ui = std::max(b2 * up[i], std::abs(gi) + o.eps);
       pi -= clr * mi / ui;
       mp[i] = static_cast<T>(mi), up[i] = static_cast<T>(ui);
-    });
+    };
+    detail::for_each_element<T>(p, grad, o.maximize, o.lr, o.weight_decay, /*decoupled=*/false, step);
   });
 }
 

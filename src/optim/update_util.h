@@ -96,6 +96,23 @@ void update_on_host(const std::vector<ParamUpdate>& batch, F&& update) {
   }
 }
 
+// f(i, p_i, g_i) over the parameter's elements in double, g_i already negated when maximize
+// and with the L2 term added unless `decoupled`, which instead scales p by 1 - lr * wd first.
+template <class T, class F>
+void for_each_element(const Tensor& p, const Tensor& grad, bool maximize, double lr, double wd, bool decoupled,
+                      F&& f) {
+  T* pp = detail::ptr<T>(p);
+  const T* gp = detail::ptr<T>(grad);
+  const double sign = maximize ? -1.0 : 1.0;
+  for (int64_t i = 0, n = p.numel(); i < n; ++i) {
+    double pi = pp[i], gi = sign * static_cast<double>(gp[i]);
+    if (decoupled) pi *= 1 - lr * wd;
+    else gi += wd * pi;
+    f(i, pi, gi);
+    pp[i] = static_cast<T>(pi);
+  }
+}
+
 inline void check_nonneg(const char* opt, const char* what, double v) {
   STRATA_CHECK(v >= 0 && v < std::numeric_limits<double>::infinity(), "[{}] invalid {}: {} (must be finite and >= 0)",
                opt, what, v);
